@@ -1,0 +1,27 @@
+"""Paged attention over the shared K/V block pool."""
+
+from oasr.fmha.paged import (
+    ATTN_BACKEND_ENV,
+    ATTN_BACKENDS,
+    PagedKVCache,
+    dense_attention,
+    gather_kv,
+    gather_length,
+    key_padding_mask,
+    paged_attention,
+    resolve_backend,
+    write_chunk_kv,
+)
+
+__all__ = [
+    "ATTN_BACKENDS",
+    "ATTN_BACKEND_ENV",
+    "PagedKVCache",
+    "dense_attention",
+    "gather_kv",
+    "gather_length",
+    "key_padding_mask",
+    "paged_attention",
+    "resolve_backend",
+    "write_chunk_kv",
+]

@@ -1,0 +1,193 @@
+"""Paged attention: write a chunk's K/V into the block pool and attend through block tables.
+
+A batch row (one stream) holds ``cache_seqlens[b]`` frames of history in the shared pool. Frame
+``p`` of the row lives in physical block ``block_table[b, p // block_size]`` at slot
+``p % block_size``. A chunk's K/V is written first (frames ``cache_seqlens[b] + t``), then every
+query of the chunk attends to the row's history plus the whole chunk: the chunk mask of a
+streaming Conformer (full attention inside a chunk, causal across chunks).
+
+Rows of one batch may hold different amounts of history: the gather is sized by the host-side
+upper bound ``host_seqlen`` and the surplus columns are masked, so no device value is read back
+to the host on the hot path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+ATTN_BACKENDS = ("torch", "sdpa")
+ATTN_BACKEND_ENV = "OASR_ATTN_BACKEND"
+
+
+@dataclass
+class PagedKVCache:
+    """One layer's view of the block pool for one batch of streams.
+
+    Attributes:
+        k_cache: (num_physical_blocks, block_size, n_kv_head, head_dim) keys of every block.
+        v_cache: same shape, values.
+        block_table: (B, max_blocks_per_seq) int32, logical block -> physical block id.
+        cache_seqlens: (B,) int32, frames each row holds before the current chunk.
+        block_size: frames per block.
+        host_seqlen: host-side upper bound of ``cache_seqlens`` (sizes gathers without a sync).
+    """
+
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    block_table: torch.Tensor
+    cache_seqlens: torch.Tensor
+    block_size: int
+    host_seqlen: int
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        return self.block_table.size(1)
+
+
+def resolve_backend(name: str | None = None) -> str:
+    """The attention backend to use: ``name``, else ``$OASR_ATTN_BACKEND``, else ``torch``.
+
+    Raises:
+        ValueError: for an unknown backend name.
+    """
+    chosen = name if name is not None else os.environ.get(ATTN_BACKEND_ENV, "torch")
+    if chosen not in ATTN_BACKENDS:
+        raise ValueError(
+            f"unknown attention backend {chosen!r} (from {'argument' if name else ATTN_BACKEND_ENV}); "
+            f"choose one of {', '.join(ATTN_BACKENDS)}"
+        )
+    return chosen
+
+
+def gather_length(cache: PagedKVCache, num_query_frames: int) -> int:
+    """Key columns ``paged_attention`` gathers for a chunk of ``num_query_frames`` frames.
+
+    A whole number of blocks covering the longest row's history plus the chunk, capped at what
+    the block table can address. Callers that build an ``attn_bias`` size its last dim with this.
+    """
+    needed = cache.host_seqlen + num_query_frames
+    num_blocks = min(math.ceil(needed / cache.block_size), cache.max_blocks_per_seq)
+    return num_blocks * cache.block_size
+
+
+def _chunk_slots(cache: PagedKVCache, num_frames: int) -> torch.Tensor:
+    """Flat pool slots (B * T,) of frames ``cache_seqlens[b] + t`` for t < num_frames."""
+    steps = torch.arange(num_frames, device=cache.block_table.device)
+    positions = cache.cache_seqlens.long().unsqueeze(1) + steps  # (B, T)
+    logical = positions // cache.block_size
+    physical = cache.block_table.long().gather(1, logical)  # (B, T)
+    return (physical * cache.block_size + positions % cache.block_size).reshape(-1)
+
+
+def write_chunk_kv(cache: PagedKVCache, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Store a chunk's keys and values at each row's next frames.
+
+    Args:
+        cache: the layer's paged view; rows must own blocks for frames
+            ``cache_seqlens[b] .. cache_seqlens[b] + T - 1`` (``prepare_chunk`` allocates them).
+        k: (B, T, n_kv_head, head_dim) keys of the chunk.
+        v: (B, T, n_kv_head, head_dim) values of the chunk.
+    """
+    if k.shape != v.shape:
+        raise ValueError(f"k and v shapes differ: {tuple(k.shape)} vs {tuple(v.shape)}")
+    batch, frames, heads, dim = k.shape
+    if batch != cache.block_table.size(0):
+        raise ValueError(f"chunk has {batch} rows, block table has {cache.block_table.size(0)}")
+    slots = _chunk_slots(cache, frames)  # (B * T,)
+    k_flat = cache.k_cache.view(-1, heads, dim)  # (num_blocks * block_size, H, D)
+    v_flat = cache.v_cache.view(-1, heads, dim)
+    k_flat.index_copy_(0, slots, k.reshape(-1, heads, dim).to(k_flat.dtype))
+    v_flat.index_copy_(0, slots, v.reshape(-1, heads, dim).to(v_flat.dtype))
+
+
+def gather_kv(cache: PagedKVCache, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gather the first ``length`` frames (a whole number of blocks) of every row.
+
+    Returns:
+        k, v: (B, length, n_kv_head, head_dim); columns past a row's length hold stale data.
+    """
+    num_blocks = length // cache.block_size
+    ids = cache.block_table[:, :num_blocks].long()  # (B, nb)
+    batch = ids.size(0)
+    k = cache.k_cache[ids].reshape(batch, length, *cache.k_cache.shape[2:])  # (B, L, H, D)
+    v = cache.v_cache[ids].reshape(batch, length, *cache.v_cache.shape[2:])
+    return k, v
+
+
+def key_padding_mask(kv_lens: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, length) bool, True where column j < kv_lens[b] (a real key)."""
+    return torch.arange(length, device=kv_lens.device).unsqueeze(0) < kv_lens.unsqueeze(1)
+
+
+def paged_attention(
+    q: torch.Tensor,
+    cache: PagedKVCache,
+    q_lens: torch.Tensor | None = None,
+    attn_bias: torch.Tensor | None = None,
+    scale: float | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Attention of a chunk's queries over each row's history plus the chunk.
+
+    Args:
+        q: (B, T, n_head, head_dim) queries (n_head == n_kv_head).
+        cache: the layer's paged view, with this chunk already written by ``write_chunk_kv``.
+        q_lens: (B,) valid frames of each row's chunk (a stream's last chunk may be short);
+            None means all T.
+        attn_bias: optional (B, n_head, T, gather_length(cache, T)) added to the scaled scores.
+        scale: score scale, default 1 / sqrt(head_dim).
+        backend: ``torch`` or ``sdpa``; None reads ``$OASR_ATTN_BACKEND``.
+
+    Returns:
+        (B, T, n_head, head_dim) attention output. Padded query rows (t >= q_lens[b]) hold
+        finite values the caller ignores.
+    """
+    batch, frames, _, dim = q.shape
+    length = gather_length(cache, frames)
+    k, v = gather_kv(cache, length)  # (B, L, H, D)
+    new_frames = q_lens if q_lens is not None else torch.full_like(cache.cache_seqlens, frames)
+    valid = key_padding_mask(cache.cache_seqlens + new_frames, length)  # (B, L)
+    return dense_attention(
+        q, k.to(q.dtype), v.to(q.dtype), valid, attn_bias, scale, resolve_backend(backend)
+    )
+
+
+def dense_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    valid: torch.Tensor,
+    attn_bias: torch.Tensor | None = None,
+    scale: float | None = None,
+    backend: str = "torch",
+) -> torch.Tensor:
+    """Masked attention over contiguous keys; the reference the paged path must equal.
+
+    Args:
+        q: (B, T, H, D); k, v: (B, L, H, D); valid: (B, L) bool key mask;
+        attn_bias: optional (B, H, T, L) added to the scaled scores.
+
+    Returns:
+        (B, T, H, D).
+    """
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.size(-1))
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T|L, D)
+    if backend == "sdpa":
+        mask = torch.zeros(valid.shape, dtype=q.dtype, device=q.device)
+        mask = mask.masked_fill(~valid, float("-inf"))[:, None, None, :]  # (B, 1, 1, L)
+        if attn_bias is not None:
+            mask = mask + attn_bias.to(q.dtype)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+        return out.transpose(1, 2)
+    scores = torch.matmul(qh, kh.transpose(-2, -1)).float() * scale  # (B, H, T, L)
+    if attn_bias is not None:
+        scores = scores + attn_bias.float()
+    keep = valid[:, None, None, :]
+    probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
+    probs = probs.masked_fill(~keep, 0.0).to(vh.dtype)
+    return torch.matmul(probs, vh).transpose(1, 2)  # (B, T, H, D)

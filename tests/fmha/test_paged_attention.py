@@ -1,0 +1,113 @@
+"""Paged attention equals dense attention over the same keys, for every backend."""
+
+import math
+
+import pytest
+import torch
+
+from oasr.fmha import (
+    ATTN_BACKENDS,
+    PagedKVCache,
+    dense_attention,
+    gather_length,
+    key_padding_mask,
+    paged_attention,
+    resolve_backend,
+    write_chunk_kv,
+)
+
+HEADS, DIM, BLOCK = 2, 8, 4
+
+
+def _scatter_rows(history: list[torch.Tensor], num_blocks: int, max_blocks: int, seed: int):
+    """Put each row's history into shuffled physical blocks; return pools and a block table."""
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    # unowned blocks hold other streams' data: reading one would change the result
+    k_pool = torch.randn((num_blocks, BLOCK, HEADS, DIM), generator=gen) * 100
+    v_pool = torch.randn((num_blocks, BLOCK, HEADS, DIM), generator=gen) * 100
+    table = torch.zeros(len(history), max_blocks, dtype=torch.int32)
+    for row, kv in enumerate(history):
+        frames = kv.size(1)
+        for logical in range(math.ceil((frames + BLOCK) / BLOCK)):
+            phys = order.pop()
+            table[row, logical] = phys
+            part = kv[:, logical * BLOCK : (logical + 1) * BLOCK]
+            k_pool[phys, : part.size(1)] = part[0]
+            v_pool[phys, : part.size(1)] = part[1]
+    return k_pool, v_pool, table
+
+
+@pytest.mark.parametrize("backend", ATTN_BACKENDS)
+def test_paged_equals_dense_mixed_lengths(backend: str) -> None:
+    torch.manual_seed(0)
+    hist_lens = [0, 3, 8, 13]
+    chunk, q_lens = 4, torch.tensor([4, 4, 2, 4])
+    history = [torch.randn(2, n, HEADS, DIM) for n in hist_lens]
+    k_pool, v_pool, table = _scatter_rows(history, num_blocks=16, max_blocks=6, seed=1)
+    cache = PagedKVCache(
+        k_pool, v_pool, table, torch.tensor(hist_lens, dtype=torch.int32), BLOCK, max(hist_lens)
+    )
+    q = torch.randn(4, chunk, HEADS, DIM)
+    k_new = torch.randn(4, chunk, HEADS, DIM)
+    v_new = torch.randn(4, chunk, HEADS, DIM)
+    write_chunk_kv(cache, k_new, v_new)
+    length = gather_length(cache, chunk)
+    bias = torch.randn(4, HEADS, chunk, length)
+    out = paged_attention(q, cache, q_lens=q_lens, attn_bias=bias, backend=backend)
+
+    for row, n in enumerate(hist_lens):
+        m = int(q_lens[row])
+        k = torch.cat([history[row][0], k_new[row, :m]]).unsqueeze(0)  # (1, n+m, H, D)
+        v = torch.cat([history[row][1], v_new[row, :m]]).unsqueeze(0)
+        valid = torch.ones(1, n + m, dtype=torch.bool)
+        ref = dense_attention(q[row : row + 1], k, v, valid, bias[row : row + 1, :, :, : n + m])
+        torch.testing.assert_close(out[row : row + 1, :m], ref[:, :m], atol=1e-5, rtol=0)
+
+
+def test_write_lands_at_block_slots() -> None:
+    k_pool = torch.zeros(8, BLOCK, 1, 1)
+    v_pool = torch.zeros(8, BLOCK, 1, 1)
+    table = torch.tensor([[5, 2, 0], [7, 0, 0]], dtype=torch.int32)
+    cache = PagedKVCache(k_pool, v_pool, table, torch.tensor([3, 0], dtype=torch.int32), BLOCK, 3)
+    k = torch.arange(1.0, 7.0).view(2, 3, 1, 1)
+    write_chunk_kv(cache, k, -k)
+    # row 0 frames 3, 4, 5 -> block 5 slot 3, block 2 slots 0 and 1 (a chunk spans two blocks)
+    assert k_pool[5, 3, 0, 0] == 1.0 and k_pool[2, 0, 0, 0] == 2.0 and k_pool[2, 1, 0, 0] == 3.0
+    # row 1 frames 0, 1, 2 -> block 7 slots 0..2
+    assert k_pool[7, :3, 0, 0].tolist() == [4.0, 5.0, 6.0]
+    assert v_pool[7, :3, 0, 0].tolist() == [-4.0, -5.0, -6.0]
+    assert int((k_pool != 0).sum()) == 6
+
+
+def test_gather_length_is_whole_blocks_capped_by_table() -> None:
+    pool = torch.zeros(4, BLOCK, 1, 1)
+    cache = PagedKVCache(pool, pool, torch.zeros(1, 3, dtype=torch.int32),
+                         torch.tensor([5], dtype=torch.int32), BLOCK, 5)
+    assert gather_length(cache, 2) == 8
+    assert gather_length(cache, 4) == 12
+    assert gather_length(cache, 40) == 12
+
+
+def test_key_padding_mask() -> None:
+    mask = key_padding_mask(torch.tensor([0, 2, 4]), 4)
+    assert mask.tolist() == [[False] * 4, [True, True, False, False], [True] * 4]
+
+
+def test_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OASR_ATTN_BACKEND", "sdpa")
+    assert resolve_backend() == "sdpa"
+    assert resolve_backend("torch") == "torch"
+    monkeypatch.setenv("OASR_ATTN_BACKEND", "flash")
+    with pytest.raises(ValueError, match="unknown attention backend 'flash'"):
+        resolve_backend()
+
+
+def test_write_rejects_mismatched_shapes() -> None:
+    pool = torch.zeros(2, BLOCK, 1, 2)
+    cache = PagedKVCache(pool, pool, torch.zeros(1, 2, dtype=torch.int32),
+                         torch.zeros(1, dtype=torch.int32), BLOCK, 0)
+    with pytest.raises(ValueError, match="k and v shapes differ"):
+        write_chunk_kv(cache, torch.zeros(1, 2, 1, 2), torch.zeros(1, 3, 1, 2))
+    with pytest.raises(ValueError, match="chunk has 2 rows, block table has 1"):
+        write_chunk_kv(cache, torch.zeros(2, 2, 1, 2), torch.zeros(2, 2, 1, 2))
