@@ -1,0 +1,248 @@
+"""Token ids <-> text for CTC models: character units and sentencepiece BPE.
+
+Both tokenizers read the WeNet ``units.txt`` format: one ``<token> <id>`` per line, ids
+contiguous from 0, ``<blank> 0`` and ``<unk> 1`` first and ``<sos/eos>`` last. The word boundary
+is "▁" (U+2581); some character models also carry a literal ``<space>`` token. ``decode`` always
+returns clean text: boundaries become single spaces, the result is stripped and special tokens
+(anything spelled ``<...>``: blank, unk, sos/eos, space markers) never appear in it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+WORD_BOUNDARY = "\u2581"
+BLANK = "<blank>"
+UNK = "<unk>"
+SOS_EOS = "<sos/eos>"
+SPACE = "<space>"
+
+_SPACES = re.compile(r"\s+")
+
+
+def read_units(units_path: str | Path) -> list[str]:
+    """Read a WeNet ``units.txt`` into a list where ``units[i]`` is the token with id ``i``.
+
+    Raises:
+        ValueError: a malformed line, a duplicate id, or ids that are not 0..N-1.
+    """
+    by_id: dict[int, str] = {}
+    lines = Path(units_path).read_text(encoding="utf-8").splitlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+            raise ValueError(f"{units_path}:{lineno}: expected '<token> <id>', got {line!r}")
+        token, idx = parts[0], int(parts[1])
+        if idx in by_id:
+            raise ValueError(
+                f"{units_path}:{lineno}: id {idx} given to {token!r} and {by_id[idx]!r}"
+            )
+        by_id[idx] = token
+    expected = set(range(len(by_id)))
+    if set(by_id) != expected:
+        missing = sorted(expected - set(by_id))[:5]
+        raise ValueError(
+            f"{units_path}: {len(by_id)} units but ids are not 0..{len(by_id) - 1} "
+            f"(missing e.g. {missing}, max id {max(by_id, default=-1)})"
+        )
+    return [by_id[i] for i in range(len(by_id))]
+
+
+def write_units(units: Sequence[str], units_path: str | Path) -> None:
+    """Write ``units`` as WeNet ``units.txt`` (``<token> <id>`` per line, id = list index)."""
+    text = "".join(f"{token} {idx}\n" for idx, token in enumerate(units))
+    Path(units_path).write_text(text, encoding="utf-8")
+
+
+def _is_special(token: str) -> bool:
+    return len(token) > 2 and token.startswith("<") and token.endswith(">")
+
+
+class _UnitTable:
+    """The id <-> token mapping shared by both tokenizers.
+
+    Invariant: ``units`` holds distinct tokens, ``units[blank_id] == "<blank>"``.
+    """
+
+    def __init__(self, units: Sequence[str]) -> None:
+        units = list(units)
+        if len(units) < 2:
+            raise ValueError(f"a tokenizer needs at least 2 units (<blank> and one more), got {len(units)}")
+        index: dict[str, int] = {}
+        for idx, token in enumerate(units):
+            if token in index:
+                raise ValueError(f"unit {token!r} appears twice (ids {index[token]} and {idx})")
+            index[token] = idx
+        if BLANK not in index:
+            raise ValueError(f"units must contain {BLANK!r} (WeNet puts it at id 0); got {units[:4]}...")
+        self.units: list[str] = units
+        self.index = index
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.units)
+
+    @property
+    def blank_id(self) -> int:
+        return self.index[BLANK]
+
+    @property
+    def unk_id(self) -> int | None:
+        return self.index.get(UNK)
+
+    def tokens(self, ids: Iterable[int]) -> list[str]:
+        out = []
+        for i in ids:
+            i = int(i)
+            if not 0 <= i < len(self.units):
+                raise ValueError(f"token id {i} out of range for a vocabulary of {len(self.units)}")
+            out.append(self.units[i])
+        return out
+
+    def lookup(self, token: str, strict: bool) -> int:
+        idx = self.index.get(token)
+        if idx is not None:
+            return idx
+        if strict or self.unk_id is None:
+            raise KeyError(f"token {token!r} is not in the {len(self.units)}-unit vocabulary")
+        return self.unk_id
+
+
+class CharTokenizer:
+    """Character units: each character of the text is one token.
+
+    Spaces in the text become the word-boundary unit ("▁" if the units have it, else
+    ``<space>``); characters missing from the units become ``<unk>`` (or raise with
+    ``strict=True``). ``decode`` joins the tokens, maps boundaries to spaces and drops special
+    tokens, so ``decode(encode(t)) == " ".join(t.split())`` for any text whose characters are
+    all units.
+    """
+
+    def __init__(self, units: Sequence[str]) -> None:
+        self._table = _UnitTable(units)
+        index = self._table.index
+        self._boundary = WORD_BOUNDARY if WORD_BOUNDARY in index else (SPACE if SPACE in index else None)
+
+    @classmethod
+    def from_units(cls, units: Sequence[str]) -> CharTokenizer:
+        """Build from a unit list (``units[i]`` has id ``i``), e.g. the training recipe's
+        ``["<blank>", "<unk>", "'", "a", ..., "z", "▁", "<sos/eos>"]``."""
+        return cls(units)
+
+    @classmethod
+    def from_file(cls, units_path: str | Path) -> CharTokenizer:
+        """Build from a WeNet ``units.txt``."""
+        return cls(read_units(units_path))
+
+    def write_units(self, units_path: str | Path) -> None:
+        """Write this vocabulary as ``units.txt``."""
+        write_units(self.units, units_path)
+
+    @property
+    def units(self) -> list[str]:
+        return list(self._table.units)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._table.vocab_size
+
+    @property
+    def blank_id(self) -> int:
+        return self._table.blank_id
+
+    def encode(self, text: str, strict: bool = False) -> list[int]:
+        """Text -> token ids. Runs of whitespace are one boundary; leading/trailing dropped.
+
+        Raises:
+            KeyError: ``strict`` and a character is not a unit (or no ``<unk>`` unit exists).
+        """
+        words = text.split()
+        ids: list[int] = []
+        for w, word in enumerate(words):
+            if w > 0:
+                if self._boundary is None:
+                    raise KeyError("text has spaces but the units have neither '▁' nor '<space>'")
+                ids.append(self._table.index[self._boundary])
+            ids.extend(self._table.lookup(ch, strict) for ch in word)
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Token ids -> clean text (single spaces, stripped, no special tokens)."""
+        pieces = []
+        for token in self._table.tokens(ids):
+            if token in (WORD_BOUNDARY, SPACE):
+                pieces.append(" ")
+            elif not _is_special(token):
+                pieces.append(token.replace(WORD_BOUNDARY, " "))
+        return _SPACES.sub(" ", "".join(pieces)).strip()
+
+
+class BpeTokenizer:
+    """Sentencepiece BPE units (WeNet English models): the units.txt ids, sentencepiece's pieces.
+
+    The model's output ids are the units.txt ids, which differ from the sentencepiece model's
+    own ids (units.txt adds ``<blank>`` etc.), so pieces are mapped through the unit table.
+    """
+
+    def __init__(self, units: Sequence[str], bpe_model: str | Path) -> None:
+        import sentencepiece as spm
+
+        self._table = _UnitTable(units)
+        self._sp = spm.SentencePieceProcessor()
+        if not Path(bpe_model).is_file():
+            raise FileNotFoundError(f"sentencepiece model {bpe_model} does not exist")
+        self._sp.Load(str(bpe_model))
+
+    @classmethod
+    def from_file(cls, units_path: str | Path, bpe_model: str | Path) -> BpeTokenizer:
+        return cls(read_units(units_path), bpe_model)
+
+    def write_units(self, units_path: str | Path) -> None:
+        write_units(self.units, units_path)
+
+    @property
+    def units(self) -> list[str]:
+        return list(self._table.units)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._table.vocab_size
+
+    @property
+    def blank_id(self) -> int:
+        return self._table.blank_id
+
+    def encode(self, text: str, strict: bool = False) -> list[int]:
+        """Text -> unit ids through sentencepiece pieces (unknown pieces -> ``<unk>``).
+
+        Raises:
+            KeyError: ``strict`` and a piece is not a unit.
+        """
+        text = " ".join(text.split())
+        pieces = self._sp.EncodeAsPieces(text) if text else []
+        return [self._table.lookup(p, strict) for p in pieces]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Unit ids -> clean text (single spaces, stripped, no special tokens)."""
+        pieces = [t for t in self._table.tokens(ids) if not _is_special(t)]
+        text = "".join(pieces).replace(WORD_BOUNDARY, " ")
+        return _SPACES.sub(" ", text).strip()
+
+
+Tokenizer = CharTokenizer | BpeTokenizer
+
+
+def load_tokenizer(units_path: str | Path, bpe_model: str | Path | None = None) -> Tokenizer:
+    """Load the tokenizer of a model directory.
+
+    Args:
+        units_path: WeNet ``units.txt``.
+        bpe_model: sentencepiece ``.model`` for BPE models; None for character models.
+    """
+    if bpe_model is None:
+        return CharTokenizer.from_file(units_path)
+    return BpeTokenizer.from_file(units_path, bpe_model)
