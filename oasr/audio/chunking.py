@@ -1,0 +1,183 @@
+"""Cutting a stream of fbank frames into the encoder's overlapping per-chunk input windows.
+
+The encoder's convolutional subsampling turns ``n`` fbank frames into
+``(n - right_context - 1) // subsampling + 1`` output frames (for n >= right_context + 1) and
+keeps no state between calls. So a chunk of ``chunk_size`` output frames needs a window of
+``(chunk_size - 1) * subsampling + right_context + 1`` fbank frames, and consecutive chunks
+start ``chunk_size * subsampling`` frames apart: the windows overlap by
+``right_context + 1 - subsampling`` frames. For the 4x conv2d stem (subsampling 4, right
+context 6) and chunk 16 that is a 67-frame window every 64 frames. At the end of the input a
+final, shorter window is emitted when it holds at least ``right_context + 1`` frames (one
+encoder frame); fewer frames than that produce no output and are discarded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ChunkGeometry:
+    """How encoder chunks map onto fbank frames.
+
+    Attributes:
+        chunk_size: encoder output frames per chunk.
+        subsampling: frame-rate reduction of the conv stem (4 for WeNet's conv2d).
+        right_context: extra fbank frames the stem looks ahead (6 for conv2d, 10 for conv2d6,
+            14 for conv2d8).
+    """
+
+    chunk_size: int = 16
+    subsampling: int = 4
+    right_context: int = 6
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_size", "subsampling"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.right_context < 0:
+            raise ValueError(f"right_context must be >= 0, got {self.right_context}")
+        if self.right_context + 1 < self.subsampling:
+            raise ValueError(
+                f"right_context {self.right_context} + 1 < subsampling {self.subsampling}: "
+                f"windows would skip fbank frames"
+            )
+
+    @property
+    def window_frames(self) -> int:
+        """Fbank frames in one full chunk's window (67 for chunk 16, subsampling 4, context 6)."""
+        return (self.chunk_size - 1) * self.subsampling + self.right_context + 1
+
+    @property
+    def stride_frames(self) -> int:
+        """Fbank frames between the starts of consecutive windows (64 for chunk 16, 4x)."""
+        return self.chunk_size * self.subsampling
+
+    @property
+    def min_window_frames(self) -> int:
+        """Fewest fbank frames that yield one encoder frame (7 for 4x conv2d)."""
+        return self.right_context + 1
+
+    def num_output_frames(self, num_input_frames: int) -> int:
+        """Encoder frames the stem makes of ``num_input_frames`` fbank frames."""
+        if num_input_frames < self.min_window_frames:
+            return 0
+        return (num_input_frames - self.min_window_frames) // self.subsampling + 1
+
+    def window_starts(self, num_frames: int) -> list[int]:
+        """Start frame of every window of a finished input of ``num_frames`` frames."""
+        return list(range(0, num_frames - self.min_window_frames + 1, self.stride_frames))
+
+
+@dataclass(frozen=True)
+class FeatureWindow:
+    """One chunk's encoder input.
+
+    Attributes:
+        feats: (num_frames, F) float32 fbank frames, owned by the receiver.
+        index: chunk number within the stream, from 0.
+        start_frame: absolute fbank index of ``feats[0]``.
+        num_output_frames: encoder frames this window yields (chunk_size unless it is short).
+        is_last: no further window will follow (the input has finished).
+    """
+
+    feats: np.ndarray
+    index: int
+    start_frame: int
+    num_output_frames: int
+    is_last: bool
+
+    @property
+    def num_frames(self) -> int:
+        """Fbank frames in the window."""
+        return int(self.feats.shape[0])
+
+
+class FrameSource(Protocol):
+    """What `ChunkWindower` reads from; `oasr.audio.fbank.StreamingFbank` is one."""
+
+    @property
+    def num_frames_ready(self) -> int: ...
+
+    @property
+    def is_finished(self) -> bool: ...
+
+    def get_frames(self, start: int, end: int) -> np.ndarray: ...
+
+    def drop_frames_before(self, index: int) -> None: ...
+
+
+class ChunkWindower:
+    """Takes one stream's windows from its frame source, in order, each exactly once.
+
+    Invariant: window ``k`` covers frames ``[k * stride, k * stride + window)`` clipped to the
+    input; after it is taken the source keeps only frames from ``(k + 1) * stride`` on (the
+    next window's overlap), so a stream holds at most one window plus the frames not yet
+    windowed, whatever its length.
+    """
+
+    def __init__(self, geometry: ChunkGeometry | None = None) -> None:
+        self.geometry = geometry or ChunkGeometry()
+        self.num_windows = 0
+        self.next_start_frame = 0
+
+    def is_window_ready(self, source: FrameSource) -> bool:
+        """True when `pop_window` would return a window now."""
+        return self._next_window_end(source) is not None
+
+    def is_exhausted(self, source: FrameSource) -> bool:
+        """True when the input has finished and every window has been taken."""
+        return source.is_finished and self._next_window_end(source) is None
+
+    def pop_window(self, source: FrameSource) -> FeatureWindow | None:
+        """Take the next window if the source has enough frames for it.
+
+        Returns:
+            the next `FeatureWindow`, or None if it is not complete yet (or the input is
+            exhausted).
+        """
+        end = self._next_window_end(source)
+        if end is None:
+            return None
+        start = self.next_start_frame
+        feats = source.get_frames(start, end)  # (T, F)
+        self.next_start_frame = start + self.geometry.stride_frames
+        is_last = source.is_finished and self._next_window_end(source) is None
+        window = FeatureWindow(
+            feats=feats,
+            index=self.num_windows,
+            start_frame=start,
+            num_output_frames=self.geometry.num_output_frames(end - start),
+            is_last=is_last,
+        )
+        self.num_windows += 1
+        source.drop_frames_before(min(self.next_start_frame, source.num_frames_ready))
+        return window
+
+    def _next_window_end(self, source: FrameSource) -> int | None:
+        geometry, start = self.geometry, self.next_start_frame
+        ready = source.num_frames_ready
+        if ready >= start + geometry.window_frames:
+            return start + geometry.window_frames
+        if source.is_finished and ready >= start + geometry.min_window_frames:
+            return ready
+        return None
+
+
+def split_windows(feats: np.ndarray, geometry: ChunkGeometry | None = None) -> list[np.ndarray]:
+    """Offline counterpart of `ChunkWindower`: every window of a finished utterance.
+
+    Args:
+        feats: (T, F) fbank frames.
+
+    Returns:
+        views ``feats[s : s + window]`` for each start s of ``geometry.window_starts(T)``.
+    """
+    geometry = geometry or ChunkGeometry()
+    return [
+        feats[start : start + geometry.window_frames]
+        for start in geometry.window_starts(feats.shape[0])
+    ]
