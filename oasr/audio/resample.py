@@ -18,8 +18,8 @@ class StreamingResampler:
     """Converts one stream's mono float32 audio from ``in_rate`` to ``out_rate`` piece by piece.
 
     Invariant: the concatenation of every `process` output and the `flush` output equals soxr's
-    resampling of the whole concatenated input, and its length is round(N * out / in) for N
-    input samples. soxr's streaming resampler holds a bounded filter history (its ``delay``), so
+    resampling of the whole concatenated input, and its length is N * out / in rounded half
+    up for N input samples. soxr's streaming resampler holds a bounded filter history (its ``delay``), so
     a stream of any length costs constant memory; output lags input by that delay until
     `flush`.
 
