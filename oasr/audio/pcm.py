@@ -115,8 +115,7 @@ def validate_sample_rate(sample_rate: object) -> int:
     """
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | float):
         raise ValueError(
-            f"sample rate must be a number of Hz, got {type(sample_rate).__name__} "
-            f"{sample_rate!r}"
+            f"sample rate must be a number of Hz, got {type(sample_rate).__name__} {sample_rate!r}"
         )
     if isinstance(sample_rate, float) and not (
         math.isfinite(sample_rate) and sample_rate.is_integer()

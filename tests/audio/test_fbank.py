@@ -51,7 +51,9 @@ def test_devset_streamed_equals_one_shot(devset_wavs):
         np.testing.assert_array_equal(fbank.get_frames(0, fbank.num_frames_ready), offline)
 
 
-@pytest.mark.parametrize(("num_samples", "num_frames"), [(0, 0), (399, 0), (400, 1), (559, 1), (560, 2), (16000, 98)])
+@pytest.mark.parametrize(
+    ("num_samples", "num_frames"), [(0, 0), (399, 0), (400, 1), (559, 1), (560, 2), (16000, 98)]
+)
 def test_frame_count_follows_snip_edges(num_samples, num_frames):
     wav = (0.1 * np.random.default_rng(2).standard_normal(num_samples)).astype(np.float32)
     assert FbankConfig().num_frames(num_samples) == num_frames

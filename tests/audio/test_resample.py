@@ -84,7 +84,12 @@ def test_process_after_flush_raises(in_rate):
 
 @pytest.mark.parametrize(
     "bad",
-    [np.zeros(4, dtype=np.float64), np.zeros((4, 2), dtype=np.float32), [0.0, 0.1], np.zeros(3, np.int16)],
+    [
+        np.zeros(4, dtype=np.float64),
+        np.zeros((4, 2), dtype=np.float32),
+        [0.0, 0.1],
+        np.zeros(3, np.int16),
+    ],
 )
 def test_rejects_non_mono_float32(bad):
     resampler = StreamingResampler(48000)
