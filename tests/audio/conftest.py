@@ -35,6 +35,12 @@ def hello_16k() -> Path:
 
 
 @pytest.fixture(scope="session")
+def wenet_report_path() -> Path:
+    """WeNet's measured per-chunk input windows (``trace_chunk<i>.frames``) and offsets."""
+    return _require(WENET_FIXTURES / "report.json")
+
+
+@pytest.fixture(scope="session")
 def wenet_reference() -> dict:
     """``wav_int16`` (82160,) int16 and ``feats`` (512, 80) float32 Kaldi fbank."""
     import numpy as np
