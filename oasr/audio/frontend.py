@@ -31,7 +31,8 @@ class FrontendConfig:
     resample_quality: str = "HQ"
 
     def __post_init__(self) -> None:
-        validate_sample_rate(self.sample_rate)
+        # Normalise a JSON float such as 48000.0 to the int every consumer expects.
+        object.__setattr__(self, "sample_rate", validate_sample_rate(self.sample_rate))
         if self.fmt not in PCM_FORMATS:
             raise ValueError(
                 f"unknown PCM format {self.fmt!r}; expected one of {', '.join(PCM_FORMATS)}"
