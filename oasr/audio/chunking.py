@@ -81,7 +81,9 @@ class FeatureWindow:
         index: chunk number within the stream, from 0.
         start_frame: absolute fbank index of ``feats[0]``.
         num_output_frames: encoder frames this window yields (chunk_size unless it is short).
-        is_last: no further window will follow (the input has finished).
+        is_last: no further window will follow (the input has finished). A window taken
+            before the input finished says False even if none follows; the engine then learns
+            the end from `ChunkWindower.is_exhausted`.
     """
 
     feats: np.ndarray

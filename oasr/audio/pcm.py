@@ -69,7 +69,9 @@ def decode_pcm(data: bytes | bytearray | memoryview, fmt: str) -> np.ndarray:
         )
     raw = np.frombuffer(data, dtype=dtype)  # (N,) read-only view of data
     if fmt == "s16le":
-        return raw.astype(np.float32) * _S16_SCALE
+        samples = raw.astype(np.float32)  # (N,) owned copy
+        samples *= _S16_SCALE
+        return samples
     return _checked_f32(raw)
 
 
