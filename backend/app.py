@@ -1,0 +1,192 @@
+"""The Starlette app: websockets, stats, metrics, health checks and the page itself.
+
+``create_app(config, engine=None)`` builds the app. The lifespan builds the engine thread from
+``config.build_engine_config()`` when none is given, starts it (unless it is already running)
+and the stats hub, and on shutdown stops what it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
+
+from backend.admission import ConnectionLimiter, is_origin_allowed
+from backend.asr_socket import AsrConnection
+from backend.config import ServerConfig
+from backend.metrics import ServerMetrics
+from backend.protocol import CloseCode, ProtocolError, Session
+from backend.stats import StatsHub, stream_stats
+from oasr.engine import EngineThread
+
+
+class AppContext:
+    """Everything the handlers share; one per app (no module-level state)."""
+
+    def __init__(self, config: ServerConfig, engine: EngineThread | None) -> None:
+        self.config = config
+        self.engine = engine
+        self.owns_engine = False  # the lifespan started it, so the lifespan stops it
+        self.asr_limiter = ConnectionLimiter(config.max_connections)
+        self.stats_limiter = ConnectionLimiter(config.max_connections)
+        self.metrics = ServerMetrics(self.engine_stats)
+        self.hub = StatsHub(self.snapshot, self.metrics, config.stats_interval_s)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.engine is not None and self.engine.ready and self.engine.is_alive()
+
+    def engine_stats(self) -> dict[str, Any] | None:
+        return self.engine.stats() if self.engine is not None else None
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The engine's stats plus the server's own connection counts."""
+        stats = self.engine_stats()
+        if stats is None:
+            return None
+        return {**stats, "server": {
+            "connections": self.asr_limiter.num_connections,
+            "max_connections": self.asr_limiter.max_connections,
+            "stats_viewers": self.stats_limiter.num_connections,
+        }}
+
+
+def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Starlette:
+    """Build the server's ASGI app.
+
+    Args:
+        config: limits, static files and the engine configuration.
+        engine: an engine thread to serve (started by the lifespan if not running yet);
+            None builds one from ``config.build_engine_config()`` at startup.
+    Returns:
+        The Starlette app; ``app.state.context`` is its ``AppContext``.
+    """
+    if not (config.static_dir / "index.html").is_file():
+        raise ValueError(
+            f"no index.html in static_dir {config.static_dir}; set ServerConfig.static_dir or "
+            "$OASR_FRONTEND_DIR to the frontend folder")
+    context = AppContext(config, engine)
+    routes = [
+        WebSocketRoute("/ws/asr", _asr_endpoint),
+        WebSocketRoute("/ws/stats", _stats_endpoint),
+        Route("/api/stats", _api_stats),
+        Route("/metrics", _metrics),
+        Route("/healthz", _healthz),
+        Route("/readyz", _readyz),
+        Mount("/", StaticFiles(directory=config.static_dir, html=True), name="frontend"),
+    ]
+    app = Starlette(routes=routes, lifespan=_lifespan)
+    app.state.context = context
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    context: AppContext = app.state.context
+    if context.engine is None:
+        engine_config = context.config.build_engine_config()
+        context.engine = await asyncio.to_thread(EngineThread, engine_config)
+    if not context.engine.is_alive():
+        context.engine.start()
+        context.owns_engine = True
+    hub_task = asyncio.create_task(context.hub.run())
+    try:
+        yield
+    finally:
+        hub_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hub_task
+        if context.owns_engine:
+            await asyncio.to_thread(context.engine.stop)
+
+
+def _context(scope_holder: Request | WebSocket) -> AppContext:
+    return scope_holder.app.state.context
+
+
+async def _admit(websocket: WebSocket, context: AppContext, limiter: ConnectionLimiter,
+                 endpoint: str) -> bool:
+    """Accept the handshake if the origin, readiness and the connection limit allow it."""
+    origin = websocket.headers.get("origin")
+    if not is_origin_allowed(origin, websocket.headers.get("host"),
+                             context.config.allowed_origins):
+        context.metrics.rejected.labels(reason="origin").inc()
+        await websocket.close(code=CloseCode.POLICY_VIOLATION)  # before accept: HTTP 403
+        return False
+    await websocket.accept()
+    refusal = None
+    if not context.is_ready:
+        refusal = ("not_ready", ProtocolError("busy", "the engine is not ready yet"))
+    elif not limiter.try_acquire():
+        refusal = ("max_connections", ProtocolError(
+            "busy", f"all {limiter.max_connections} {endpoint} connections are in use"))
+    if refusal is None:
+        return True
+    reason, error = refusal
+    context.metrics.rejected.labels(reason=reason).inc()
+    await websocket.send_json(error.to_json())
+    await websocket.close(code=error.close_code)
+    return False
+
+
+async def _asr_endpoint(websocket: WebSocket) -> None:
+    context = _context(websocket)
+    if not await _admit(websocket, context, context.asr_limiter, "/ws/asr"):
+        return
+    gauge = context.metrics.connections.labels(endpoint="asr")
+    gauge.inc()
+    try:
+        session = Session(context.config.max_frame_bytes, context.config.max_text_bytes)
+        assert context.engine is not None
+        connection = AsrConnection(websocket, context.engine, session,
+                                   context.config.idle_timeout_s)
+        await connection.run()
+    finally:
+        gauge.dec()
+        context.asr_limiter.release()
+
+
+async def _stats_endpoint(websocket: WebSocket) -> None:
+    context = _context(websocket)
+    if not await _admit(websocket, context, context.stats_limiter, "/ws/stats"):
+        return
+    gauge = context.metrics.connections.labels(endpoint="stats")
+    gauge.inc()
+    try:
+        await stream_stats(websocket, context.hub, context.snapshot())
+    finally:
+        gauge.dec()
+        context.stats_limiter.release()
+
+
+async def _api_stats(request: Request) -> Response:
+    snapshot = _context(request).snapshot()
+    if snapshot is None:
+        return JSONResponse({"error": "the engine is not running"}, status_code=503)
+    return JSONResponse(snapshot)
+
+
+async def _metrics(request: Request) -> Response:
+    return Response(_context(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _healthz(request: Request) -> Response:
+    context = _context(request)
+    if context.engine is not None and not context.engine.is_alive():
+        return PlainTextResponse("engine thread died\n", status_code=503)
+    return PlainTextResponse("ok\n")
+
+
+async def _readyz(request: Request) -> Response:
+    if _context(request).is_ready:
+        return PlainTextResponse("ready\n")
+    return PlainTextResponse("not ready\n", status_code=503)

@@ -1,0 +1,153 @@
+"""One ``/ws/asr`` connection: client messages in, engine events out.
+
+Two tasks per connection. The receiver parses client messages through ``Session`` and forwards
+audio to the engine; the sender is the only task that writes to the socket: it sends each
+engine event (delivered from the engine thread through ``call_soon_threadsafe``) and the
+receiver's protocol errors, and closes the socket after the stream's last event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from typing import Any, Protocol
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from backend.protocol import (
+    CloseCode,
+    EndRequest,
+    ProtocolError,
+    Session,
+    StartRequest,
+    close_code_for,
+)
+from oasr.engine import StreamEvent
+from oasr.engine.events import EventType
+
+
+class Engine(Protocol):
+    """What a connection needs from the engine thread (``oasr.engine.EngineThread``)."""
+
+    def open_stream(self, sample_rate: int, fmt: str, sink: Any) -> int: ...
+    def feed_audio(self, stream_id: int, data: bytes) -> None: ...
+    def end_stream(self, stream_id: int) -> None: ...
+    def abort_stream(self, stream_id: int) -> None: ...
+
+
+class ReceiverExit(enum.Enum):
+    DISCONNECTED = "disconnected"  # the client went away
+    HANDED_OVER = "handed_over"  # the sender finishes the connection (error queued or ended)
+
+
+Outgoing = StreamEvent | ProtocolError
+
+
+class AsrConnection:
+    """Runs the protocol for one accepted websocket until it is closed.
+
+    Invariant: once a stream was opened, it is ended by the engine (done / busy) or aborted
+    here; ``run`` never returns with the stream still alive in the engine.
+    """
+
+    def __init__(self, websocket: WebSocket, engine: Engine, session: Session,
+                 idle_timeout_s: float) -> None:
+        self.websocket = websocket
+        self.engine = engine
+        self.session = session
+        self.idle_timeout_s = idle_timeout_s
+        self.stream_id: int | None = None
+        self.is_finished = False  # the engine freed the stream (terminal event seen)
+        self._loop = asyncio.get_running_loop()
+        self._outgoing: asyncio.Queue[Outgoing] = asyncio.Queue()
+
+    async def run(self) -> None:
+        receiver = asyncio.create_task(self._receive_loop())
+        sender = asyncio.create_task(self._send_loop())
+        try:
+            await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_COMPLETED)
+            if not sender.done() and receiver.result() is ReceiverExit.HANDED_OVER:
+                await sender
+        finally:
+            for task in (receiver, sender):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
+                    await task
+            if self.stream_id is not None and not self.is_finished:
+                self.engine.abort_stream(self.stream_id)
+
+    def _sink(self, event: StreamEvent) -> None:
+        """Called on the engine thread: hand the event to this connection's loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening
+            self._loop.call_soon_threadsafe(self._outgoing.put_nowait, event)
+
+    async def _receive_loop(self) -> ReceiverExit:
+        while True:
+            timeout = self.idle_timeout_s if self.stream_id is None else None
+            try:
+                message = await asyncio.wait_for(self.websocket.receive(), timeout)
+            except (WebSocketDisconnect, RuntimeError):
+                return ReceiverExit.DISCONNECTED
+            except asyncio.TimeoutError:
+                self._outgoing.put_nowait(ProtocolError(
+                    "timeout", f"nothing received for {self.idle_timeout_s:g} s"))
+                return ReceiverExit.HANDED_OVER
+            if message["type"] == "websocket.disconnect":
+                return ReceiverExit.DISCONNECTED
+            try:
+                self._handle(message)
+            except ProtocolError as error:
+                self._outgoing.put_nowait(error)
+                return ReceiverExit.HANDED_OVER
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        data = message.get("bytes")
+        if data is not None:
+            start = self.session.on_audio(data)
+            if start is not None:
+                self._open(start)
+            self._feed(data)
+            return
+        request = self.session.on_text(message.get("text") or "")
+        if isinstance(request, StartRequest):
+            self._open(request)
+        elif isinstance(request, EndRequest) and self.stream_id is not None:
+            self.engine.end_stream(self.stream_id)
+
+    def _open(self, start: StartRequest) -> None:
+        try:
+            self.stream_id = self.engine.open_stream(
+                sample_rate=start.sample_rate, fmt=start.fmt, sink=self._sink)
+        except ValueError as exc:
+            raise ProtocolError("unsupported", str(exc)) from None
+
+    def _feed(self, data: bytes) -> None:
+        if not data or self.stream_id is None:
+            return
+        try:
+            self.engine.feed_audio(self.stream_id, data)
+        except ValueError as exc:
+            raise ProtocolError("bad_audio", str(exc)) from None
+        except KeyError:
+            pass  # the engine already ended the stream (timeout, length): its done is queued
+
+    async def _send_loop(self) -> None:
+        close_code = CloseCode.NORMAL
+        while True:
+            item = await self._outgoing.get()
+            if isinstance(item, ProtocolError):
+                await self._send_and_close(item.to_json(), item.close_code)
+                return
+            if item.type is EventType.ERROR:
+                close_code = close_code_for(item.code)
+            if item.is_terminal:
+                self.is_finished = True
+                await self._send_and_close(item.to_json(), close_code)
+                return
+            await self.websocket.send_json(item.to_json())
+
+    async def _send_and_close(self, message: dict[str, Any], code: int) -> None:
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await self.websocket.send_json(message)
+            await self.websocket.close(code=code)

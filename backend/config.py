@@ -1,0 +1,101 @@
+"""Server configuration: the limits the backend enforces and the engine it builds."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from oasr.engine import EngineConfig
+
+FRONTEND_DIR_ENV = "OASR_FRONTEND_DIR"
+
+
+def default_frontend_dir() -> Path:
+    """Where the page's static files live.
+
+    ``$OASR_FRONTEND_DIR`` when set (the Docker image sets it), else ``frontend/`` beside the
+    ``backend`` package (a source checkout or an editable install).
+    """
+    env = os.environ.get(FRONTEND_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "frontend"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``backend.app.create_app`` needs; validated at construction.
+
+    ``idle_timeout_s`` and ``max_session_s`` are authoritative: the engine is built from
+    ``engine`` with these two values replaced (``build_engine_config``), and the backend itself
+    applies ``idle_timeout_s`` to a client that has not started a stream yet.
+
+    Attributes:
+        host, port: where uvicorn listens.
+        max_connections: simultaneous ``/ws/asr`` connections; one more is refused with ``busy``
+            (close 1013). Streams beyond the engine's ``max_batch_size`` wait for a slot.
+        max_frame_bytes: largest binary frame accepted (close 1009 beyond it). 100 ms of 48 kHz
+            f32le is 19,200 bytes.
+        max_text_bytes: largest JSON control message accepted (close 1009 beyond it).
+        idle_timeout_s: seconds without a message before a stream ends with ``timeout``.
+        max_session_s: longest stream, in seconds of wall time.
+        allowed_origins: ``Origin`` values accepted on the websockets. Empty: same host only
+            (the Origin's host:port must equal the request's Host). ``("*",)``: any origin.
+            A request without an Origin header (not a browser) is always accepted.
+        stats_interval_s: how often ``/ws/stats`` pushes a snapshot and the metrics sample it.
+        static_dir: the frontend's files, served at ``/``.
+        engine: the engine's configuration.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_connections: int = 64
+    max_frame_bytes: int = 256 * 1024
+    max_text_bytes: int = 4096
+    idle_timeout_s: float = 15.0
+    max_session_s: float = 1800.0
+    allowed_origins: tuple[str, ...] = ()
+    stats_interval_s: float = 0.25
+    static_dir: Path = field(default_factory=default_frontend_dir)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("host is empty; use 127.0.0.1 for this machine or 0.0.0.0 for all")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port {self.port} is outside 0..65535 (0 picks a free port)")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections={self.max_connections}; it must be >= 1")
+        if self.max_frame_bytes < 1024:
+            raise ValueError(
+                f"max_frame_bytes={self.max_frame_bytes} is below 1024; a 100 ms frame of "
+                "16 kHz s16le is 3,200 bytes")
+        if self.max_text_bytes < 64:
+            raise ValueError(f"max_text_bytes={self.max_text_bytes}; it must be >= 64")
+        if not self.idle_timeout_s > 0:
+            raise ValueError(f"idle_timeout_s={self.idle_timeout_s}; it must be > 0 seconds")
+        if not self.max_session_s >= self.idle_timeout_s:
+            raise ValueError(
+                f"max_session_s={self.max_session_s} is shorter than "
+                f"idle_timeout_s={self.idle_timeout_s}; raise max_session_s")
+        if not 0.01 <= self.stats_interval_s <= 60:
+            raise ValueError(f"stats_interval_s={self.stats_interval_s}; use 0.01..60 seconds")
+        if isinstance(self.allowed_origins, str):
+            raise ValueError("allowed_origins must be a tuple of origins, not one string")
+        object.__setattr__(self, "allowed_origins", tuple(self.allowed_origins))
+        object.__setattr__(self, "static_dir", Path(self.static_dir))
+
+    def build_engine_config(self) -> EngineConfig:
+        """``engine`` with this server's idle timeout and maximum session length."""
+        return dataclasses.replace(
+            self.engine, idle_timeout_s=self.idle_timeout_s, max_session_s=self.max_session_s)
+
+    @property
+    def url(self) -> str:
+        """The address to open in a browser (``localhost`` when listening on every interface)."""
+        host = "localhost" if self.host in ("0.0.0.0", "::", "") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/"

@@ -1,0 +1,96 @@
+"""Prometheus metrics for ``GET /metrics``.
+
+Pool, stream, eviction and finish-reason values are read from the engine's stats snapshot at
+scrape time (a custom collector), so they can never drift from ``/api/stats``. The step-time
+and real-time-factor histograms are fed by the stats hub once per stats interval
+(``observe_snapshot``): the engine reports a running mean, so each interval's steps are observed
+at that interval's mean step time. The histogram's ``_count`` and ``_sum`` are therefore exact;
+its buckets are resolved to one stats interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+STEP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+RTF_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+
+
+class _SnapshotCollector(Collector):
+    """Turns one engine stats snapshot into metric families, at scrape time."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any] | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._stats()
+        if not snapshot:
+            return
+        pool, streams = snapshot["pool"], snapshot["streams"]
+        blocks = GaugeMetricFamily(
+            "oasr_pool_blocks", "K/V pool blocks by state", labels=["state"])
+        blocks.add_metric(["used"], pool["num_used_blocks"])
+        blocks.add_metric(["free"], pool["num_free_blocks"])
+        yield blocks
+        yield GaugeMetricFamily(
+            "oasr_pool_capacity_blocks", "K/V pool size in blocks", value=pool["num_blocks"])
+        active = GaugeMetricFamily("oasr_streams", "Streams by state", labels=["state"])
+        active.add_metric(["active"], streams["active"])
+        active.add_metric(["waiting"], streams["waiting"])
+        yield active
+        yield CounterMetricFamily(
+            "oasr_evictions", "K/V blocks evicted from streams' history",
+            value=snapshot["num_evictions"])
+        finished = CounterMetricFamily(
+            "oasr_streams_finished", "Finished streams by finish reason", labels=["reason"])
+        for reason, count in sorted(snapshot["finish_reasons"].items()):
+            finished.add_metric([reason], count)
+        yield finished
+        yield CounterMetricFamily(
+            "oasr_engine_steps", "Engine steps run", value=snapshot["step"]["num_steps"])
+
+
+class ServerMetrics:
+    """One registry per app (no process-global state): the engine's and the server's metrics."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any] | None]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_SnapshotCollector(stats))
+        self.rejected = Counter(
+            "oasr_rejected_connections", "Websocket connections refused, by reason",
+            ["reason"], registry=self.registry)
+        self.connections = Gauge(
+            "oasr_connections", "Open websocket connections by endpoint", ["endpoint"],
+            registry=self.registry)
+        self.step_seconds = Histogram(
+            "oasr_step_seconds", "Engine step wall time (per-interval mean, see module doc)",
+            buckets=STEP_SECONDS_BUCKETS, registry=self.registry)
+        self.rtf = Histogram(
+            "oasr_rtf", "Real-time factor (compute s per audio s), sampled per stats interval "
+            "while the engine steps", buckets=RTF_BUCKETS, registry=self.registry)
+        self._num_steps = 0
+        self._total_ms = 0.0
+
+    def observe_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Feed the histograms with the steps run since the previous snapshot."""
+        step = snapshot["step"]
+        num_steps = int(step["num_steps"])
+        total_ms = float(step["avg_ms"]) * num_steps
+        new_steps = num_steps - self._num_steps
+        if new_steps > 0:
+            mean_s = max(total_ms - self._total_ms, 0.0) / new_steps / 1000.0
+            for _ in range(new_steps):
+                self.step_seconds.observe(mean_s)
+            rtf = snapshot.get("rtf")
+            if rtf is not None:
+                self.rtf.observe(float(rtf))
+        self._num_steps, self._total_ms = num_steps, total_ms
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

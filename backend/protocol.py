@@ -1,0 +1,165 @@
+"""The ``/ws/asr`` protocol (DESIGN §5) as a state machine with no I/O.
+
+A connection is in one of three states; each client message either moves it along or is a
+``ProtocolError`` that names the error code, the message for the client and the close code:
+
+    AWAITING_START --start / first audio--> STREAMING --end--> ENDED
+
+Everything not on an arrow is refused: a second start, a start after audio, audio after end,
+JSON that is not an object or names an unknown type, oversized frames.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+
+DEFAULT_SAMPLE_RATE = 16000
+DEFAULT_FORMAT = "s16le"
+
+
+class CloseCode(enum.IntEnum):
+    """Websocket close codes the server uses (RFC 6455 §7.4.1)."""
+
+    NORMAL = 1000
+    UNSUPPORTED_DATA = 1003
+    POLICY_VIOLATION = 1008
+    MESSAGE_TOO_BIG = 1009
+    INTERNAL_ERROR = 1011
+    TRY_AGAIN_LATER = 1013
+
+
+# Close code for each error code the engine or the backend sends.
+ERROR_CLOSE_CODES: dict[str, CloseCode] = {
+    "bad_request": CloseCode.POLICY_VIOLATION,
+    "unsupported": CloseCode.UNSUPPORTED_DATA,
+    "bad_audio": CloseCode.UNSUPPORTED_DATA,
+    "too_large": CloseCode.MESSAGE_TOO_BIG,
+    "timeout": CloseCode.POLICY_VIOLATION,
+    "busy": CloseCode.TRY_AGAIN_LATER,
+}
+
+
+def close_code_for(error_code: str) -> CloseCode:
+    """The close code that follows an error message with ``error_code`` (1011 if unknown)."""
+    return ERROR_CLOSE_CODES.get(error_code, CloseCode.INTERNAL_ERROR)
+
+
+class ProtocolError(Exception):
+    """A client mistake: sent as ``{"type":"error","code":..,"message":..}``, then the close."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def close_code(self) -> CloseCode:
+        return close_code_for(self.code)
+
+    def to_json(self) -> dict[str, str]:
+        return {"type": "error", "code": self.code, "message": self.message}
+
+
+class SessionState(enum.Enum):
+    AWAITING_START = "awaiting_start"
+    STREAMING = "streaming"
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """Open a stream: PCM at ``sample_rate`` Hz, mono, ``fmt`` is s16le or f32le."""
+
+    sample_rate: int = DEFAULT_SAMPLE_RATE
+    fmt: str = DEFAULT_FORMAT
+
+
+@dataclass(frozen=True)
+class EndRequest:
+    """The client has sent all its audio."""
+
+
+class Session:
+    """The protocol state of one ``/ws/asr`` connection.
+
+    Invariant: ``state`` only moves forward (AWAITING_START -> STREAMING -> ENDED); every
+    message that would move it elsewhere raises ``ProtocolError`` and leaves it unchanged.
+    """
+
+    def __init__(self, max_frame_bytes: int, max_text_bytes: int) -> None:
+        self.state = SessionState.AWAITING_START
+        self.max_frame_bytes = max_frame_bytes
+        self.max_text_bytes = max_text_bytes
+        self.num_audio_bytes = 0
+
+    def on_text(self, text: str) -> StartRequest | EndRequest:
+        """Parse a control message and apply its transition.
+
+        Returns:
+            The request the caller must carry out (open the stream / end it).
+        Raises:
+            ProtocolError: malformed, unknown or out-of-order message.
+        """
+        size = len(text.encode("utf-8"))
+        if size > self.max_text_bytes:
+            raise ProtocolError(
+                "too_large", f"text message of {size} bytes; the limit is {self.max_text_bytes}")
+        message = _parse_object(text)
+        kind = message.get("type")
+        if kind == "start":
+            return self._start(message)
+        if kind == "end":
+            return self._end()
+        raise ProtocolError(
+            "bad_request", f"unknown message type {kind!r}; expected 'start' or 'end'")
+
+    def on_audio(self, data: bytes) -> StartRequest | None:
+        """Check a binary frame; returns an implicit default start if none was sent."""
+        if len(data) > self.max_frame_bytes:
+            raise ProtocolError(
+                "too_large",
+                f"audio frame of {len(data)} bytes; the limit is {self.max_frame_bytes}")
+        if self.state is SessionState.ENDED:
+            raise ProtocolError("bad_request", "audio after end; open a new connection")
+        self.num_audio_bytes += len(data)
+        if self.state is SessionState.AWAITING_START:
+            self.state = SessionState.STREAMING
+            return StartRequest()
+        return None
+
+    def _start(self, message: dict[str, object]) -> StartRequest:
+        if self.state is not SessionState.AWAITING_START:
+            what = "a second start" if self.num_audio_bytes == 0 else "start after audio"
+            raise ProtocolError("bad_request", f"{what}; one start per connection, first")
+        unknown = sorted(set(message) - {"type", "sample_rate", "format"})
+        if unknown:
+            raise ProtocolError("bad_request", f"unknown start fields {unknown}")
+        rate = message.get("sample_rate", DEFAULT_SAMPLE_RATE)
+        if not isinstance(rate, int) or isinstance(rate, bool):
+            raise ProtocolError("bad_request", f"sample_rate must be an integer, got {rate!r}")
+        fmt = message.get("format", DEFAULT_FORMAT)
+        if not isinstance(fmt, str):
+            raise ProtocolError("bad_request", f"format must be a string, got {fmt!r}")
+        self.state = SessionState.STREAMING
+        return StartRequest(sample_rate=rate, fmt=fmt)
+
+    def _end(self) -> EndRequest:
+        if self.state is SessionState.ENDED:
+            raise ProtocolError("bad_request", "a second end")
+        if self.state is SessionState.AWAITING_START:
+            raise ProtocolError("bad_request", "end before start or any audio")
+        self.state = SessionState.ENDED
+        return EndRequest()
+
+
+def _parse_object(text: str) -> dict[str, object]:
+    try:
+        message = json.loads(text)
+    except ValueError as exc:
+        raise ProtocolError("bad_request", f"text message is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(
+            "bad_request", f"a JSON object was expected, got {type(message).__name__}")
+    return message

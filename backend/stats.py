@@ -1,0 +1,91 @@
+"""The stats hub: samples the engine a few times a second for the metrics and ``/ws/stats``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from backend.metrics import ServerMetrics
+
+Snapshot = dict[str, Any]
+
+
+class StatsHub:
+    """Polls ``stats()`` every ``interval_s`` and hands the latest snapshot to each subscriber.
+
+    Each subscriber has a one-slot queue that always holds the newest snapshot: a slow
+    ``/ws/stats`` client skips snapshots instead of growing a backlog.
+    """
+
+    def __init__(self, stats: Callable[[], Snapshot | None], metrics: ServerMetrics,
+                 interval_s: float) -> None:
+        self._stats = stats
+        self._metrics = metrics
+        self.interval_s = interval_s
+        self._subscribers: set[asyncio.Queue[Snapshot]] = set()
+
+    @property
+    def num_subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def subscribe(self) -> asyncio.Queue[Snapshot]:
+        queue: asyncio.Queue[Snapshot] = asyncio.Queue(maxsize=1)
+        self._subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[Snapshot]) -> None:
+        self._subscribers.discard(queue)
+
+    def publish_once(self) -> Snapshot | None:
+        """Take one snapshot, feed the metrics with it and push it to every subscriber."""
+        snapshot = self._stats()
+        if snapshot is None:
+            return None
+        self._metrics.observe_snapshot(snapshot)
+        for queue in self._subscribers:
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(snapshot)
+        return snapshot
+
+    async def run(self) -> None:
+        """Publish forever, every ``interval_s`` seconds (cancel to stop)."""
+        while True:
+            self.publish_once()
+            await asyncio.sleep(self.interval_s)
+
+
+async def stream_stats(websocket: WebSocket, hub: StatsHub,
+                       first: Snapshot | None) -> None:
+    """Push snapshots to an accepted ``/ws/stats`` socket until the client goes away."""
+    queue = hub.subscribe()
+    watcher = asyncio.create_task(_wait_for_disconnect(websocket))
+    try:
+        if first is not None:
+            await websocket.send_json(first)
+        while not watcher.done():
+            getter = asyncio.create_task(queue.get())
+            done, _ = await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if getter not in done:
+                getter.cancel()
+                break
+            await websocket.send_json(getter.result())
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        pass  # the client went away while we were sending
+    finally:
+        hub.unsubscribe(queue)
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+async def _wait_for_disconnect(websocket: WebSocket) -> None:
+    """Read (and ignore) what the client sends until it disconnects."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return

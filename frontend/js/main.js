@@ -1,0 +1,164 @@
+// Wires the page: mic and file sources -> /ws/asr -> transcript; /ws/stats -> pool panel.
+
+import { AsrStream } from "./asr-socket.js";
+import { decodeFile, FILE_SAMPLE_RATE, streamSamples } from "./file-source.js";
+import { MicError, micUnavailableReason, startMic } from "./mic.js";
+import { PoolPanel } from "./pool-panel.js";
+import { connectStats } from "./stats-socket.js";
+import { TranscriptView } from "./transcript.js";
+
+const ui = {
+  mic: document.getElementById("mic"),
+  micLabel: document.querySelector("[data-mic-label]"),
+  file: document.getElementById("file"),
+  fileButton: document.getElementById("file-button"),
+  stopFile: document.getElementById("stop-file"),
+  clear: document.getElementById("clear"),
+  status: document.getElementById("status"),
+  meter: document.querySelector("[data-meter]"),
+  connection: document.querySelector("[data-connection]"),
+};
+const transcript = new TranscriptView(document.getElementById("transcript"));
+const panel = new PoolPanel(document.getElementById("pool"));
+
+// What is running now: null, or {kind: "mic"|"file", stream, stopSource, ending}.
+let active = null;
+
+function setStatus(text, kind = "info") {
+  ui.status.textContent = text;
+  ui.status.dataset.kind = kind;
+}
+
+function setBusy(kind) {
+  const running = kind !== null;
+  document.body.dataset.state = kind || "idle";
+  ui.mic.setAttribute("aria-pressed", String(kind === "mic"));
+  ui.micLabel.textContent = kind === "mic" ? "Stop mic" : "Start mic";
+  ui.mic.disabled = running && kind !== "mic";
+  ui.file.disabled = running;
+  ui.fileButton.disabled = running;
+  ui.stopFile.hidden = kind !== "file";
+}
+
+function finish(message, kind) {
+  if (!active) return;
+  const current = active;
+  active = null;
+  current.stopSource().catch(() => {});
+  ui.meter.style.width = "0%";
+  panel.setMyStream(null);
+  setBusy(null);
+  if (message) setStatus(message, kind);
+}
+
+function openStream(sampleRate, label) {
+  transcript.beginRun(label);
+  return new AsrStream({
+    sampleRate,
+    format: "s16le",
+    handlers: {
+      onReady: (m) => {
+        panel.setMyStream(m.stream_id);
+        setStatus(`Listening: stream ${m.stream_id}, ${m.chunk_ms} ms chunks.`, "live");
+      },
+      onPartial: (m) => transcript.partial(m),
+      onFinal: (m) => transcript.final(m),
+      onDone: (m) => {
+        transcript.note(`done: ${m.finish_reason}, ${m.segments} segment(s)`);
+        finish(`Finished (${m.finish_reason}).`, "info");
+      },
+      onError: (m) => {
+        const text = m.code === "busy"
+          ? `The server is busy: ${m.message}. Try again in a moment.`
+          : `Server error (${m.code}): ${m.message}`;
+        transcript.note(text, "error");
+        finish(text, "error");
+      },
+      onClosed: (c) => {
+        if (!c.clean && active) finish(`Stopped: ${c.explanation}.`, "error");
+      },
+    },
+  });
+}
+
+async function startMicRun() {
+  setBusy("mic");
+  setStatus("Asking for the microphone…");
+  let stream = null;
+  try {
+    const mic = await startMic({
+      onFrame: (pcm) => stream && stream.sendAudio(pcm),
+      onLevel: (peak) => { ui.meter.style.width = `${Math.min(100, peak * 140)}%`; },
+    });
+    stream = openStream(mic.sampleRate, `mic (${mic.sampleRate} Hz)`);
+    active = { kind: "mic", stream, stopSource: mic.stop, ending: false };
+    setStatus(`Connecting (mic at ${mic.sampleRate} Hz)…`);
+  } catch (error) {
+    setBusy(null);
+    setStatus(error instanceof MicError ? error.message : `Mic failed: ${error}`, "error");
+  }
+}
+
+async function stopMicRun() {
+  if (!active || active.kind !== "mic" || active.ending) return;
+  active.ending = true;
+  ui.micLabel.textContent = "Finishing…";
+  setStatus("Flushing the last audio; waiting for the final words…");
+  await active.stopSource();
+  active.stopSource = async () => {};
+  active.stream.end();
+}
+
+async function startFileRun(file) {
+  setBusy("file");
+  setStatus(`Decoding ${file.name}…`);
+  let samples;
+  try {
+    samples = await decodeFile(file);
+  } catch (error) {
+    setBusy(null);
+    setStatus(error.message, "error");
+    return;
+  }
+  const controller = new AbortController();
+  const stream = openStream(FILE_SAMPLE_RATE, `${file.name} (${(samples.length / FILE_SAMPLE_RATE).toFixed(1)} s)`);
+  active = { kind: "file", stream, stopSource: async () => controller.abort(), ending: false };
+  setStatus(`Streaming ${file.name} at real-time pace…`, "live");
+  await streamSamples(samples, {
+    onFrame: (pcm) => stream.sendAudio(pcm),
+    onProgress: (f) => { ui.meter.style.width = `${(100 * f).toFixed(0)}%`; },
+    signal: controller.signal,
+  });
+  if (active && active.stream === stream) {
+    active.ending = true;
+    setStatus("File sent; waiting for the final words…");
+  }
+  stream.end();
+}
+
+ui.mic.addEventListener("click", () => {
+  if (active && active.kind === "mic") stopMicRun();
+  else if (!active) startMicRun();
+});
+ui.file.addEventListener("change", () => {
+  const file = ui.file.files && ui.file.files[0];
+  ui.file.value = "";
+  if (file && !active) startFileRun(file);
+});
+ui.fileButton.addEventListener("click", () => ui.file.click());
+ui.stopFile.addEventListener("click", () => {
+  if (active && active.kind === "file") active.stopSource();
+});
+ui.clear.addEventListener("click", () => transcript.clear());
+
+connectStats({
+  onSnapshot: (snapshot) => panel.update(snapshot),
+  onState: (state, detail) => {
+    ui.connection.textContent = state === "live" ? "connected" : `server: ${detail}`;
+    ui.connection.dataset.state = state;
+  },
+});
+
+const micReason = micUnavailableReason();
+if (micReason) setStatus(micReason, "error");
+setBusy(null);

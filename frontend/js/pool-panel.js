@@ -1,0 +1,118 @@
+// The pool panel: one cell per K/V block coloured by the stream that owns it, and the engine's
+// counters (occupancy, evictions, streams, finish reasons, step time, real-time factor).
+
+import { streamColor } from "./colors.js";
+
+const FINISH_REASONS = ["stop", "length", "timeout", "abort", "error"];
+
+function fmt(value, digits = 1) {
+  return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "-";
+}
+
+export class PoolPanel {
+  /** @param {HTMLElement} root the panel element holding the [data-*] slots of index.html */
+  constructor(root) {
+    this.root = root;
+    this.grid = root.querySelector("[data-grid]");
+    this.legend = root.querySelector("[data-legend]");
+    this.reasons = root.querySelector("[data-reasons]");
+    this.cells = [];
+    this.owners = [];
+    this.myStreamId = null;
+  }
+
+  /** Mark the stream this tab owns (its cells get an outline, its legend row a label). */
+  setMyStream(streamId) {
+    this.myStreamId = streamId;
+    this.owners = [];  // force a full repaint
+  }
+
+  field(name, text) {
+    const node = this.root.querySelector(`[data-field="${name}"]`);
+    if (node) node.textContent = text;
+  }
+
+  update(snapshot) {
+    const { pool, streams, step } = snapshot;
+    this.paintGrid(pool.owners || []);
+    const percent = pool.num_blocks ? (100 * pool.num_used_blocks) / pool.num_blocks : 0;
+    this.field("occupancy", `${pool.num_used_blocks} / ${pool.num_blocks} blocks (${fmt(percent)}%)`);
+    this.field("evictions", String(snapshot.num_evictions));
+    this.field("active", `${streams.active} / ${streams.max_batch_size}`);
+    this.field("waiting", String(streams.waiting));
+    this.field("step", `${fmt(step.last_ms)} ms (avg ${fmt(step.avg_ms)}, batch ${step.last_batch_size})`);
+    this.field("rtf", fmt(snapshot.rtf, 3));
+    this.field("steps", String(step.num_steps));
+    const model = snapshot.model || {};
+    this.field("model", `${model.name || "?"} · ${model.chunk_ms || "?"} ms chunks · ${model.device || "?"}`);
+    this.field("uptime", `${fmt(snapshot.uptime_s, 0)} s`);
+    if (snapshot.server) {
+      this.field("connections", `${snapshot.server.connections} / ${snapshot.server.max_connections}`);
+    }
+    this.grid.setAttribute("aria-label",
+      `Block pool: ${pool.num_used_blocks} of ${pool.num_blocks} blocks in use by ${streams.active} streams`);
+    this.paintReasons(snapshot.finish_reasons || {});
+    this.paintLegend(streams.list || [], pool.block_size_frames);
+  }
+
+  paintGrid(owners) {
+    if (owners.length !== this.cells.length) {
+      this.grid.textContent = "";
+      this.cells = owners.map((_, index) => {
+        const cell = document.createElement("div");
+        cell.className = "cell";
+        cell.dataset.block = String(index);
+        this.grid.append(cell);
+        return cell;
+      });
+      this.owners = [];
+    }
+    owners.forEach((owner, index) => {
+      if (this.owners[index] === owner) return;
+      const cell = this.cells[index];
+      const used = owner !== null && owner !== undefined;
+      cell.style.background = used ? streamColor(owner) : "";
+      cell.classList.toggle("used", used);
+      cell.classList.toggle("mine", used && owner === this.myStreamId);
+      cell.title = used ? `block ${index}: stream ${owner}` : `block ${index}: free`;
+      if (used) cell.dataset.owner = String(owner);
+      else delete cell.dataset.owner;
+    });
+    this.owners = owners.slice();
+  }
+
+  paintReasons(counts) {
+    this.reasons.textContent = "";
+    for (const reason of FINISH_REASONS) {
+      const item = document.createElement("li");
+      item.innerHTML = "<span class=\"reason\"></span><span class=\"count\"></span>";
+      item.firstChild.textContent = reason;
+      item.lastChild.textContent = String(counts[reason] ?? 0);
+      this.reasons.append(item);
+    }
+  }
+
+  paintLegend(list, blockFrames) {
+    this.legend.textContent = "";
+    if (list.length === 0) {
+      const empty = document.createElement("li");
+      empty.className = "empty";
+      empty.textContent = "No active streams: press the mic button, or open a second tab.";
+      this.legend.append(empty);
+      return;
+    }
+    for (const stream of list) {
+      const item = document.createElement("li");
+      const swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style.background = streamColor(stream.stream_id);
+      const label = document.createElement("span");
+      const mine = stream.stream_id === this.myStreamId ? " (this tab)" : "";
+      label.textContent = `stream ${stream.stream_id}${mine}: ${stream.num_blocks} blocks` +
+        ` (${stream.num_blocks * (blockFrames || 0)} frames), ${fmt(stream.audio_s)} s audio,` +
+        ` lag ${fmt(stream.lag_s, 2)} s`;
+      item.append(swatch, label);
+      this.legend.append(item);
+    }
+  }
+}

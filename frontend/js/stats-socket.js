@@ -1,0 +1,43 @@
+// /ws/stats: the server pushes an engine snapshot a few times a second. Reconnects with
+// backoff when the connection drops, and reports the connection state.
+
+import { socketUrl } from "./asr-socket.js";
+
+/**
+ * @param {{onSnapshot: (s: object) => void, onState: (state: "live"|"lost", detail: string) => void}} handlers
+ * @returns {{close: () => void}}
+ */
+export function connectStats({ onSnapshot, onState }) {
+  let ws = null;
+  let delayMs = 500;
+  let stopped = false;
+  let timer = null;
+
+  function open() {
+    ws = new WebSocket(socketUrl("/ws/stats"));
+    ws.onopen = () => { delayMs = 500; onState("live", ""); };
+    ws.onmessage = (event) => {
+      try {
+        onSnapshot(JSON.parse(event.data));
+      } catch {
+        /* a malformed snapshot is skipped; the next one replaces it */
+      }
+    };
+    ws.onclose = (event) => {
+      if (stopped) return;
+      const why = event.code === 1013 ? "server busy" : "connection lost";
+      onState("lost", `${why}; retrying in ${(delayMs / 1000).toFixed(1)} s`);
+      timer = setTimeout(open, delayMs);
+      delayMs = Math.min(delayMs * 2, 10000);
+    };
+  }
+
+  open();
+  return {
+    close() {
+      stopped = true;
+      clearTimeout(timer);
+      if (ws) ws.close();
+    },
+  };
+}
