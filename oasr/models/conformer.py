@@ -1,0 +1,210 @@
+"""ConformerEncoder: CMVN -> conv2d 4x subsampling -> Conformer blocks -> final norm.
+
+Three forwards with one set of weights:
+- ``forward``: whole utterances with padding and chunk masks (training, offline decoding);
+- ``forward_chunk``: one stream, one chunk, dense caches in WeNet's layout;
+- ``forward_chunk_paged``: B streams at their own offsets, K/V in the paged pool, conv state in
+  the slot layout. All three agree to float32 rounding on the same audio.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from oasr.fmha import PagedKVCache, gather_length
+from oasr.models.cmvn import GlobalCMVN
+from oasr.models.config import ConformerConfig
+from oasr.models.encoder_layer import ConformerEncoderLayer
+from oasr.models.masks import add_chunk_mask, make_pad_mask, pick_chunk_geometry
+from oasr.models.subsampling import Conv2dSubsampling4
+
+
+class ConformerEncoder(nn.Module):
+    """Streaming Conformer encoder, parameter names as WeNet's ``encoder.*`` keys.
+
+    Holds no stream state: every streaming forward takes the caches in and returns new ones.
+    """
+
+    def __init__(self, config: ConformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.global_cmvn = GlobalCMVN(config.input_dim) if config.use_global_cmvn else None
+        self.embed = Conv2dSubsampling4(
+            config.input_dim, config.output_size, config.positional_dropout_rate
+        )
+        self.encoders = nn.ModuleList(
+            ConformerEncoderLayer(config) for _ in range(config.num_blocks)
+        )
+        self.after_norm = nn.LayerNorm(config.output_size, eps=config.norm_eps)
+
+    def output_size(self) -> int:
+        return self.config.output_size
+
+    def _front(self, xs: Tensor) -> Tensor:
+        """(B, T, F) fbank -> (B, T', D) subsampled, scaled embeddings."""
+        if self.global_cmvn is not None:
+            xs = self.global_cmvn(xs)
+        return self.embed(xs)
+
+    def _finish(self, xs: Tensor) -> Tensor:
+        return self.after_norm(xs) if self.config.normalize_before else xs
+
+    def forward(
+        self,
+        xs: Tensor,
+        xs_lens: Tensor,
+        decoding_chunk_size: int = 0,
+        num_decoding_left_chunks: int = -1,
+    ) -> tuple[Tensor, Tensor]:
+        """Full-utterance forward with padding and chunk masks.
+
+        Args:
+            xs: (B, T, input_dim) raw fbank (CMVN is applied here).
+            xs_lens: (B,) fbank frames per row.
+            decoding_chunk_size: > 0 chunk mask of that many encoder frames; < 0 full context;
+                0 = the training behaviour (dynamic chunk when training with
+                ``use_dynamic_chunk``, else ``static_chunk_size``, else full context).
+            num_decoding_left_chunks: visible earlier chunks; < 0 all.
+        Returns:
+            ys (B, T', D), masks (B, 1, T') bool with True at real frames.
+        """
+        masks = ~make_pad_mask(xs_lens, xs.size(1)).unsqueeze(1)  # (B, 1, T)
+        xs = self._front(xs)  # (B, T', D)
+        masks = self.embed.subsample_mask(masks)  # (B, 1, T')
+        pos_emb = self.embed.pos_enc.position_encoding(0, xs.size(1))  # (1, T', D)
+        cfg = self.config
+        geometry = pick_chunk_geometry(
+            xs.size(1), cfg.use_dynamic_chunk, cfg.use_dynamic_left_chunk, decoding_chunk_size,
+            cfg.static_chunk_size, num_decoding_left_chunks, self.training,
+            max_chunk_size=100 // self.embed.subsampling_rate,
+        )
+        chunk_masks = add_chunk_mask(masks, geometry)  # (B, T', T') or (B, 1, T')
+        for layer in self.encoders:
+            xs, _, _ = layer(xs, chunk_masks, pos_emb, masks)
+        return self._finish(xs), masks
+
+    def _require_streamable(self) -> None:
+        if not self.config.is_streamable():
+            raise ValueError(
+                "chunk-by-chunk streaming needs a causal convolution module (causal: true) or "
+                f"no convolution module; this model has causal={self.config.causal}, "
+                f"use_cnn_module={self.config.use_cnn_module}"
+            )
+
+    def forward_chunk(
+        self,
+        xs: Tensor,
+        offset: int,
+        required_cache_size: int,
+        att_cache: Tensor | None = None,
+        cnn_cache: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One chunk of one stream with dense caches (WeNet's signature and cache layouts).
+
+        Args:
+            xs: (1, T, input_dim) one chunk window of raw fbank (>= 7 frames).
+            offset: encoder frames this stream produced before this chunk.
+            required_cache_size: history frames to keep; < 0 all, 0 none.
+            att_cache: (num_blocks, H, T_cache, 2 d_k) or None / empty for a fresh stream.
+            cnn_cache: (num_blocks, 1, D, kernel - 1) or None / empty.
+        Returns:
+            ys (1, T', D), att_cache (num_blocks, H, T_kept, 2 d_k),
+            cnn_cache (num_blocks, 1, D, kernel - 1).
+        """
+        self._require_streamable()
+        if xs.size(0) != 1:
+            raise ValueError(f"forward_chunk takes one stream, got batch {xs.size(0)}")
+        xs = self._front(xs)  # (1, T', D)
+        has_att = att_cache is not None and att_cache.size(0) > 0
+        cache_t1 = att_cache.size(2) if has_att else 0
+        key_size = cache_t1 + xs.size(1)
+        pos_emb = self.embed.pos_enc.position_encoding(int(offset) - cache_t1, key_size)
+        if required_cache_size < 0:
+            next_start = 0
+        elif required_cache_size == 0:
+            next_start = key_size
+        else:
+            next_start = max(key_size - required_cache_size, 0)
+        no_mask = torch.ones((0, 0, 0), dtype=torch.bool, device=xs.device)
+        has_cnn = cnn_cache is not None and cnn_cache.size(0) > 0
+        new_att, new_cnn = [], []
+        for i, layer in enumerate(self.encoders):
+            xs, layer_att, layer_cnn = layer(
+                xs, no_mask, pos_emb, None,
+                att_cache[i : i + 1] if has_att else None,
+                cnn_cache[i] if has_cnn else None,
+            )
+            new_att.append(layer_att[:, :, next_start:, :])
+            new_cnn.append(layer_cnn.unsqueeze(0))
+        return self._finish(xs), torch.cat(new_att, dim=0), torch.cat(new_cnn, dim=0)
+
+    def forward_chunk_paged(
+        self,
+        xs: Tensor,
+        xs_lens: Tensor,
+        offsets: Tensor,
+        att_caches: list[PagedKVCache],
+        cnn_cache: Tensor,
+        max_offset: int | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One chunk of B streams, each at its own offset and cached length, in one call.
+
+        Each layer writes the chunk's K/V into the pool (frames ``cache_seqlens[b] + t``) and
+        attends over the row's history plus the chunk. The caller allocated the blocks before
+        (``prepare_chunks_batched``) and commits ``ys_lens`` frames after.
+
+        Args:
+            xs: (B, T, input_dim) raw fbank windows, rows padded past ``xs_lens``.
+            xs_lens: (B,) fbank frames per row (>= 7).
+            offsets: (B,) int64 encoder-frame offset of each row's chunk start.
+            att_caches: one PagedKVCache per block; key j of row b sits at absolute position
+                ``offsets[b] - cache_seqlens[b] + j``.
+            cnn_cache: (num_blocks, B, kernel - 1, D) conv state (slot layout); an empty tensor
+                means zeros (fresh streams).
+            max_offset: host-side ``offsets.max()`` if the caller knows it (avoids a sync).
+        Returns:
+            ys (B, T', D) (rows past ``ys_lens`` are padding), ys_lens (B,),
+            new_cnn_cache (num_blocks, B, kernel - 1, D).
+        """
+        self._require_streamable()
+        if len(att_caches) != len(self.encoders):
+            raise ValueError(f"got {len(att_caches)} PagedKVCaches for {len(self.encoders)} blocks")
+        ys_lens = self.embed.output_lengths(xs_lens.to(xs.device))  # (B,)
+        xs = self._front(xs)  # (B, T', D)
+        b, t, d = xs.shape
+        cnn_cache = self._slot_cnn_cache(cnn_cache, b, xs)
+        top = int(offsets.max()) if max_offset is None else int(max_offset)
+        pe = self.embed.pos_enc.table(top + t)  # (N, D)
+        key_positions = self._key_positions(att_caches[0], offsets, t, pe.size(0))  # (B, L)
+        new_cnn = []
+        for i, layer in enumerate(self.encoders):
+            table = layer.self_attn.projected_positions(pe)  # (N, H, d_k)
+            xs, layer_cnn = layer.forward_paged(
+                xs, ys_lens, att_caches[i], table, key_positions, cnn_cache[i]
+            )
+            new_cnn.append(layer_cnn)
+        return self._finish(xs), ys_lens, torch.stack(new_cnn, dim=0)
+
+    @staticmethod
+    def _key_positions(
+        cache: PagedKVCache, offsets: Tensor, num_frames: int, num_positions: int
+    ) -> Tensor:
+        """(B, L) int64 absolute position of each gathered key column, clamped into the table."""
+        length = gather_length(cache, num_frames)
+        device = cache.cache_seqlens.device
+        start = offsets.to(device).long() - cache.cache_seqlens.long()  # (B,)
+        cols = torch.arange(length, device=device)
+        return (start.unsqueeze(1) + cols).clamp_(0, num_positions - 1)
+
+    def _slot_cnn_cache(self, cnn_cache: Tensor, batch: int, xs: Tensor) -> Tensor:
+        frames = self.config.cnn_cache_frames
+        shape = (len(self.encoders), batch, frames, self.config.output_size)
+        if cnn_cache.numel() == 0:
+            return xs.new_zeros(shape)
+        if tuple(cnn_cache.shape) != shape:
+            raise ValueError(
+                f"cnn_cache has shape {tuple(cnn_cache.shape)}, expected {shape} "
+                "(num_blocks, B, kernel - 1, D)"
+            )
+        return cnn_cache

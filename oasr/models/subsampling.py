@@ -1,0 +1,50 @@
+"""Conv2d 4x subsampling front end (two stride-2 3x3 convolutions, then a linear)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from oasr.models.positional import RelPositionalEncoding
+
+
+class Conv2dSubsampling4(nn.Module):
+    """(B, T, F) fbank -> (B, T', D) with T' = ((T - 1) // 2 - 1) // 2.
+
+    Output frame t sees input frames 4t .. 4t + 6 (right context 6), so a chunk of ``c``
+    encoder frames needs ``(c - 1) * 4 + 7`` input frames and has no state of its own.
+    Submodule names (``conv.0``, ``conv.2``, ``out.0``, ``pos_enc``) follow WeNet's keys.
+    """
+
+    subsampling_rate = 4
+    right_context = 6
+
+    def __init__(self, idim: int, odim: int, dropout_rate: float) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(1, odim, 3, 2), nn.ReLU(), nn.Conv2d(odim, odim, 3, 2), nn.ReLU()
+        )
+        self.out = nn.Sequential(nn.Linear(odim * (((idim - 1) // 2 - 1) // 2), odim))
+        self.pos_enc = RelPositionalEncoding(odim, dropout_rate)
+
+    @staticmethod
+    def output_lengths(lengths: Tensor) -> Tensor:
+        """(B,) input frames -> (B,) output frames (0 for inputs shorter than 7)."""
+        return (((lengths - 1) // 2 - 1) // 2).clamp(min=0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (B, T, F) -> (B, T', D), already scaled by sqrt(D) (no positions added)."""
+        x = self.conv(x.unsqueeze(1))  # (B, D, T', F')
+        b, c, t, f = x.size()
+        x = self.out(x.transpose(1, 2).reshape(b, t, c * f))  # (B, T', D)
+        return self.pos_enc.scale(x)
+
+    def subsample_mask(self, masks: Tensor) -> Tensor:
+        """(B, 1, T) bool -> (B, 1, T') bool, True at real output frames."""
+        return masks[:, :, 2::2][:, :, 2::2]
+
+
+def check_min_frames(num_frames: int) -> None:
+    """Raise when an input is too short to give one output frame."""
+    if num_frames < 7:
+        raise ValueError(f"need >= 7 fbank frames for one encoder frame, got {num_frames}")
+
