@@ -1,5 +1,8 @@
 """CTC decoding: tokenizers, the batched streaming decoder and endpointing."""
 
+from oasr.decoding.config import GpuDecoderConfig, Hypothesis
+from oasr.decoding.decoder import FrameStats, GpuStreamingDecoder
+from oasr.decoding.state import DecoderState
 from oasr.decoding.tokenizer import (
     BpeTokenizer,
     CharTokenizer,
@@ -12,6 +15,11 @@ from oasr.decoding.tokenizer import (
 __all__ = [
     "BpeTokenizer",
     "CharTokenizer",
+    "DecoderState",
+    "FrameStats",
+    "GpuDecoderConfig",
+    "GpuStreamingDecoder",
+    "Hypothesis",
     "Tokenizer",
     "load_tokenizer",
     "read_units",

@@ -1,0 +1,92 @@
+"""Decoder configuration and the hypothesis it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuDecoderConfig:
+    """How `GpuStreamingDecoder` searches CTC log-probs.
+
+    Attributes:
+        beam_size: hypotheses kept per stream. 1 is greedy search (argmax, collapse repeats,
+            drop blanks); above 1 is CTC prefix beam search.
+        blank_id: the CTC blank's token id (0 in WeNet models).
+        nbest: how many hypotheses `finalize_stream` returns; None means beam_size.
+        top_k: prefix beam search only: at most this many non-blank tokens per frame may extend
+            a prefix. None keeps the search exact: 2 * beam_size + 1 candidates already contain
+            every extension that can enter the beam, so larger values change nothing.
+            Smaller values are faster and approximate.
+        min_token_log_prob: prefix beam search only: a token whose frame log-prob is below this
+            never extends a prefix (e.g. -10.0). None disables the threshold.
+        blank_penalty: subtracted from the blank log-prob of every frame before searching
+            (and before the blank/non-blank test endpointing uses); > 0 emits more tokens.
+        initial_token_capacity: tokens each hypothesis buffer holds before it grows (it doubles
+            when needed, so this only tunes reallocations).
+    """
+
+    beam_size: int = 1
+    blank_id: int = 0
+    nbest: int | None = None
+    top_k: int | None = None
+    min_token_log_prob: float | None = None
+    blank_penalty: float = 0.0
+    initial_token_capacity: int = 64
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {self.beam_size}")
+        if self.blank_id < 0:
+            raise ValueError(f"blank_id must be >= 0, got {self.blank_id}")
+        if self.nbest is not None and not 1 <= self.nbest <= self.beam_size:
+            raise ValueError(
+                f"nbest must be in 1..beam_size={self.beam_size}, got {self.nbest}; "
+                "raise beam_size or lower nbest"
+            )
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1 or None (exact), got {self.top_k}")
+        if self.min_token_log_prob is not None and self.min_token_log_prob > 0.0:
+            raise ValueError(
+                f"min_token_log_prob is a log-probability and must be <= 0, got {self.min_token_log_prob}"
+            )
+        if self.blank_penalty < 0.0:
+            raise ValueError(f"blank_penalty must be >= 0, got {self.blank_penalty}")
+        if self.initial_token_capacity < 1:
+            raise ValueError(
+                f"initial_token_capacity must be >= 1, got {self.initial_token_capacity}"
+            )
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.beam_size == 1
+
+    @property
+    def num_best(self) -> int:
+        """Hypotheses `finalize_stream` returns."""
+        return self.beam_size if self.nbest is None else self.nbest
+
+    def num_candidates(self, vocab_size: int) -> int:
+        """Non-blank tokens per frame that may extend a prefix (see ``top_k``)."""
+        exact = 2 * self.beam_size + 1
+        limit = exact if self.top_k is None else min(self.top_k, exact)
+        return max(1, min(limit, vocab_size - 1))
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One decoding result.
+
+    Attributes:
+        tokens: token ids, blanks and repeats removed.
+        text: the tokenizer's text for ``tokens``; "" when the decoder has no tokenizer.
+        score: log-probability: for beam search the total over all alignments of the prefix
+            that the search kept; for greedy search the best path's log-probability.
+        timestamps: per token, the encoder frame (counted from the last reset) of the frame
+            that first emitted it; ``len(timestamps) == len(tokens)``.
+    """
+
+    tokens: list[int]
+    text: str
+    score: float
+    timestamps: list[int]

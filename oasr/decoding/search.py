@@ -1,0 +1,263 @@
+"""Batched CTC search kernels: greedy and prefix beam search over a `DecoderState`.
+
+Everything here is vectorised over rows (streams), hypotheses and candidate tokens; the only
+Python loop is over the frames of a chunk, because each frame's beam depends on the last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from oasr.decoding.config import GpuDecoderConfig
+from oasr.decoding.state import NEG_INF, NO_TOKEN, DecoderState, hash_append
+
+
+@dataclass(frozen=True)
+class ChunkFrames:
+    """One chunk of log-probs prepared for searching.
+
+    Attributes:
+        log_probs: (B, T, V) float32, blank penalty applied.
+        valid: (B, T) bool, False on the padding frames past a row's length.
+        num_valid: (B,) int64 valid frames per row.
+        frame_index: (B, T) int64 frame number of each frame counted from the row's reset.
+        argmax: (B, T) int64 best token per frame.
+        max_log_prob: (B, T) float32 its log-prob.
+        all_valid: host bool, True when no row has padding (lets the search skip masking).
+    """
+
+    log_probs: torch.Tensor
+    valid: torch.Tensor
+    num_valid: torch.Tensor
+    frame_index: torch.Tensor
+    argmax: torch.Tensor
+    max_log_prob: torch.Tensor
+    all_valid: bool
+
+
+def prepare_chunk(
+    log_probs: torch.Tensor,
+    lengths: torch.Tensor | None,
+    state: DecoderState,
+    config: GpuDecoderConfig,
+) -> ChunkFrames:
+    """Validate and prepare ``log_probs`` (B, T, V) with optional ``lengths`` (B,)."""
+    if log_probs.dim() != 3:
+        raise ValueError(f"log_probs must be (B, T, V), got shape {tuple(log_probs.shape)}")
+    batch, num_frames, vocab = log_probs.shape
+    if batch != state.batch_size:
+        raise ValueError(f"log_probs has {batch} rows but the state holds {state.batch_size}")
+    if not 0 <= config.blank_id < vocab:
+        raise ValueError(f"blank_id {config.blank_id} is outside a vocabulary of {vocab}")
+    lp = log_probs.to(device=state.device, dtype=torch.float32)
+    if config.blank_penalty:
+        lp = lp.clone()
+        lp[:, :, config.blank_id] -= config.blank_penalty
+    steps = torch.arange(num_frames, device=state.device)
+    if lengths is None:
+        valid = torch.ones((batch, num_frames), dtype=torch.bool, device=state.device)
+    else:
+        if tuple(lengths.shape) != (batch,):
+            raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
+        valid = steps[None, :] < lengths.to(state.device)[:, None]  # (B, T)
+    max_lp, argmax = lp.max(dim=-1)  # (B, T)
+    return ChunkFrames(
+        log_probs=lp,
+        valid=valid,
+        num_valid=valid.sum(dim=1),
+        frame_index=state.num_frames[:, None] + steps[None, :],
+        argmax=argmax,
+        max_log_prob=max_lp,
+        all_valid=lengths is None,
+    )
+
+
+def update_frame_stats(chunk: ChunkFrames, state: DecoderState, blank_id: int) -> None:
+    """Advance the endpointing counters: frames, trailing blank frames, speech seen."""
+    non_blank = chunk.valid & (chunk.argmax != blank_id)  # (B, T)
+    steps = torch.arange(non_blank.shape[1], device=non_blank.device)
+    last_non_blank = torch.where(non_blank, steps, -1).max(dim=1).values  # (B,)
+    state.num_trailing_blank_frames = torch.where(
+        last_non_blank >= 0,
+        chunk.num_valid - 1 - last_non_blank,
+        state.num_trailing_blank_frames + chunk.num_valid,
+    )
+    state.has_speech = state.has_speech | non_blank.any(dim=1)
+    last_valid = (chunk.num_valid - 1).clamp(min=0)[:, None]
+    state.prev_argmax = torch.where(
+        chunk.num_valid > 0, chunk.argmax.gather(1, last_valid)[:, 0], state.prev_argmax
+    )
+    state.num_frames = state.num_frames + chunk.num_valid
+
+
+def greedy_chunk(chunk: ChunkFrames, state: DecoderState, blank_id: int) -> None:
+    """Argmax, collapse repeats, drop blanks; hypothesis 0 of each row holds the result.
+
+    Must run before `update_frame_stats` (it reads the previous chunk's last argmax).
+    """
+    best = chunk.argmax  # (B, T)
+    prev = torch.cat([state.prev_argmax[:, None], best[:, :-1]], dim=1)  # (B, T)
+    emit = chunk.valid & (best != blank_id) & (best != prev)  # (B, T)
+    start = state.prefix_len[:, 0]  # (B,)
+    pos = start[:, None] + emit.cumsum(dim=1) - 1  # (B, T)
+    scratch = state.capacity - 1
+    index = torch.where(emit, pos, scratch)
+    state.tokens[:, 0].scatter_(1, index, best.to(torch.int32))
+    state.token_frames[:, 0].scatter_(1, index, chunk.frame_index.to(torch.int32))
+    new_len = start + emit.sum(dim=1)  # (B,)
+    last = state.tokens[:, 0].gather(1, (new_len - 1).clamp(min=0)[:, None])[:, 0].long()
+    state.prefix_len = new_len[:, None]
+    state.last_token = torch.where(new_len > 0, last, NO_TOKEN)[:, None]
+    path_lp = torch.where(chunk.valid, chunk.max_log_prob, 0.0).sum(dim=1)  # (B,)
+    state.log_pb = state.log_pb + path_lp[:, None]
+
+
+@dataclass(frozen=True)
+class FrameChoice:
+    """Which candidate each new hypothesis came from at one frame (for the backtrace).
+
+    Attributes:
+        parent: (B, K) int64 hypothesis of the previous frame it continues.
+        is_extension: (B, K) bool whether it appended ``token`` to the parent's prefix.
+        token: (B, K) int64 the appended token (meaningless when not an extension).
+    """
+
+    parent: torch.Tensor
+    is_extension: torch.Tensor
+    token: torch.Tensor
+
+
+def _merge_children(
+    state: DecoderState, total: torch.Tensor, lp_last: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Find hypothesis pairs where child = parent + child's last token.
+
+    Returns:
+        child_of: (B, Kp, Kc) bool, the pair relation among live hypotheses.
+        merged: (B, Kc) float32 log-prob the parent sends into each child's prefix this frame.
+    """
+    alive = total > NEG_INF  # (B, K)
+    length, last, h = state.prefix_len, state.last_token, state.prefix_hash
+    child_of = (
+        alive[:, :, None]
+        & alive[:, None, :]
+        & (length[:, None, :] == length[:, :, None] + 1)
+        & (h[:, None, :] == hash_append(h[:, :, None], last[:, None, :]))
+    )  # (B, Kp, Kc)
+    same_last = last[:, :, None] == last[:, None, :]
+    via = torch.where(same_last, state.log_pb[:, :, None], total[:, :, None])
+    merged = torch.where(child_of, via + lp_last[:, None, :], NEG_INF)  # (B, Kp, Kc)
+    return child_of, merged.logsumexp(dim=1)
+
+
+def beam_frame(
+    state: DecoderState,
+    lp: torch.Tensor,
+    cand_lp: torch.Tensor,
+    cand_tok: torch.Tensor,
+    blank_id: int,
+) -> FrameChoice:
+    """One frame of CTC prefix beam search on every row; updates the (B, K) score fields.
+
+    Args:
+        lp: (B, V) the frame's log-probs.
+        cand_lp, cand_tok: (B, C) the non-blank tokens allowed to extend a prefix.
+    """
+    k = state.beam_size
+    num_cand = cand_tok.shape[1]
+    pb, pnb, last = state.log_pb, state.log_pnb, state.last_token
+    total = torch.logaddexp(pb, pnb)  # (B, K)
+    lp_last = lp.gather(1, last.clamp(min=0))  # (B, K)
+    stay_pb = total + lp[:, blank_id, None]
+    stay_pnb = torch.where(last >= 0, pnb + lp_last, NEG_INF)
+    child_of, merged = _merge_children(state, total, lp_last)
+    stay_pnb = torch.logaddexp(stay_pnb, merged)
+    repeat = cand_tok[:, None, :] == last[:, :, None]  # (B, K, C)
+    ext = torch.where(repeat, pb[:, :, None], total[:, :, None]) + cand_lp[:, None, :]
+    # An extension that equals a live hypothesis was already merged into it above.
+    dup = (child_of[:, :, :, None] & (cand_tok[:, None, None, :] == last[:, None, :, None])).any(2)
+    ext = ext.masked_fill(dup, NEG_INF).flatten(1)  # (B, K * C)
+    scores = torch.cat([torch.logaddexp(stay_pb, stay_pnb), ext], dim=1)  # (B, K + K * C)
+    index = scores.topk(k, dim=1).indices  # (B, K)
+    is_ext = index >= k
+    ext_index = (index - k).clamp(min=0)
+    parent = torch.where(is_ext, ext_index // num_cand, index)
+    token = cand_tok.gather(1, ext_index % num_cand)
+    parent_hash = state.prefix_hash.gather(1, parent)
+    state.log_pb = torch.where(is_ext, NEG_INF, stay_pb.gather(1, parent))
+    state.log_pnb = torch.where(is_ext, ext.gather(1, ext_index), stay_pnb.gather(1, parent))
+    state.prefix_len = state.prefix_len.gather(1, parent) + is_ext
+    state.last_token = torch.where(is_ext, token, last.gather(1, parent))
+    state.prefix_hash = torch.where(is_ext, hash_append(parent_hash, token), parent_hash)
+    return FrameChoice(parent=parent, is_extension=is_ext, token=token)
+
+
+def _keep_padded_rows(
+    state: DecoderState, before: dict[str, torch.Tensor], choice: FrameChoice, valid: torch.Tensor
+) -> FrameChoice:
+    """Undo a frame's update on rows whose frame is padding (``valid`` (B,) False)."""
+    keep = valid[:, None]  # (B, 1)
+    for name, old in before.items():
+        setattr(state, name, torch.where(keep, getattr(state, name), old))
+    identity = torch.arange(state.beam_size, device=valid.device).expand_as(choice.parent)
+    return FrameChoice(
+        parent=torch.where(keep, choice.parent, identity),
+        is_extension=choice.is_extension & keep,
+        token=choice.token,
+    )
+
+
+def _apply_backtrace(
+    state: DecoderState,
+    choices: list[FrameChoice],
+    start_len: torch.Tensor,
+    frame_index: torch.Tensor,
+) -> None:
+    """Rebuild the token buffers once per chunk from the frames' parent pointers.
+
+    Args:
+        start_len: (B, K) prefix lengths before the chunk.
+        frame_index: (B, T) frame numbers of the chunk.
+    """
+    batch, k = start_len.shape
+    ancestor = torch.arange(k, device=start_len.device).expand(batch, k)  # (B, K)
+    ext_path, tok_path = [], []
+    for choice in reversed(choices):
+        ext_path.append(choice.is_extension.gather(1, ancestor))
+        tok_path.append(choice.token.gather(1, ancestor))
+        ancestor = choice.parent.gather(1, ancestor)
+    extends = torch.stack(ext_path[::-1], dim=2)  # (B, K, T)
+    tokens_added = torch.stack(tok_path[::-1], dim=2)  # (B, K, T)
+    rows = ancestor[:, :, None].expand(-1, -1, state.capacity)  # (B, K, cap)
+    tokens = state.tokens.gather(1, rows)
+    frames = state.token_frames.gather(1, rows)
+    pos = start_len.gather(1, ancestor)[:, :, None] + extends.cumsum(dim=2) - 1  # (B, K, T)
+    index = torch.where(extends, pos, state.capacity - 1)
+    tokens.scatter_(2, index, tokens_added.to(torch.int32))
+    frames.scatter_(2, index, frame_index[:, None, :].expand(-1, k, -1).to(torch.int32))
+    state.tokens, state.token_frames = tokens, frames
+
+
+_SCORE_FIELDS = ("log_pb", "log_pnb", "prefix_len", "last_token", "prefix_hash")
+
+
+def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig) -> None:
+    """CTC prefix beam search over one chunk for every row of ``state``."""
+    lp = chunk.log_probs  # (B, T, V)
+    num_cand = config.num_candidates(lp.shape[2])
+    blank = torch.tensor([config.blank_id], device=lp.device)
+    cand_lp, cand_tok = lp.index_fill(2, blank, NEG_INF).topk(num_cand, dim=2)  # (B, T, C)
+    if config.min_token_log_prob is not None:
+        cand_lp = cand_lp.masked_fill(cand_lp < config.min_token_log_prob, NEG_INF)
+    start_len = state.prefix_len
+    choices = []
+    for t in range(lp.shape[1]):
+        before = {} if chunk.all_valid else {n: getattr(state, n) for n in _SCORE_FIELDS}
+        choice = beam_frame(state, lp[:, t], cand_lp[:, t], cand_tok[:, t], config.blank_id)
+        if before:
+            choice = _keep_padded_rows(state, before, choice, chunk.valid[:, t])
+        choices.append(choice)
+    if choices:
+        _apply_backtrace(state, choices, start_len, chunk.frame_index)
