@@ -1,0 +1,1 @@
+from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
