@@ -1,0 +1,18 @@
+"""The serving engine: config, scheduler, model runner, the step loop and its thread."""
+
+from oasr.engine.config import EngineConfig
+from oasr.engine.engine import ASREngine
+from oasr.engine.events import EventType, FinishReason, StreamEvent
+from oasr.engine.offline import FileResult, transcribe_files
+from oasr.engine.thread import EngineThread
+
+__all__ = [
+    "ASREngine",
+    "EngineConfig",
+    "EngineThread",
+    "EventType",
+    "FileResult",
+    "FinishReason",
+    "StreamEvent",
+    "transcribe_files",
+]

@@ -1,0 +1,141 @@
+"""Command-line entry points: ``oasr transcribe``, ``oasr export``, ``oasr-server``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from oasr.engine.config import EngineConfig
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by every command that builds an engine."""
+    g = parser.add_argument_group("engine")
+    g.add_argument("--model", default=None,
+                   help="model dir (oasr format or a WeNet experiment dir); default: bundled model")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16")
+    g.add_argument("--max-batch-size", type=int, default=EngineConfig.max_batch_size,
+                   help="streams decoded at once (stream slots)")
+    g.add_argument("--chunk-size", type=int, default=EngineConfig.chunk_size,
+                   help="encoder frames per chunk (16 = 640 ms)")
+    g.add_argument("--num-left-chunks", type=int, default=EngineConfig.num_left_chunks,
+                   help="attention history in chunks; -1 keeps everything")
+    g.add_argument("--max-num-blocks", type=int, default=None,
+                   help="K/V pool size in blocks; default: derived from free memory")
+    g.add_argument("--beam-size", type=int, default=1, help="1 = greedy CTC, >1 = prefix beam")
+
+
+def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
+    from oasr.decoding import GpuDecoderConfig
+
+    config = EngineConfig(
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        max_batch_size=args.max_batch_size,
+        chunk_size=args.chunk_size,
+        num_left_chunks=args.num_left_chunks,
+        max_num_blocks=args.max_num_blocks,
+        decoder=GpuDecoderConfig(beam_size=args.beam_size),
+    )
+    return replace(config, **overrides)  # type: ignore[arg-type]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="oasr", description="oasr streaming speech recognition")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tr = sub.add_parser("transcribe", help="transcribe audio files through the streaming engine")
+    tr.add_argument("files", nargs="+", type=Path)
+    tr.add_argument("--json", action="store_true", help="one JSON object per file on stdout")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_engine_arguments(tr)
+
+    ex = sub.add_parser("export", help="write oasr's checkpoint format from a WeNet experiment dir")
+    ex.add_argument("src", type=Path, help="WeNet experiment dir (train.yaml, final.pt, units.txt)")
+    ex.add_argument("dst", type=Path, help="output dir (model.safetensors, config.json, units.txt)")
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "transcribe":
+        return _transcribe(args)
+    if args.command == "export":
+        from oasr.models import export_wenet
+
+        export_wenet(args.src, args.dst)
+        print(f"wrote {args.dst}", file=sys.stderr)
+        return 0
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def _transcribe(args: argparse.Namespace) -> int:
+    from oasr.engine.offline import transcribe_files
+
+    missing = [str(f) for f in args.files if not f.is_file()]
+    if missing:
+        print(f"oasr transcribe: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    config = engine_config_from_args(
+        args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
+        max_pending_audio_s=math.inf,
+    )
+    results = transcribe_files(config, args.files, progress=not args.no_progress)
+    failed = 0
+    for result in results:
+        failed += result.error is not None
+        if args.json:
+            print(json.dumps(result.to_json(), ensure_ascii=False))
+        elif result.error is not None:
+            print(f"{result.file}\tERROR: {result.error}")
+        else:
+            print(f"{result.file}\t{result.text}")
+    return 1 if failed else 0
+
+
+def server_main(argv: Sequence[str] | None = None) -> int:
+    """``oasr-server``: the live demo (Starlette + uvicorn) with the engine on its own thread."""
+    from backend.config import ServerConfig
+    from backend.server import run
+
+    defaults = ServerConfig()
+    parser = argparse.ArgumentParser(prog="oasr-server", description="oasr live transcription demo")
+    g = parser.add_argument_group("server")
+    g.add_argument("--host", default=defaults.host, help="address to listen on (0.0.0.0: all)")
+    g.add_argument("--port", type=int, default=defaults.port, help="port (0 picks a free one)")
+    g.add_argument("--max-connections", type=int, default=defaults.max_connections)
+    g.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
+    g.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout_s,
+                   help="seconds without audio before a stream ends with 'timeout'")
+    g.add_argument("--max-session", type=float, default=defaults.max_session_s,
+                   help="longest stream in seconds")
+    g.add_argument("--allowed-origin", action="append", default=[],
+                   help="websocket Origin to accept (repeatable; default: same host only; * any)")
+    g.add_argument("--max-wait", type=float, default=EngineConfig.max_wait_time_s,
+                   help="seconds a new stream may wait for a slot before 'busy'")
+    add_engine_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        max_connections=args.max_connections,
+        max_frame_bytes=args.max_frame_bytes,
+        idle_timeout_s=args.idle_timeout,
+        max_session_s=args.max_session,
+        allowed_origins=tuple(args.allowed_origin),
+        engine=engine_config_from_args(args, max_wait_time_s=args.max_wait),
+    )
+    run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Commands other threads send the engine; they take effect between steps (STYLE rule 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from oasr.engine.request import EventSink
+
+
+@dataclass(frozen=True)
+class OpenStream:
+    stream_id: int
+    sink: EventSink
+
+
+@dataclass(frozen=True)
+class AppendAudio:
+    stream_id: int
+    samples: np.ndarray  # (N,) float32 at 16 kHz
+
+
+@dataclass(frozen=True)
+class EndStream:
+    stream_id: int
+
+
+@dataclass(frozen=True)
+class AbortStream:
+    stream_id: int
+
+
+Command = OpenStream | AppendAudio | EndStream | AbortStream

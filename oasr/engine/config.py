@@ -1,0 +1,128 @@
+"""EngineConfig: everything a deployment tunes, validated once, frozen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from oasr.cache import CacheConfig
+from oasr.decoding import EndpointConfig, GpuDecoderConfig
+from oasr.models import ConformerConfig
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How one engine runs: model, device, batch and pool geometry, decoding, limits.
+
+    Attributes:
+        model: a model directory (oasr format or a WeNet experiment dir); None = bundled model.
+        device: "auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".
+        dtype: "auto" (float32 on CPU, float16 on CUDA) or a name in float32/float16/bfloat16.
+        max_batch_size: stream slots: streams running at once (others wait or are refused).
+        chunk_size: encoder frames per chunk (16 = 640 ms at 4x subsampling of 10 ms frames).
+        num_left_chunks: attention history in chunks; -1 keeps all (bounded by endpoint resets
+            and the per-stream ceiling), >= 0 evicts older blocks.
+        block_size_frames: frames per K/V block; None = chunk_size (one block per chunk).
+        max_num_blocks: pool size; None derives it from free memory (see oasr.engine.memory).
+        max_blocks_per_seq: width of a stream's block table.
+        kv_memory_fraction: share of available memory (RAM on CPU, free VRAM on CUDA) a derived
+            pool may take.
+        max_wait_time_s: how long a new stream may wait for a slot before it is refused "busy";
+            0 refuses at once.
+        decoder: CTC decoding settings (beam_size 1 = greedy).
+        endpoint: trailing-silence endpoint rules; None disables endpointing.
+        idle_timeout_s: a stream that sends no audio for this long ends with "timeout".
+        max_session_s: a stream older than this ends with "timeout".
+        max_pending_audio_s: audio a stream may have queued and not yet decoded; more is an
+            error for that stream (a client sending faster than real time forever).
+    """
+
+    model: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    max_batch_size: int = 64
+    chunk_size: int = 16
+    num_left_chunks: int = -1
+    block_size_frames: int | None = None
+    max_num_blocks: int | None = None
+    max_blocks_per_seq: int = 256
+    kv_memory_fraction: float = 0.1
+    max_wait_time_s: float = 2.0
+    decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)
+    endpoint: EndpointConfig | None = field(default_factory=EndpointConfig)
+    idle_timeout_s: float = 30.0
+    max_session_s: float = 3600.0
+    max_pending_audio_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.dtype != "auto" and self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be auto or one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        for name in ("max_batch_size", "chunk_size", "max_blocks_per_seq"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_left_chunks < -1:
+            raise ValueError(f"num_left_chunks must be -1 (all) or >= 0, got {self.num_left_chunks}")
+        if self.block_size_frames is not None and self.block_size_frames < self.chunk_size:
+            raise ValueError(
+                f"block_size_frames {self.block_size_frames} < chunk_size {self.chunk_size}: "
+                f"raise block_size_frames (or leave it None to use chunk_size)"
+            )
+        if self.max_num_blocks is not None and self.max_num_blocks < 1:
+            raise ValueError(f"max_num_blocks must be >= 1 or None, got {self.max_num_blocks}")
+        if not 0.0 < self.kv_memory_fraction <= 0.9:
+            raise ValueError(f"kv_memory_fraction must be in (0, 0.9], got {self.kv_memory_fraction}")
+        for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"EngineConfig.{name} must be >= 0, got {getattr(self, name)}")
+
+    def resolve_device(self) -> torch.device:
+        """The torch device this config selects."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device(self.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device {self.device!r} requested but CUDA is not available")
+        return device
+
+    def resolve_dtype(self, device: torch.device) -> torch.dtype:
+        """float32 on CPU, float16 on CUDA, unless ``dtype`` names one."""
+        if self.dtype == "auto":
+            return torch.float16 if device.type == "cuda" else torch.float32
+        return _DTYPES[self.dtype]
+
+    @property
+    def resolved_block_size(self) -> int:
+        return self.block_size_frames if self.block_size_frames is not None else self.chunk_size
+
+    def build_cache_config(self, model_config: ConformerConfig, device: torch.device,
+                           dtype: torch.dtype) -> CacheConfig:
+        """The cache geometry for ``model_config`` under this config, pool size included.
+
+        ``max_num_blocks=None`` is derived by `oasr.engine.memory.derive_num_blocks`.
+        """
+        from oasr.engine.memory import derive_num_blocks
+
+        heads = model_config.attention_heads
+        geometry = dict(
+            num_layers=model_config.num_blocks,
+            n_kv_head=heads,
+            head_dim=model_config.output_size // heads,
+            hidden_dim=model_config.output_size,
+            kernel_size=model_config.cnn_module_kernel,
+            chunk_size=self.chunk_size,
+            num_left_chunks=self.num_left_chunks,
+            block_size_frames=self.resolved_block_size,
+            max_blocks_per_seq=self.max_blocks_per_seq,
+            max_batch_size=self.max_batch_size,
+            device=device,
+            dtype=dtype,
+        )
+        num_blocks = self.max_num_blocks
+        if num_blocks is None:
+            num_blocks = derive_num_blocks(CacheConfig(**geometry), self.kv_memory_fraction)
+        return CacheConfig(**geometry, max_num_blocks=num_blocks)

@@ -1,0 +1,256 @@
+"""ASREngine: many live streams, one batched paged encoder call per step (DESIGN §3).
+
+Single-threaded core: `submit` is the only method other threads may call; everything else runs
+on the thread that calls `step` (the engine thread, or a test / `oasr transcribe` driving it).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from oasr.audio import ChunkGeometry, ChunkWindower, StreamingFbank
+from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, OpenStream
+from oasr.engine.config import EngineConfig
+from oasr.engine.events import EventType, FinishReason, StreamEvent
+from oasr.engine.model_runner import BatchPlan, StepOutput
+from oasr.engine.request import Request, RequestStatus
+from oasr.engine.scheduler import Scheduler
+from oasr.engine.stats import EngineStats
+from oasr.engine.streams import StreamResources
+
+logger = logging.getLogger(__name__)
+
+FRAME_SHIFT_S = 0.04  # one encoder frame: 4x subsampling of 10 ms fbank frames
+
+
+class ASREngine:
+    """Admits streams into slots, steps every ready stream in one encoder call, decodes,
+    endpoints and publishes events; frees a stream's caches the moment it ends.
+
+    Invariant: a stream is in ``requests`` from its OpenStream command until it finishes; at
+    that moment its blocks, slot, conv state and decoder state are back in their pools.
+    """
+
+    def __init__(self, config: EngineConfig, resources: StreamResources | None = None) -> None:
+        self.config = config
+        self.resources = resources if resources is not None else StreamResources.build(config)
+        self.scheduler = Scheduler(config)
+        self.requests: dict[int, Request] = {}
+        self.stats = EngineStats(self.resources)
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._wakeup = threading.Event()
+        self._geometry = ChunkGeometry(chunk_size=config.chunk_size)
+
+    # -- thread-safe entry points ---------------------------------------------------------------
+    def submit(self, command: Command) -> None:
+        """Queue a command for the next step (any thread)."""
+        self._commands.put(command)
+        self._wakeup.set()
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Sleep until a command arrives or ``timeout`` passes (no busy loop)."""
+        self._wakeup.wait(timeout)
+        self._wakeup.clear()
+
+    def latest_stats(self) -> dict[str, Any]:
+        return self.stats.snapshot
+
+    # -- the step ------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Run one engine step. Returns False when there was nothing to do."""
+        started = time.perf_counter()
+        now = time.monotonic()
+        self._apply_commands(now)
+        self._extract_features()
+        plan = self.scheduler.schedule(self.requests, self.resources.num_free_slots, now)
+        for stream_id in plan.admit:
+            self._admit(stream_id, now)
+        for stream_id in plan.refuse:
+            self._refuse_busy(stream_id)
+        for stream_id in plan.timed_out:
+            self._finish(stream_id, FinishReason.TIMEOUT)
+        for stream_id in plan.finish:
+            self._finish(stream_id, FinishReason.STOP)
+        cohort = [s for s in plan.run if not self._stop_at_capacity(s)]
+        audio_s = self._run_cohort(cohort) if cohort else 0.0
+        self.stats.record_step(time.perf_counter() - started, len(cohort), audio_s,
+                               self.requests, self.scheduler)
+        return not plan.is_empty or audio_s > 0
+
+    def _apply_commands(self, now: float) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            self._apply(command, now)
+
+    def _apply(self, command: Command, now: float) -> None:
+        if isinstance(command, OpenStream):
+            request = Request(command.stream_id, command.sink, now,
+                              StreamingFbank(), ChunkWindower(self._geometry), last_audio_at=now)
+            self.requests[command.stream_id] = request
+            self.scheduler.add(request)
+            return
+        request = self.requests.get(command.stream_id)
+        if request is None:
+            return  # the stream already finished; late commands are dropped
+        if isinstance(command, AppendAudio):
+            self._append_audio(request, command, now)
+        elif isinstance(command, EndStream):
+            request.input_ended = True
+        elif isinstance(command, AbortStream):
+            self._finish(request.stream_id, FinishReason.ABORT)
+
+    def _append_audio(self, request: Request, command: AppendAudio, now: float) -> None:
+        if request.input_ended:
+            return
+        request.pending_audio.append(command.samples)
+        request.num_samples_received += len(command.samples)
+        request.last_audio_at = now
+        pending_s = request.num_pending_samples / 16000 + request.fbank.num_frames_retained / 100
+        if pending_s > self.config.max_pending_audio_s:
+            self._fail(request.stream_id, "too_much_audio",
+                       f"{pending_s:.1f} s of audio queued and not yet decoded "
+                       f"(limit {self.config.max_pending_audio_s:.0f} s): send at real-time pace")
+
+    def _extract_features(self) -> None:
+        for stream_id, request in list(self.requests.items()):
+            try:
+                audio = request.take_pending_audio()
+                if audio is not None:
+                    request.fbank.accept_waveform(audio)
+                if request.input_ended and not request.fbank.is_finished:
+                    request.fbank.input_finished()
+            except Exception as exc:  # one stream's bad state must not stop the others
+                logger.exception("feature extraction failed for stream %d", stream_id)
+                self._fail(stream_id, "bad_audio", f"feature extraction failed: {exc}")
+
+    # -- admission and endings -----------------------------------------------------------------
+    def _admit(self, stream_id: int, now: float) -> None:
+        request = self.requests[stream_id]
+        request.slot = self.resources.open_stream(stream_id)
+        request.admitted_at = now
+        request.transition(RequestStatus.RUNNING)
+        chunk_ms = self.config.chunk_size * 40
+        request.emit(StreamEvent(EventType.READY, stream_id, chunk_ms=chunk_ms))
+
+    def _refuse_busy(self, stream_id: int) -> None:
+        request = self.requests.pop(stream_id)
+        request.transition(RequestStatus.FINISHED)
+        self.stats.count_refusal()
+        request.emit(StreamEvent(
+            EventType.ERROR, stream_id, code="busy",
+            message=f"all {self.config.max_batch_size} stream slots are busy; try again later"))
+
+    def _stop_at_capacity(self, stream_id: int) -> bool:
+        if not self.resources.at_capacity(stream_id):
+            return False
+        self._finish(stream_id, FinishReason.LENGTH)
+        return True
+
+    def _fail(self, stream_id: int, code: str, message: str) -> None:
+        request = self.requests.get(stream_id)
+        if request is None:
+            return
+        request.emit(StreamEvent(EventType.ERROR, stream_id, code=code, message=message))
+        self._finish(stream_id, FinishReason.ERROR)
+
+    def _finish(self, stream_id: int, reason: FinishReason) -> None:
+        """End a stream: last final (if it said anything), done, and free everything."""
+        request = self.requests.pop(stream_id, None)
+        if request is None:
+            return
+        self.scheduler.remove(stream_id)
+        if request.status is RequestStatus.RUNNING:
+            if reason is not FinishReason.ABORT and reason is not FinishReason.ERROR:
+                self._emit_final(request, reason.value)
+            self.resources.close_stream(stream_id)
+        request.transition(RequestStatus.FINISHED)
+        request.finish_reason = reason
+        self.stats.count_finish(reason)
+        request.emit(StreamEvent(EventType.DONE, stream_id, finish_reason=reason.value,
+                                 num_segments=request.num_segments_emitted))
+
+    def shutdown(self) -> None:
+        """Abort every stream (server shutdown)."""
+        self._apply_commands(time.monotonic())
+        for stream_id in list(self.requests):
+            self._finish(stream_id, FinishReason.ABORT)
+
+    # -- encode, decode, endpoint --------------------------------------------------------------
+    def _run_cohort(self, cohort: list[int]) -> float:
+        requests = [self.requests[s] for s in cohort]
+        plan = BatchPlan(
+            stream_ids=cohort,
+            slots=[r.slot for r in requests],  # type: ignore[misc]
+            windows=[r.windower.pop_window(r.fbank) for r in requests],  # type: ignore[misc]
+            offsets=[r.offset for r in requests],
+        )
+        self.resources.runner.prepare(plan)
+        plan, output = self._forward_isolating_failures(plan)
+        if not plan.stream_ids:
+            return 0.0
+        self.resources.runner.commit(plan)
+        self.resources.decode(plan.stream_ids, output)
+        for stream_id, window in zip(plan.stream_ids, plan.windows, strict=True):
+            self._after_chunk(self.requests[stream_id], window)
+        return sum(plan.num_output_frames) * FRAME_SHIFT_S
+
+    def _forward_isolating_failures(self, plan: BatchPlan) -> tuple[BatchPlan, StepOutput]:
+        """One batched forward; if it fails, each row alone, so only the bad stream ends.
+
+        Returns the rows that succeeded and their output.
+        """
+        runner = self.resources.runner
+        try:
+            return plan, runner.forward(plan)
+        except Exception:
+            logger.exception("batched forward of %d streams failed; isolating", len(plan.stream_ids))
+        rows, outputs = [], []
+        for row, stream_id in enumerate(plan.stream_ids):
+            try:
+                outputs.append(runner.forward(plan.select([row])))
+                rows.append(row)
+            except Exception as exc:
+                logger.exception("forward failed for stream %d", stream_id)
+                self._fail(stream_id, "internal", f"the model failed on this stream: {exc}")
+        return plan.select(rows), StepOutput.concat(outputs)
+
+    def _after_chunk(self, request: Request, window: Any) -> None:
+        frames = window.num_output_frames
+        request.offset += frames
+        request.num_frames_decoded += frames
+        text = self.resources.partial_text(request.stream_id)
+        if text != request.last_partial:
+            request.last_partial = text
+            request.emit(StreamEvent(EventType.PARTIAL, request.stream_id,
+                                     segment=request.segment, text=text))
+        rule = self.resources.detect_endpoint(request.stream_id)
+        if rule is not None and not window.is_last:
+            self._emit_final(request, "endpoint")
+            self.resources.reset_stream(request.stream_id)
+            request.offset = 0
+            request.segment_start_frame = request.num_frames_decoded
+            self.stats.count_endpoint(rule)
+
+    def _emit_final(self, request: Request, reason: str) -> None:
+        hyp = self.resources.final_hypothesis(request.stream_id)
+        request.last_partial = ""
+        if not hyp.text:
+            return
+        base = request.segment_start_frame
+        start = (base + (hyp.timestamps[0] if hyp.timestamps else 0)) * FRAME_SHIFT_S
+        end = (base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)) * FRAME_SHIFT_S
+        request.emit(StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
+                                 text=hyp.text, start=start, end=max(end, start), reason=reason))
+        request.segment += 1
+        request.num_segments_emitted += 1
+

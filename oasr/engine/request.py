@@ -1,0 +1,88 @@
+"""One live stream as the engine sees it: lifecycle, audio in, features, positions, segments."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oasr.audio import ChunkWindower, StreamingFbank
+from oasr.engine.events import FinishReason, StreamEvent
+
+EventSink = Callable[[StreamEvent], None]
+
+
+class RequestStatus(enum.Enum):
+    """WAITING -> RUNNING -> FINISHED; WAITING -> FINISHED (busy, abort, timeout)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+_ALLOWED = {
+    RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED},
+    RequestStatus.RUNNING: {RequestStatus.FINISHED},
+    RequestStatus.FINISHED: set(),
+}
+
+
+@dataclass
+class Request:
+    """The engine thread's record of one stream.
+
+    Positions: ``offset`` counts encoder frames since the last reset (what the model's
+    positions and caches see); ``num_frames_decoded`` counts them since the stream began (what
+    segment times are measured in). ``windower`` cuts the extractor's frames into encoder
+    windows and drops the frames no window needs any more.
+    """
+
+    stream_id: int
+    sink: EventSink
+    created_at: float
+    fbank: StreamingFbank
+    windower: ChunkWindower
+    status: RequestStatus = RequestStatus.WAITING
+    slot: int | None = None
+    admitted_at: float = 0.0
+    last_audio_at: float = 0.0
+    pending_audio: list[np.ndarray] = field(default_factory=list)
+    num_samples_received: int = 0
+    input_ended: bool = False
+    offset: int = 0
+    num_frames_decoded: int = 0
+    segment: int = 0
+    segment_start_frame: int = 0
+    last_partial: str = ""
+    num_segments_emitted: int = 0
+    finish_reason: FinishReason | None = None
+
+    def transition(self, new: RequestStatus) -> None:
+        """Move to ``new``; an illegal move is a bug in the engine, so it raises."""
+        if new not in _ALLOWED[self.status]:
+            raise RuntimeError(
+                f"stream {self.stream_id}: illegal transition {self.status.value} -> {new.value}"
+            )
+        self.status = new
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    def take_pending_audio(self) -> np.ndarray | None:
+        """All audio received since the last call, joined; None when there is none."""
+        if not self.pending_audio:
+            return None
+        audio = self.pending_audio[0] if len(self.pending_audio) == 1 else np.concatenate(
+            self.pending_audio)
+        self.pending_audio.clear()
+        return audio
+
+    @property
+    def num_pending_samples(self) -> int:
+        return sum(len(a) for a in self.pending_audio)
+
+    def emit(self, event: StreamEvent) -> None:
+        self.sink(event)

@@ -1,0 +1,86 @@
+"""Scheduler: admission by stream slots, waiting and refusal, timeouts, and the step's cohort.
+
+Policy only: it decides which streams enter, wait, time out or run this step, and hands the
+decision to the engine as a `SchedulerOutput`. It never touches caches or the model.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from oasr.engine.config import EngineConfig
+from oasr.engine.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """What one step does, by stream id.
+
+    Attributes:
+        admit: waiting streams that get a slot now (oldest first).
+        refuse: waiting streams that waited ``max_wait_time_s`` for a slot (busy).
+        timed_out: running or waiting streams past the idle timeout or the session limit.
+        finish: running streams whose input ended and whose every window was decoded.
+        run: running streams with an encoder window ready (the step's cohort).
+    """
+
+    admit: list[int] = field(default_factory=list)
+    refuse: list[int] = field(default_factory=list)
+    timed_out: list[int] = field(default_factory=list)
+    finish: list[int] = field(default_factory=list)
+    run: list[int] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.admit or self.refuse or self.timed_out or self.finish or self.run)
+
+
+class Scheduler:
+    """Keeps the waiting queue (FIFO) and decides each step's work.
+
+    Invariant: a stream id is in ``waiting`` iff its request is WAITING; admission is bounded by
+    ``num_free_slots`` passed in by the engine, which owns the slot pool.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.waiting: collections.deque[int] = collections.deque()
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request.stream_id)
+
+    def remove(self, stream_id: int) -> None:
+        if stream_id in self.waiting:
+            self.waiting.remove(stream_id)
+
+    def schedule(self, requests: dict[int, Request], num_free_slots: int,
+                 now: float) -> SchedulerOutput:
+        """Decide this step's admissions, refusals, timeouts, finishes and cohort."""
+        out = SchedulerOutput()
+        self._expire(requests, now, out)
+        while self.waiting and len(out.admit) < num_free_slots:
+            out.admit.append(self.waiting.popleft())
+        for stream_id in list(self.waiting):
+            if now - requests[stream_id].created_at >= self.config.max_wait_time_s:
+                self.waiting.remove(stream_id)
+                out.refuse.append(stream_id)
+        expired = set(out.timed_out)
+        for stream_id, request in requests.items():
+            if request.status is not RequestStatus.RUNNING or stream_id in expired:
+                continue
+            if request.windower.is_window_ready(request.fbank):
+                out.run.append(stream_id)
+            elif request.windower.is_exhausted(request.fbank):
+                out.finish.append(stream_id)
+        return out
+
+    def _expire(self, requests: dict[int, Request], now: float, out: SchedulerOutput) -> None:
+        cfg = self.config
+        for stream_id, request in requests.items():
+            if request.is_finished or request.input_ended:
+                continue
+            idle = now - max(request.last_audio_at, request.created_at)
+            if idle >= cfg.idle_timeout_s or now - request.created_at >= cfg.max_session_s:
+                out.timed_out.append(stream_id)
+                self.remove(stream_id)

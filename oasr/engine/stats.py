@@ -1,0 +1,129 @@
+"""EngineStats: counters the engine keeps and the snapshot the panel and /metrics read.
+
+The snapshot is rebuilt on the engine thread at most every ``SNAPSHOT_INTERVAL_S`` and
+replaced as a whole (one reference assignment), so readers on other threads always see a
+consistent dict without a lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import TYPE_CHECKING, Any
+
+from oasr.engine.events import FinishReason
+from oasr.engine.request import Request, RequestStatus
+
+if TYPE_CHECKING:
+    from oasr.engine.scheduler import Scheduler
+    from oasr.engine.streams import StreamResources
+
+SNAPSHOT_INTERVAL_S = 0.1
+RTF_WINDOW_S = 5.0
+
+
+class EngineStats:
+    """Counters and timing of one engine; ``snapshot`` is the JSON the stats API serves."""
+
+    def __init__(self, resources: StreamResources) -> None:
+        self.resources = resources
+        self.started_at = time.monotonic()
+        self.num_steps = 0
+        self.num_busy_steps = 0
+        self.num_refused = 0
+        self.finish_reasons = {reason.value: 0 for reason in FinishReason}
+        self.endpoints: collections.Counter[str] = collections.Counter()
+        self.last_step_ms = 0.0
+        self.avg_step_ms = 0.0
+        self.last_batch_size = 0
+        self.total_audio_s = 0.0
+        self.total_busy_s = 0.0
+        self.step_history: collections.deque[tuple[float, float, float, int]] = (
+            collections.deque(maxlen=4096))  # (time, seconds, audio_s, batch)
+        self._last_snapshot_at = 0.0
+        self.snapshot: dict[str, Any] = {}
+
+    def count_finish(self, reason: FinishReason) -> None:
+        self.finish_reasons[reason.value] += 1
+
+    def count_refusal(self) -> None:
+        self.num_refused += 1
+
+    def count_endpoint(self, rule: str) -> None:
+        self.endpoints[rule] += 1
+
+    def record_step(self, seconds: float, batch_size: int, audio_s: float,
+                    requests: dict[int, Request], scheduler: Scheduler) -> None:
+        """Account one step; refresh the snapshot when it is due."""
+        self.num_steps += 1
+        now = time.monotonic()
+        if batch_size:
+            self.num_busy_steps += 1
+            self.last_step_ms = seconds * 1e3
+            self.avg_step_ms += (self.last_step_ms - self.avg_step_ms) * 0.05
+            self.last_batch_size = batch_size
+            self.total_audio_s += audio_s
+            self.total_busy_s += seconds
+            self.step_history.append((now, seconds, audio_s, batch_size))
+        if now - self._last_snapshot_at >= SNAPSHOT_INTERVAL_S or not self.snapshot:
+            self._last_snapshot_at = now
+            self.snapshot = self._build_snapshot(now, requests, scheduler)
+
+    def recent_rtf(self, now: float) -> float:
+        """Compute seconds per audio second over the last few seconds (0 when idle)."""
+        recent = [(s, a) for t, s, a, _ in self.step_history if now - t <= RTF_WINDOW_S]
+        audio = sum(a for _, a in recent)
+        return sum(s for s, _ in recent) / audio if audio > 0 else 0.0
+
+    def _build_snapshot(self, now: float, requests: dict[int, Request],
+                        scheduler: Scheduler) -> dict[str, Any]:
+        res = self.resources
+        cfg = res.cache_config
+        owners = res.attention.block_owner_snapshot()[: cfg.max_num_blocks]
+        running = [r for r in requests.values() if r.status is RequestStatus.RUNNING]
+        return {
+            "pool": {
+                "num_blocks": cfg.max_num_blocks,
+                "num_used_blocks": cfg.max_num_blocks - res.pool.num_free_blocks,
+                "num_free_blocks": res.pool.num_free_blocks,
+                "block_size_frames": cfg.block_size_frames,
+                "owners": owners,
+            },
+            "streams": {
+                "active": len(running),
+                "waiting": len(scheduler.waiting),
+                "max_batch_size": cfg.max_batch_size,
+                "list": [self._stream_entry(r, now) for r in running],
+            },
+            "num_evictions": res.attention.num_evictions,
+            "finish_reasons": dict(self.finish_reasons),
+            "num_refused": self.num_refused,
+            "endpoints": dict(self.endpoints),
+            "step": {
+                "last_ms": round(self.last_step_ms, 3),
+                "avg_ms": round(self.avg_step_ms, 3),
+                "last_batch_size": self.last_batch_size,
+                "num_steps": self.num_busy_steps,
+            },
+            "rtf": round(self.recent_rtf(now), 4),
+            "total_audio_s": round(self.total_audio_s, 2),
+            "uptime_s": round(now - self.started_at, 1),
+            "model": {
+                "name": res.config.model or "bundled default",
+                "chunk_ms": cfg.chunk_size * 40,
+                "device": str(cfg.device),
+                "num_left_chunks": cfg.num_left_chunks,
+            },
+        }
+
+    def _stream_entry(self, request: Request, now: float) -> dict[str, Any]:
+        received_s = request.num_samples_received / 16000
+        decoded_s = request.num_frames_decoded * 0.04
+        return {
+            "stream_id": request.stream_id,
+            "slot": request.slot,
+            "num_blocks": len(self.resources.attention.stream_info(request.stream_id).block_ids),
+            "audio_s": round(received_s, 2),
+            "lag_s": round(max(0.0, received_s - decoded_s), 2),
+            "segment": request.segment,
+        }

@@ -1,0 +1,166 @@
+"""EngineThread: the engine loop on a background thread, and the thread-safe calls that feed it.
+
+Only the engine thread touches the caches, the model and the decoders (STYLE rule 5). Callers
+(websocket handlers, the transcribe command) decode and resample their own audio in their own
+thread, then hand 16 kHz float32 samples over as commands; the engine applies them between
+steps and answers through each stream's event sink.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from oasr.audio import (
+    MODEL_SAMPLE_RATE,
+    PCM_FORMATS,
+    StreamingResampler,
+    decode_pcm,
+    validate_sample_rate,
+)
+from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
+from oasr.engine.config import EngineConfig
+from oasr.engine.engine import ASREngine
+from oasr.engine.events import StreamEvent
+from oasr.engine.request import EventSink
+
+logger = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.25  # how often an idle engine wakes to enforce timeouts
+
+
+@dataclass
+class _StreamInput:
+    """Caller-side state of one stream: its PCM format and resampler."""
+
+    fmt: str
+    resampler: StreamingResampler
+    ended: bool = False
+
+
+class EngineThread:
+    """Runs `ASREngine.step` on a background thread; every public method is thread-safe.
+
+    Invariant: a stream id is in ``_inputs`` from `open_stream` until its terminal event
+    (done, or a busy refusal) has been handed to its sink; after that `feed_audio` raises
+    KeyError and `end_stream` / `abort_stream` do nothing.
+    """
+
+    def __init__(self, config: EngineConfig | None = None, engine: ASREngine | None = None):
+        self.engine = engine if engine is not None else ASREngine(config or EngineConfig())
+        self._inputs: dict[int, _StreamInput] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("engine thread already started")
+        self._thread = threading.Thread(target=self._run, name="oasr-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Abort every stream, stop the loop and join the thread."""
+        self._stop.set()
+        self.engine.wake()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def ready(self) -> bool:
+        """True while the loop runs and has not died."""
+        return self.is_alive() and self.error is None and not self._stop.is_set()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if not self.engine.step():
+                    self.engine.wait_for_work(IDLE_POLL_S)
+            self.engine.shutdown()
+        except BaseException as exc:  # the loop itself died: readiness must say so
+            logger.exception("engine thread died")
+            self.error = exc
+            raise
+
+    # -- streams -------------------------------------------------------------------------------
+    def open_stream(self, sample_rate: int = MODEL_SAMPLE_RATE, fmt: str = "s16le",
+                    sink: EventSink | None = None) -> int:
+        """Register a new stream; admission (ready or busy) arrives later through ``sink``.
+
+        Raises:
+            ValueError: unsupported sample rate or PCM format.
+        """
+        if fmt not in PCM_FORMATS:
+            raise ValueError(f"unsupported format {fmt!r}; use one of {', '.join(PCM_FORMATS)}")
+        resampler = StreamingResampler(validate_sample_rate(sample_rate), MODEL_SAMPLE_RATE)
+        stream_id = next(self._ids)
+        user_sink = sink if sink is not None else (lambda event: None)
+
+        def deliver(event: StreamEvent) -> None:
+            if event.is_terminal:
+                with self._lock:
+                    self._inputs.pop(stream_id, None)
+            user_sink(event)
+
+        with self._lock:
+            self._inputs[stream_id] = _StreamInput(fmt, resampler)
+        self.engine.submit(OpenStream(stream_id, deliver))
+        return stream_id
+
+    def feed_audio(self, stream_id: int, data: bytes) -> None:
+        """Decode, validate and resample ``data`` here, then queue it for the engine.
+
+        Raises:
+            KeyError: the stream is unknown or already finished.
+            ValueError: the audio is malformed (message fit for the client), or came after end.
+        """
+        stream = self._get(stream_id)
+        if stream.ended:
+            raise ValueError("audio after end: the stream no longer accepts audio")
+        samples = decode_pcm(data, stream.fmt)
+        resampled = stream.resampler.process(samples)
+        if resampled.size:
+            self.engine.submit(AppendAudio(stream_id, resampled))
+
+    def end_stream(self, stream_id: int) -> None:
+        """No more audio: flush the resampler and let the engine finish the stream."""
+        with self._lock:
+            stream = self._inputs.get(stream_id)
+            if stream is None or stream.ended:
+                return
+            stream.ended = True
+        tail = stream.resampler.flush()
+        if tail.size:
+            self.engine.submit(AppendAudio(stream_id, tail))
+        self.engine.submit(EndStream(stream_id))
+
+    def abort_stream(self, stream_id: int) -> None:
+        """The client vanished: free the stream at the next step."""
+        with self._lock:
+            if stream_id not in self._inputs:
+                return
+        self.engine.submit(AbortStream(stream_id))
+
+    def stats(self) -> dict[str, Any]:
+        """The latest stats snapshot (JSON-serialisable)."""
+        snapshot = dict(self.engine.latest_stats())
+        snapshot["engine_alive"] = self.ready
+        snapshot["time"] = time.time()
+        return snapshot
+
+    def _get(self, stream_id: int) -> _StreamInput:
+        with self._lock:
+            stream = self._inputs.get(stream_id)
+        if stream is None:
+            raise KeyError(f"stream {stream_id} is unknown or finished")
+        return stream
