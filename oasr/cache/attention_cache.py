@@ -1,0 +1,444 @@
+"""Per-stream paged attention K/V: logical blocks, slot-addressed block tables, eviction.
+
+Policy over the pool's mechanism: this manager decides how many blocks a stream holds, which
+stream owns which block, and when the oldest block of a stream is evicted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from oasr.cache.block_pool import BlockPool
+from oasr.cache.block_table import BlockTables
+from oasr.cache.dense_kv import gather_dense, write_dense_frames
+from oasr.cache.state import StreamSlotPool
+from oasr.cache.types import CacheConfig
+from oasr.fmha import PagedKVCache
+
+
+@dataclass
+class _StreamKVState:
+    """Bookkeeping of one stream; ``logical_blocks[i]`` is the physical id of logical block i."""
+
+    slot: int
+    owns_slot: bool
+    logical_blocks: list[int] = field(default_factory=list)
+    num_committed_frames: int = 0  # frames held == the stream's cache_seqlens row
+    num_total_frames: int = 0  # frames committed since allocation or the last reset
+    num_evictions: int = 0  # blocks evicted over the stream's life (resets do not clear it)
+    prepared: bool = False  # prepare_chunk called since allocation or the last reset
+
+
+@dataclass(frozen=True)
+class StreamKVInfo:
+    """A snapshot of one stream's K/V bookkeeping (for stats; mutating it changes nothing)."""
+
+    stream_id: int
+    slot: int
+    block_ids: tuple[int, ...]
+    num_cached_frames: int
+    num_total_frames: int
+    num_evictions: int
+
+
+class AttentionCacheManager:
+    """Maps each stream's logical K/V blocks onto the shared ``BlockPool``.
+
+    Storage: one persistent ``block_table`` (max_batch_size + pad_lanes, max_blocks_per_seq)
+    int32 and one ``cache_seqlens`` (max_batch_size + pad_lanes,) int32 on the config's device;
+    a stream owns the row of its slot. Both are edited on a host mirror and flushed to the device
+    in one copy before any device read (see ``HostMirroredTable``), so no Python scalar is ever
+    written through an index into a device tensor.
+
+    Invariants, per stream: frame p of the retained history is in ``logical_blocks[p // bs]`` at
+    slot ``p % bs``; ``block_table[slot, :len(logical_blocks)] == logical_blocks`` and zeros
+    after; ``cache_seqlens[slot] == num_committed_frames``. With eviction on, a commit leaves at
+    most ``max_logical_blocks`` blocks, evicting oldest first (FIFO, a left shift of the row).
+    Pad lanes (rows past ``max_batch_size``) point only at a scratch block, at the cache length
+    every stream starts with; no stream is ever bound to them.
+    """
+
+    def __init__(self, pool: BlockPool, config: CacheConfig, pad_lanes: int = 0) -> None:
+        if not isinstance(pad_lanes, int) or pad_lanes < 0:
+            raise ValueError(f"pad_lanes must be an int >= 0, got {pad_lanes!r}")
+        expected = (config.num_layers, config.block_size_frames, config.n_kv_head, config.head_dim)
+        actual = (pool.k_pool.size(0), *pool.k_pool.shape[2:])
+        if expected != actual or pool.num_blocks != config.max_num_blocks:
+            raise ValueError(
+                f"pool geometry (layers, block, heads, dim)={actual}, {pool.num_blocks} blocks "
+                f"does not match the config's {expected}, {config.max_num_blocks} blocks"
+            )
+        self.pool = pool
+        self.config = config
+        self.pad_lanes = pad_lanes
+        self.num_rows = config.max_batch_size + pad_lanes
+        self.slot_pool = StreamSlotPool(config.max_batch_size)
+        self.num_evictions = 0
+        self._bs = config.block_size_frames
+        self._streams: dict[int, _StreamKVState] = {}
+        mlb = config.max_logical_blocks
+        self._block_limit = config.blocks_per_stream if mlb is None else mlb + 1
+        self._tables = BlockTables(config, pad_lanes, pool.scratch_block_ids, config.prefill_frames)
+
+    # ---------------------------------------------------------------- stream lifecycle
+
+    @property
+    def pad_lane_slots(self) -> tuple[int, ...]:
+        """Rows past ``max_batch_size`` that pad a batch; they write only into scratch."""
+        return self._tables.pad_lane_slots
+
+    @property
+    def stream_ids(self) -> list[int]:
+        return list(self._streams)
+
+    @property
+    def num_streams(self) -> int:
+        return len(self._streams)
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._streams
+
+    def allocate_stream(self, stream_id: int, slot: int | None = None) -> int:
+        """Register a stream and bind it to a row; prefill its zeroed window if configured.
+
+        Args:
+            stream_id: any int not currently allocated here.
+            slot: a row chosen by the caller (who then owns the slot's lifetime), or None to take
+                the lowest free slot from ``slot_pool``.
+        Returns:
+            The stream's slot.
+        Raises:
+            ValueError: duplicate stream id, or a caller-chosen slot that is out of range or bound.
+            RuntimeError: no free slot, or the pool cannot hold the prefilled window.
+        """
+        if stream_id in self._streams:
+            raise ValueError(f"stream {stream_id} is already allocated (slot {self.slot_of(stream_id)})")
+        owns_slot = slot is None
+        if slot is None:
+            slot = self.slot_pool.allocate()
+        else:
+            self._check_caller_slot(slot)
+        state = _StreamKVState(slot=slot, owns_slot=owns_slot)
+        try:
+            self._init_row(state)
+        except RuntimeError:
+            if owns_slot:
+                self.slot_pool.free(slot)
+            raise
+        self._streams[stream_id] = state
+        return slot
+
+    def _check_caller_slot(self, slot: int) -> None:
+        if not isinstance(slot, int) or not 0 <= slot < self.config.max_batch_size:
+            raise ValueError(f"slot {slot!r} out of range: streams use 0..{self.config.max_batch_size - 1}")
+        for sid, other in self._streams.items():
+            if other.slot == slot:
+                raise ValueError(f"slot {slot} is already bound to stream {sid}")
+
+    def free_stream(self, stream_id: int) -> None:
+        """Free every block of the stream, blank its row and release its slot."""
+        state = self._get_state(stream_id)
+        self._release_blocks(state)
+        self._set_seqlen(state, 0)
+        del self._streams[stream_id]
+        if state.owns_slot:
+            self.slot_pool.free(state.slot)
+
+    def reset_stream(self, stream_id: int) -> None:
+        """Start the stream's history over in place (an endpoint): free its blocks, blank its
+        row, re-prefill the zeroed window if configured; the slot is kept."""
+        state = self._get_state(stream_id)
+        self._release_blocks(state)
+        state.num_committed_frames = 0
+        state.num_total_frames = 0
+        state.prepared = False
+        self._init_row(state)
+
+    def _init_row(self, state: _StreamKVState) -> None:
+        n = self.config.blocks_per_stream if self.config.prefill_kv_window else 0
+        ids = self.pool.allocate(n)
+        self.pool.zero_blocks(ids)
+        self._append_blocks(state, ids)
+        state.num_committed_frames = n * self._bs
+        self._set_seqlen(state, state.num_committed_frames)
+
+    def _release_blocks(self, state: _StreamKVState) -> None:
+        self.pool.free(state.logical_blocks)
+        state.logical_blocks = []
+        self._tables.clear(state.slot)
+
+    def _get_state(self, stream_id: int) -> _StreamKVState:
+        try:
+            return self._streams[stream_id]
+        except KeyError:
+            raise KeyError(f"stream {stream_id} is not allocated in the attention cache") from None
+
+    def slot_of(self, stream_id: int) -> int:
+        return self._get_state(stream_id).slot
+
+    # ---------------------------------------------------------------- block bookkeeping
+
+    def _num_new_blocks(self, state: _StreamKVState, num_frames: int) -> int:
+        needed = math.ceil((state.num_committed_frames + num_frames) / self._bs)
+        return max(0, needed - len(state.logical_blocks))
+
+    def _check_capacity(self, stream_id: int, state: _StreamKVState, num_frames: int) -> int:
+        new = self._num_new_blocks(state, num_frames)
+        if len(state.logical_blocks) + new > self._block_limit:
+            raise RuntimeError(
+                f"stream {stream_id} is at capacity: it holds {len(state.logical_blocks)} blocks "
+                f"({state.num_committed_frames} frames) and a chunk of {num_frames} frames would "
+                f"need block {len(state.logical_blocks) + new} of at most {self._block_limit} "
+                f"(max_stream_frames={self.config.max_stream_frames}); check at_capacity() first"
+            )
+        return new
+
+    def _append_blocks(self, state: _StreamKVState, block_ids: Sequence[int]) -> None:
+        if not block_ids:
+            return
+        self._tables.write(state.slot, len(state.logical_blocks), block_ids)
+        state.logical_blocks.extend(block_ids)
+
+    def _set_seqlen(self, state: _StreamKVState, frames: int) -> None:
+        self._tables.set_seqlen(state.slot, frames)
+
+    def _commit_frames(self, state: _StreamKVState, num_frames: int) -> None:
+        state.num_committed_frames += num_frames
+        state.num_total_frames += num_frames
+        mlb = self.config.max_logical_blocks
+        if mlb is not None and len(state.logical_blocks) > mlb:
+            self._evict(state, len(state.logical_blocks) - mlb)
+        self._set_seqlen(state, state.num_committed_frames)
+
+    def _evict(self, state: _StreamKVState, n: int) -> None:
+        """Drop the ``n`` oldest blocks: free them, shift the row left, shorten the history."""
+        evicted = state.logical_blocks[:n]
+        state.logical_blocks = state.logical_blocks[n:]
+        self.pool.free(evicted)
+        self._tables.shift_left(state.slot, n, len(state.logical_blocks))
+        state.num_committed_frames = max(0, state.num_committed_frames - n * self._bs)
+        state.num_evictions += n
+        self.num_evictions += n
+
+    # ---------------------------------------------------------------- paged mode
+
+    def at_capacity(self, stream_id: int) -> bool:
+        """True when the stream cannot take another full chunk (unlimited history only: with
+        eviction a stream's history is bounded and it never reaches a ceiling)."""
+        state = self._get_state(stream_id)
+        new = self._num_new_blocks(state, self.config.chunk_size)
+        return len(state.logical_blocks) + new > self._block_limit
+
+    def prepare_chunk(self, stream_id: int) -> None:
+        """Make sure blocks exist for the stream's next ``chunk_size`` frames (at most one new).
+
+        Raises:
+            KeyError: unknown stream. RuntimeError: stream at capacity, or pool exhausted.
+        """
+        self.prepare_chunks_batched([stream_id])
+
+    def prepare_chunks_batched(self, stream_ids: Sequence[int]) -> None:
+        """``prepare_chunk`` for several streams with ONE pool allocation, handed out in order.
+
+        All checks run before anything is allocated, so a failure changes nothing.
+
+        Raises:
+            ValueError: a stream id repeated. KeyError: unknown stream.
+            RuntimeError: a stream at capacity, or the pool cannot cover the cohort.
+        """
+        if len(set(stream_ids)) != len(stream_ids):
+            raise ValueError(f"stream ids repeat in the batch: {list(stream_ids)}")
+        states = [self._get_state(sid) for sid in stream_ids]
+        chunk = self.config.chunk_size
+        needs = [self._check_capacity(sid, st, chunk) for sid, st in zip(stream_ids, states, strict=True)]
+        block_ids = self.pool.allocate(sum(needs))
+        start = 0
+        for state, need in zip(states, needs, strict=True):
+            self._append_blocks(state, block_ids[start : start + need])
+            start += need
+            state.prepared = True
+
+    def commit_chunk_paged(self, stream_id: int, chunk_frames: int) -> None:
+        """Account ``chunk_frames`` frames the model wrote into the prepared blocks, then evict.
+
+        Args:
+            chunk_frames: frames actually written, 0..chunk_size (a stream's last chunk may be
+                short).
+        Raises:
+            ValueError: ``chunk_frames`` outside 0..chunk_size.
+            RuntimeError: more frames than the prepared blocks hold (prepare_chunk missing).
+        """
+        state = self._get_state(stream_id)
+        if not 0 <= chunk_frames <= self.config.chunk_size:
+            raise ValueError(f"chunk_frames must be in 0..{self.config.chunk_size}, got {chunk_frames}")
+        room = len(state.logical_blocks) * self._bs - state.num_committed_frames
+        if chunk_frames > room:
+            raise RuntimeError(
+                f"stream {stream_id}: committing {chunk_frames} frames but its blocks have room for "
+                f"{room}; call prepare_chunk before the forward"
+            )
+        self._commit_frames(state, chunk_frames)
+
+    def get_paged_state_views(self, stream_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stream's rows: block_table (1, max_blocks_per_seq) and cache_seqlens (1,), int32.
+
+        Views of the persistent tensors (they follow later commits).
+
+        Raises:
+            RuntimeError: prepare_chunk never called since allocation or the last reset.
+        """
+        state = self._get_state(stream_id)
+        if not state.prepared:
+            raise RuntimeError(
+                f"stream {stream_id} has no prepared chunk: call prepare_chunk before reading its "
+                "paged caches"
+            )
+        return self._tables.row_views(state.slot)
+
+    def get_paged_caches(self, stream_id: int) -> list[PagedKVCache]:
+        """One ``PagedKVCache`` per layer for this stream alone (B = 1)."""
+        block_table, cache_seqlens = self.get_paged_state_views(stream_id)
+        held = self._streams[stream_id].num_committed_frames
+        return self._layer_caches(block_table, cache_seqlens, held)
+
+    def get_batched_paged_caches(
+        self, stream_ids: Sequence[int], pad_to: int | None = None
+    ) -> list[PagedKVCache]:
+        """One ``PagedKVCache`` per layer for a batch, rows gathered by one slots tensor.
+
+        Args:
+            stream_ids: B distinct prepared streams, in batch order.
+            pad_to: append pad-lane rows up to this batch size (needs ``pad_lanes >= 1``).
+        Returns:
+            Caches whose block_table is (B', max_blocks_per_seq) and cache_seqlens (B',), with
+            ``host_seqlen`` the largest held history (host ints, no device sync).
+        """
+        for sid in stream_ids:
+            if not self._get_state(sid).prepared:
+                raise RuntimeError(f"stream {sid} has no prepared chunk: call prepare_chunk first")
+        slots = self.batch_slots(stream_ids, pad_to)
+        block_table, cache_seqlens = self._tables.gather(slots)  # (B, max_blocks), (B,)
+        held = [self._streams[sid].num_committed_frames for sid in stream_ids]
+        if pad_to is not None and pad_to > len(stream_ids):
+            held.append(self.config.prefill_frames)
+        return self._layer_caches(block_table, cache_seqlens, max(held, default=0))
+
+    def _layer_caches(
+        self, block_table: torch.Tensor, cache_seqlens: torch.Tensor, host_seqlen: int
+    ) -> list[PagedKVCache]:
+        caches = []
+        for layer in range(self.config.num_layers):
+            k_cache, v_cache = self.pool.get_kv_view(layer)
+            caches.append(
+                PagedKVCache(
+                    k_cache=k_cache,
+                    v_cache=v_cache,
+                    block_table=block_table,
+                    cache_seqlens=cache_seqlens,
+                    block_size=self._bs,
+                    host_seqlen=host_seqlen,
+                )
+            )
+        return caches
+
+    def batch_slots(self, stream_ids: Sequence[int], pad_to: int | None = None) -> torch.Tensor:
+        """(B',) int64 slots of the streams (then pad lanes up to ``pad_to``) on the device."""
+        return self._tables.slots_tensor(self.batch_slot_list(stream_ids, pad_to))
+
+    def batch_slot_list(self, stream_ids: Sequence[int], pad_to: int | None = None) -> list[int]:
+        """Host list of the rows a batch reads: the streams' slots, then pad lanes up to ``pad_to``."""
+        slots = [self._get_state(sid).slot for sid in stream_ids]
+        if pad_to is None or pad_to <= len(slots):
+            return slots
+        if not self.pad_lanes:
+            raise ValueError(
+                f"cannot pad a batch of {len(slots)} to {pad_to}: this manager has no pad lanes "
+                "(build it with pad_lanes=1 and BlockPool(config, scratch_blocks=1))"
+            )
+        lanes = self.pad_lane_slots
+        return slots + [lanes[i % len(lanes)] for i in range(pad_to - len(slots))]
+
+    def cached_frames(self, stream_ids: Sequence[int]) -> torch.Tensor:
+        """(B,) int32 frames each stream holds (its cache_seqlens rows), on the device."""
+        return self._tables.gather(self.batch_slots(stream_ids))[1]
+
+    def num_cached_frames(self, stream_id: int) -> int:
+        """Host int: frames the stream holds (no device read)."""
+        return self._get_state(stream_id).num_committed_frames
+
+    @property
+    def block_table(self) -> torch.Tensor:
+        """(max_batch_size + pad_lanes, max_blocks_per_seq) int32 device table, up to date."""
+        return self._tables.block_table
+
+    @property
+    def cache_seqlens(self) -> torch.Tensor:
+        """(max_batch_size + pad_lanes,) int32 device cache lengths, up to date."""
+        return self._tables.cache_seqlens
+
+    def host_block_table_row(self, stream_id: int) -> list[int]:
+        """The stream's block-table row as the device will hold it (host ints, no device read)."""
+        return self._tables.host_row(self._get_state(stream_id).slot)
+
+    # ---------------------------------------------------------------- dense mode
+
+    def commit(self, stream_id: int, new_kv_chunk: torch.Tensor) -> None:
+        """Store a chunk's packed K|V (dense mode): allocate its block, write, account, evict.
+
+        Args:
+            new_kv_chunk: (num_layers, n_kv_head, T, 2 * head_dim), T <= block_size_frames; the
+                chunk's last T frames of a WeNet-style ``att_cache``.
+        Raises:
+            ValueError: wrong shape, or T > block_size_frames.
+            RuntimeError: stream at capacity, or pool exhausted.
+        """
+        state = self._get_state(stream_id)
+        cfg = self.config
+        expected = (cfg.num_layers, cfg.n_kv_head, "T", cfg.kv_last_dim)
+        shape = tuple(new_kv_chunk.shape)
+        if len(shape) != 4 or (shape[0], shape[1], shape[3]) != (expected[0], expected[1], expected[3]):
+            raise ValueError(f"new_kv_chunk shape {shape} does not match expected {expected}")
+        num_frames = shape[2]
+        if num_frames > self._bs:
+            raise ValueError(
+                f"chunk of {num_frames} frames > block_size_frames ({self._bs}): dense mode "
+                "stores one chunk per block"
+            )
+        new = self._check_capacity(stream_id, state, num_frames)
+        self._append_blocks(state, self.pool.allocate(new))
+        write_dense_frames(self.pool, state.logical_blocks, state.num_committed_frames, new_kv_chunk)
+        self._commit_frames(state, num_frames)
+
+    def get_stacked_cache(self, stream_id: int) -> torch.Tensor:
+        """The stream's held history as (num_layers, n_kv_head, T_total, 2 * head_dim).
+
+        Usable directly as a WeNet-style ``att_cache`` (K in ``[..., :head_dim]``, V after);
+        (L, H, 0, 2D) when nothing is held.
+        """
+        state = self._get_state(stream_id)
+        return gather_dense(self.pool, state.logical_blocks, state.num_committed_frames)
+
+    # ---------------------------------------------------------------- stats
+
+    def stream_info(self, stream_id: int) -> StreamKVInfo:
+        state = self._get_state(stream_id)
+        return StreamKVInfo(
+            stream_id=stream_id,
+            slot=state.slot,
+            block_ids=tuple(state.logical_blocks),
+            num_cached_frames=state.num_committed_frames,
+            num_total_frames=state.num_total_frames,
+            num_evictions=state.num_evictions,
+        )
+
+    def block_owner_snapshot(self) -> list[int | None]:
+        """For every physical block id, the stream that owns it, or None (free or scratch)."""
+        owners: list[int | None] = [None] * self.pool.num_physical_blocks
+        for sid, state in self._streams.items():
+            for block_id in state.logical_blocks:
+                owners[block_id] = sid
+        return owners
