@@ -97,6 +97,8 @@ class GpuStreamingDecoder:
             lengths: (B,) valid frames per row (the rest is padding), None when all T are valid.
         """
         chunk = prepare_chunk(log_probs, lengths, state, self._config)
+        if log_probs.shape[1] == 0:
+            return
         ensure_capacity(state, log_probs.shape[1])
         if self._config.is_greedy:
             greedy_chunk(chunk, state, self._config.blank_id)
