@@ -6,6 +6,7 @@ from oasr.models.cmvn import GlobalCMVN, load_cmvn
 from oasr.models.config import ConformerConfig
 from oasr.models.conformer import ConformerEncoder
 from oasr.models.ctc import CTC
+from oasr.models.wenet import export_wenet, load_wenet_dir
 
 __all__ = [
     "CTC",
@@ -13,7 +14,9 @@ __all__ = [
     "ConformerConfig",
     "ConformerEncoder",
     "GlobalCMVN",
+    "export_wenet",
     "load_cmvn",
     "load_model",
+    "load_wenet_dir",
     "save_model",
 ]
