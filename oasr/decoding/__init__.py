@@ -2,6 +2,7 @@
 
 from oasr.decoding.config import GpuDecoderConfig, Hypothesis
 from oasr.decoding.decoder import FrameStats, GpuStreamingDecoder
+from oasr.decoding.endpoint import Endpoint, EndpointConfig, Endpointer, EndpointRule
 from oasr.decoding.state import DecoderState
 from oasr.decoding.tokenizer import (
     BpeTokenizer,
@@ -16,6 +17,10 @@ __all__ = [
     "BpeTokenizer",
     "CharTokenizer",
     "DecoderState",
+    "Endpoint",
+    "EndpointConfig",
+    "EndpointRule",
+    "Endpointer",
     "FrameStats",
     "GpuDecoderConfig",
     "GpuStreamingDecoder",
