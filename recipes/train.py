@@ -1,0 +1,249 @@
+"""Stage 4: CTC training of the streaming Conformer, resumable across sessions.
+
+One process, ``torch.set_num_threads(2)``; run it under ``nice``. Every ``ckpt_interval_s``
+seconds the model, optimizer, step and data position go to ``<ckpt>/latest.pt`` (atomic
+rename), a quick validation (greedy, chunk-16 mask, on heldout sentences) runs, and the best
+checkpoint by that WER is kept as ``<ckpt>/best.pt``. Starting again resumes from
+``latest.pt``; without one the weights are warm-started from the bundled default model when it
+has the same architecture, else initialised from the seed.
+
+Training: dynamic chunk masks (random chunk 1..25 or full context, random left context),
+SpecAugment, length-bucketed batches, AdamW with linear warmup then cosine decay to
+``final_lr_ratio * peak_lr`` at ``total_steps`` (constant after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from oasr.decoding.tokenizer import CharTokenizer
+from oasr.models import AsrModel, ConformerConfig, load_cmvn, load_model
+from recipes.data import FeatureSet, SpecAugmentConfig
+from recipes.wer import ErrorCounts, decode_batch
+
+UNITS = ["<blank>", "<unk>", "'", *[chr(c) for c in range(ord("a"), ord("z") + 1)], "\u2581",
+         "<sos/eos>"]
+
+
+def default_model_config() -> ConformerConfig:
+    """The bundled model's architecture: small enough to serve many streams on CPU."""
+    return ConformerConfig(
+        input_dim=80, vocab_size=len(UNITS), output_size=144, attention_heads=4,
+        linear_units=576, num_blocks=6, dropout_rate=0.1, positional_dropout_rate=0.1,
+        attention_dropout_rate=0.0, cnn_module_kernel=15, causal=True,
+        cnn_module_norm="layer_norm", use_dynamic_chunk=True, use_dynamic_left_chunk=True,
+    )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation and bookkeeping settings (recorded in every checkpoint)."""
+
+    max_frames: int = 5000  # padded fbank frames per batch
+    peak_lr: float = 2e-3
+    warmup_steps: int = 500
+    total_steps: int = 6000
+    final_lr_ratio: float = 0.05
+    weight_decay: float = 0.01
+    grad_clip: float = 5.0
+    ckpt_interval_s: float = 600.0
+    num_valid_utts: int = 120
+    seed: int = 777
+    num_threads: int = 2
+    spec: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.warmup_steps < self.total_steps:
+            raise ValueError(
+                f"need 0 < warmup_steps < total_steps, got {self.warmup_steps}, {self.total_steps}"
+            )
+        if self.max_frames < 500:
+            raise ValueError(f"max_frames {self.max_frames} is below one 5-second utterance")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for optimizer step ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            return self.peak_lr * (step + 1) / self.warmup_steps
+        progress = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps))
+        floor = self.final_lr_ratio
+        return self.peak_lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@dataclass
+class TrainState:
+    """Where training is: saved with the weights so a restart continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    audio_seconds: float = 0.0
+    train_seconds: float = 0.0
+    best_wer: float = float("inf")
+
+
+def build_model(data: Path) -> AsrModel:
+    """A fresh model with the training set's CMVN statistics."""
+    model = AsrModel(default_model_config(), units=UNITS)
+    mean, istd = load_cmvn(data / "feats" / "global_cmvn.json")
+    model.encoder.global_cmvn.set_stats(mean, istd)
+    return model
+
+
+def save_checkpoint(path: Path, model: AsrModel, opt: torch.optim.Optimizer, state: TrainState,
+                    cfg: TrainConfig) -> None:
+    """Atomic write: a killed process leaves the previous checkpoint intact."""
+    payload = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+               "state": asdict(state), "train_config": asdict(cfg),
+               "model_config": model.config.to_dict(), "units": UNITS}
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def restore(ckpt_dir: Path, model: AsrModel, opt: torch.optim.Optimizer) -> TrainState:
+    """Resume from ``latest.pt``, or warm-start from the bundled model, or start fresh."""
+    latest = ckpt_dir / "latest.pt"
+    if latest.exists():
+        payload = torch.load(latest, map_location="cpu", weights_only=False)
+        model.load_state_dict(payload["model"])
+        opt.load_state_dict(payload["optimizer"])
+        state = TrainState(**payload["state"])
+        print(f"resumed from {latest} at step {state.step}", flush=True)
+        return state
+    try:
+        bundled = load_model(None)
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        print(f"no bundled model to warm-start from ({err}); random init", flush=True)
+        return TrainState()
+    if bundled.config.to_dict() == model.config.to_dict():
+        model.load_state_dict(bundled.state_dict())
+        print("warm-started from the bundled default model", flush=True)
+    return TrainState()
+
+
+def validate(model: AsrModel, valid: FeatureSet, num_utts: int) -> ErrorCounts:
+    """Greedy WER of the first ``num_utts`` validation utterances, chunk-16 mask."""
+    model.eval()
+    counts = ErrorCounts()
+    indices = list(range(min(num_utts, len(valid))))
+    for start in range(0, len(indices), 24):
+        batch = valid.make_batch(indices[start:start + 24], None, np.zeros(80, np.float32),
+                                 np.random.default_rng(0))
+        for k, hyp in enumerate(decode_batch(model, batch.feats, batch.feat_lens, 16)):
+            counts.add(valid.texts[indices[start + k]], hyp)
+    model.train()
+    return counts
+
+
+def train_step(model: AsrModel, opt: torch.optim.Optimizer, batch, lr: float,
+               clip: float) -> tuple[float, float]:
+    """One update; returns (loss per utterance, grad norm)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    enc, enc_lens = model(batch.feats, batch.feat_lens)
+    loss = model.ctc_loss(enc, enc_lens, batch.targets, batch.target_lens)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    if torch.isfinite(norm):
+        opt.step()
+    return float(loss), float(norm)
+
+
+def run(data: Path, ckpt_dir: Path, cfg: TrainConfig, max_hours: float) -> TrainState:
+    """Train until ``max_hours`` of wall time pass (or forever when <= 0)."""
+    torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = CharTokenizer.from_units(UNITS)
+    train = FeatureSet(data / "feats", "train", tokenizer.encode)
+    valid = FeatureSet(data / "feats", "heldout_sentences", tokenizer.encode)
+    model = build_model(data)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98),
+                            weight_decay=cfg.weight_decay)
+    state = restore(ckpt_dir, model, opt)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"model {params / 1e6:.2f}M params; train {len(train)} utts {train.total_hours:.2f} h; "
+          f"config {json.dumps(asdict(cfg), default=str)}", flush=True)
+    fill = model.encoder.global_cmvn.mean.numpy().astype(np.float32)
+    model.train()
+    begin = last_ckpt = last_log = time.time()
+    window = {"loss": 0.0, "audio": 0.0, "steps": 0, "t": time.time()}
+    batches = train.epoch_batches(cfg.max_frames, cfg.seed, state.epoch)
+    while max_hours <= 0 or time.time() - begin < max_hours * 3600:
+        if state.batch_in_epoch >= len(batches):
+            state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+            batches = train.epoch_batches(cfg.max_frames, cfg.seed, state.epoch)
+            continue
+        indices = batches[state.batch_in_epoch]
+        rng = np.random.default_rng([cfg.seed, state.epoch, state.batch_in_epoch])
+        batch = train.make_batch(indices, cfg.spec, fill, rng)
+        t0 = time.time()
+        loss, norm = train_step(model, opt, batch, cfg.lr_at(state.step), cfg.grad_clip)
+        state.train_seconds += time.time() - t0
+        state.step, state.batch_in_epoch = state.step + 1, state.batch_in_epoch + 1
+        state.audio_seconds += batch.audio_seconds
+        window["loss"] += loss
+        window["audio"] += batch.audio_seconds
+        window["steps"] += 1
+        if time.time() - last_log > 60:
+            _log(state, window, cfg, norm, len(batches))
+            last_log = time.time()
+        if time.time() - last_ckpt > cfg.ckpt_interval_s:
+            _checkpoint(model, opt, state, cfg, ckpt_dir, valid)
+            last_ckpt = time.time()
+    _checkpoint(model, opt, state, cfg, ckpt_dir, valid)
+    return state
+
+
+def _log(state: TrainState, window: dict, cfg: TrainConfig, norm: float, num_batches: int) -> None:
+    elapsed = time.time() - window["t"]
+    print(f"step {state.step} epoch {state.epoch} ({state.batch_in_epoch}/{num_batches}) "
+          f"loss {window['loss'] / max(window['steps'], 1):.2f} lr {cfg.lr_at(state.step):.2e} "
+          f"gnorm {norm:.1f} {window['audio'] / elapsed:.1f} audio-s/s "
+          f"seen {state.audio_seconds / 3600:.2f} h", flush=True)
+    window.update(loss=0.0, audio=0.0, steps=0, t=time.time())
+
+
+def _checkpoint(model: AsrModel, opt: torch.optim.Optimizer, state: TrainState,
+                cfg: TrainConfig, ckpt_dir: Path, valid: FeatureSet) -> None:
+    counts = validate(model, valid, cfg.num_valid_utts)
+    improved = counts.wer < state.best_wer
+    if improved:
+        state.best_wer = counts.wer
+    save_checkpoint(ckpt_dir / "latest.pt", model, opt, state, cfg)
+    if improved:
+        save_checkpoint(ckpt_dir / "best.pt", model, opt, state, cfg)
+    line = {"step": state.step, "epoch": state.epoch, "valid_wer": round(counts.wer, 2),
+            "valid_cer": round(counts.cer, 2), "audio_hours_seen": round(state.audio_seconds / 3600, 2),
+            "train_hours": round(state.train_seconds / 3600, 3), "time": time.strftime("%H:%M:%S")}
+    with open(ckpt_dir / "history.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    print(f"checkpoint {line}{' (best)' if improved else ''}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("/work/data"))
+    parser.add_argument("--ckpt", type=Path, default=Path("/work/data/ckpt"))
+    parser.add_argument("--max-hours", type=float, default=0.0, help="<= 0: run until killed")
+    parser.add_argument("--total-steps", type=int, default=TrainConfig.total_steps)
+    parser.add_argument("--max-frames", type=int, default=TrainConfig.max_frames)
+    parser.add_argument("--ckpt-interval", type=float, default=TrainConfig.ckpt_interval_s)
+    args = parser.parse_args(argv)
+    cfg = TrainConfig(total_steps=args.total_steps, max_frames=args.max_frames,
+                      ckpt_interval_s=args.ckpt_interval)
+    run(args.data, args.ckpt, cfg, args.max_hours)
+
+
+if __name__ == "__main__":
+    main()
