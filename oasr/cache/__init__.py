@@ -4,14 +4,25 @@ state, and the per-stream ``StreamContext`` facade."""
 
 from oasr.cache.attention_cache import AttentionCacheManager, StreamKVInfo
 from oasr.cache.block_pool import BlockPool
-from oasr.cache.state import StreamSlotPool
+from oasr.cache.cnn_cache import CnnCacheManager
+from oasr.cache.ctc_state import CtcStateCacheManager, StreamHandle, StreamingDecoder
+from oasr.cache.state import SlotStateCache, SlotStateView, StreamSlotPool, StreamStateSpec
+from oasr.cache.stream import StreamContext
 from oasr.cache.types import CacheConfig, default_device
 
 __all__ = [
     "AttentionCacheManager",
     "BlockPool",
     "CacheConfig",
+    "CnnCacheManager",
+    "CtcStateCacheManager",
+    "SlotStateCache",
+    "SlotStateView",
+    "StreamContext",
+    "StreamHandle",
     "StreamKVInfo",
     "StreamSlotPool",
+    "StreamStateSpec",
+    "StreamingDecoder",
     "default_device",
 ]

@@ -15,7 +15,7 @@ import torch
 from oasr.cache.block_pool import BlockPool
 from oasr.cache.block_table import BlockTables
 from oasr.cache.dense_kv import gather_dense, write_dense_frames
-from oasr.cache.state import StreamSlotPool
+from oasr.cache.state import StreamSlotPool, padded_slot_list, slots_to_device
 from oasr.cache.types import CacheConfig
 from oasr.fmha import PagedKVCache
 
@@ -346,21 +346,13 @@ class AttentionCacheManager:
         return caches
 
     def batch_slots(self, stream_ids: Sequence[int], pad_to: int | None = None) -> torch.Tensor:
-        """(B',) int64 slots of the streams (then pad lanes up to ``pad_to``) on the device."""
-        return self._tables.slots_tensor(self.batch_slot_list(stream_ids, pad_to))
+        """(B',) int64 device rows of a batch: the streams' slots, then pad lanes up to ``pad_to``."""
+        return slots_to_device(self.batch_slot_list(stream_ids, pad_to), self.config.device)
 
     def batch_slot_list(self, stream_ids: Sequence[int], pad_to: int | None = None) -> list[int]:
-        """Host list of the rows a batch reads: the streams' slots, then pad lanes up to ``pad_to``."""
+        """Host list of the rows ``batch_slots`` returns."""
         slots = [self._get_state(sid).slot for sid in stream_ids]
-        if pad_to is None or pad_to <= len(slots):
-            return slots
-        if not self.pad_lanes:
-            raise ValueError(
-                f"cannot pad a batch of {len(slots)} to {pad_to}: this manager has no pad lanes "
-                "(build it with pad_lanes=1 and BlockPool(config, scratch_blocks=1))"
-            )
-        lanes = self.pad_lane_slots
-        return slots + [lanes[i % len(lanes)] for i in range(pad_to - len(slots))]
+        return padded_slot_list(slots, pad_to, self.pad_lane_slots)
 
     def cached_frames(self, stream_ids: Sequence[int]) -> torch.Tensor:
         """(B,) int32 frames each stream holds (its cache_seqlens rows), on the device."""

@@ -91,13 +91,6 @@ class BlockTables:
         self.flush()
         return self._table.device[slot : slot + 1], self._seqlens.device[slot : slot + 1]
 
-    def slots_tensor(self, slots: Sequence[int]) -> torch.Tensor:
-        """(B,) int64 device tensor of ``slots``: one (pinned, asynchronous on CUDA) copy."""
-        staged = torch.tensor(list(slots), dtype=torch.int64)
-        if self.device.type == "cuda":
-            staged = staged.pin_memory()
-        return staged.to(self.device, non_blocking=True)
-
     def gather(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows of ``slots`` (B,): block_table (B, max_blocks_per_seq), cache_seqlens (B,)."""
         self.flush()
