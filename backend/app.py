@@ -46,7 +46,11 @@ class AppContext:
         return self.engine is not None and self.engine.ready and self.engine.is_alive()
 
     def engine_stats(self) -> dict[str, Any] | None:
-        return self.engine.stats() if self.engine is not None else None
+        """The engine's latest snapshot; None before its first step has produced one."""
+        if self.engine is None:
+            return None
+        stats = self.engine.stats()
+        return stats if "pool" in stats else None
 
     def snapshot(self) -> dict[str, Any] | None:
         """The engine's stats plus the server's own connection counts."""

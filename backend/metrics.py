@@ -1,11 +1,11 @@
 """Prometheus metrics for ``GET /metrics``.
 
-Pool, stream, eviction and finish-reason values are read from the engine's stats snapshot at
-scrape time (a custom collector), so they can never drift from ``/api/stats``. The step-time
-and real-time-factor histograms are fed by the stats hub once per stats interval
-(``observe_snapshot``): the engine reports a running mean, so each interval's steps are observed
-at that interval's mean step time. The histogram's ``_count`` and ``_sum`` are therefore exact;
-its buckets are resolved to one stats interval.
+Pool, stream, eviction, refusal and finish-reason values are read from the engine's stats
+snapshot at scrape time (a custom collector), so they can never drift from ``/api/stats``.
+The step-time and real-time-factor histograms are sampled by the stats hub: once per stats
+interval in which the engine ran at least one step, it observes the latest step's time and the
+engine's recent real-time factor (``observe_snapshot``). Their ``_count`` is the number of
+samples; ``oasr_engine_steps_total`` counts the steps themselves.
 """
 
 from __future__ import annotations
@@ -52,7 +52,11 @@ class _SnapshotCollector(Collector):
             finished.add_metric([reason], count)
         yield finished
         yield CounterMetricFamily(
-            "oasr_engine_steps", "Engine steps run", value=snapshot["step"]["num_steps"])
+            "oasr_streams_refused", "Streams refused busy after waiting for a slot",
+            value=snapshot.get("num_refused", 0))
+        yield CounterMetricFamily(
+            "oasr_engine_steps", "Engine steps that ran a batch",
+            value=snapshot["step"]["num_steps"])
 
 
 class ServerMetrics:
@@ -68,28 +72,21 @@ class ServerMetrics:
             "oasr_connections", "Open websocket connections by endpoint", ["endpoint"],
             registry=self.registry)
         self.step_seconds = Histogram(
-            "oasr_step_seconds", "Engine step wall time (per-interval mean, see module doc)",
+            "oasr_step_seconds", "Engine step wall time, sampled once per stats interval",
             buckets=STEP_SECONDS_BUCKETS, registry=self.registry)
         self.rtf = Histogram(
             "oasr_rtf", "Real-time factor (compute s per audio s), sampled per stats interval "
             "while the engine steps", buckets=RTF_BUCKETS, registry=self.registry)
         self._num_steps = 0
-        self._total_ms = 0.0
 
     def observe_snapshot(self, snapshot: dict[str, Any]) -> None:
-        """Feed the histograms with the steps run since the previous snapshot."""
+        """Sample the histograms if the engine stepped since the previous snapshot."""
         step = snapshot["step"]
         num_steps = int(step["num_steps"])
-        total_ms = float(step["avg_ms"]) * num_steps
-        new_steps = num_steps - self._num_steps
-        if new_steps > 0:
-            mean_s = max(total_ms - self._total_ms, 0.0) / new_steps / 1000.0
-            for _ in range(new_steps):
-                self.step_seconds.observe(mean_s)
-            rtf = snapshot.get("rtf")
-            if rtf is not None:
-                self.rtf.observe(float(rtf))
-        self._num_steps, self._total_ms = num_steps, total_ms
+        if num_steps > self._num_steps:
+            self.step_seconds.observe(float(step["last_ms"]) / 1000.0)
+            self.rtf.observe(float(snapshot["rtf"]))
+        self._num_steps = num_steps
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

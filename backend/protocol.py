@@ -6,7 +6,8 @@ A connection is in one of three states; each client message either moves it alon
     AWAITING_START --start / first audio--> STREAMING --end--> ENDED
 
 Everything not on an arrow is refused: a second start, a start after audio, audio after end,
-JSON that is not an object or names an unknown type, oversized frames.
+JSON that is not an object or names an unknown type, oversized frames. Sample rates and PCM
+formats are checked with ``oasr.audio``'s own rules, the ones the engine applies.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass
+
+from oasr.audio import PCM_FORMATS, validate_sample_rate
 
 DEFAULT_SAMPLE_RATE = 16000
 DEFAULT_FORMAT = "s16le"
@@ -136,12 +139,14 @@ class Session:
         unknown = sorted(set(message) - {"type", "sample_rate", "format"})
         if unknown:
             raise ProtocolError("bad_request", f"unknown start fields {unknown}")
-        rate = message.get("sample_rate", DEFAULT_SAMPLE_RATE)
-        if not isinstance(rate, int) or isinstance(rate, bool):
-            raise ProtocolError("bad_request", f"sample_rate must be an integer, got {rate!r}")
+        try:
+            rate = validate_sample_rate(message.get("sample_rate", DEFAULT_SAMPLE_RATE))
+        except ValueError as exc:
+            raise ProtocolError("unsupported", str(exc)) from None
         fmt = message.get("format", DEFAULT_FORMAT)
-        if not isinstance(fmt, str):
-            raise ProtocolError("bad_request", f"format must be a string, got {fmt!r}")
+        if fmt not in PCM_FORMATS:
+            raise ProtocolError(
+                "unsupported", f"format {fmt!r} is not supported; use one of {list(PCM_FORMATS)}")
         self.state = SessionState.STREAMING
         return StartRequest(sample_rate=rate, fmt=fmt)
 

@@ -1,0 +1,66 @@
+"""Fixtures for the backend tests: a tiny random model and apps built around real engines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from server_helpers import CHAR_UNITS
+from starlette.testclient import TestClient
+
+from backend.app import create_app
+from backend.config import ServerConfig
+from oasr.engine import EngineConfig
+from oasr.models import AsrModel, ConformerConfig, save_model
+
+# A tiny pool: 2 slots x 8 blocks (8 chunks of 640 ms = 5.1 s of audio per stream). A random
+# model's blanks fall anywhere, so endpointing is off here (segments would end at random);
+# tests that want it pass engine={"endpoint": EndpointConfig()}.
+TEST_ENGINE = {"device": "cpu", "max_batch_size": 2, "max_num_blocks": 16,
+               "max_wait_time_s": 0.0, "endpoint": None}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-block, 32-dim random Conformer-CTC in oasr's format (transcripts are noise)."""
+    torch.manual_seed(0)
+    config = ConformerConfig(vocab_size=len(CHAR_UNITS), output_size=32, attention_heads=2,
+                             linear_units=64, num_blocks=2)
+    return save_model(AsrModel(config, units=CHAR_UNITS).eval(),
+                      tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture
+def make_config(tiny_model_dir: Path) -> Callable[..., ServerConfig]:
+    """ServerConfig for the tiny model; ``engine={...}`` overrides EngineConfig fields."""
+
+    def make(engine: dict[str, Any] | None = None, **server: Any) -> ServerConfig:
+        engine_config = EngineConfig(model=str(tiny_model_dir), **{**TEST_ENGINE, **(engine or {})})
+        server.setdefault("stats_interval_s", 0.05)
+        return ServerConfig(engine=engine_config, **server)
+
+    return make
+
+
+@pytest.fixture
+def make_client(make_config: Callable[..., ServerConfig]) -> Iterator[Callable[..., TestClient]]:
+    """Start an app (lifespan included: engine thread running) per call; all stop at teardown."""
+    clients: list[TestClient] = []
+
+    def make(engine: dict[str, Any] | None = None, **server: Any) -> TestClient:
+        client = TestClient(create_app(make_config(engine, **server)))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in reversed(clients):
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
