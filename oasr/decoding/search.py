@@ -25,6 +25,8 @@ class ChunkFrames:
         frame_index: (B, T) int64 frame number of each frame counted from the row's reset.
         argmax: (B, T) int64 best token per frame.
         max_log_prob: (B, T) float32 its log-prob.
+        top_log_probs, top_tokens: (B, T, C + 1) the frame's best C + 1 tokens, blank
+            included, best first (C = ``config.num_candidates``); None for greedy search.
         all_valid: host bool, True when no row has padding (lets the search skip masking).
     """
 
@@ -35,6 +37,8 @@ class ChunkFrames:
     argmax: torch.Tensor
     max_log_prob: torch.Tensor
     all_valid: bool
+    top_log_probs: torch.Tensor | None = None
+    top_tokens: torch.Tensor | None = None
 
 
 def prepare_chunk(
@@ -62,7 +66,13 @@ def prepare_chunk(
         if tuple(lengths.shape) != (batch,):
             raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
         valid = steps[None, :] < lengths.to(state.device)[:, None]  # (B, T)
-    max_lp, argmax = lp.max(dim=-1)  # (B, T)
+    top_lp = top_tok = None
+    if config.is_greedy:
+        max_lp, argmax = lp.max(dim=-1)  # (B, T)
+    else:  # one pass over the vocabulary gives both the argmax and the search candidates
+        num_top = min(config.num_candidates(vocab) + 1, vocab)
+        top_lp, top_tok = lp.topk(num_top, dim=-1)  # (B, T, C + 1)
+        max_lp, argmax = top_lp[..., 0], top_tok[..., 0]
     return ChunkFrames(
         log_probs=lp,
         valid=valid,
@@ -71,6 +81,8 @@ def prepare_chunk(
         argmax=argmax,
         max_log_prob=max_lp,
         all_valid=lengths is None,
+        top_log_probs=top_lp,
+        top_tokens=top_tok,
     )
 
 
@@ -174,10 +186,11 @@ def beam_frame(
     stay_pnb = torch.where(last >= 0, pnb + lp_last, NEG_INF)
     child_of, merged = _merge_children(state, total, lp_last)
     stay_pnb = torch.logaddexp(stay_pnb, merged)
-    repeat = cand_tok[:, None, :] == last[:, :, None]  # (B, K, C)
-    ext = torch.where(repeat, pb[:, :, None], total[:, :, None]) + cand_lp[:, None, :]
-    # An extension that equals a live hypothesis was already merged into it above.
-    dup = (child_of[:, :, :, None] & (cand_tok[:, None, None, :] == last[:, None, :, None])).any(2)
+    is_last = cand_tok[:, None, :] == last[:, :, None]  # (B, K, C): candidate c == last of k
+    ext = torch.where(is_last, pb[:, :, None], total[:, :, None]) + cand_lp[:, None, :]
+    # An extension that equals a live hypothesis was already merged into it above:
+    # parent k's candidate c is a duplicate when some child j of k has last token c.
+    dup = torch.bmm(child_of.to(ext.dtype), is_last.to(ext.dtype)) > 0  # (B, Kp, C)
     ext = ext.masked_fill(dup, NEG_INF).flatten(1)  # (B, K * C)
     scores = torch.cat([torch.logaddexp(stay_pb, stay_pnb), ext], dim=1)  # (B, K + K * C)
     index = scores.topk(k, dim=1).indices  # (B, K)
@@ -246,11 +259,14 @@ _SCORE_FIELDS = ("log_pb", "log_pnb", "prefix_len", "last_token", "prefix_hash")
 def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig) -> None:
     """CTC prefix beam search over one chunk for every row of ``state``."""
     lp = chunk.log_probs  # (B, T, V)
-    num_cand = config.num_candidates(lp.shape[2])
-    blank = torch.tensor([config.blank_id], device=lp.device)
-    cand_lp, cand_tok = lp.index_fill(2, blank, NEG_INF).topk(num_cand, dim=2)  # (B, T, C)
+    cand_lp, cand_tok = chunk.top_log_probs, chunk.top_tokens  # (B, T, C + 1), blank included
+    # Keep the best num_cand non-blank tokens: drop the blank, or the spare last entry when
+    # the blank was not among them.
+    is_blank = cand_tok == config.blank_id
+    drop = is_blank | ((~is_blank).cumsum(dim=-1) > config.num_candidates(lp.shape[2]))
     if config.min_token_log_prob is not None:
-        cand_lp = cand_lp.masked_fill(cand_lp < config.min_token_log_prob, NEG_INF)
+        drop = drop | (cand_lp < config.min_token_log_prob)
+    cand_lp = cand_lp.masked_fill(drop, NEG_INF)
     start_len = state.prefix_len
     choices = []
     for t in range(lp.shape[1]):
