@@ -21,6 +21,7 @@ import time
 import torch
 
 from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
+from oasr.decoding.state import split_into, stack_states
 
 
 def make_log_probs(streams: int, frames: int, vocab: int, device: torch.device) -> torch.Tensor:
@@ -61,6 +62,20 @@ def time_run(args: argparse.Namespace, beam: int, pooled: bool, lp: torch.Tensor
     return best
 
 
+def time_stack_split(args: argparse.Namespace, beam: int, device: torch.device) -> float:
+    """Milliseconds to stack ``--streams`` pooled states and split them back (per step)."""
+    dec = GpuStreamingDecoder(GpuDecoderConfig(beam_size=beam), device=device)
+    states = [dec.create_state(1, args.vocab) for _ in range(args.streams)]
+    reps = 20
+    split_into(stack_states(states), states)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        split_into(stack_states(states), states)
+    sync(device)
+    return 1000 * (time.perf_counter() - start) / reps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=64)
@@ -89,14 +104,17 @@ def main() -> None:
                 "frames_per_s": frames / seconds,
                 "ms_per_chunk_step": 1000 * seconds / args.chunks,
                 "realtime_streams": frames / seconds * 0.04,  # audio seconds per wall second
+                "stack_split_ms": time_stack_split(args, beam, device) if pooled else 0.0,
             })
     print(f"device={device} ({platform.processor() or platform.machine()}), torch "
           f"{torch.__version__}, threads={torch.get_num_threads()}, {args.streams} streams, "
           f"V={args.vocab}, chunk={args.chunk} frames x {args.chunks}")
-    print(f"{'beam':>4} {'call':<15} {'frames/s':>12} {'ms/step':>9} {'x realtime (40 ms frames)':>26}")
+    print(f"{'beam':>4} {'call':<15} {'frames/s':>12} {'ms/step':>9} "
+          f"{'x realtime (40 ms frames)':>26} {'stack+split ms':>15}")
     for r in rows:
         print(f"{r['beam']:>4} {r['call']:<15} {r['frames_per_s']:>12,.0f} "
-              f"{r['ms_per_chunk_step']:>9.2f} {r['realtime_streams']:>26,.0f}")
+              f"{r['ms_per_chunk_step']:>9.2f} {r['realtime_streams']:>26,.0f} "
+              f"{r['stack_split_ms']:>15.2f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"device": str(device), "torch": torch.__version__, "rows": rows}, f, indent=2)

@@ -29,6 +29,11 @@ class DecoderState:
     ``max_len_bound >= prefix_len.max()`` (host-side, so growth checks need no device sync).
     Frame counters count encoder frames decoded since the last reset.
 
+    Two live hypotheses are recognised as "prefix + one token" of each other by length, last
+    token and rolling hash rather than by comparing token buffers, which keeps the per-frame
+    work O(K^2) per row; a false match needs a 64-bit hash collision between prefixes of the
+    same length.
+
     Attributes:
         log_pb: (B, K) float32 log-prob of the prefix over alignments ending in blank.
         log_pnb: (B, K) float32 log-prob over alignments ending in its last token.
@@ -137,9 +142,15 @@ def ensure_capacity(state: DecoderState, num_new_frames: int) -> None:
     if needed <= state.capacity:
         return
     new_capacity = max(needed, 2 * state.capacity)
-    pad = new_capacity - state.capacity
-    state.tokens = torch.nn.functional.pad(state.tokens, (0, pad))
-    state.token_frames = torch.nn.functional.pad(state.token_frames, (0, pad))
+    state.tokens = _pad_capacity(state.tokens, new_capacity)
+    state.token_frames = _pad_capacity(state.token_frames, new_capacity)
+
+
+def _pad_capacity(buffer: torch.Tensor, capacity: int) -> torch.Tensor:
+    """(B, K, c) -> (B, K, capacity) zero-padded; the tensor itself when already that wide."""
+    if buffer.shape[2] == capacity:
+        return buffer
+    return torch.nn.functional.pad(buffer, (0, capacity - buffer.shape[2]))
 
 
 def stack_states(states: list[DecoderState]) -> DecoderState:
@@ -155,7 +166,7 @@ def stack_states(states: list[DecoderState]) -> DecoderState:
     for name in TENSOR_FIELDS:
         tensors = [getattr(s, name) for s in states]
         if name in ("tokens", "token_frames"):
-            tensors = [torch.nn.functional.pad(t, (0, capacity - t.shape[2])) for t in tensors]
+            tensors = [_pad_capacity(t, capacity) for t in tensors]
         parts[name] = torch.cat(tensors, dim=0)
     return DecoderState(**parts, max_len_bound=max(s.max_len_bound for s in states))
 
