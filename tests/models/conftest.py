@@ -11,6 +11,9 @@ import torch
 
 from oasr.models import AsrModel, ConformerConfig
 
+# The CI box has 2 shared cores: one intra-op thread avoids oversubscription stalls.
+torch.set_num_threads(1)
+
 FIXTURE_DIR = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "wenet"
 if not FIXTURE_DIR.is_dir():
     FIXTURE_DIR = Path("/work/shared/fixtures/wenet")

@@ -1,0 +1,112 @@
+"""Chunk-by-chunk streaming (dense forward_chunk, paged, batched paged) against WeNet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from model_testutil import (
+    PagedHarness,
+    chunk_windows,
+    max_diff,
+    run_forward_chunk,
+    run_paged_alone,
+)
+
+from oasr.models import AsrModel
+
+LEFT = {"leftall": (-1, -1), "left4": (4, 64)}  # name: (num_left_chunks, required_cache_size)
+
+
+@pytest.mark.parametrize("name", ["leftall", "left4"])
+def test_forward_chunk_matches_wenet(wenet_model: AsrModel, feats, reference, name):
+    enc = run_forward_chunk(wenet_model, feats[0], LEFT[name][1])
+    logp = wenet_model.ctc_log_probs(enc.unsqueeze(0))[0]
+    assert max_diff(enc, reference[f"enc_chunked_chunk16_{name}"]) <= 1e-4
+    assert max_diff(logp, reference[f"ctc_logp_chunked_chunk16_{name}"]) <= 1e-4
+
+
+def test_forward_chunk_returns_wenet_caches(wenet_model: AsrModel, feats, reference):
+    with torch.no_grad():
+        y, att, cnn = wenet_model.encoder.forward_chunk(feats[:, :67], 0, 64)
+        _, att1, cnn1 = wenet_model.encoder.forward_chunk(feats[:, 64:131], 16, 64, att, cnn)
+    assert y.shape == (1, 16, 144)
+    assert max_diff(att, reference["trace_left4_chunk0_att_cache"]) <= 1e-4
+    assert max_diff(cnn, reference["trace_left4_chunk0_cnn_cache"]) <= 1e-4
+    assert att1.shape == (4, 4, 32, 72) and cnn1.shape == (4, 1, 144, 14)
+
+
+@pytest.mark.parametrize("name", ["leftall", "left4"])
+def test_paged_single_stream_matches_wenet(wenet_model: AsrModel, feats, reference, name):
+    enc = run_paged_alone(wenet_model, feats[0], LEFT[name][0])
+    logp = wenet_model.ctc_log_probs(enc.unsqueeze(0))[0]
+    assert max_diff(enc, reference[f"enc_chunked_chunk16_{name}"]) <= 1e-4
+    assert max_diff(logp, reference[f"ctc_logp_chunked_chunk16_{name}"]) <= 1e-4
+
+
+def _stream_sources(feats: torch.Tensor) -> dict[int, torch.Tensor]:
+    """Four different utterances: the reference and three other lengths / contents."""
+    g = torch.Generator().manual_seed(0)
+    base = feats[0]
+    return {
+        0: base,
+        1: base[37:337].clone(),
+        2: base.flip(0)[:450] + 0.3 * torch.randn(450, 80, generator=g),
+        3: base[100:303] * 0.9,
+    }
+
+
+def _run_batched(model, sources, num_left_chunks, starts) -> dict[int, torch.Tensor]:
+    """Streams join at step ``starts[sid]``; each step runs every live stream in one call."""
+    harness = PagedHarness(model, num_left_chunks)
+    windows = {sid: chunk_windows(x.size(0)) for sid, x in sources.items()}
+    outs: dict[int, list[torch.Tensor]] = {sid: [] for sid in sources}
+    step, offsets_seen = 0, []
+    while any(len(outs[s]) < len(windows[s]) for s in sources):
+        live = [s for s in sources if starts[s] <= step and len(outs[s]) < len(windows[s])]
+        for s in live:
+            if not outs[s]:
+                harness.add(s)
+        chunks = {s: sources[s][slice(*windows[s][len(outs[s])])] for s in live}
+        offsets_seen.append(sorted({harness.offsets[s] for s in live}))
+        for s, y in harness.step(chunks).items():
+            outs[s].append(y)
+            if len(outs[s]) == len(windows[s]):
+                harness.free(s)
+        step += 1
+    assert any(len(o) > 1 for o in offsets_seen), "streams never ran at different offsets"
+    assert harness.pool.num_free_blocks == harness.cache_config.max_num_blocks
+    return {s: torch.cat(o, dim=0) for s, o in outs.items()}
+
+
+@pytest.mark.parametrize("name", ["leftall", "left4"])
+def test_batched_paged_streams_match_wenet_and_one_by_one(wenet_model, feats, reference, name):
+    left = LEFT[name][0]
+    sources = _stream_sources(feats)
+    batched = _run_batched(wenet_model, sources, left, starts={0: 0, 1: 1, 2: 2, 3: 4})
+    assert max_diff(batched[0], reference[f"enc_chunked_chunk16_{name}"]) <= 1e-4
+    logp = wenet_model.ctc_log_probs(batched[0].unsqueeze(0))[0]
+    assert max_diff(logp, reference[f"ctc_logp_chunked_chunk16_{name}"]) <= 1e-4
+    for sid, x in sources.items():
+        alone = run_paged_alone(wenet_model, x, left)
+        assert max_diff(batched[sid], alone) <= 1e-5
+        with torch.no_grad():
+            full, _ = wenet_model.encoder(x.unsqueeze(0), torch.tensor([x.size(0)]), 16, left)
+        assert max_diff(batched[sid], full[0]) <= 1e-4
+
+
+def test_paged_final_partial_chunk_keeps_conv_state_of_real_frames(wenet_model, feats):
+    """A short row next to a full one: its conv state must come from its own last frames."""
+    harness = PagedHarness(wenet_model, -1)
+    harness.add(0)
+    harness.add(1)
+    harness.step({0: feats[0, :67], 1: feats[0, 64:131]})
+    short = feats[0, 200:240]  # 40 frames -> 9 encoder frames
+    out = harness.step({0: feats[0, 64:131], 1: short})
+    assert out[1].shape == (9, 144)
+    alone = PagedHarness(wenet_model, -1)
+    alone.add(5)
+    alone.step({5: feats[0, 64:131]})
+    ref = alone.step({5: short})[5]
+    assert max_diff(out[1], ref) <= 1e-5
+    slot1, slot5 = harness.manager.slot_of(1), alone.manager.slot_of(5)
+    assert max_diff(harness.cnn[:, slot1], alone.cnn[:, slot5]) <= 1e-5
