@@ -1,0 +1,149 @@
+"""A real uvicorn on 127.0.0.1 with websockets clients streaming at real-time pace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from server_helpers import DEFAULT_MODEL_DIR, DEVSET_DIR, frames, synthetic_pcm, wait_until
+from websockets.asyncio.client import connect
+
+from backend.config import ServerConfig
+from backend.server import build_uvicorn_config
+from oasr.audio import read_audio
+from oasr.engine import EngineConfig, transcribe_files
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+FRAME_S = 0.1
+
+
+@contextmanager
+def live_server(config: ServerConfig) -> Iterator[str]:
+    """Serve ``config`` on a free port in a background thread; yields ``host:port``."""
+    server = uvicorn.Server(build_uvicorn_config(config))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), 120, "uvicorn startup")
+        assert server.started, "uvicorn did not start"
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def get_stats(address: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://{address}/api/stats", timeout=5) as response:
+        return json.loads(response.read())
+
+
+async def stream_realtime(address: str, pcm: bytes, start: dict[str, Any]) -> tuple[
+        list[dict[str, Any]], int | None]:
+    """Send ``pcm`` in 100 ms frames at real-time pace, then end; collect every message."""
+    messages: list[dict[str, Any]] = []
+    async with connect(f"ws://{address}/ws/asr", max_size=2**20) as ws:
+        async def receive() -> None:
+            async for message in ws:
+                messages.append(json.loads(message))
+
+        receiver = asyncio.create_task(receive())
+        await ws.send(json.dumps(start))
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        frame_bytes = int(start.get("sample_rate", 16000) * FRAME_S) * 2
+        for index, frame in enumerate(frames(pcm, frame_bytes)):
+            await asyncio.sleep(max(0.0, began + index * FRAME_S - loop.time()))
+            await ws.send(frame)
+        await ws.send(json.dumps({"type": "end"}))
+        await asyncio.wait_for(receiver, 60)
+    return messages, ws.close_code
+
+
+def final_text(messages: list[dict[str, Any]]) -> str:
+    return " ".join(m["text"] for m in messages if m["type"] == "final" and m["text"])
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    ref, hyp = reference.split(), hypothesis.split()
+    row = list(range(len(hyp) + 1))
+    for i, word in enumerate(ref, start=1):
+        prev, row[0] = row[0], i
+        for j, guess in enumerate(hyp, start=1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (word != guess))
+    return row[-1] / max(len(ref), 1)
+
+
+def test_sixteen_simultaneous_clients_then_pool_back_to_full(
+        make_config: Callable[..., ServerConfig]) -> None:
+    config = make_config(engine={"max_batch_size": 16, "max_num_blocks": 16 * 8}, port=0,
+                         stats_interval_s=0.1)
+    with live_server(config) as address:
+        peak_active = 0
+
+        async def run_all() -> list[tuple[list[dict[str, Any]], int | None]]:
+            nonlocal peak_active
+            clients = [asyncio.create_task(stream_realtime(
+                address, synthetic_pcm(2.0, seed=i), {"type": "start"})) for i in range(16)]
+            while not all(c.done() for c in clients):
+                stats = await asyncio.to_thread(get_stats, address)
+                peak_active = max(peak_active, stats["streams"]["active"])
+                await asyncio.sleep(0.1)
+            return [c.result() for c in clients]
+
+        results = asyncio.run(run_all())
+        ids = set()
+        for messages, close_code in results:
+            assert messages[0]["type"] == "ready", messages[:2]
+            ids.add(messages[0]["stream_id"])
+            assert messages[-1]["type"] == "done" and messages[-1]["finish_reason"] == "stop"
+            assert close_code == 1000
+        assert len(ids) == 16
+        assert peak_active >= 8  # the streams overlapped in the engine, not one after another
+        wait_until(lambda: get_stats(address)["pool"]["num_used_blocks"] == 0,
+                   what="pool back to full")
+        stats = get_stats(address)
+        assert stats["pool"]["num_free_blocks"] == stats["pool"]["num_blocks"] == 128
+        assert stats["finish_reasons"]["stop"] == 16 and stats["streams"]["active"] == 0
+
+
+DEVSET_FILES = ["tts_03.wav", "real_george_0.wav"]
+
+
+@pytest.mark.skipif(not DEFAULT_MODEL_DIR.is_dir(),
+                    reason="the bundled default model (oasr/assets/default_model) is not trained yet")
+@pytest.mark.skipif(not DEVSET_DIR.is_dir(), reason=f"{DEVSET_DIR} is missing")
+def test_real_speech_over_the_wire_matches_offline_transcription() -> None:
+    references = dict(line.split("\t", 1) for line in
+                      (DEVSET_DIR / "manifest.tsv").read_text().splitlines() if "\t" in line)
+    engine = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=4 * 64)
+    config = ServerConfig(port=0, engine=engine)
+    paths = [DEVSET_DIR / name for name in DEVSET_FILES]
+    offline = [r.text for r in transcribe_files(engine, paths, progress=False)]
+    with live_server(config) as address:
+        async def run_all() -> list[tuple[list[dict[str, Any]], int | None]]:
+            return await asyncio.gather(*(stream_realtime(
+                address, _wav_s16le(path), {"type": "start", "sample_rate": 16000})
+                for path in paths))
+
+        results = asyncio.run(run_all())
+    for path, expected, (messages, close_code) in zip(paths, offline, results, strict=True):
+        assert messages[-1]["finish_reason"] == "stop" and close_code == 1000
+        text = final_text(messages)
+        assert text == expected, (path.name, text, expected)
+        assert word_error_rate(references[path.name].strip(), text) < 0.5, (path.name, text)
+
+
+def _wav_s16le(path: Path) -> bytes:
+    samples = read_audio(path)
+    return (samples * 32768).clip(-32768, 32767).astype("<i2").tobytes()
