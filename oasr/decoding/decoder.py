@@ -38,6 +38,8 @@ class FrameStats:
 def _cols(buffer: torch.Tensor, width: int) -> torch.Tensor:
     """The first ``width`` columns of a (K, capacity) buffer, zero-padded if it is narrower."""
     part = buffer[:, :width]
+    if part.shape[1] == width:
+        return part
     return torch.nn.functional.pad(part, (0, width - part.shape[1]))
 
 
@@ -139,28 +141,27 @@ class GpuStreamingDecoder:
         return self.partials([state], row)[0]
 
     def partials(self, states: list[DecoderState], row: int = 0) -> list[Hypothesis]:
-        """Current best hypothesis of ``row`` of each state, with one transfer for all."""
+        """Current best hypothesis of ``row`` of each state, with two transfers for all."""
         self._check_row(states, row)
-        total = torch.stack([torch.logaddexp(s.log_pb[row], s.log_pnb[row]) for s in states])
-        best = total.argmax(dim=1)  # (N,)
-        lengths = torch.stack([s.prefix_len[row] for s in states]).gather(1, best[:, None])[:, 0]
+
+        def rows(name: str) -> torch.Tensor:  # (N, K) row ``row`` of every state
+            return torch.stack([getattr(s, name)[row] for s in states])
+
+        total = torch.logaddexp(rows("log_pb"), rows("log_pnb"))  # (N, K)
+        best = total.argmax(dim=1, keepdim=True)  # (N, 1)
         width = max(1, max(s.max_len_bound for s in states))
-        tokens = torch.stack([_cols(s.tokens[row], width) for s in states])  # (N, K, width)
-        frames = torch.stack([_cols(s.token_frames[row], width) for s in states])
-        pick = best[:, None, None].expand(-1, 1, width)
-        host = [
-            t.cpu().tolist()
-            for t in (
-                total.gather(1, best[:, None])[:, 0],
-                lengths,
-                tokens.gather(1, pick)[:, 0],
-                frames.gather(1, pick)[:, 0],
-            )
-        ]
-        return [
-            self._hypothesis(toks[:n], score, times[:n])
-            for score, n, toks, times in zip(*host, strict=True)
-        ]
+        pick = best[:, :, None].expand(-1, 1, width)  # (N, 1, width)
+        tokens = torch.stack([_cols(s.tokens[row], width) for s in states]).gather(1, pick)
+        frames = torch.stack([_cols(s.token_frames[row], width) for s in states]).gather(1, pick)
+        packed = torch.cat(
+            [rows("prefix_len").gather(1, best), tokens[:, 0].long(), frames[:, 0].long()], dim=1
+        ).cpu()  # (N, 1 + 2 * width)
+        scores = total.gather(1, best)[:, 0].cpu().tolist()
+        hyps = []
+        for score, line in zip(scores, packed.tolist(), strict=True):
+            n = line[0]
+            hyps.append(self._hypothesis(line[1 : 1 + n], score, line[1 + width : 1 + width + n]))
+        return hyps
 
     def finalize_stream(self, state: DecoderState, row: int = 0) -> list[Hypothesis]:
         """The n-best hypotheses of ``row``, best first (``config.num_best`` at most)."""
@@ -178,12 +179,16 @@ class GpuStreamingDecoder:
         return hyps[: self._config.num_best]
 
     def frame_stats(self, states: list[DecoderState]) -> list[FrameStats]:
-        """Endpointing inputs of every row of every state, with one transfer per field."""
-        columns = [
-            torch.cat([getattr(s, name) for s in states]).cpu().tolist()
-            for name in ("num_frames", "num_trailing_blank_frames", "has_speech")
-        ]
-        return [FrameStats(int(n), int(t), bool(h)) for n, t, h in zip(*columns, strict=True)]
+        """Endpointing inputs of every row of every state (one device-to-host transfer)."""
+        packed = torch.stack(
+            [
+                torch.cat([s.num_frames for s in states]),
+                torch.cat([s.num_trailing_blank_frames for s in states]),
+                torch.cat([s.has_speech for s in states]).long(),
+            ],
+            dim=1,
+        ).cpu()  # (rows, 3)
+        return [FrameStats(n, t, bool(h)) for n, t, h in packed.tolist()]
 
     def _hypothesis(self, tokens: list[int], score: float, times: list[int]) -> Hypothesis:
         text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""

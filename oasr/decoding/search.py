@@ -260,10 +260,11 @@ def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig
     """CTC prefix beam search over one chunk for every row of ``state``."""
     lp = chunk.log_probs  # (B, T, V)
     cand_lp, cand_tok = chunk.top_log_probs, chunk.top_tokens  # (B, T, C + 1), blank included
+    assert cand_lp is not None and cand_tok is not None, "prepare_chunk skips top-k for greedy"
     # Keep the best num_cand non-blank tokens: drop the blank, or the spare last entry when
     # the blank was not among them.
     is_blank = cand_tok == config.blank_id
-    drop = is_blank | ((~is_blank).cumsum(dim=-1) > config.num_candidates(lp.shape[2]))
+    drop = is_blank | (is_blank.logical_not().cumsum(dim=-1) > config.num_candidates(lp.shape[2]))
     if config.min_token_log_prob is not None:
         drop = drop | (cand_lp < config.min_token_log_prob)
     cand_lp = cand_lp.masked_fill(drop, NEG_INF)

@@ -202,3 +202,18 @@ def test_blank_penalty_emits_more() -> None:
     shifted = lp.clone()
     shifted[:, 0] -= 3.0
     assert penalised.tokens == list(greedy(shifted.tolist(), blank=0)[0])
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_partials_of_states_with_different_capacities(beam: int) -> None:
+    dec = make(beam, initial_token_capacity=2)
+    lp = random_log_probs(13, 3, 30)
+    states = [dec.create_state(1, VOCAB) for _ in range(3)]
+    for i, n in enumerate([30, 4, 0]):  # capacities grow differently
+        dec.decode_chunk(lp[i : i + 1, :n], states[i])
+    assert len({s.capacity for s in states}) == 3
+    together = dec.partials(states)
+    assert together == [dec.finalize_stream(s)[0] for s in states]
+    assert together[2] == Hypothesis([], "", 0.0, [])
+    stats = dec.frame_stats(states)
+    assert [s.num_frames for s in stats] == [30, 4, 0]
