@@ -10,6 +10,9 @@ import torch
 
 from oasr.cache import CacheConfig
 
+# The CI box has 2 shared cores: one intra-op thread avoids oversubscription stalls.
+torch.set_num_threads(1)
+
 TINY = dict(
     num_layers=2,
     n_kv_head=2,

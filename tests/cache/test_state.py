@@ -1,0 +1,139 @@
+import pytest
+import torch
+
+from oasr.cache import SlotStateCache, StreamSlotPool, StreamStateSpec
+from oasr.cache.host_mirror import HostMirroredTable
+
+
+def test_slot_pool_lowest_first_and_errors():
+    pool = StreamSlotPool(3)
+    assert [pool.allocate() for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="all 3 slots are in use"):
+        pool.allocate()
+    pool.free(2)
+    pool.free(0)
+    assert pool.num_free_slots == 2 and pool.is_free(0) and not pool.is_free(1)
+    assert pool.allocate() == 0
+    with pytest.raises(ValueError, match="double free of stream slot 2"):
+        pool.free(2)
+    with pytest.raises(ValueError, match="slot 3 out of range"):
+        pool.free(3)
+    with pytest.raises(ValueError, match="num_slots"):
+        StreamSlotPool(0)
+
+
+def specs():
+    return [
+        StreamStateSpec("tail", (2, 3), slot_axis=0),
+        StreamStateSpec("conv", (4, 2, 5), slot_axis=1),
+        StreamStateSpec("prompt", (1,), slot_axis=0, persistent=True, dtype=torch.int64),
+    ]
+
+
+def test_spec_validation():
+    spec = StreamStateSpec("conv", [4, 2, 5], slot_axis=1)
+    assert spec.shape == (4, 2, 5) and spec.stored_shape(7) == (4, 7, 2, 5)
+    assert StreamStateSpec("x", (2,), slot_axis=1).stored_shape(3) == (2, 3)
+    with pytest.raises(ValueError, match="slot_axis 4 out of range 0..3"):
+        StreamStateSpec("bad", (1, 2, 3), slot_axis=4)
+    with pytest.raises(ValueError, match="shape"):
+        StreamStateSpec("bad", (0, 2))
+    with pytest.raises(ValueError, match="non-empty"):
+        StreamStateSpec("", (1,))
+    with pytest.raises(ValueError, match="repeat"):
+        SlotStateCache([spec, spec], 2, "cpu", torch.float32)
+
+
+def test_buffers_allocated_once_with_pad_lanes():
+    cache = SlotStateCache(specs(), 3, "cpu", torch.float32, pad_lanes=1)
+    assert cache.buffers["tail"].shape == (4, 2, 3)
+    assert cache.buffers["conv"].shape == (4, 4, 2, 5)
+    assert cache.buffers["prompt"].dtype == torch.int64
+    assert cache.pad_lane_slots == (3,)
+
+
+def test_allocation_zeroes_the_slot_and_gather_scatter_round_trip():
+    cache = SlotStateCache(specs(), 3, "cpu", torch.float32, pad_lanes=1)
+    for buf in cache.buffers.values():
+        buf.fill_(7)
+    assert cache.allocate_stream(10) == 0
+    assert cache.allocate_stream(11) == 1
+    assert not cache.buffers["conv"][:, 0].any() and not cache.buffers["conv"][:, 1].any()
+    assert torch.all(cache.buffers["conv"][:, 2] == 7)  # a free slot is untouched
+    views = cache.views([11, 10])
+    conv = views["conv"].gather()
+    assert conv.shape == (4, 2, 2, 5) and not conv.any()
+    new = torch.arange(80, dtype=torch.float32).reshape(4, 2, 2, 5)
+    ptr = cache.buffers["conv"].data_ptr()
+    views["conv"].scatter(new)
+    assert cache.buffers["conv"].data_ptr() == ptr
+    assert torch.equal(cache.buffers["conv"][:, 1], new[:, 0])  # stream 11 -> slot 1
+    assert torch.equal(cache.buffers["conv"][:, 0], new[:, 1])
+    assert torch.equal(cache.slot_view(11, "conv"), new[:, :1])
+    with pytest.raises(ValueError, match=r"scatter got shape \(4, 1, 2, 5\), expected \(4, 2, 2, 5\)"):
+        views["conv"].scatter(new[:, :1])
+
+
+def test_padded_views_touch_only_the_pad_lane():
+    cache = SlotStateCache(specs(), 3, "cpu", torch.float32, pad_lanes=1)
+    cache.allocate_stream(1)
+    view = cache.views([1], pad_to=3)["tail"]
+    assert view.slots.tolist() == [0, 3, 3]
+    view.scatter(torch.ones(3, 2, 3))
+    assert torch.all(cache.buffers["tail"][0] == 1) and torch.all(cache.buffers["tail"][3] == 1)
+    assert not cache.buffers["tail"][1:3].any()
+    with pytest.raises(ValueError, match="no pad lanes"):
+        SlotStateCache(specs(), 3, "cpu", torch.float32).views([], pad_to=2)
+
+
+def test_reset_keeps_persistent_and_fill_slot():
+    cache = SlotStateCache(specs(), 3, "cpu", torch.float32)
+    cache.allocate_stream(5)
+    cache.fill_slot(5, "prompt", 3)
+    cache.fill_slot(5, "tail", 1.5)
+    assert cache.buffers["prompt"][0].item() == 3
+    cache.reset_stream(5)
+    assert cache.buffers["prompt"][0].item() == 3  # describes the request: kept
+    assert not cache.buffers["tail"][0].any()
+    cache.free_stream(5)
+    cache.allocate_stream(6)  # same slot, zeroed on allocation, persistent included
+    assert cache.slot_of(6) == 0 and cache.buffers["prompt"][0].item() == 0
+    with pytest.raises(KeyError, match="no state named 'nope'"):
+        cache.fill_slot(6, "nope", 1.0)
+
+
+def test_stream_errors_and_caller_slots():
+    cache = SlotStateCache(specs(), 2, "cpu", torch.float32)
+    cache.allocate_stream(1)
+    with pytest.raises(ValueError, match="stream 1 is already allocated"):
+        cache.allocate_stream(1)
+    with pytest.raises(ValueError, match="slot 0 is already bound to stream 1"):
+        cache.allocate_stream(2, slot=0)
+    with pytest.raises(ValueError, match="slot 2 out of range"):
+        cache.allocate_stream(2, slot=2)
+    assert cache.allocate_stream(2, slot=1) == 1
+    cache.free_stream(2)
+    assert cache.slot_pool.num_free_slots == 1  # the caller's slot was never taken from the pool
+    for call in (cache.free_stream, cache.reset_stream, cache.slot_of, lambda s: cache.views([s])):
+        with pytest.raises(KeyError, match="stream 9 is not allocated"):
+            call(9)
+    cache.free_stream(1)
+    assert cache.slot_pool.num_free_slots == 2 and cache.stream_ids == []
+
+
+def test_host_mirror_copies_only_the_dirty_range():
+    table = HostMirroredTable((6, 3), torch.device("cpu"))
+    table.host[2] = [1, 2, 3]
+    table.host[4, 0] = 9
+    table.mark_dirty(2)
+    table.mark_dirty(4)
+    table.device[0].fill_(-1)  # outside the dirty range: a flush must not touch it
+    table.device[5].fill_(-1)
+    assert table.is_dirty
+    table.flush()
+    assert not table.is_dirty
+    assert table.device[2:5].tolist() == [[1, 2, 3], [0, 0, 0], [9, 0, 0]]
+    assert table.device[0].tolist() == [-1, -1, -1] and table.device[5].tolist() == [-1, -1, -1]
+    table.host[1, 1] = 5  # not marked: invisible until marked
+    table.flush()
+    assert table.device[1].tolist() == [0, 0, 0]
