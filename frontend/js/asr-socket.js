@@ -8,11 +8,13 @@ export function socketUrl(path) {
 }
 
 const CLOSE_MEANINGS = {
+  1001: "the server is shutting down",
   1003: "the server cannot use this audio",
   1006: "the connection dropped",
   1008: "the server refused a message",
   1009: "a message was too large",
   1011: "the server hit an internal error",
+  1012: "the server is restarting; try again in a moment",
   1013: "the server is busy; try again in a moment",
 };
 

@@ -69,7 +69,7 @@ function openStream(sampleRate, label) {
       },
       onError: (m) => {
         const text = m.code === "busy"
-          ? `The server is busy: ${m.message}. Try again in a moment.`
+          ? `The server is busy (${m.message}).`
           : `Server error (${m.code}): ${m.message}`;
         transcript.note(text, "error");
         finish(text, "error");

@@ -66,6 +66,8 @@ export class PoolPanel {
         return cell;
       });
       this.owners = [];
+      const size = owners.length <= 128 ? 18 : owners.length <= 512 ? 12 : 8;
+      this.grid.style.setProperty("--cell", `${size}px`);
     }
     owners.forEach((owner, index) => {
       if (this.owners[index] === owner) return;
