@@ -78,7 +78,7 @@ class RelPositionAttention(nn.Module):
             k = torch.cat([k_cache, k], dim=2)  # (B, H, L, d_k)
             v = torch.cat([v_cache, v], dim=2)
         new_cache = torch.cat([k, v], dim=-1)  # (B, H, L, 2 * d_k)
-        p = self.linear_pos(pos_emb).view(pos_emb.size(0), -1, self.h, self.d_k)
+        p = self.linear_pos(pos_emb.to(x.dtype)).view(pos_emb.size(0), -1, self.h, self.d_k)
         p = p.transpose(1, 2)  # (1, H, L, d_k)
         q_u = (q + self.pos_bias_u).transpose(1, 2)  # (B, H, T, d_k)
         q_v = (q + self.pos_bias_v).transpose(1, 2)

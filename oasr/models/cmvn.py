@@ -23,8 +23,8 @@ class GlobalCMVN(nn.Module):
         self.register_buffer("istd", torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (B, T, dim) -> (B, T, dim)."""
-        return (x - self.mean) * self.istd
+        """x: (B, T, dim) -> (B, T, dim), computed in x's dtype (float32 fbank)."""
+        return (x - self.mean.to(x.dtype)) * self.istd.to(x.dtype)
 
     def set_stats(self, mean: Tensor, istd: Tensor) -> None:
         """Copy statistics in place; both must be (dim,)."""

@@ -45,7 +45,7 @@ class ConformerEncoder(nn.Module):
         """(B, T, F) fbank -> (B, T', D) subsampled, scaled embeddings."""
         if self.global_cmvn is not None:
             xs = self.global_cmvn(xs)
-        return self.embed(xs)
+        return self.embed(xs.to(self.embed.out[0].weight.dtype))
 
     def _finish(self, xs: Tensor) -> Tensor:
         return self.after_norm(xs) if self.config.normalize_before else xs

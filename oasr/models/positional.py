@@ -27,7 +27,7 @@ class RelPositionalEncoding(nn.Module):
 
     The table ``pe`` (num_positions, D) starts at 5000 positions and doubles whenever a later
     position is asked for, so streams have no length limit. It is a non-persistent buffer:
-    derived from D alone, it is never saved, and follows ``.to(device)``.
+    derived from D alone, it is never saved; it follows ``.to(device)`` but stays float32.
     """
 
     def __init__(self, d_model: int, dropout_rate: float) -> None:
@@ -38,6 +38,14 @@ class RelPositionalEncoding(nn.Module):
         self.register_buffer(
             "pe", sinusoid_table(INITIAL_TABLE_POSITIONS, d_model), persistent=False
         )
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        # Keep the table float32 through .half() / .to(dtype): positions past ~2000 need the
+        # precision; users cast the slices they take.
+        table = self.pe
+        out = super()._apply(fn, recurse)
+        self.pe = table.to(device=self.pe.device)
+        return out
 
     @property
     def num_positions(self) -> int:
@@ -62,7 +70,7 @@ class RelPositionalEncoding(nn.Module):
         return self.pe
 
     def position_encoding(self, offset: int, size: int) -> Tensor:
-        """(1, size, D): embeddings of absolute positions offset .. offset + size - 1."""
+        """(1, size, D) float32: embeddings of absolute positions offset .. offset + size - 1."""
         if offset < 0:
             raise ValueError(f"position offset must be >= 0, got {offset}")
         self.ensure_positions(offset + size)

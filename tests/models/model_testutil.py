@@ -39,7 +39,8 @@ class PagedHarness:
     AttentionCacheManager, a slot-addressed conv-state buffer, per-stream offsets."""
 
     def __init__(self, model, num_left_chunks: int, max_batch_size: int = 4,
-                 max_num_blocks: int = 64, max_blocks_per_seq: int = 16) -> None:
+                 max_num_blocks: int = 64, max_blocks_per_seq: int = 16,
+                 dtype: torch.dtype = torch.float32) -> None:
         from oasr.cache import AttentionCacheManager, BlockPool, CacheConfig
 
         cfg = model.config
@@ -49,11 +50,13 @@ class PagedHarness:
             hidden_dim=cfg.output_size, kernel_size=cfg.cnn_module_kernel, chunk_size=16,
             num_left_chunks=num_left_chunks, block_size_frames=16, max_num_blocks=max_num_blocks,
             max_blocks_per_seq=max_blocks_per_seq, max_batch_size=max_batch_size,
-            device=torch.device("cpu"), dtype=torch.float32,
+            device=torch.device("cpu"), dtype=dtype,
         )
         self.pool = BlockPool(self.cache_config)
         self.manager = AttentionCacheManager(self.pool, self.cache_config)
-        self.cnn = torch.zeros(cfg.num_blocks, max_batch_size, cfg.cnn_cache_frames, cfg.output_size)
+        self.cnn = torch.zeros(
+            cfg.num_blocks, max_batch_size, cfg.cnn_cache_frames, cfg.output_size, dtype=dtype
+        )
         self.offsets: dict[int, int] = {}
 
     def add(self, sid: int) -> None:

@@ -110,3 +110,54 @@ def test_paged_final_partial_chunk_keeps_conv_state_of_real_frames(wenet_model, 
     assert max_diff(out[1], ref) <= 1e-5
     slot1, slot5 = harness.manager.slot_of(1), alone.manager.slot_of(5)
     assert max_diff(harness.cnn[:, slot1], alone.cnn[:, slot5]) <= 1e-5
+
+
+def test_paged_with_sdpa_backend_matches_wenet(wenet_model, feats, reference, monkeypatch):
+    monkeypatch.setenv("OASR_ATTN_BACKEND", "sdpa")
+    enc = run_paged_alone(wenet_model, feats[0], 4)
+    assert max_diff(enc, reference["enc_chunked_chunk16_left4"]) <= 1e-4
+
+
+def test_empty_cnn_cache_placeholder_means_zeros(wenet_model, feats):
+    harness = PagedHarness(wenet_model, -1)
+    harness.add(0)
+    caches_args = dict(xs=feats[:, :67], xs_lens=torch.tensor([67]),
+                       offsets=torch.tensor([0]))
+    harness.manager.prepare_chunks_batched([0])
+    caches = harness.manager.get_batched_paged_caches([0])
+    with torch.no_grad():
+        ys_a, lens, cnn_a = wenet_model.encoder.forward_chunk_paged(
+            att_caches=caches, cnn_cache=torch.zeros(0), **caches_args)
+        ys_b, _, cnn_b = wenet_model.encoder.forward_chunk_paged(
+            att_caches=caches, cnn_cache=torch.zeros(4, 1, 14, 144), **caches_args)
+    assert lens.tolist() == [16] and cnn_a.shape == (4, 1, 14, 144)
+    assert max_diff(ys_a, ys_b) == 0.0 and max_diff(cnn_a, cnn_b) == 0.0
+
+
+def test_paged_rejects_wrong_cnn_cache_shape(wenet_model, feats):
+    harness = PagedHarness(wenet_model, -1)
+    harness.add(0)
+    harness.manager.prepare_chunks_batched([0])
+    caches = harness.manager.get_batched_paged_caches([0])
+    with pytest.raises(ValueError, match=r"cnn_cache has shape \(4, 1, 144, 14\)"):
+        wenet_model.encoder.forward_chunk_paged(
+            feats[:, :67], torch.tensor([67]), torch.tensor([0]), caches, torch.zeros(4, 1, 144, 14)
+        )
+
+
+def test_bfloat16_model_streams_close_to_float32(wenet_model, feats):
+    """dtype plumbing: a bf16 model with a bf16 pool runs every path (loose bound: bf16)."""
+    model = AsrModel(wenet_model.config)
+    model.load_state_dict(wenet_model.state_dict())
+    model = model.to(torch.bfloat16).eval()
+    assert model.encoder.embed.pos_enc.pe.dtype == torch.float32
+    ref = run_forward_chunk(wenet_model, feats[0], -1)
+    harness = PagedHarness(model, -1, max_batch_size=1, max_num_blocks=16, dtype=torch.bfloat16)
+    harness.add(0)
+    out = torch.cat([harness.step({0: feats[0, s:e]})[0] for s, e in chunk_windows(512)])
+    assert out.dtype == torch.bfloat16
+    assert max_diff(out, ref) < 0.25  # outputs reach |5|; bf16 keeps ~3 significant digits
+    with torch.no_grad():
+        full, _ = model.encoder(feats, torch.tensor([512]), 16, -1)
+        logp = model.ctc_log_probs(full)
+    assert logp.dtype == torch.float32 and max_diff(full[0], ref) < 0.25
