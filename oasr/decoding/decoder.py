@@ -164,19 +164,22 @@ class GpuStreamingDecoder:
         return hyps
 
     def finalize_stream(self, state: DecoderState, row: int = 0) -> list[Hypothesis]:
-        """The n-best hypotheses of ``row``, best first (``config.num_best`` at most)."""
+        """The n-best hypotheses of ``row``, best first (``config.num_best`` at most).
+
+        Never empty: if no hypothesis has a finite score (log-probs that were all -inf or NaN),
+        the first one is returned with that score.
+        """
         self._check_row([state], row)
         total = torch.logaddexp(state.log_pb[row], state.log_pnb[row]).cpu().tolist()
         lengths = state.prefix_len[row].cpu().tolist()
         tokens = state.tokens[row].cpu().tolist()
         frames = state.token_frames[row].cpu().tolist()
         order = sorted(range(len(total)), key=lambda k: -total[k])
-        hyps = [
+        live = [k for k in order if total[k] > NEG_INF] or order[:1]
+        return [
             self._hypothesis(tokens[k][: lengths[k]], total[k], frames[k][: lengths[k]])
-            for k in order
-            if total[k] > NEG_INF
+            for k in live[: self._config.num_best]
         ]
-        return hyps[: self._config.num_best]
 
     def frame_stats(self, states: list[DecoderState]) -> list[FrameStats]:
         """Endpointing inputs of every row of every state (one device-to-host transfer)."""

@@ -217,3 +217,12 @@ def test_partials_of_states_with_different_capacities(beam: int) -> None:
     assert together[2] == Hypothesis([], "", 0.0, [])
     stats = dec.frame_stats(states)
     assert [s.num_frames for s in stats] == [30, 4, 0]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_finalize_is_never_empty(beam: int) -> None:
+    dec = make(beam)
+    state = dec.create_state(1, VOCAB)
+    dec.decode_chunk(torch.full((1, 3, VOCAB), float("-inf")), state)
+    (hyp,) = dec.finalize_stream(state)
+    assert hyp.score == float("-inf")
