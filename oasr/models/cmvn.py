@@ -17,6 +17,9 @@ class GlobalCMVN(nn.Module):
     ``global_cmvn.istd``), so a checkpoint carries its statistics; defaults are the identity.
     """
 
+    mean: Tensor
+    istd: Tensor
+
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(dim))

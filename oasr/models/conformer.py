@@ -38,6 +38,11 @@ class ConformerEncoder(nn.Module):
         )
         self.after_norm = nn.LayerNorm(config.output_size, eps=config.norm_eps)
 
+    @property
+    def layers(self) -> list[ConformerEncoderLayer]:
+        """The Conformer blocks, typed."""
+        return [layer for layer in self.encoders if isinstance(layer, ConformerEncoderLayer)]
+
     def output_size(self) -> int:
         return self.config.output_size
 
@@ -45,7 +50,7 @@ class ConformerEncoder(nn.Module):
         """(B, T, F) fbank -> (B, T', D) subsampled, scaled embeddings."""
         if self.global_cmvn is not None:
             xs = self.global_cmvn(xs)
-        return self.embed(xs.to(self.embed.out[0].weight.dtype))
+        return self.embed(xs.to(self.embed.dtype))
 
     def _finish(self, xs: Tensor) -> Tensor:
         return self.after_norm(xs) if self.config.normalize_before else xs
@@ -80,7 +85,7 @@ class ConformerEncoder(nn.Module):
             max_chunk_size=100 // self.embed.subsampling_rate,
         )
         chunk_masks = add_chunk_mask(masks, geometry)  # (B, T', T') or (B, 1, T')
-        for layer in self.encoders:
+        for layer in self.layers:
             xs, _, _ = layer(xs, chunk_masks, pos_emb, masks)
         return self._finish(xs), masks
 
@@ -116,8 +121,9 @@ class ConformerEncoder(nn.Module):
         if xs.size(0) != 1:
             raise ValueError(f"forward_chunk takes one stream, got batch {xs.size(0)}")
         xs = self._front(xs)  # (1, T', D)
-        has_att = att_cache is not None and att_cache.size(0) > 0
-        cache_t1 = att_cache.size(2) if has_att else 0
+        att = att_cache if att_cache is not None and att_cache.size(0) > 0 else None
+        cnn = cnn_cache if cnn_cache is not None and cnn_cache.size(0) > 0 else None
+        cache_t1 = att.size(2) if att is not None else 0
         key_size = cache_t1 + xs.size(1)
         pos_emb = self.embed.pos_enc.position_encoding(int(offset) - cache_t1, key_size)
         if required_cache_size < 0:
@@ -127,13 +133,12 @@ class ConformerEncoder(nn.Module):
         else:
             next_start = max(key_size - required_cache_size, 0)
         no_mask = torch.ones((0, 0, 0), dtype=torch.bool, device=xs.device)
-        has_cnn = cnn_cache is not None and cnn_cache.size(0) > 0
         new_att, new_cnn = [], []
-        for i, layer in enumerate(self.encoders):
+        for i, layer in enumerate(self.layers):
             xs, layer_att, layer_cnn = layer(
                 xs, no_mask, pos_emb, None,
-                att_cache[i : i + 1] if has_att else None,
-                cnn_cache[i] if has_cnn else None,
+                att[i : i + 1] if att is not None else None,
+                cnn[i] if cnn is not None else None,
             )
             new_att.append(layer_att[:, :, next_start:, :])
             new_cnn.append(layer_cnn.unsqueeze(0))
@@ -178,7 +183,7 @@ class ConformerEncoder(nn.Module):
         pe = self.embed.pos_enc.table(top + t)  # (N, D)
         key_positions = self._key_positions(att_caches[0], offsets, t, pe.size(0))  # (B, L)
         new_cnn = []
-        for i, layer in enumerate(self.encoders):
+        for i, layer in enumerate(self.layers):
             table = layer.self_attn.projected_positions(pe)  # (N, H, d_k)
             xs, layer_cnn = layer.forward_paged(
                 xs, ys_lens, att_caches[i], table, key_positions, cnn_cache[i]

@@ -56,9 +56,9 @@ class ConvolutionModule(nn.Module):
             y (B, T, C), new_cache (B, C, kernel - 1) (empty (0, 0, 0) when not causal).
         """
         x = x.transpose(1, 2)  # (B, C, T)
-        masked = mask_pad is not None and mask_pad.size(-1) > 0
-        if masked:
-            x = x.masked_fill(~mask_pad, 0.0)
+        pad = ~mask_pad if mask_pad is not None and mask_pad.size(-1) > 0 else None
+        if pad is not None:
+            x = x.masked_fill(pad, 0.0)
         if self.lorder > 0:
             if cache is None or cache.size(-1) == 0:
                 x = F.pad(x, (self.lorder, 0), "constant", 0.0)
@@ -68,8 +68,8 @@ class ConvolutionModule(nn.Module):
         else:
             new_cache = x.new_zeros((0, 0, 0))
         y = self._convolve(x)  # (B, C, T)
-        if masked:
-            y = y.masked_fill(~mask_pad, 0.0)
+        if pad is not None:
+            y = y.masked_fill(pad, 0.0)
         return y.transpose(1, 2), new_cache
 
     def forward_slot(self, x: Tensor, lengths: Tensor, cache: Tensor) -> tuple[Tensor, Tensor]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor, nn
 
 from oasr.fmha import PagedKVCache
@@ -56,7 +58,9 @@ class ConformerEncoderLayer(nn.Module):
         self.normalize_before = config.normalize_before
         self.dropout = nn.Dropout(config.dropout_rate)
 
-    def _residual(self, x: Tensor, norm: nn.Module, fn, scale: float = 1.0) -> Tensor:
+    def _residual(
+        self, x: Tensor, norm: nn.Module, fn: Callable[[Tensor], Tensor], scale: float = 1.0
+    ) -> Tensor:
         """x + scale * dropout(fn(norm(x))) with pre- or post-norm."""
         y = norm(x) if self.normalize_before else x
         x = x + scale * self.dropout(fn(y))
@@ -98,9 +102,10 @@ class ConformerEncoderLayer(nn.Module):
 
         x = self._residual(x, self.norm_mha, attend)
         new_cnn = x.new_zeros((0, 0, 0))
-        if self.conv_module is not None:
+        conv = self.conv_module
+        if conv is not None:
             def convolve(y: Tensor) -> Tensor:
-                out, holder["cnn"] = self.conv_module(y, mask_pad, cnn_cache)
+                out, holder["cnn"] = conv(y, mask_pad, cnn_cache)
                 return out
 
             x = self._residual(x, self.norm_conv, convolve)
@@ -130,11 +135,12 @@ class ConformerEncoderLayer(nn.Module):
             lambda y: self.self_attn.forward_paged(y, kv_cache, lengths, pos_table, key_positions),
         )
         new_cnn = cnn_cache
-        if self.conv_module is not None:
+        conv = self.conv_module
+        if conv is not None:
             holder: dict[str, Tensor] = {}
 
             def convolve(y: Tensor) -> Tensor:
-                out, holder["cnn"] = self.conv_module.forward_slot(y, lengths, cnn_cache)
+                out, holder["cnn"] = conv.forward_slot(y, lengths, cnn_cache)
                 return out
 
             x = self._residual(x, self.norm_conv, convolve)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -35,11 +36,12 @@ class RelPositionalEncoding(nn.Module):
         self.d_model = d_model
         self.xscale = math.sqrt(d_model)
         self.dropout = nn.Dropout(p=dropout_rate)
+        self.pe: Tensor
         self.register_buffer(
             "pe", sinusoid_table(INITIAL_TABLE_POSITIONS, d_model), persistent=False
         )
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> RelPositionalEncoding:
         # Keep the table float32 through .half() / .to(dtype): positions past ~2000 need the
         # precision; users cast the slices they take.
         table = self.pe

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from oasr.models.positional import RelPositionalEncoding
@@ -25,6 +26,11 @@ class Conv2dSubsampling4(nn.Module):
         )
         self.out = nn.Sequential(nn.Linear(odim * (((idim - 1) // 2 - 1) // 2), odim))
         self.pos_enc = RelPositionalEncoding(odim, dropout_rate)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Parameter dtype (inputs are cast to it after CMVN)."""
+        return next(self.out.parameters()).dtype
 
     @staticmethod
     def output_lengths(lengths: Tensor) -> Tensor:
