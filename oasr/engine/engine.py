@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from oasr.audio import ChunkGeometry, ChunkWindower, StreamingFbank
+from oasr.audio import ChunkGeometry, ChunkWindower, FeatureWindow, StreamingFbank
 from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import EventType, FinishReason, StreamEvent
@@ -20,7 +20,7 @@ from oasr.engine.model_runner import BatchPlan, StepOutput
 from oasr.engine.request import Request, RequestStatus
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.stats import EngineStats
-from oasr.engine.streams import StreamResources
+from oasr.engine.streams import ChunkResult, StreamResources
 
 logger = logging.getLogger(__name__)
 
@@ -199,9 +199,9 @@ class ASREngine:
         if not plan.stream_ids:
             return 0.0
         self.resources.runner.commit(plan)
-        self.resources.decode(plan.stream_ids, output)
-        for stream_id, window in zip(plan.stream_ids, plan.windows, strict=True):
-            self._after_chunk(self.requests[stream_id], window)
+        results = self.resources.decode(plan.stream_ids, output)
+        for stream_id, window, result in zip(plan.stream_ids, plan.windows, results, strict=True):
+            self._after_chunk(self.requests[stream_id], window, result)
         return sum(plan.num_output_frames) * FRAME_SHIFT_S
 
     def _forward_isolating_failures(self, plan: BatchPlan) -> tuple[BatchPlan, StepOutput]:
@@ -224,16 +224,16 @@ class ASREngine:
                 self._fail(stream_id, "internal", f"the model failed on this stream: {exc}")
         return plan.select(rows), StepOutput.concat(outputs)
 
-    def _after_chunk(self, request: Request, window: Any) -> None:
+    def _after_chunk(self, request: Request, window: FeatureWindow, result: ChunkResult) -> None:
         frames = window.num_output_frames
         request.offset += frames
         request.num_frames_decoded += frames
-        text = self.resources.partial_text(request.stream_id)
+        text = result.text
         if text != request.last_partial:
             request.last_partial = text
             request.emit(StreamEvent(EventType.PARTIAL, request.stream_id,
                                      segment=request.segment, text=text))
-        rule = self.resources.detect_endpoint(request.stream_id)
+        rule = result.endpoint_rule
         if rule is not None and not window.is_last:
             self._emit_final(request, "endpoint")
             self.resources.reset_stream(request.stream_id)

@@ -98,20 +98,30 @@ class StreamResources:
         return self.attention.at_capacity(stream_id)
 
     # -- decoding ------------------------------------------------------------------------------
-    def decode(self, stream_ids: list[int], output: StepOutput) -> None:
-        """Decode the cohort's log-probs with one batched decoder call."""
+    def decode(self, stream_ids: list[int], output: StepOutput) -> list[ChunkResult]:
+        """Decode the cohort's log-probs with one batched decoder call.
+
+        Returns each stream's current best text and the endpoint rule that fired, if any.
+        """
+        decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64, device=output.log_probs.device)
-        self.ctc.decoder.decode_streams(output.log_probs.float(), states, lengths)
-
-    def partial_text(self, stream_id: int) -> str:
-        return self.ctc.decoder.partial(self.ctc.get_state(stream_id)).text
+        decoder.decode_streams(output.log_probs.float(), states, lengths)
+        texts = [h.text for h in decoder.partials(states)]
+        if self.endpointer is None:
+            return [ChunkResult(text, None) for text in texts]
+        stats = decoder.frame_stats(states)
+        return [ChunkResult(text, self.endpointer.detect(st))
+                for text, st in zip(texts, stats, strict=True)]
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
+        """The best hypothesis of the stream's current segment."""
         return self.ctc.decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
 
-    def detect_endpoint(self, stream_id: int) -> str | None:
-        """The endpoint rule that fired for the stream's current segment, if any."""
-        if self.endpointer is None:
-            return None
-        return self.endpointer.detect_state(self.ctc.get_state(stream_id))
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What decoding one chunk of one stream produced."""
+
+    text: str
+    endpoint_rule: str | None

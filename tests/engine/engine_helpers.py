@@ -1,0 +1,58 @@
+"""Helpers to drive an ASREngine synchronously and inspect what it emitted."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from oasr.engine import ASREngine, EngineConfig, EventType, StreamEvent
+from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+
+
+class Collector:
+    """Events per stream, as the engine emits them."""
+
+    def __init__(self) -> None:
+        self.events: dict[int, list[StreamEvent]] = {}
+
+    def sink(self, stream_id: int):
+        self.events[stream_id] = []
+        return self.events[stream_id].append
+
+    def of_type(self, stream_id: int, kind: EventType) -> list[StreamEvent]:
+        return [e for e in self.events[stream_id] if e.type is kind]
+
+    def done(self, stream_id: int) -> StreamEvent:
+        done = self.of_type(stream_id, EventType.DONE)
+        assert len(done) == 1, self.events[stream_id]
+        return done[0]
+
+    def finals(self, stream_id: int) -> list[str]:
+        return [e.text for e in self.of_type(stream_id, EventType.FINAL)]
+
+
+def run_until_idle(engine: ASREngine, max_steps: int = 10_000) -> None:
+    for _ in range(max_steps):
+        engine.step()
+        if not engine.requests:
+            return
+    raise AssertionError(f"engine still has {len(engine.requests)} streams after {max_steps} steps")
+
+
+def transcribe_alone(config: EngineConfig, audio: np.ndarray) -> Collector:
+    """One stream through its own engine, all audio at once."""
+    engine = ASREngine(replace(config, max_batch_size=1))
+    events = Collector()
+    engine.submit(OpenStream(1, events.sink(1)))
+    engine.submit(AppendAudio(1, audio))
+    engine.submit(EndStream(1))
+    run_until_idle(engine)
+    return events
+
+
+def assert_pool_full(engine: ASREngine) -> None:
+    res = engine.resources
+    assert res.pool.num_free_blocks == res.cache_config.max_num_blocks
+    assert res.num_free_slots == res.cache_config.max_batch_size
+    assert res.attention.num_streams == 0
