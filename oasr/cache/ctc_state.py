@@ -11,7 +11,11 @@ from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder, Hypothesis, Tok
 
 
 class StreamingDecoder(Protocol):
-    """What the manager needs of a decoder (``GpuStreamingDecoder`` is the implementation)."""
+    """The decoder interface a ``StreamHandle`` forwards to (``GpuStreamingDecoder`` has it).
+
+    ``CtcStateCacheManager`` is built on ``GpuStreamingDecoder`` itself (it also batches with
+    ``decode_streams``); another decoder with this interface can be wrapped in handles too.
+    """
 
     @property
     def config(self) -> Any: ...
@@ -74,7 +78,7 @@ class CtcStateCacheManager:
 
     def __init__(
         self,
-        decoder: StreamingDecoder | GpuDecoderConfig | None = None,
+        decoder: GpuStreamingDecoder | GpuDecoderConfig | None = None,
         tokenizer: Tokenizer | None = None,
         device: torch.device | str | None = None,
     ) -> None:
@@ -82,7 +86,7 @@ class CtcStateCacheManager:
             decoder = GpuStreamingDecoder(decoder, tokenizer, device)
         elif tokenizer is not None or device is not None:
             raise ValueError("tokenizer/device apply only when the manager builds the decoder")
-        self.decoder: StreamingDecoder = decoder
+        self.decoder: GpuStreamingDecoder = decoder
         self._pool: list[Any] = []
         self._streams: dict[int, _CtcSlot] = {}
 
