@@ -7,6 +7,7 @@ encoder and the CTC head are used; attention-decoder weights (``decoder.*``) are
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -167,11 +168,13 @@ def load_wenet_dir(directory: str | Path, map_location: str | torch.device = "cp
     units_path = directory / "units.txt"
     if not units_path.is_file():
         raise FileNotFoundError(f"WeNet dir {directory}: units.txt not found")
+    checkpoint = find_checkpoint(directory)
+    state = _encoder_ctc_state(checkpoint)
+    if "encoder.global_cmvn.mean" in state and not config.use_global_cmvn:
+        config = dataclasses.replace(config, use_global_cmvn=True)
     from oasr.decoding.tokenizer import read_units
 
     model = AsrModel(config, read_units(units_path), _find_bpe_model(conf, directory))
-    checkpoint = find_checkpoint(directory)
-    state = _encoder_ctc_state(checkpoint)
     if config.use_global_cmvn and "encoder.global_cmvn.mean" not in state:
         cmvn_path = _find_cmvn_file(conf, directory)
         if cmvn_path is None:

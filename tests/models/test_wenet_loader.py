@@ -118,3 +118,32 @@ def test_shape_mismatch_names_checkpoint_and_key(tmp_path):
     _edit_yaml(exp, lambda c: c["encoder_conf"].update(linear_units=512))
     with pytest.raises(ValueError, match=r"final.pt: key encoder.encoders.0.feed_forward.w_1.weight"):
         load_model(exp)
+
+
+def test_cmvn_in_checkpoint_is_used_even_without_cmvn_in_yaml(tmp_path, feats, reference):
+    exp = _make_wenet_dir(tmp_path / "exp")
+    _edit_yaml(exp, lambda c: (c.pop("cmvn"), c.pop("cmvn_conf")))
+    model = load_model(exp)
+    assert model.config.use_global_cmvn
+    with torch.no_grad():
+        enc, _ = model.encoder(feats, torch.tensor([512]), 16, -1)
+    assert max_diff(enc[0], reference["enc_full_chunk16_leftall"]) <= 1e-4
+
+
+def test_export_command_line(tmp_path, capsys):
+    from oasr.models.export import main
+
+    assert main([str(_make_wenet_dir(tmp_path / "exp")), str(tmp_path / "out")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+    assert load_model(tmp_path / "out").units == UNITS
+
+
+def test_bpe_model_travels_through_export(tmp_path):
+    exp = _make_wenet_dir(tmp_path / "exp")
+    (exp / "train_unigram30.model").write_bytes(b"spm bytes")
+    _edit_yaml(exp, lambda c: c.update(tokenizer_conf={"bpe_path": "/data/lang/train_unigram30.model"}))
+    assert load_model(exp).bpe_model == exp / "train_unigram30.model"
+    out = export_wenet(exp, tmp_path / "oasr")
+    assert (out / "train_unigram30.model").read_bytes() == b"spm bytes"
+    assert load_model(out).bpe_model == out / "train_unigram30.model"
