@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import assert_drained
+from cache_helpers import assert_drained
 
 from oasr.cache import AttentionCacheManager, BlockPool
 

@@ -2,7 +2,7 @@
 K/V it holds is always the stream's most recent frames, in order."""
 
 import torch
-from conftest import assert_drained, tiny_config
+from cache_helpers import assert_drained, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

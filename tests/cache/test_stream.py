@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import assert_drained
+from cache_helpers import assert_drained
 
 from oasr.cache import (
     AttentionCacheManager,
