@@ -96,7 +96,9 @@ class GpuStreamingDecoder:
 
         Args:
             log_probs: (B, T, V) CTC log-probs, B = the state's rows.
-            lengths: (B,) valid frames per row (the rest is padding), None when all T are valid.
+            lengths: (B,) int valid frames per row (the rest is padding), None when all T are
+                valid. A CPU tensor is best, even when decoding on CUDA: it is checked on the
+                host and lets the search skip padding masks when every row is full.
         """
         chunk = prepare_chunk(log_probs, lengths, state, self._config)
         if log_probs.shape[1] == 0:
@@ -120,7 +122,7 @@ class GpuStreamingDecoder:
         Args:
             log_probs: (B, T, V); row i belongs to ``states[i]`` (each state holds one row).
             states: B states (each may hold several rows; rows are taken in order).
-            lengths: (B,) valid frames per row, None when all T are valid.
+            lengths: (B,) valid frames per row, None when all T are valid (CPU tensor preferred).
         """
         if len(states) == 1:
             self.decode_chunk(log_probs, states[0], lengths)

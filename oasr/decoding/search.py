@@ -27,7 +27,8 @@ class ChunkFrames:
         max_log_prob: (B, T) float32 its log-prob.
         top_log_probs, top_tokens: (B, T, C + 1) the frame's best C + 1 tokens, blank
             included, best first (C = ``config.num_candidates``); None for greedy search.
-        all_valid: host bool, True when no row has padding (lets the search skip masking).
+        all_valid: host bool, True when no row has padding (lets the search skip masking);
+            known without a device sync only when ``lengths`` is None or a CPU tensor.
     """
 
     log_probs: torch.Tensor
@@ -60,11 +61,16 @@ def prepare_chunk(
         lp = lp.clone()
         lp[:, :, config.blank_id] -= config.blank_penalty
     steps = torch.arange(num_frames, device=state.device)
+    all_valid = lengths is None
     if lengths is None:
         valid = torch.ones((batch, num_frames), dtype=torch.bool, device=state.device)
     else:
         if tuple(lengths.shape) != (batch,):
             raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
+        if lengths.device.type == "cpu":  # host lengths: check them without a device sync
+            if bool(((lengths < 0) | (lengths > num_frames)).any()):
+                raise ValueError(f"lengths must be in 0..{num_frames}, got {lengths.tolist()}")
+            all_valid = bool((lengths == num_frames).all())
         valid = steps[None, :] < lengths.to(state.device)[:, None]  # (B, T)
     top_lp = top_tok = None
     if config.is_greedy:
@@ -80,7 +86,7 @@ def prepare_chunk(
         frame_index=state.num_frames[:, None] + steps[None, :],
         argmax=argmax,
         max_log_prob=max_lp,
-        all_valid=lengths is None,
+        all_valid=all_valid,
         top_log_probs=top_lp,
         top_tokens=top_tok,
     )

@@ -226,3 +226,10 @@ def test_finalize_is_never_empty(beam: int) -> None:
     dec.decode_chunk(torch.full((1, 3, VOCAB), float("-inf")), state)
     (hyp,) = dec.finalize_stream(state)
     assert hyp.score == float("-inf")
+
+
+def test_lengths_out_of_range_are_refused() -> None:
+    dec = make(3)
+    state = dec.create_state(2, VOCAB)
+    with pytest.raises(ValueError, match=r"lengths must be in 0..4, got \[5, 1\]"):
+        dec.decode_chunk(torch.zeros(2, 4, VOCAB), state, torch.tensor([5, 1]))
