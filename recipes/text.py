@@ -101,13 +101,14 @@ def forbidden_sentences(audio_root: Path) -> set[str]:
     return found
 
 
-def build_sentences(cfg: TextConfig, audio_root: Path) -> list[str]:
+def build_sentences(cfg: TextConfig, audio_root: Path,
+                    wordnet_dir: Path = WORDNET_DIR) -> list[str]:
     """All usable sentences: filtered, normalised, unique, without test transcripts; shuffled."""
     rng = random.Random(cfg.seed)
     forbidden = forbidden_sentences(audio_root)
     seen: set[str] = set()
     out: list[str] = []
-    for raw in wordnet_examples():
+    for raw in wordnet_examples(wordnet_dir):
         if not is_speakable(raw):
             continue
         text = normalize(raw)
@@ -135,9 +136,10 @@ def split_sentences(sentences: list[str], cfg: TextConfig) -> dict[str, list[str
     }
 
 
-def write_text(out_dir: Path, cfg: TextConfig, audio_root: Path) -> dict[str, int]:
+def write_text(out_dir: Path, cfg: TextConfig, audio_root: Path,
+               wordnet_dir: Path = WORDNET_DIR) -> dict[str, int]:
     """Write ``<split>.txt`` files into ``out_dir``; returns sentences per split."""
-    splits = split_sentences(build_sentences(cfg, audio_root), cfg)
+    splits = split_sentences(build_sentences(cfg, audio_root, wordnet_dir), cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, lines in splits.items():
         (out_dir / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
