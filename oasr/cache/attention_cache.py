@@ -143,7 +143,7 @@ class AttentionCacheManager:
         """Free every block of the stream, blank its row and release its slot."""
         state = self._get_state(stream_id)
         self._release_blocks(state)
-        self._set_seqlen(state, 0)
+        self._tables.set_seqlen(state.slot, 0)
         del self._streams[stream_id]
         if state.owns_slot:
             self.slot_pool.free(state.slot)
@@ -164,7 +164,7 @@ class AttentionCacheManager:
         self.pool.zero_blocks(ids)
         self._append_blocks(state, ids)
         state.num_committed_frames = n * self._bs
-        self._set_seqlen(state, state.num_committed_frames)
+        self._tables.set_seqlen(state.slot, state.num_committed_frames)
 
     def _release_blocks(self, state: _StreamKVState) -> None:
         self.pool.free(state.logical_blocks)
@@ -198,13 +198,8 @@ class AttentionCacheManager:
         return new
 
     def _append_blocks(self, state: _StreamKVState, block_ids: Sequence[int]) -> None:
-        if not block_ids:
-            return
         self._tables.write(state.slot, len(state.logical_blocks), block_ids)
         state.logical_blocks.extend(block_ids)
-
-    def _set_seqlen(self, state: _StreamKVState, frames: int) -> None:
-        self._tables.set_seqlen(state.slot, frames)
 
     def _commit_frames(self, state: _StreamKVState, num_frames: int) -> None:
         state.num_committed_frames += num_frames
@@ -212,7 +207,7 @@ class AttentionCacheManager:
         mlb = self.config.max_logical_blocks
         if mlb is not None and len(state.logical_blocks) > mlb:
             self._evict(state, len(state.logical_blocks) - mlb)
-        self._set_seqlen(state, state.num_committed_frames)
+        self._tables.set_seqlen(state.slot, state.num_committed_frames)
 
     def _evict(self, state: _StreamKVState, n: int) -> None:
         """Drop the ``n`` oldest blocks: free them, shift the row left, shorten the history."""
@@ -287,7 +282,6 @@ class AttentionCacheManager:
         """The stream's rows: block_table (1, max_blocks_per_seq) and cache_seqlens (1,), int32.
 
         Views of the persistent tensors (they follow later commits).
-
         Raises:
             RuntimeError: prepare_chunk never called since allocation or the last reset.
         """
@@ -330,20 +324,12 @@ class AttentionCacheManager:
     def _layer_caches(
         self, block_table: torch.Tensor, cache_seqlens: torch.Tensor, host_seqlen: int
     ) -> list[PagedKVCache]:
-        caches = []
-        for layer in range(self.config.num_layers):
-            k_cache, v_cache = self.pool.get_kv_view(layer)
-            caches.append(
-                PagedKVCache(
-                    k_cache=k_cache,
-                    v_cache=v_cache,
-                    block_table=block_table,
-                    cache_seqlens=cache_seqlens,
-                    block_size=self._bs,
-                    host_seqlen=host_seqlen,
-                )
-            )
-        return caches
+        views = [self.pool.get_kv_view(layer) for layer in range(self.config.num_layers)]
+        return [
+            PagedKVCache(k_cache=k, v_cache=v, block_table=block_table, cache_seqlens=cache_seqlens,
+                         block_size=self._bs, host_seqlen=host_seqlen)
+            for k, v in views
+        ]
 
     def batch_slots(self, stream_ids: Sequence[int], pad_to: int | None = None) -> torch.Tensor:
         """(B',) int64 device rows of a batch: the streams' slots, then pad lanes up to ``pad_to``."""

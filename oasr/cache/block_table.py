@@ -46,6 +46,8 @@ class BlockTables:
 
     def write(self, slot: int, start: int, block_ids: Sequence[int]) -> None:
         """Row ``slot``, columns ``start:start + len(block_ids)`` := ``block_ids``."""
+        if not block_ids:
+            return
         self._table.host[slot, start : start + len(block_ids)] = block_ids
         self._table.mark_dirty(slot)
 
