@@ -64,7 +64,9 @@ class RelPositionalEncoding(nn.Module):
         size = self.num_positions
         while size < num_positions:
             size *= 2
-        self.pe = sinusoid_table(size, self.d_model, device=self.pe.device)
+        # A table grown inside an inference_mode engine step must stay usable for training.
+        with torch.inference_mode(False):
+            self.pe = sinusoid_table(size, self.d_model, device=self.pe.device)
 
     def table(self, num_positions: int) -> Tensor:
         """(num_positions', D) float32 table covering at least ``num_positions`` positions."""

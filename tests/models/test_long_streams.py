@@ -69,3 +69,15 @@ def test_two_streams_run_past_5000_frames_with_eviction():
     assert harness.manager.num_cached_frames(0) == 64
     assert max_diff(long_out, run_forward_chunk(model, long_feats, 64)) <= 1e-4
     assert max_diff(torch.cat(outs[1]), run_forward_chunk(model, late_feats, 64)) <= 1e-5
+
+
+def test_table_grown_in_inference_mode_still_trains():
+    cfg = ConformerConfig(output_size=16, attention_heads=2, linear_units=24, num_blocks=1,
+                          vocab_size=8, positional_dropout_rate=0.0)
+    model = AsrModel(cfg)
+    with torch.inference_mode():
+        model.encoder.embed.pos_enc.ensure_positions(6000)
+    model.train()
+    enc, lens = model(torch.randn(1, 60, 80), torch.tensor([60]), -1)
+    model.ctc_loss(enc, lens, torch.tensor([[1, 2]]), torch.tensor([2])).backward()
+    assert model.encoder.encoders[0].self_attn.linear_pos.weight.grad is not None
