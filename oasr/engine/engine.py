@@ -44,6 +44,7 @@ class ASREngine:
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._geometry = ChunkGeometry(chunk_size=config.chunk_size)
+        self.stats.refresh(self.requests, self.scheduler)
 
     # -- thread-safe entry points ---------------------------------------------------------------
     def submit(self, command: Command) -> None:

@@ -41,13 +41,16 @@ class EngineStats:
         self.step_history: collections.deque[tuple[float, float, float, int]] = (
             collections.deque(maxlen=4096))  # (time, seconds, audio_s, batch)
         self._last_snapshot_at = 0.0
+        self._changed = True  # a stream ended: publish at once, not at the next interval
         self.snapshot: dict[str, Any] = {}
 
     def count_finish(self, reason: FinishReason) -> None:
         self.finish_reasons[reason.value] += 1
+        self._changed = True
 
     def count_refusal(self) -> None:
         self.num_refused += 1
+        self._changed = True
 
     def count_endpoint(self, rule: str) -> None:
         self.endpoints[rule] += 1
@@ -65,9 +68,15 @@ class EngineStats:
             self.total_audio_s += audio_s
             self.total_busy_s += seconds
             self.step_history.append((now, seconds, audio_s, batch_size))
-        if now - self._last_snapshot_at >= SNAPSHOT_INTERVAL_S or not self.snapshot:
-            self._last_snapshot_at = now
-            self.snapshot = self._build_snapshot(now, requests, scheduler)
+        if self._changed or now - self._last_snapshot_at >= SNAPSHOT_INTERVAL_S:
+            self.refresh(requests, scheduler)
+
+    def refresh(self, requests: dict[int, Request], scheduler: Scheduler) -> None:
+        """Rebuild the snapshot now."""
+        now = time.monotonic()
+        self._last_snapshot_at = now
+        self._changed = False
+        self.snapshot = self._build_snapshot(now, requests, scheduler)
 
     def recent_rtf(self, now: float) -> float:
         """Compute seconds per audio second over the last few seconds (0 when idle)."""
