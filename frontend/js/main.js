@@ -51,7 +51,7 @@ function finish(message, kind) {
   if (message) setStatus(message, kind);
 }
 
-function openStream(sampleRate, label) {
+function openStream(sampleRate, label, activity) {
   transcript.beginRun(label);
   return new AsrStream({
     sampleRate,
@@ -59,7 +59,7 @@ function openStream(sampleRate, label) {
     handlers: {
       onReady: (m) => {
         panel.setMyStream(m.stream_id);
-        setStatus(`Listening: stream ${m.stream_id}, ${m.chunk_ms} ms chunks.`, "live");
+        setStatus(`${activity}: stream ${m.stream_id}, ${m.chunk_ms} ms chunks.`, "live");
       },
       onPartial: (m) => transcript.partial(m),
       onFinal: (m) => transcript.final(m),
@@ -90,7 +90,7 @@ async function startMicRun() {
       onFrame: (pcm) => stream && stream.sendAudio(pcm),
       onLevel: (peak) => { ui.meter.style.width = `${Math.min(100, peak * 140)}%`; },
     });
-    stream = openStream(mic.sampleRate, `mic (${mic.sampleRate} Hz)`);
+    stream = openStream(mic.sampleRate, `mic (${mic.sampleRate} Hz)`, "Listening");
     active = { kind: "mic", stream, stopSource: mic.stop, ending: false };
     setStatus(`Connecting (mic at ${mic.sampleRate} Hz)…`);
   } catch (error) {
@@ -121,7 +121,9 @@ async function startFileRun(file) {
     return;
   }
   const controller = new AbortController();
-  const stream = openStream(FILE_SAMPLE_RATE, `${file.name} (${(samples.length / FILE_SAMPLE_RATE).toFixed(1)} s)`);
+  const seconds = (samples.length / FILE_SAMPLE_RATE).toFixed(1);
+  const stream = openStream(FILE_SAMPLE_RATE, `${file.name} (${seconds} s)`,
+    `Streaming ${file.name} at real-time pace`);
   active = { kind: "file", stream, stopSource: async () => controller.abort(), ending: false };
   setStatus(`Streaming ${file.name} at real-time pace…`, "live");
   await streamSamples(samples, {

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import uvicorn
+
+from backend.config import ServerConfig
+from backend.server import build_uvicorn_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEVSET_DIR = REPO_ROOT.parent / "shared" / "audio" / "devset"
@@ -37,3 +46,25 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0,
             return
         time.sleep(0.02)
     raise AssertionError(f"{what} not reached within {timeout_s} s")
+
+
+@contextmanager
+def live_server(config: ServerConfig) -> Iterator[str]:
+    """Serve ``config`` on a free port in a background thread; yields ``host:port``."""
+    server = uvicorn.Server(build_uvicorn_config(config))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), 120, "uvicorn startup")
+        assert server.started, "uvicorn did not start"
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def get_stats(address: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://{address}/api/stats", timeout=5) as response:
+        return json.loads(response.read())

@@ -4,48 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from server_helpers import DEFAULT_MODEL_DIR, DEVSET_DIR, frames, synthetic_pcm, wait_until
+from server_helpers import (
+    DEFAULT_MODEL_DIR,
+    DEVSET_DIR,
+    frames,
+    get_stats,
+    live_server,
+    synthetic_pcm,
+    wait_until,
+)
 from websockets.asyncio.client import connect
 
 from backend.config import ServerConfig
-from backend.server import build_uvicorn_config
 from oasr.audio import read_audio
 from oasr.engine import EngineConfig, transcribe_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 FRAME_S = 0.1
-
-
-@contextmanager
-def live_server(config: ServerConfig) -> Iterator[str]:
-    """Serve ``config`` on a free port in a background thread; yields ``host:port``."""
-    server = uvicorn.Server(build_uvicorn_config(config))
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started or not thread.is_alive(), 120, "uvicorn startup")
-        assert server.started, "uvicorn did not start"
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-    assert not thread.is_alive()
-
-
-def get_stats(address: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://{address}/api/stats", timeout=5) as response:
-        return json.loads(response.read())
 
 
 async def stream_realtime(address: str, pcm: bytes, start: dict[str, Any]) -> tuple[
