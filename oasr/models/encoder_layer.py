@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from torch import Tensor, nn
 
 from oasr.fmha import PagedKVCache
@@ -58,21 +56,23 @@ class ConformerEncoderLayer(nn.Module):
         self.normalize_before = config.normalize_before
         self.dropout = nn.Dropout(config.dropout_rate)
 
-    def _residual(
-        self, x: Tensor, norm: nn.Module, fn: Callable[[Tensor], Tensor], scale: float = 1.0
-    ) -> Tensor:
-        """x + scale * dropout(fn(norm(x))) with pre- or post-norm."""
-        y = norm(x) if self.normalize_before else x
-        x = x + scale * self.dropout(fn(y))
+    def _pre(self, x: Tensor, norm: nn.Module) -> Tensor:
+        return norm(x) if self.normalize_before else x
+
+    def _post(self, x: Tensor, norm: nn.Module) -> Tensor:
         return x if self.normalize_before else norm(x)
 
-    def _macaron(self, x: Tensor) -> Tensor:
+    def _feed_forwards_head(self, x: Tensor) -> Tensor:
+        """The first (macaron) half-step feed-forward, when present."""
         if self.feed_forward_macaron is None:
             return x
-        return self._residual(x, self.norm_ff_macaron, self.feed_forward_macaron, self.ff_scale)
+        y = self.feed_forward_macaron(self._pre(x, self.norm_ff_macaron))
+        return self._post(x + self.ff_scale * self.dropout(y), self.norm_ff_macaron)
 
-    def _tail(self, x: Tensor) -> Tensor:
-        x = self._residual(x, self.norm_ff, self.feed_forward, self.ff_scale)
+    def _feed_forwards_tail(self, x: Tensor) -> Tensor:
+        """The second feed-forward, then the block's final norm."""
+        y = self.feed_forward(self._pre(x, self.norm_ff))
+        x = self._post(x + self.ff_scale * self.dropout(y), self.norm_ff)
         return self.norm_final(x) if self.conv_module is not None else x
 
     def forward(
@@ -93,24 +93,14 @@ class ConformerEncoderLayer(nn.Module):
         Returns:
             x (B, T, D), new_att_cache (B, H, T_cache + T, 2 d_k), new_cnn_cache (B, D, k - 1).
         """
-        x = self._macaron(x)
-        holder: dict[str, Tensor] = {}
-
-        def attend(y: Tensor) -> Tensor:
-            out, holder["att"] = self.self_attn(y, mask, pos_emb, att_cache)
-            return out
-
-        x = self._residual(x, self.norm_mha, attend)
+        x = self._feed_forwards_head(x)
+        y, new_att = self.self_attn(self._pre(x, self.norm_mha), mask, pos_emb, att_cache)
+        x = self._post(x + self.dropout(y), self.norm_mha)
         new_cnn = x.new_zeros((0, 0, 0))
-        conv = self.conv_module
-        if conv is not None:
-            def convolve(y: Tensor) -> Tensor:
-                out, holder["cnn"] = conv(y, mask_pad, cnn_cache)
-                return out
-
-            x = self._residual(x, self.norm_conv, convolve)
-            new_cnn = holder["cnn"]
-        return self._tail(x), holder["att"], new_cnn
+        if self.conv_module is not None:
+            y, new_cnn = self.conv_module(self._pre(x, self.norm_conv), mask_pad, cnn_cache)
+            x = self._post(x + self.dropout(y), self.norm_conv)
+        return self._feed_forwards_tail(x), new_att, new_cnn
 
     def forward_paged(
         self,
@@ -129,20 +119,15 @@ class ConformerEncoderLayer(nn.Module):
         Returns:
             x (B, T, D), new_cnn_cache (B, k - 1, D).
         """
-        x = self._macaron(x)
-        x = self._residual(
-            x, self.norm_mha,
-            lambda y: self.self_attn.forward_paged(y, kv_cache, lengths, pos_table, key_positions),
+        x = self._feed_forwards_head(x)
+        y = self.self_attn.forward_paged(
+            self._pre(x, self.norm_mha), kv_cache, lengths, pos_table, key_positions
         )
+        x = self._post(x + self.dropout(y), self.norm_mha)
         new_cnn = cnn_cache
-        conv = self.conv_module
-        if conv is not None:
-            holder: dict[str, Tensor] = {}
-
-            def convolve(y: Tensor) -> Tensor:
-                out, holder["cnn"] = conv.forward_slot(y, lengths, cnn_cache)
-                return out
-
-            x = self._residual(x, self.norm_conv, convolve)
-            new_cnn = holder["cnn"]
-        return self._tail(x), new_cnn
+        if self.conv_module is not None:
+            y, new_cnn = self.conv_module.forward_slot(
+                self._pre(x, self.norm_conv), lengths, cnn_cache
+            )
+            x = self._post(x + self.dropout(y), self.norm_conv)
+        return self._feed_forwards_tail(x), new_cnn
