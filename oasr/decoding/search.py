@@ -196,7 +196,12 @@ def beam_frame(
     ext = torch.where(is_last, pb[:, :, None], total[:, :, None]) + cand_lp[:, None, :]
     # An extension that equals a live hypothesis was already merged into it above:
     # parent k's candidate c is a duplicate when some child j of k has last token c.
-    dup = torch.bmm(child_of.to(ext.dtype), is_last.to(ext.dtype)) > 0  # (B, Kp, C)
+    # Each child has at most one parent (prefixes are distinct), so scatter children to it.
+    has_parent = child_of.any(dim=1)  # (B, Kc)
+    parent_of_child = child_of.to(torch.uint8).argmax(dim=1)  # (B, Kc)
+    child_hits = (is_last & has_parent[:, :, None]).to(ext.dtype)  # (B, Kc, C)
+    index = parent_of_child[:, :, None].expand_as(child_hits)
+    dup = torch.zeros_like(ext).scatter_add_(1, index, child_hits) > 0  # (B, Kp, C)
     ext = ext.masked_fill(dup, NEG_INF).flatten(1)  # (B, K * C)
     scores = torch.cat([torch.logaddexp(stay_pb, stay_pnb), ext], dim=1)  # (B, K + K * C)
     index = scores.topk(k, dim=1).indices  # (B, K)
