@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+from collections.abc import MutableMapping
 from typing import Any, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -42,6 +43,8 @@ class ReceiverExit(enum.Enum):
 
 
 Outgoing = StreamEvent | ProtocolError
+# What sending to / receiving from a socket whose client has gone away raises.
+_GONE = (WebSocketDisconnect, RuntimeError, OSError)
 
 
 class AsrConnection:
@@ -70,12 +73,14 @@ class AsrConnection:
             if not sender.done() and receiver.result() is ReceiverExit.HANDED_OVER:
                 await sender
         finally:
-            for task in (receiver, sender):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
-                    await task
+            receiver.cancel()
+            sender.cancel()
+            outcomes = await asyncio.gather(receiver, sender, return_exceptions=True)
             if self.stream_id is not None and not self.is_finished:
                 self.engine.abort_stream(self.stream_id)
+        for outcome in outcomes:  # a bug in either task: let the server log it
+            if isinstance(outcome, Exception):
+                raise outcome
 
     def _sink(self, event: StreamEvent) -> None:
         """Called on the engine thread: hand the event to this connection's loop."""
@@ -87,12 +92,12 @@ class AsrConnection:
             timeout = self.idle_timeout_s if self.stream_id is None else None
             try:
                 message = await asyncio.wait_for(self.websocket.receive(), timeout)
-            except (WebSocketDisconnect, RuntimeError):
-                return ReceiverExit.DISCONNECTED
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError:  # before _GONE: TimeoutError is an OSError
                 self._outgoing.put_nowait(ProtocolError(
                     "timeout", f"nothing received for {self.idle_timeout_s:g} s"))
                 return ReceiverExit.HANDED_OVER
+            except _GONE:
+                return ReceiverExit.DISCONNECTED
             if message["type"] == "websocket.disconnect":
                 return ReceiverExit.DISCONNECTED
             try:
@@ -101,7 +106,7 @@ class AsrConnection:
                 self._outgoing.put_nowait(error)
                 return ReceiverExit.HANDED_OVER
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _handle(self, message: MutableMapping[str, Any]) -> None:
         data = message.get("bytes")
         if data is not None:
             start = self.session.on_audio(data)
@@ -134,20 +139,20 @@ class AsrConnection:
 
     async def _send_loop(self) -> None:
         close_code = CloseCode.NORMAL
-        while True:
-            item = await self._outgoing.get()
-            if isinstance(item, ProtocolError):
-                await self._send_and_close(item.to_json(), item.close_code)
-                return
-            if item.type is EventType.ERROR:
-                close_code = close_code_for(item.code)
-            if item.is_terminal:
-                self.is_finished = True
-                await self._send_and_close(item.to_json(), close_code)
-                return
-            await self.websocket.send_json(item.to_json())
+        with contextlib.suppress(*_GONE):
+            while True:
+                item = await self._outgoing.get()
+                if isinstance(item, ProtocolError):
+                    await self._send_and_close(item.to_json(), item.close_code)
+                    return
+                if item.type is EventType.ERROR:
+                    close_code = close_code_for(item.code)
+                if item.is_terminal:
+                    self.is_finished = True
+                    await self._send_and_close(item.to_json(), close_code)
+                    return
+                await self.websocket.send_json(item.to_json())
 
     async def _send_and_close(self, message: dict[str, Any], code: int) -> None:
-        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-            await self.websocket.send_json(message)
-            await self.websocket.close(code=code)
+        await self.websocket.send_json(message)
+        await self.websocket.close(code=code)

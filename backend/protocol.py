@@ -39,6 +39,7 @@ ERROR_CLOSE_CODES: dict[str, CloseCode] = {
     "unsupported": CloseCode.UNSUPPORTED_DATA,
     "bad_audio": CloseCode.UNSUPPORTED_DATA,
     "too_large": CloseCode.MESSAGE_TOO_BIG,
+    "too_much_audio": CloseCode.POLICY_VIOLATION,
     "timeout": CloseCode.POLICY_VIOLATION,
     "busy": CloseCode.TRY_AGAIN_LATER,
 }
