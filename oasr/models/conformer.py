@@ -71,6 +71,8 @@ class ConformerEncoder(nn.Module):
                 0 = the training behaviour (dynamic chunk when training with
                 ``use_dynamic_chunk``, else ``static_chunk_size``, else full context).
             num_decoding_left_chunks: visible earlier chunks; < 0 all.
+            As in WeNet, ``decoding_chunk_size`` only applies to ``use_dynamic_chunk`` models;
+            otherwise ``static_chunk_size`` (if > 0) is used, else no chunk mask at all.
         Returns:
             ys (B, T', D), masks (B, 1, T') bool with True at real frames.
         """
