@@ -76,7 +76,7 @@ class ConformerEncoder(nn.Module):
         Returns:
             ys (B, T', D), masks (B, 1, T') bool with True at real frames.
         """
-        masks = ~make_pad_mask(xs_lens, xs.size(1)).unsqueeze(1)  # (B, 1, T)
+        masks = ~make_pad_mask(xs_lens.to(xs.device), xs.size(1)).unsqueeze(1)  # (B, 1, T)
         xs = self._front(xs)  # (B, T', D)
         masks = self.embed.subsample_mask(masks)  # (B, 1, T')
         pos_emb = self.embed.pos_enc.position_encoding(0, xs.size(1))  # (1, T', D)
