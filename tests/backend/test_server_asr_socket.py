@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -283,3 +284,20 @@ def test_foreign_origin_is_refused_own_and_listed_origins_accepted(
             stream_file(ws, synthetic_pcm(0.3), {"type": "start"})
             assert collect(ws)[0][-1]["type"] == "done"
     assert 'oasr_rejected_connections_total{reason="origin"} 1.0' in client.get("/metrics").text
+
+
+def test_session_longer_than_max_session_ends_with_timeout(
+        make_client: Callable[..., TestClient]) -> None:
+    client = make_client(idle_timeout_s=0.5, max_session_s=1.0)
+    began = time.monotonic()
+    with client.websocket_connect("/ws/asr") as ws:
+        ws.send_json({"type": "start"})
+        for frame in frames(synthetic_pcm(4.0)):  # keeps sending: never idle
+            ws.send_bytes(frame)
+            time.sleep(0.1)
+            if time.monotonic() - began > 1.6:
+                break
+        messages, code = collect(ws)
+    assert messages[-1]["type"] == "done" and messages[-1]["finish_reason"] == "timeout"
+    assert code == 1000
+    wait_until(lambda: pool_is_full(client), what="pool back to full")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from server_helpers import (
     DEFAULT_MODEL_DIR,
     DEVSET_DIR,
@@ -21,6 +23,7 @@ from server_helpers import (
 from websockets.asyncio.client import connect
 
 from backend.config import ServerConfig
+from backend.server import _serve, build_uvicorn_config
 from oasr.audio import read_audio
 from oasr.engine import EngineConfig, transcribe_files
 
@@ -128,3 +131,20 @@ def test_real_speech_over_the_wire_matches_offline_transcription() -> None:
 def _wav_s16le(path: Path) -> bytes:
     samples = read_audio(path)
     return (samples * 32768).clip(-32768, 32767).astype("<i2").tobytes()
+
+
+def test_run_prints_the_url_once_serving(make_config: Callable[..., ServerConfig],
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    config = make_config(port=0)
+    server = uvicorn.Server(build_uvicorn_config(config))
+    thread = threading.Thread(target=asyncio.run, args=(_serve(server, config),), daemon=True)
+    printed: list[str] = []
+    thread.start()
+    try:
+        wait_until(lambda: printed.append(capsys.readouterr().out) or "ready" in "".join(printed),
+                   60, "the ready line")
+        port = server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert f"open http://127.0.0.1:{port}/ and press the mic button" in "".join(printed)
