@@ -101,3 +101,17 @@ def test_not_a_model_dir(tmp_path):
         load_model(tmp_path)
     with pytest.raises(FileNotFoundError, match="not found"):
         load_model(tmp_path / "nope")
+
+
+def test_kaldi_cmvn_parse_errors_name_the_file(tmp_path):
+    from oasr.models import load_cmvn
+
+    bad = tmp_path / "cmvn.ark"
+    bad.write_text(" [ 1 2 3 4 ]\n")
+    with pytest.raises(ValueError, match=r"cmvn.ark: expected a 2 x \(D\+1\) stats matrix"):
+        load_cmvn(bad)
+    good = tmp_path / "ok.ark"
+    good.write_text(" [\n  2 4 2\n  4 10 0 ]\n")  # sums, count 2; squares
+    mean, istd = load_cmvn(good)
+    assert mean.tolist() == [1.0, 2.0]
+    assert torch.allclose(istd, torch.tensor([1.0, 1.0]))

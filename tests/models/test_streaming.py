@@ -161,3 +161,14 @@ def test_bfloat16_model_streams_close_to_float32(wenet_model, feats):
         full, _ = model.encoder(feats, torch.tensor([512]), 16, -1)
         logp = model.ctc_log_probs(full)
     assert logp.dtype == torch.float32 and max_diff(full[0], ref) < 0.25
+
+
+def test_forward_chunk_refuses_batches_and_non_causal_models(wenet_model, feats):
+    with pytest.raises(ValueError, match="one stream, got batch 2"):
+        wenet_model.encoder.forward_chunk(feats[:, :67].expand(2, -1, -1), 0, -1)
+    from oasr.models import ConformerConfig
+
+    offline = AsrModel(ConformerConfig(output_size=16, attention_heads=2, linear_units=24,
+                                       num_blocks=1, vocab_size=5, causal=False)).eval()
+    with pytest.raises(ValueError, match="causal convolution module"):
+        offline.encoder.forward_chunk(feats[:, :67], 0, -1)
