@@ -19,6 +19,8 @@ COPY backend ./backend
 COPY frontend ./frontend
 RUN pip install . \
     && useradd --create-home --uid 1000 oasr
+# The page is not part of the installed packages: serve it from the copy above.
+ENV OASR_FRONTEND_DIR=/app/frontend
 
 USER oasr
 EXPOSE 8000

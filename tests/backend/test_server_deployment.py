@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -64,6 +65,15 @@ def test_dockerfile_runs_the_readme_steps() -> None:
     cmd = next(arg for op, arg in steps if op == "CMD")
     assert readme[-1].split()[0] == "oasr-server" and '"oasr-server"' in cmd
     assert "EXPOSE" in dict(steps) and dict(steps)["EXPOSE"] == "8000"
+
+
+def test_the_image_serves_the_copied_frontend() -> None:
+    steps = dockerfile_instructions()
+    workdir = next(arg for op, arg in steps if op == "WORKDIR")
+    copied = next(arg.split()[-1] for op, arg in steps if op == "COPY" and arg.startswith("frontend"))
+    env = dict(arg.split("=", 1) for op, arg in steps if op == "ENV" and "=" in arg and
+               arg.startswith("OASR_"))
+    assert env["OASR_FRONTEND_DIR"] == str(Path(workdir) / copied)
 
 
 def test_docker_build_context_holds_what_the_dockerfile_copies() -> None:
