@@ -147,15 +147,26 @@ class FrameChoice:
     token: torch.Tensor
 
 
-def _merge_children(
-    state: DecoderState, total: torch.Tensor, lp_last: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Find hypothesis pairs where child = parent + child's last token.
+@dataclass(frozen=True)
+class _Children:
+    """Hypothesis pairs of one frame where child = parent + the child's last token.
 
-    Returns:
-        child_of: (B, Kp, Kc) bool, the pair relation among live hypotheses.
-        merged: (B, Kc) float32 log-prob the parent sends into each child's prefix this frame.
+    Each child has at most one parent among the live hypotheses (their prefixes are distinct).
+
+    Attributes:
+        has_parent: (B, Kc) bool whether the child's parent is a live hypothesis.
+        parent: (B, Kc) int64 that parent (0 when there is none).
+        merged: (B, Kc) float32 log-prob the parent sends into the child's prefix this frame.
     """
+
+    has_parent: torch.Tensor
+    parent: torch.Tensor
+    merged: torch.Tensor
+
+
+def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tensor) -> _Children:
+    """Pair live hypotheses as parent / child (see `_Children`); ``total`` and ``lp_last`` are
+    (B, K): each hypothesis's log-prob and its last token's log-prob at this frame."""
     alive = total > NEG_INF  # (B, K)
     length, last, h = state.prefix_len, state.last_token, state.prefix_hash
     child_of = (
@@ -164,10 +175,14 @@ def _merge_children(
         & (length[:, None, :] == length[:, :, None] + 1)
         & (h[:, None, :] == hash_append(h[:, :, None], last[:, None, :]))
     )  # (B, Kp, Kc)
-    same_last = last[:, :, None] == last[:, None, :]
-    via = torch.where(same_last, state.log_pb[:, :, None], total[:, :, None])
-    merged = torch.where(child_of, via + lp_last[:, None, :], NEG_INF)  # (B, Kp, Kc)
-    return child_of, merged.logsumexp(dim=1)
+    has_parent = child_of.any(dim=1)  # (B, Kc)
+    parent = child_of.to(torch.uint8).argmax(dim=1)  # (B, Kc)
+    # A repeated token needs a blank in between: only the parent's blank-ending paths count.
+    via = torch.where(
+        last.gather(1, parent) == last, state.log_pb.gather(1, parent), total.gather(1, parent)
+    )
+    merged = torch.where(has_parent, via + lp_last, NEG_INF)
+    return _Children(has_parent=has_parent, parent=parent, merged=merged)
 
 
 def beam_frame(
@@ -190,18 +205,15 @@ def beam_frame(
     lp_last = lp.gather(1, last.clamp(min=0))  # (B, K)
     stay_pb = total + lp[:, blank_id, None]
     stay_pnb = torch.where(last >= 0, pnb + lp_last, NEG_INF)
-    child_of, merged = _merge_children(state, total, lp_last)
-    stay_pnb = torch.logaddexp(stay_pnb, merged)
+    children = _find_children(state, total, lp_last)
+    stay_pnb = torch.logaddexp(stay_pnb, children.merged)
     is_last = cand_tok[:, None, :] == last[:, :, None]  # (B, K, C): candidate c == last of k
     ext = torch.where(is_last, pb[:, :, None], total[:, :, None]) + cand_lp[:, None, :]
     # An extension that equals a live hypothesis was already merged into it above:
     # parent k's candidate c is a duplicate when some child j of k has last token c.
-    # Each child has at most one parent (prefixes are distinct), so scatter children to it.
-    has_parent = child_of.any(dim=1)  # (B, Kc)
-    parent_of_child = child_of.to(torch.uint8).argmax(dim=1)  # (B, Kc)
-    child_hits = (is_last & has_parent[:, :, None]).to(ext.dtype)  # (B, Kc, C)
-    index = parent_of_child[:, :, None].expand_as(child_hits)
-    dup = torch.zeros_like(ext).scatter_add_(1, index, child_hits) > 0  # (B, Kp, C)
+    child_hits = (is_last & children.has_parent[:, :, None]).to(ext.dtype)  # (B, Kc, C)
+    to_parent = children.parent[:, :, None].expand_as(child_hits)
+    dup = torch.zeros_like(ext).scatter_add_(1, to_parent, child_hits) > 0  # (B, Kp, C)
     ext = ext.masked_fill(dup, NEG_INF).flatten(1)  # (B, K * C)
     scores = torch.cat([torch.logaddexp(stay_pb, stay_pnb), ext], dim=1)  # (B, K + K * C)
     index = scores.topk(k, dim=1).indices  # (B, K)
