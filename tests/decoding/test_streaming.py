@@ -233,3 +233,19 @@ def test_lengths_out_of_range_are_refused() -> None:
     state = dec.create_state(2, VOCAB)
     with pytest.raises(ValueError, match=r"lengths must be in 0..4, got \[5, 1\]"):
         dec.decode_chunk(torch.zeros(2, 4, VOCAB), state, torch.tensor([5, 1]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("beam", [1, 10])
+def test_cuda_equals_cpu(beam: int) -> None:
+    lp = random_log_probs(30, 4, 48)
+    lengths = torch.tensor([16, 7, 0, 16])
+    results = {}
+    for device in ("cpu", "cuda"):
+        dec = GpuStreamingDecoder(GpuDecoderConfig(beam_size=beam, initial_token_capacity=4), device=device)
+        states = [dec.create_state(1, VOCAB) for _ in range(4)]
+        for lo in range(0, 48, 16):
+            dec.decode_streams(lp[:, lo : lo + 16].to(device), states, lengths)
+        results[device] = [dec.finalize_stream(s) for s in states]
+    for got, want in zip(results["cuda"], results["cpu"], strict=True):
+        assert_same(got, want)
