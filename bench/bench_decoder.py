@@ -96,28 +96,38 @@ def main() -> None:
     for beam in args.beams:
         for pooled in (True, False):
             seconds = time_run(args, beam, pooled, lp)
-            rows.append({
-                "beam": beam,
-                "call": "decode_streams" if pooled else "decode_chunk",
-                "streams": args.streams,
-                "vocab": args.vocab,
-                "frames_per_s": frames / seconds,
-                "ms_per_chunk_step": 1000 * seconds / args.chunks,
-                "realtime_streams": frames / seconds * 0.04,  # audio seconds per wall second
-                "stack_split_ms": time_stack_split(args, beam, device) if pooled else 0.0,
-            })
-    print(f"device={device} ({platform.processor() or platform.machine()}), torch "
-          f"{torch.__version__}, threads={torch.get_num_threads()}, {args.streams} streams, "
-          f"V={args.vocab}, chunk={args.chunk} frames x {args.chunks}")
-    print(f"{'beam':>4} {'call':<15} {'frames/s':>12} {'ms/step':>9} "
-          f"{'x realtime (40 ms frames)':>26} {'stack+split ms':>15}")
+            rows.append(
+                {
+                    "beam": beam,
+                    "call": "decode_streams" if pooled else "decode_chunk",
+                    "streams": args.streams,
+                    "vocab": args.vocab,
+                    "frames_per_s": frames / seconds,
+                    "ms_per_chunk_step": 1000 * seconds / args.chunks,
+                    "realtime_streams": frames / seconds * 0.04,  # audio seconds per wall second
+                    "stack_split_ms": time_stack_split(args, beam, device) if pooled else 0.0,
+                }
+            )
+    print(
+        f"device={device} ({platform.processor() or platform.machine()}), torch "
+        f"{torch.__version__}, threads={torch.get_num_threads()}, {args.streams} streams, "
+        f"V={args.vocab}, chunk={args.chunk} frames x {args.chunks}"
+    )
+    print(
+        f"{'beam':>4} {'call':<15} {'frames/s':>12} {'ms/step':>9} "
+        f"{'x realtime (40 ms frames)':>26} {'stack+split ms':>15}"
+    )
     for r in rows:
-        print(f"{r['beam']:>4} {r['call']:<15} {r['frames_per_s']:>12,.0f} "
-              f"{r['ms_per_chunk_step']:>9.2f} {r['realtime_streams']:>26,.0f} "
-              f"{r['stack_split_ms']:>15.2f}")
+        print(
+            f"{r['beam']:>4} {r['call']:<15} {r['frames_per_s']:>12,.0f} "
+            f"{r['ms_per_chunk_step']:>9.2f} {r['realtime_streams']:>26,.0f} "
+            f"{r['stack_split_ms']:>15.2f}"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"device": str(device), "torch": torch.__version__, "rows": rows}, f, indent=2)
+            json.dump(
+                {"device": str(device), "torch": torch.__version__, "rows": rows}, f, indent=2
+            )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ class GpuDecoderConfig:
             raise ValueError(f"top_k must be >= 1 or None (exact), got {self.top_k}")
         if self.min_token_log_prob is not None and self.min_token_log_prob > 0.0:
             raise ValueError(
-                f"min_token_log_prob is a log-probability and must be <= 0, got {self.min_token_log_prob}"
+                "min_token_log_prob is a log-probability and must be <= 0, "
+                f"got {self.min_token_log_prob}"
             )
         if self.blank_penalty < 0.0:
             raise ValueError(f"blank_penalty must be >= 0, got {self.blank_penalty}")

@@ -66,7 +66,8 @@ class GpuStreamingDecoder:
         self.device = torch.device(device)
         if tokenizer is not None and tokenizer.blank_id != self._config.blank_id:
             raise ValueError(
-                f"tokenizer blank id {tokenizer.blank_id} != config.blank_id {self._config.blank_id}"
+                f"tokenizer blank id {tokenizer.blank_id} != "
+                f"config.blank_id {self._config.blank_id}"
             )
 
     @property
@@ -77,10 +78,12 @@ class GpuStreamingDecoder:
         """A fresh state of ``batch`` rows for a ``vocab_size``-token model."""
         self._check_vocab(vocab_size)
         cfg = self._config
-        return new_state(batch, cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id, self.device)
+        return new_state(
+            batch, cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id, self.device
+        )
 
     def reset_state(self, state: DecoderState, batch: int, vocab_size: int) -> None:
-        """Rewind ``state`` to a fresh one in place (buffers reused; rebuilt if the batch differs)."""
+        """Rewind ``state`` to a fresh one in place (buffers reused; rebuilt if batch differs)."""
         self._check_vocab(vocab_size)
         if state.batch_size != batch or state.beam_size != self._config.beam_size:
             fresh = self.create_state(batch, vocab_size)

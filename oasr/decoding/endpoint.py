@@ -42,7 +42,8 @@ class EndpointRule:
         if self.min_trailing_silence_s == 0 and self.min_utterance_length_s == 0:
             raise ValueError(
                 "an endpoint rule with no silence and no length threshold fires on every frame; "
-                "set min_trailing_silence_s or min_utterance_length_s > 0 (or disable the rule with None)"
+                "set min_trailing_silence_s or min_utterance_length_s > 0 "
+                "(or disable the rule with None)"
             )
 
 
@@ -146,7 +147,9 @@ class Endpointer:
             return None
         shift = self.config.frame_shift_s
         end_s = segment_start_s + stats.num_frames * shift
-        speech_frames = stats.num_frames - stats.num_trailing_blank_frames if stats.has_speech else 0
+        speech_frames = (
+            stats.num_frames - stats.num_trailing_blank_frames if stats.has_speech else 0
+        )
         return Endpoint(
             rule=rule,
             start_s=segment_start_s,

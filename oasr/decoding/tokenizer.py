@@ -71,14 +71,18 @@ class _UnitTable:
     def __init__(self, units: Sequence[str]) -> None:
         units = list(units)
         if len(units) < 2:
-            raise ValueError(f"a tokenizer needs at least 2 units (<blank> and one more), got {len(units)}")
+            raise ValueError(
+                f"a tokenizer needs at least 2 units (<blank> and one more), got {len(units)}"
+            )
         index: dict[str, int] = {}
         for idx, token in enumerate(units):
             if token in index:
                 raise ValueError(f"unit {token!r} appears twice (ids {index[token]} and {idx})")
             index[token] = idx
         if BLANK not in index:
-            raise ValueError(f"units must contain {BLANK!r} (WeNet puts it at id 0); got {units[:4]}...")
+            raise ValueError(
+                f"units must contain {BLANK!r} (WeNet puts it at id 0); got {units[:4]}..."
+            )
         self.units: list[str] = units
         self.index = index
 
@@ -125,7 +129,9 @@ class CharTokenizer:
     def __init__(self, units: Sequence[str]) -> None:
         self._table = _UnitTable(units)
         index = self._table.index
-        self._boundary = WORD_BOUNDARY if WORD_BOUNDARY in index else (SPACE if SPACE in index else None)
+        self._boundary = (
+            WORD_BOUNDARY if WORD_BOUNDARY in index else (SPACE if SPACE in index else None)
+        )
 
     @classmethod
     def from_units(cls, units: Sequence[str]) -> CharTokenizer:

@@ -35,7 +35,9 @@ def brute_force_prefix_log_probs(lp: list[list[float]], blank: int) -> dict[tupl
     return totals
 
 
-def _add(beams: dict, prefix: tuple[int, ...], pb: float, pnb: float, times: tuple[int, ...]) -> None:
+def _add(
+    beams: dict, prefix: tuple[int, ...], pb: float, pnb: float, times: tuple[int, ...]
+) -> None:
     entry = beams.setdefault(prefix, [NEG, NEG, times])
     entry[0] = logadd(entry[0], pb)
     entry[1] = logadd(entry[1], pnb)

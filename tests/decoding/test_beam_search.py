@@ -10,7 +10,9 @@ from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
 from .reference import brute_force_prefix_log_probs, prefix_beam_search
 
 
-def random_log_probs(seed: int, batch: int, frames: int, vocab: int, scale: float = 2.0) -> torch.Tensor:
+def random_log_probs(
+    seed: int, batch: int, frames: int, vocab: int, scale: float = 2.0
+) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return (scale * torch.randn(batch, frames, vocab, generator=g)).log_softmax(-1)
 
@@ -22,7 +24,9 @@ def decode(beam: int, lp: torch.Tensor, **cfg: object) -> list:
     return dec.finalize_stream(state)
 
 
-@pytest.mark.parametrize(("frames", "vocab", "beam"), [(4, 3, 31), (4, 3, 40), (3, 4, 40), (5, 3, 63)])
+@pytest.mark.parametrize(
+    ("frames", "vocab", "beam"), [(4, 3, 31), (4, 3, 40), (3, 4, 40), (5, 3, 63)]
+)
 @pytest.mark.parametrize("seed", range(4))
 def test_exact_beam_equals_brute_force(frames: int, vocab: int, beam: int, seed: int) -> None:
     lp = random_log_probs(seed, 1, frames, vocab)[0]

@@ -70,8 +70,9 @@ def test_rules_are_checked_in_order_and_can_be_disabled() -> None:
 
 def test_custom_thresholds_and_frame_shift() -> None:
     cfg = EndpointConfig(
-        rule2=EndpointRule(must_contain_speech=True, min_trailing_silence_s=0.3,
-                           min_utterance_length_s=0.5),
+        rule2=EndpointRule(
+            must_contain_speech=True, min_trailing_silence_s=0.3, min_utterance_length_s=0.5
+        ),
         frame_shift_s=0.1,
     )
     ep = Endpointer(cfg)
@@ -82,7 +83,9 @@ def test_custom_thresholds_and_frame_shift() -> None:
 
 def test_endpoint_segment_times() -> None:
     ep = Endpointer()
-    got = ep.endpoint(FrameStats(num_frames=75, num_trailing_blank_frames=25, has_speech=True), 12.0)
+    got = ep.endpoint(
+        FrameStats(num_frames=75, num_trailing_blank_frames=25, has_speech=True), 12.0
+    )
     assert got is not None and got.rule == "rule2"
     assert got.start_s == 12.0
     assert got.end_s == pytest.approx(15.0)

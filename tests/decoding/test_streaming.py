@@ -242,7 +242,9 @@ def test_cuda_equals_cpu(beam: int) -> None:
     lengths = torch.tensor([16, 7, 0, 16])
     results = {}
     for device in ("cpu", "cuda"):
-        dec = GpuStreamingDecoder(GpuDecoderConfig(beam_size=beam, initial_token_capacity=4), device=device)
+        dec = GpuStreamingDecoder(
+            GpuDecoderConfig(beam_size=beam, initial_token_capacity=4), device=device
+        )
         states = [dec.create_state(1, VOCAB) for _ in range(4)]
         for lo in range(0, 48, 16):
             dec.decode_streams(lp[:, lo : lo + 16].to(device), states, lengths)

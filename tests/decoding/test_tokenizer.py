@@ -84,8 +84,12 @@ def bpe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lines = [" ".join(words[(i + j) % len(words)] for j in range(5)) for i in range(200)]
     (d / "text.txt").write_text("\n".join(lines), encoding="utf-8")
     spm.SentencePieceTrainer.Train(
-        input=str(d / "text.txt"), model_prefix=str(d / "bpe"), vocab_size=40,
-        model_type="bpe", character_coverage=1.0, minloglevel=2,
+        input=str(d / "text.txt"),
+        model_prefix=str(d / "bpe"),
+        vocab_size=40,
+        model_type="bpe",
+        character_coverage=1.0,
+        minloglevel=2,
     )
     sp = spm.SentencePieceProcessor()
     sp.Load(str(d / "bpe.model"))
