@@ -33,12 +33,25 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                       tmp_path_factory.mktemp("tiny_model"))
 
 
+@pytest.fixture(scope="session")
+def blank_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with its CTC head pushed to blank: every frame is silence to it."""
+    torch.manual_seed(0)
+    config = ConformerConfig(vocab_size=len(CHAR_UNITS), output_size=32, attention_heads=2,
+                             linear_units=64, num_blocks=2)
+    model = AsrModel(config, units=CHAR_UNITS).eval()
+    with torch.no_grad():
+        model.ctc.ctc_lo.bias[config.ctc_blank_id] = 100.0
+    return save_model(model, tmp_path_factory.mktemp("blank_model"))
+
+
 @pytest.fixture
 def make_config(tiny_model_dir: Path) -> Callable[..., ServerConfig]:
     """ServerConfig for the tiny model; ``engine={...}`` overrides EngineConfig fields."""
 
     def make(engine: dict[str, Any] | None = None, **server: Any) -> ServerConfig:
-        engine_config = EngineConfig(model=str(tiny_model_dir), **{**TEST_ENGINE, **(engine or {})})
+        engine_config = EngineConfig(
+            **{"model": str(tiny_model_dir), **TEST_ENGINE, **(engine or {})})
         server.setdefault("stats_interval_s", 0.05)
         return ServerConfig(engine=engine_config, **server)
 

@@ -7,6 +7,7 @@ import math
 import struct
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,8 @@ import pytest
 from server_helpers import frames, synthetic_pcm, wait_until
 from starlette.testclient import TestClient, WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
+
+from oasr.decoding import EndpointConfig, EndpointRule
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -300,4 +303,20 @@ def test_session_longer_than_max_session_ends_with_timeout(
         messages, code = collect(ws)
     assert messages[-1]["type"] == "done" and messages[-1]["finish_reason"] == "timeout"
     assert code == 1000
+    wait_until(lambda: pool_is_full(client), what="pool back to full")
+
+
+def test_endpoint_resets_let_a_stream_run_past_the_ceiling(
+        make_client: Callable[..., TestClient], blank_model_dir: Path) -> None:
+    endpoint = EndpointConfig(rule1=EndpointRule(must_contain_speech=False,
+                                                 min_trailing_silence_s=1.0),
+                              rule2=None, rule3=None)
+    client = make_client(engine={"model": str(blank_model_dir), "endpoint": endpoint})
+    with client.websocket_connect("/ws/asr") as ws:  # 8 s: beyond one stream's 5.1 s ceiling
+        stream_file(ws, synthetic_pcm(8.0), {"type": "start"})
+        messages, code = collect(ws)
+    # An all-blank model has no words, so no finals; the resets still free its blocks.
+    assert messages[-1] == {"type": "done", "finish_reason": "stop", "segments": 0}
+    assert code == 1000
+    assert stats(client)["endpoints"]["rule1"] >= 3
     wait_until(lambda: pool_is_full(client), what="pool back to full")
