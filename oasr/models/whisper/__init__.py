@@ -1,0 +1,29 @@
+"""Whisper (English-only checkpoints in CTranslate2 format) as a second-pass recogniser: the
+``model.bin`` reader, the PyTorch model, its log-mel frontend, tokenizer and greedy decoding."""
+
+from oasr.models.whisper.config import DecodingSpec, WhisperConfig
+from oasr.models.whisper.ct2_format import Ct2Model, read_ct2_model
+from oasr.models.whisper.decoding import WhisperTranscript, greedy_decode
+from oasr.models.whisper.dense_kv import DecoderKv
+from oasr.models.whisper.frontend import WhisperFrontend, mel_filterbank
+from oasr.models.whisper.loader import WhisperCheckpoint, default_model_dir, load_whisper
+from oasr.models.whisper.model import DecoderKvStore, WhisperModel
+from oasr.models.whisper.tokenizer import WhisperTokenizer
+
+__all__ = [
+    "Ct2Model",
+    "DecoderKv",
+    "DecoderKvStore",
+    "DecodingSpec",
+    "WhisperCheckpoint",
+    "WhisperConfig",
+    "WhisperFrontend",
+    "WhisperModel",
+    "WhisperTokenizer",
+    "WhisperTranscript",
+    "default_model_dir",
+    "greedy_decode",
+    "load_whisper",
+    "mel_filterbank",
+    "read_ct2_model",
+]

@@ -1,0 +1,144 @@
+"""Dense per-group decoder K/V: one capacity buffer per layer for a group of rows that advance
+together (a greedy batch, or a beam group). Beam search reorders and repeats rows with
+``select``, which copies, so rows never share storage."""
+
+from __future__ import annotations
+
+import torch
+
+from oasr.cache.decoder_kv import FP8_DTYPE, QuantizedKv, check_kv_cache_format, quantize_fp8
+from oasr.fmha import dense_attention
+
+
+def causal_bias(num_cached: torch.Tensor, num_new: int, length: int) -> torch.Tensor | None:
+    """(B, 1, T, L) additive mask letting new token t see keys j <= num_cached[b] + t.
+
+    None when ``num_new`` is 1 (the key padding mask already says everything).
+    """
+    if num_new == 1:
+        return None
+    query_pos = num_cached.long().unsqueeze(1) + torch.arange(num_new, device=num_cached.device)
+    keys = torch.arange(length, device=num_cached.device)
+    hidden = keys[None, None, :] > query_pos[:, :, None]  # (B, T, L)
+    bias = torch.zeros(hidden.shape, dtype=torch.float32, device=num_cached.device)
+    return bias.masked_fill(hidden, float("-inf")).unsqueeze(1)
+
+
+class _LayerBuffer:
+    """One layer's K or V: (B, cap, H, D) in the served dtype, or fp8 data plus (B, cap, H)
+    scales."""
+
+    def __init__(self, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device,
+                 fp8: bool) -> None:
+        self.fp8 = fp8
+        self.data = torch.zeros(shape, dtype=FP8_DTYPE if fp8 else dtype, device=device)
+        self.scales = torch.zeros(shape[:3], dtype=torch.float32, device=device) if fp8 else None
+
+    def write(self, start: int, x: torch.Tensor) -> None:
+        """x: (B, T, H, D) stored at positions start .. start + T - 1."""
+        end = start + x.size(1)
+        if self.scales is None:
+            self.data[:, start:end] = x.to(self.data.dtype)
+            return
+        quantized = quantize_fp8(x)
+        self.data[:, start:end] = quantized.data
+        self.scales[:, start:end] = quantized.scales
+
+    def read(self, length: int, dtype: torch.dtype) -> torch.Tensor:
+        """(B, length, H, D) in ``dtype`` (dequantized when fp8)."""
+        if self.scales is None:
+            return self.data[:, :length].to(dtype)
+        return QuantizedKv(self.data[:, :length], self.scales[:, :length]).dequantize(dtype)
+
+    def select(self, index: torch.Tensor) -> None:
+        self.data = self.data.index_select(0, index)
+        if self.scales is not None:
+            self.scales = self.scales.index_select(0, index)
+
+
+class DecoderKv:
+    """Dense decoder K/V of B rows that share one length (``num_tokens``).
+
+    Self-attention K/V per layer is a (B, capacity, H, D) buffer; the cross-attention K/V is
+    (B, S, H, D) per layer, stored once. With ``kv_cache="fp8_e4m3"`` both are fp8 with one fp32
+    scale per (row, token, head); a prefill into an empty cache attends its own K/V in the
+    served dtype (they are stored quantized for later steps).
+
+    Args:
+        cross_kv: per layer (K, V), each (B, S, H, D), from ``WhisperDecoder.cross_kv``.
+        capacity: self-attention tokens each row may hold (prompt plus generated).
+        kv_cache: None (served dtype) or ``"fp8_e4m3"``.
+    """
+
+    def __init__(
+        self,
+        cross_kv: list[tuple[torch.Tensor, torch.Tensor]],
+        capacity: int,
+        kv_cache: str | None = None,
+    ) -> None:
+        check_kv_cache_format(kv_cache)
+        if capacity < 1:
+            raise ValueError(f"DecoderKv capacity must be >= 1, got {capacity}")
+        k0 = cross_kv[0][0]
+        batch, frames, heads, dim = k0.shape
+        fp8 = kv_cache == "fp8_e4m3"
+        self.dtype = k0.dtype
+        self.capacity = capacity
+        self.num_tokens = 0
+        self.batch_size = batch
+        self.cross_len = frames
+        shape = (batch, capacity, heads, dim)
+        self._self = [(_LayerBuffer(shape, k0.dtype, k0.device, fp8),
+                       _LayerBuffer(shape, k0.dtype, k0.device, fp8)) for _ in cross_kv]
+        self._cross = []
+        for k, v in cross_kv:
+            ck = _LayerBuffer(tuple(k.shape), k.dtype, k.device, fp8)  # type: ignore[arg-type]
+            cv = _LayerBuffer(tuple(v.shape), v.dtype, v.device, fp8)  # type: ignore[arg-type]
+            ck.write(0, k)
+            cv.write(0, v)
+            self._cross.append((ck, cv))
+        self.fp8 = fp8
+
+    def begin(self, num_tokens: int) -> torch.Tensor:
+        """(B, T) positions of the next ``num_tokens`` tokens; refuses past the capacity."""
+        if self.num_tokens + num_tokens > self.capacity:
+            raise ValueError(
+                f"DecoderKv full: {self.num_tokens} tokens held + {num_tokens} new > capacity "
+                f"{self.capacity}"
+            )
+        device = self._self[0][0].data.device
+        pos = torch.arange(self.num_tokens, self.num_tokens + num_tokens, device=device)
+        return pos.unsqueeze(0).expand(self.batch_size, -1)
+
+    def attend_self(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Store K/V (B, T, H, D) at the next positions; causal attention of q (B, T, H, D)."""
+        k_buf, v_buf = self._self[layer]
+        k_buf.write(self.num_tokens, k)
+        v_buf.write(self.num_tokens, v)
+        num_new = q.size(1)
+        if self.fp8 and self.num_tokens == 0:
+            keys, values, length = k, v, num_new  # prefill attends fresh, in the served dtype
+        else:
+            length = self.num_tokens + num_new
+            keys, values = k_buf.read(length, q.dtype), v_buf.read(length, q.dtype)
+        valid = torch.ones(q.size(0), length, dtype=torch.bool, device=q.device)
+        held = torch.full((q.size(0),), length - num_new, device=q.device)
+        return dense_attention(q, keys, values, valid, causal_bias(held, num_new, length))
+
+    def attend_cross(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """q (B, T, H, D) over the row's S encoder frames -> (B, T, H, D)."""
+        k_buf, v_buf = self._cross[layer]
+        keys = k_buf.read(self.cross_len, q.dtype)
+        values = v_buf.read(self.cross_len, q.dtype)
+        valid = torch.ones(q.size(0), self.cross_len, dtype=torch.bool, device=q.device)
+        return dense_attention(q, keys, values, valid)
+
+    def advance(self, num_tokens: int) -> None:
+        self.num_tokens += num_tokens
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep rows ``index`` (B',) int64 in that order; repeats copy (beam expansion)."""
+        for k_buf, v_buf in self._self + self._cross:
+            k_buf.select(index)
+            v_buf.select(index)
+        self.batch_size = int(index.numel())
