@@ -100,9 +100,10 @@ def score_streaming(model: AsrModel, utts: list[tuple[str, np.ndarray, str]]) ->
     return counts
 
 
-def evaluate(source: Path, devset: Path, feats_dir: Path, heldout_limit: int) -> dict:
+def evaluate(source: Path, devset: Path, feats_dir: Path, heldout_limit: int,
+             num_threads: int = 1) -> dict:
     """All test sets x modes -> {"sets": {set: {mode: {wer, cer, words, utts}}}, ...}."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(num_threads)
     model, train_state = load_for_eval(source)
     sets = {
         "devset_tts": devset_utterances(devset, "tts_"),
