@@ -30,6 +30,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-blocks", type=int, default=None,
                    help="K/V pool size in blocks; default: derived from free memory")
     g.add_argument("--beam-size", type=int, default=1, help="1 = greedy CTC, >1 = prefix beam")
+    g.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads for the engine (default: torch's choice)")
 
 
 def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
@@ -44,6 +46,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         num_left_chunks=args.num_left_chunks,
         max_num_blocks=args.max_num_blocks,
         decoder=GpuDecoderConfig(beam_size=args.beam_size),
+        num_threads=args.threads,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]
 
@@ -67,11 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "transcribe":
         return _transcribe(args)
     if args.command == "export":
-        from oasr.models import export_wenet
+        from oasr.models.export import main as export_main
 
-        export_wenet(args.src, args.dst)
-        print(f"wrote {args.dst}", file=sys.stderr)
-        return 0
+        return export_main([str(args.src), str(args.dst)])
     parser.error(f"unknown command {args.command}")
     return 2
 

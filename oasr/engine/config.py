@@ -38,6 +38,9 @@ class EngineConfig:
         max_session_s: a stream older than this ends with "timeout".
         max_pending_audio_s: audio a stream may have queued and not yet decoded; more is an
             error for that stream (a client sending faster than real time forever).
+        num_threads: torch intra-op threads for the engine process; None keeps torch's
+            default. On small CPUs shared with a web server, fewer threads than cores is
+            often faster (each step is many small kernels).
     """
 
     model: str | None = None
@@ -56,6 +59,7 @@ class EngineConfig:
     idle_timeout_s: float = 30.0
     max_session_s: float = 3600.0
     max_pending_audio_s: float = 120.0
+    num_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
@@ -76,6 +80,8 @@ class EngineConfig:
             raise ValueError(f"max_num_blocks must be >= 1 or None, got {self.max_num_blocks}")
         if not 0.0 < self.kv_memory_fraction <= 0.9:
             raise ValueError(f"kv_memory_fraction must be in (0, 0.9], got {self.kv_memory_fraction}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"EngineConfig.{name} must be >= 0, got {getattr(self, name)}")

@@ -50,6 +50,8 @@ class StreamResources:
         """Load the model (unless given) and preallocate every pool for ``config``."""
         device = config.resolve_device()
         dtype = config.resolve_dtype(device)
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
         if model is None:
             model = load_model(config.model)
         model = model.to(device=device, dtype=dtype).eval()
@@ -57,7 +59,7 @@ class StreamResources:
         pool = BlockPool(cache_config)
         attention = AttentionCacheManager(pool, cache_config)
         cnn = CnnCacheManager(cache_config)
-        decoder = GpuStreamingDecoder(config.decoder, model.tokenizer)
+        decoder = GpuStreamingDecoder(config.decoder, model.tokenizer, device=device)
         ctc = CtcStateCacheManager(decoder)
         runner = ModelRunner(model, attention, cnn, device, dtype)
         endpointer = Endpointer(config.endpoint) if config.endpoint is not None else None
@@ -105,7 +107,7 @@ class StreamResources:
         """
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
-        lengths = torch.tensor(output.lengths, dtype=torch.int64, device=output.log_probs.device)
+        lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         decoder.decode_streams(output.log_probs.float(), states, lengths)
         texts = [h.text for h in decoder.partials(states)]
         if self.endpointer is None:

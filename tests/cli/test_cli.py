@@ -1,0 +1,69 @@
+"""The ``oasr`` command line: transcribe through the engine, export a WeNet dir."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from oasr.cli import main
+from oasr.engine import EngineConfig, transcribe_files
+from oasr.models import AsrModel, ConformerConfig, load_model, save_model
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+DEVSET = SHARED / "audio" / "devset"
+WENET = SHARED / "fixtures" / "wenet"
+UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "▁", "<sos/eos>"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(1)
+    config = ConformerConfig(vocab_size=len(UNITS), output_size=32, attention_heads=2,
+                             linear_units=64, num_blocks=2, cnn_module_kernel=7)
+    return save_model(AsrModel(config, units=UNITS), tmp_path_factory.mktemp("cli_model"))
+
+
+def test_transcribe_json_matches_the_engine(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = [DEVSET / "tts_01.wav", DEVSET / "real_george_1.wav"]
+    code = main(["transcribe", "--json", "--no-progress", "--model", str(model_dir),
+                 "--device", "cpu", *map(str, files)])
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = transcribe_files(EngineConfig(model=str(model_dir), device="cpu",
+                                             max_wait_time_s=60.0), files, progress=False)
+    assert [d["file"] for d in lines] == [str(f) for f in files]
+    assert [d["text"] for d in lines] == [r.text for r in expected]
+    assert all(d["finish_reason"] == "stop" for d in lines)
+    assert all(set(s) == {"text", "start", "end", "reason"} for d in lines for s in d["segments"])
+
+
+def test_transcribe_missing_file_is_a_clear_error(model_dir: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["transcribe", "--model", str(model_dir), "/nonexistent.wav"]) == 2
+    assert "no such file: /nonexistent.wav" in capsys.readouterr().err
+
+
+def test_export_wenet_dir(tmp_path: Path) -> None:
+    wenet = tmp_path / "wenet_exp"
+    wenet.mkdir()
+    shutil.copy(WENET / "train.yaml", wenet / "train.yaml")
+    shutil.copy(WENET / "global_cmvn.json", wenet / "global_cmvn.json")
+    state = torch.load(WENET / "state_dict_fp16.pt", map_location="cpu")
+    torch.save({k: v.float() for k, v in state.items()}, wenet / "final.pt")
+    units = ["<blank>", "<unk>", *[chr(ord("a") + i) for i in range(29)], "<sos/eos>"]
+    (wenet / "units.txt").write_text("".join(f"{u} {i}\n" for i, u in enumerate(units)))
+    out = tmp_path / "oasr_model"
+    result = subprocess.run([sys.executable, "-m", "oasr.cli", "export", str(wenet), str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert {p.name for p in out.iterdir()} >= {"model.safetensors", "config.json", "units.txt"}
+    a, b = load_model(wenet), load_model(out)
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert ka == kb and torch.equal(va, vb)
+    assert b.units == units
