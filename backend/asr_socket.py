@@ -75,12 +75,11 @@ class AsrConnection:
         finally:
             receiver.cancel()
             sender.cancel()
-            outcomes = await asyncio.gather(receiver, sender, return_exceptions=True)
             if self.stream_id is not None and not self.is_finished:
-                self.engine.abort_stream(self.stream_id)
-        for outcome in outcomes:  # a bug in either task: let the server log it
-            if isinstance(outcome, Exception):
-                raise outcome
+                self.engine.abort_stream(self.stream_id)  # before any await: cannot be skipped
+            for task in (receiver, sender):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task  # re-raises a task's own failure, for the server's log
 
     def _sink(self, event: StreamEvent) -> None:
         """Called on the engine thread: hand the event to this connection's loop."""
