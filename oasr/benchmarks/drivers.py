@@ -1,0 +1,232 @@
+"""The two ways of serving N streams that the benchmarks compare, driven chunk by chunk.
+
+- `EngineDriver`: oasr's engine. N streams in one `ASREngine`; every step feeds each stream
+  one chunk of audio and runs `ASREngine.step` (features, ONE batched paged encoder call, one
+  batched CTC decode).
+- `DenseLoop`: one stream at a time with dense caches, the way WeNet's runtime serves streams:
+  per stream and chunk, `forward_chunk` concatenates the K/V cache with the new frames, then
+  the CTC head and a batch-1 decoder call. Same model, same features, same decoder.
+
+Both consume exactly one chunk of audio per stream per step, so their audio-seconds-per-
+wall-second figures are comparable.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from oasr.audio import ChunkGeometry, ChunkWindower, FeatureWindow, StreamingFbank, split_windows
+from oasr.benchmarks.workload import CHUNK_SECONDS_PER_FRAME, chunk_seconds, samples_for_frames
+from oasr.decoding import DecoderState, GpuDecoderConfig, GpuStreamingDecoder
+from oasr.engine import EngineConfig
+from oasr.engine.commands import AppendAudio, OpenStream
+from oasr.engine.engine import ASREngine
+from oasr.engine.events import StreamEvent
+from oasr.engine.model_runner import BatchPlan
+from oasr.engine.streams import StreamResources
+from oasr.models import AsrModel
+
+SAMPLE_RATE = 16000
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued device work (CUDA), so wall time covers it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int = -1,
+                        chunk_size: int = 16, device: str = "auto") -> EngineConfig:
+    """An engine for ``num_streams`` streams of up to ``num_chunks`` chunks each.
+
+    The pool is sized exactly (every stream's history plus one in-flight block), not derived
+    from free memory; endpointing is off so both ways keep the same history; no timeouts.
+    """
+    per_stream = num_left_chunks + 2 if num_left_chunks >= 0 else num_chunks + 2
+    return EngineConfig(
+        device=device, max_batch_size=num_streams, chunk_size=chunk_size,
+        num_left_chunks=num_left_chunks, max_num_blocks=num_streams * per_stream,
+        max_blocks_per_seq=max(per_stream, 8), endpoint=None, max_wait_time_s=math.inf,
+        idle_timeout_s=math.inf, max_session_s=math.inf, max_pending_audio_s=math.inf,
+    )
+
+
+@dataclass
+class StreamFeed:
+    """Hands each stream its audio one chunk at a time (the first slice fills one window)."""
+
+    speech: list[np.ndarray]
+    chunk_size: int
+    position: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.position = [0] * len(self.speech)
+
+    def next_slice(self, stream: int) -> np.ndarray:
+        """The stream's next chunk of samples (empty once its audio is used up)."""
+        start = self.position[stream]
+        step = (samples_for_frames(self.chunk_size) if start == 0
+                else int(chunk_seconds(self.chunk_size) * SAMPLE_RATE))
+        self.position[stream] = start + step
+        return self.speech[stream][start : start + step]
+
+
+class EngineDriver:
+    """N streams in one ASREngine, fed one chunk of audio per stream per step."""
+
+    def __init__(self, model: AsrModel, speech: list[np.ndarray], config: EngineConfig) -> None:
+        self.config = config
+        self.resources = StreamResources.build(config, model)
+        self.engine = ASREngine(config, self.resources)
+        self.feed = StreamFeed(speech, config.chunk_size)
+        self.events: list[StreamEvent] = []
+        for stream in range(len(speech)):
+            self.engine.submit(OpenStream(stream, self._sink))
+
+    def _sink(self, event: StreamEvent) -> None:
+        if event.type.value == "error":
+            self.events.append(event)
+
+    def step(self) -> float:
+        """Feed every stream one chunk and run one engine step. Returns audio seconds decoded."""
+        for stream in range(len(self.feed.speech)):
+            samples = self.feed.next_slice(stream)
+            if samples.size:
+                self.engine.submit(AppendAudio(stream, samples))
+        before = self.engine.stats.total_audio_s
+        self.engine.step()
+        if self.events:
+            raise RuntimeError(f"engine reported an error: {self.events[0].to_json()}")
+        return self.engine.stats.total_audio_s - before
+
+    def run(self, num_steps: int) -> tuple[float, float]:
+        """Run ``num_steps`` steps. Returns (wall seconds, audio seconds decoded)."""
+        device = self.resources.runner.device
+        sync(device)
+        start = time.perf_counter()
+        audio = sum(self.step() for _ in range(num_steps))
+        sync(device)
+        return time.perf_counter() - start, audio
+
+
+@dataclass
+class _DenseStream:
+    """One stream's state in the dense loop: features, caches in WeNet's layout, decoder."""
+
+    fbank: StreamingFbank
+    windower: ChunkWindower
+    decoder_state: DecoderState
+    att_cache: torch.Tensor
+    cnn_cache: torch.Tensor
+    offset: int = 0
+    text: str = ""
+
+
+class DenseLoop:
+    """Streams served one at a time with dense caches concatenated every chunk."""
+
+    def __init__(self, model: AsrModel, speech: list[np.ndarray], chunk_size: int = 16,
+                 num_left_chunks: int = -1, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
+        self.model = model.to(self.device, self.dtype).eval()
+        self.required_cache_size = num_left_chunks * chunk_size if num_left_chunks >= 0 else -1
+        self.feed = StreamFeed(speech, chunk_size)
+        self.decoder = GpuStreamingDecoder(GpuDecoderConfig(), model.tokenizer, device=self.device)
+        geometry = ChunkGeometry(chunk_size=chunk_size)
+        empty = torch.zeros(0, 0, 0, 0, device=self.device, dtype=self.dtype)
+        self.streams = [
+            _DenseStream(StreamingFbank(), ChunkWindower(geometry),
+                         self.decoder.create_state(1, model.config.vocab_size), empty, empty)
+            for _ in speech
+        ]
+
+    @torch.inference_mode()
+    def step_stream(self, index: int) -> float:
+        """One chunk of one stream. Returns audio seconds decoded (0 when it had no window)."""
+        stream = self.streams[index]
+        samples = self.feed.next_slice(index)
+        if samples.size:
+            stream.fbank.accept_waveform(samples)
+        window = stream.windower.pop_window(stream.fbank)
+        if window is None:
+            return 0.0
+        xs = torch.from_numpy(window.feats).to(self.device, self.dtype).unsqueeze(0)  # (1, T, F)
+        ys, stream.att_cache, stream.cnn_cache = self.model.encoder.forward_chunk(
+            xs, stream.offset, self.required_cache_size, stream.att_cache, stream.cnn_cache)
+        log_probs = self.model.ctc_log_probs(ys)  # (1, T', V)
+        self.decoder.decode_chunk(log_probs.float(), stream.decoder_state)
+        stream.text = self.decoder.partial(stream.decoder_state).text
+        stream.offset += ys.size(1)
+        return ys.size(1) * CHUNK_SECONDS_PER_FRAME
+
+    def step(self) -> float:
+        """One chunk of every stream, one stream after the other."""
+        return sum(self.step_stream(i) for i in range(len(self.streams)))
+
+    def run(self, num_steps: int) -> tuple[float, float]:
+        """Run ``num_steps`` steps. Returns (wall seconds, audio seconds decoded)."""
+        sync(self.device)
+        start = time.perf_counter()
+        audio = sum(self.step() for _ in range(num_steps))
+        sync(self.device)
+        return time.perf_counter() - start, audio
+
+
+class RunnerDriver:
+    """The engine's model call alone (`ModelRunner` prepare / forward / commit) on fixed
+    feature windows: for per-chunk cost and FLOP counts, without features or decoding."""
+
+    def __init__(self, model: AsrModel, feats: list[np.ndarray], config: EngineConfig) -> None:
+        self.resources = StreamResources.build(config, model)
+        self.runner = self.resources.runner
+        self.chunk_size = config.chunk_size
+        self.windows = [split_windows(f, ChunkGeometry(chunk_size=config.chunk_size))
+                        for f in feats]  # per stream: (67, F) windows
+        self.stream_ids = list(range(len(feats)))
+        slots = [self.resources.open_stream(s) for s in self.stream_ids]
+        self.slots = slots
+        self.num_chunks_done = 0
+
+    def plan(self) -> BatchPlan:
+        """The cohort's next chunk (every stream at the same chunk index)."""
+        k = self.num_chunks_done
+        windows = [FeatureWindow(feats=np.ascontiguousarray(w[k]), index=k,
+                                 start_frame=k * 4 * self.chunk_size,
+                                 num_output_frames=self.chunk_size, is_last=False)
+                   for w in self.windows]
+        offsets = [k * self.chunk_size] * len(self.stream_ids)
+        return BatchPlan(self.stream_ids, self.slots, windows, offsets)
+
+    def advance(self) -> float:
+        """Run and commit the next chunk of every stream. Returns wall seconds of the forward."""
+        plan = self.plan()
+        self.runner.prepare(plan)
+        seconds = self.time_forward(plan)
+        self.runner.commit(plan)
+        self.num_chunks_done += 1
+        return seconds
+
+    def time_forward(self, plan: BatchPlan, repeats: int = 1) -> float:
+        """Best wall seconds of ``repeats`` forwards of ``plan`` (prepared, not committed).
+
+        Each forward rewrites the same pool slots; the conv state is restored after each
+        extra run so the stream continues exactly as if it ran once.
+        """
+        device = self.runner.device
+        saved = self.resources.cnn.buffer.clone() if repeats > 1 else None
+        best = math.inf
+        for _ in range(repeats):
+            if saved is not None:
+                self.resources.cnn.buffer.copy_(saved)
+            sync(device)
+            start = time.perf_counter()
+            self.runner.forward(plan)
+            sync(device)
+            best = min(best, time.perf_counter() - start)
+        return best

@@ -1,0 +1,156 @@
+"""Per-chunk cost as a stream's history grows: dense concatenation versus the paged pool.
+
+One stream (or a small batch for the paged path) runs ``num_chunks`` chunks of real speech.
+At each checkpoint chunk the model call is repeated ``repeats`` times on the same state and
+the fastest run is kept (the machine is shared; the minimum is the least disturbed run).
+Dense: `ConformerEncoder.forward_chunk` + CTC head with WeNet-layout caches (history kept by
+concatenation, ``required_cache_size`` = 16 * num_left_chunks). Paged: the engine's
+`ModelRunner` forward (pool writes, gathers through block tables) + CTC head.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from oasr.audio import ChunkGeometry, compute_fbank, split_windows
+from oasr.benchmarks.drivers import RunnerDriver, bench_engine_config, sync
+from oasr.benchmarks.workload import BenchModel, chunk_seconds, load_speech
+from oasr.models import AsrModel
+
+
+@dataclass(frozen=True)
+class HistoryCurve:
+    """Milliseconds of one chunk's model call at chunk numbers ``checkpoints`` (1-based).
+
+    Attributes:
+        path: "dense" or "paged".
+        num_left_chunks: -1 (unlimited history) or the retained chunks.
+        num_streams: batch rows per call (1 for dense).
+        checkpoints: chunk numbers measured.
+        ms: best-of-repeats milliseconds at each checkpoint.
+    """
+
+    path: str
+    num_left_chunks: int
+    num_streams: int
+    checkpoints: tuple[int, ...]
+    ms: tuple[float, ...] = field(default_factory=tuple)
+
+    def ratio(self, late: int, early: int) -> float:
+        """Cost at chunk ``late`` over cost at chunk ``early``."""
+        at = dict(zip(self.checkpoints, self.ms, strict=True))
+        return at[late] / at[early]
+
+
+def speech_windows(audio_dir: Path, num_streams: int, num_chunks: int,
+                   chunk_size: int = 16) -> list[np.ndarray]:
+    """Fbank of each stream's speech, long enough for ``num_chunks`` full windows."""
+    seconds = chunk_seconds(chunk_size) * (num_chunks + 1)
+    return [compute_fbank(s) for s in load_speech(audio_dir, num_streams, seconds)]
+
+
+class DenseTrack:
+    """One stream through ``forward_chunk`` + CTC head, WeNet-layout caches concatenated."""
+
+    def __init__(self, model: AsrModel, feats: np.ndarray, num_left_chunks: int) -> None:
+        self.model = model
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.windows = split_windows(feats, ChunkGeometry())
+        self.required = 16 * num_left_chunks if num_left_chunks >= 0 else -1
+        self.att = torch.zeros(0, 0, 0, 0, device=self.device, dtype=self.dtype)
+        self.cnn = self.att
+        self.num_chunks_done = 0
+        self._next: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def run_once(self) -> float:
+        """Wall seconds of the current chunk's call (caches not advanced)."""
+        xs = torch.from_numpy(np.ascontiguousarray(self.windows[self.num_chunks_done]))
+        xs = xs.to(self.device, self.dtype)[None]  # (1, T, F)
+        sync(self.device)
+        start = time.perf_counter()
+        ys, att, cnn = self.model.encoder.forward_chunk(
+            xs, 16 * self.num_chunks_done, self.required, self.att, self.cnn)
+        self.model.ctc_log_probs(ys)
+        sync(self.device)
+        self._next = (att, cnn)
+        return time.perf_counter() - start
+
+    def commit(self) -> None:
+        assert self._next is not None, "run_once before commit"
+        self.att, self.cnn = self._next
+        self.num_chunks_done += 1
+
+
+class PagedTrack:
+    """A batch of streams through the engine's `ModelRunner` (paged pool, slot conv state)."""
+
+    def __init__(self, model: AsrModel, feats: list[np.ndarray], num_left_chunks: int,
+                 num_chunks: int, device: str) -> None:
+        config = bench_engine_config(len(feats), num_chunks + 1, num_left_chunks, device=device)
+        self.driver = RunnerDriver(model, feats, config)
+        self.plan = self.driver.plan()
+        self.driver.runner.prepare(self.plan)
+        self._cnn_before = self.driver.resources.cnn.buffer.clone()
+
+    def run_once(self) -> float:
+        """Wall seconds of the current chunk's forward. The conv state is put back first, so
+        every repeat starts from the state the chunk began with."""
+        self.driver.resources.cnn.buffer.copy_(self._cnn_before)
+        return self.driver.time_forward(self.plan)
+
+    @property
+    def num_chunks_done(self) -> int:
+        return self.driver.num_chunks_done
+
+    def commit(self) -> None:
+        self.driver.runner.commit(self.plan)
+        self.driver.num_chunks_done += 1
+        self.plan = self.driver.plan()
+        self.driver.runner.prepare(self.plan)
+        self._cnn_before.copy_(self.driver.resources.cnn.buffer)
+
+
+def measure_history(bench: BenchModel, audio_dir: Path, variants: list[tuple[str, int]],
+                    checkpoints: tuple[int, ...], rounds: int, paged_streams: int = 1,
+                    device: str = "auto") -> list[HistoryCurve]:
+    """Curves for each (path, num_left_chunks) variant on the same speech.
+
+    One track per (variant, checkpoint) is advanced, untimed, until it is about to run its
+    checkpoint chunk; then ``rounds`` rounds time every track once each, round-robin, so load
+    from other processes falls on all checkpoints alike; each keeps its fastest run.
+    """
+    num_chunks = max(checkpoints)
+    feats = speech_windows(audio_dir, max(1, paged_streams), num_chunks)
+    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available()
+                       else ("cpu" if device == "auto" else device))
+    model = bench.model.to(dev, torch.float16 if dev.type == "cuda" else torch.float32).eval()
+
+    def make(path: str, left: int) -> DenseTrack | PagedTrack:
+        if path == "dense":
+            return DenseTrack(model, feats[0], left)
+        return PagedTrack(model, feats, left, num_chunks, device)
+
+    tracks = [[make(path, left) for _ in checkpoints] for path, left in variants]
+    best = [[math.inf] * len(checkpoints) for _ in variants]
+    with torch.inference_mode():
+        for row in tracks:
+            for track, checkpoint in zip(row, checkpoints, strict=True):
+                while track.num_chunks_done < checkpoint - 1:
+                    track.run_once()
+                    track.commit()
+        for _ in range(rounds):
+            for v, row in enumerate(tracks):
+                for c, track in enumerate(row):
+                    best[v][c] = min(best[v][c], 1e3 * track.run_once())
+    return [
+        HistoryCurve(path, left, 1 if path == "dense" else max(1, paged_streams), checkpoints,
+                     tuple(ms))
+        for (path, left), ms in zip(variants, best, strict=True)
+    ]

@@ -1,0 +1,152 @@
+"""K/V bytes per stream (from the formula, checked against the allocator) and the proof that
+a steady-state engine step allocates no new tensors for caches.
+
+Steady state: with ``num_left_chunks`` >= 0 every stream holds a bounded window after
+``num_left_chunks + 1`` chunks. From then on a step must reuse the preallocated pool, block
+tables, cache lengths and conv-state buffer in place: same storage, same number of used blocks,
+and no tensor surviving the step that did not exist before it.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from oasr.benchmarks.drivers import EngineDriver, bench_engine_config
+from oasr.benchmarks.workload import BenchModel, chunk_seconds, load_speech
+from oasr.cache import BlockPool
+from oasr.engine.memory import bytes_per_kv_block
+from oasr.engine.streams import StreamResources
+
+FRAMES_PER_MINUTE = 1500  # encoder frames of 40 ms
+
+
+@dataclass(frozen=True)
+class KvBytes:
+    """Exact K/V sizes for the benchmark model's geometry.
+
+    Attributes:
+        dtype: element type of the pool.
+        bytes_per_frame: 2 (K and V) * layers * heads * head_dim * element size.
+        bytes_per_block: ``bytes_per_kv_block`` (frames per block * bytes_per_frame).
+        allocator_bytes_per_block: a real BlockPool's K + V bytes / its blocks (must match).
+        bytes_per_stream_left: the most a stream holds with ``num_left_chunks`` (retained
+            window plus the in-flight block).
+        num_left_chunks: the window used for ``bytes_per_stream_left``.
+        bytes_per_stream_minute: one minute of unlimited history, in whole blocks.
+        dense_new_cache_bytes_per_chunk: bytes of the fresh att_cache tensor the dense path
+            allocates every chunk at that window (WeNet's concatenation).
+    """
+
+    dtype: str
+    bytes_per_frame: int
+    bytes_per_block: int
+    allocator_bytes_per_block: int
+    bytes_per_stream_left: int
+    num_left_chunks: int
+    bytes_per_stream_minute: int
+    dense_new_cache_bytes_per_chunk: int
+
+
+def kv_bytes(bench: BenchModel, num_left_chunks: int = 4, device: str = "auto") -> KvBytes:
+    """The formula's numbers, and one real pool allocation to check them against."""
+    config = bench_engine_config(2, 4, num_left_chunks, device=device)
+    dev = config.resolve_device()
+    cache = config.build_cache_config(bench.config, dev, config.resolve_dtype(dev))
+    element = torch.empty((), dtype=cache.dtype).element_size()
+    per_frame = 2 * cache.num_layers * cache.n_kv_head * cache.head_dim * element
+    per_block = bytes_per_kv_block(cache)
+    pool = BlockPool(cache)
+    measured = (pool.k_pool.nbytes + pool.v_pool.nbytes) // pool.num_physical_blocks
+    held_blocks = (cache.max_logical_blocks or 0) + 1
+    window_frames = cache.chunk_size * (num_left_chunks + 1)
+    minute_blocks = math.ceil(FRAMES_PER_MINUTE / cache.block_size_frames)
+    return KvBytes(str(cache.dtype).replace("torch.", ""), per_frame, per_block, measured,
+                   held_blocks * per_block, num_left_chunks, minute_blocks * per_block,
+                   window_frames * per_frame)
+
+
+@dataclass(frozen=True)
+class TensorCensus:
+    """Live tensors reachable from Python: how many, and their distinct storages' bytes."""
+
+    num_tensors: int
+    num_bytes: int
+
+    @staticmethod
+    def take() -> TensorCensus:
+        gc.collect()
+        storages: dict[int, int] = {}
+        count = 0
+        for obj in gc.get_objects():
+            if issubclass(type(obj), torch.Tensor):  # type(): no lazy-attribute warnings
+                count += 1
+                storage = obj.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+        return TensorCensus(count, sum(storages.values()))
+
+
+@dataclass(frozen=True)
+class SteadyStateCheck:
+    """What ``steps`` steady-state engine steps did to the cache memory.
+
+    Attributes:
+        num_streams, num_left_chunks: the run's geometry.
+        steps: steady-state steps checked (after the warm-up that fills every window).
+        same_storage: every cache tensor (K pool, V pool, block table, cache lengths, conv
+            state) kept its storage address and shape.
+        used_blocks: pool blocks in use after each checked step.
+        live_tensor_delta: live tensors after minus before the checked steps.
+        live_bytes_delta: bytes of live tensor storage after minus before.
+        device_bytes_delta: CUDA allocated bytes after minus before (None on CPU).
+    """
+
+    num_streams: int
+    num_left_chunks: int
+    steps: int
+    same_storage: bool
+    used_blocks: tuple[int, ...]
+    live_tensor_delta: int
+    live_bytes_delta: int
+    device_bytes_delta: int | None
+
+    @property
+    def allocates_no_cache_tensors(self) -> bool:
+        return (self.same_storage and len(set(self.used_blocks)) == 1
+                and self.live_bytes_delta == 0 and not self.device_bytes_delta)
+
+
+def _cache_tensors(resources: StreamResources) -> list[tuple[int, tuple[int, ...]]]:
+    tensors = [resources.pool.k_pool, resources.pool.v_pool, resources.attention.block_table,
+               resources.attention.cache_seqlens, resources.cnn.buffer]
+    return [(t.data_ptr(), tuple(t.shape)) for t in tensors]
+
+
+def check_steady_state(bench: BenchModel, audio_dir: Path, num_streams: int,
+                       num_left_chunks: int = 4, steps: int = 3,
+                       device: str = "auto") -> SteadyStateCheck:
+    """Run the engine past its warm-up, then watch ``steps`` more steps."""
+    warmup = num_left_chunks + 3
+    speech = load_speech(audio_dir, num_streams, chunk_seconds(16) * (warmup + steps + 2))
+    config = bench_engine_config(num_streams, warmup + steps + 1, num_left_chunks, device=device)
+    driver = EngineDriver(bench.model, speech, config)
+    resources = driver.resources
+    driver.run(warmup)
+    before_tensors = _cache_tensors(resources)
+    census = TensorCensus.take()
+    cuda = resources.runner.device.type == "cuda"
+    allocated = torch.cuda.memory_allocated() if cuda else 0
+    used = []
+    for _ in range(steps):
+        driver.step()
+        used.append(resources.pool.num_blocks - resources.pool.num_free_blocks)
+    after = TensorCensus.take()
+    device_delta = torch.cuda.memory_allocated() - allocated if cuda else None
+    return SteadyStateCheck(
+        num_streams, num_left_chunks, steps, _cache_tensors(resources) == before_tensors,
+        tuple(used), after.num_tensors - census.num_tensors, after.num_bytes - census.num_bytes,
+        device_delta)

@@ -1,0 +1,224 @@
+"""``oasr bench``: every benchmark in one run on the same machine and model.
+
+``--quick`` runs the four headline measurements small enough to finish in about a minute;
+the full run adds every stream count, the dense and unlimited-history curves and the server
+load. ``--json`` prints one JSON object on stdout (tables and progress go to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from oasr.benchmarks.compute import measure_compute
+from oasr.benchmarks.history import measure_history
+from oasr.benchmarks.memory import check_steady_state, kv_bytes
+from oasr.benchmarks.report import format_markdown, machine_description
+from oasr.benchmarks.throughput import find_max_realtime_streams, measure_throughput
+from oasr.benchmarks.workload import default_audio_dir, load_bench_model
+
+HEADLINE_STREAMS = 64
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark run.
+
+    Attributes:
+        quick: the headline numbers only, small.
+        model: model directory; None = bundled model (or a seeded random one of its shape).
+        tiny_model: a tiny random model (tests of this machinery; numbers mean nothing).
+        audio_dir: real speech (.wav); None = the shared dev set.
+        device: auto | cpu | cuda[:N].
+        threads: torch intra-op threads (None: leave torch's default).
+        stream_counts: stream counts of the throughput comparison.
+        steps: timed steps per throughput point (after ``warmup``).
+        warmup: untimed steps first.
+        checkpoints: chunk numbers of the per-chunk cost curves (must hold 10 and 200).
+        rounds: timed rounds per curve checkpoint.
+        realtime_probes: most engine runs spent finding the real-time stream count.
+        server_levels: websocket client counts (empty: no server load).
+        server_seconds: audio each websocket client sends.
+    """
+
+    quick: bool = False
+    model: str | None = None
+    tiny_model: bool = False
+    audio_dir: Path | None = None
+    device: str = "auto"
+    threads: int | None = None
+    stream_counts: tuple[int, ...] = (1, 8, 32, 64, 128)
+    steps: int = 4
+    warmup: int = 2
+    checkpoints: tuple[int, ...] = (1, 10, 50, 100, 200)
+    rounds: int = 9
+    realtime_probes: int = 6
+    server_levels: tuple[int, ...] = (16, 32, 64, 128)
+    server_seconds: float = 8.0
+
+    def __post_init__(self) -> None:
+        if not self.stream_counts or min(self.stream_counts) < 1:
+            raise ValueError(f"stream_counts must be >= 1 each, got {self.stream_counts}")
+        if 10 not in self.checkpoints or 200 not in self.checkpoints:
+            raise ValueError(f"checkpoints must include 10 and 200, got {self.checkpoints}")
+        for name in ("steps", "rounds", "realtime_probes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"BenchConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 1:
+            raise ValueError(f"warmup must be >= 1 (the first step admits streams), got {self.warmup}")
+
+    @staticmethod
+    def quick_defaults(**overrides: Any) -> BenchConfig:
+        """The ``--quick`` run: 64 streams, the left-4 paged curve, three probes, no server."""
+        base = dict(quick=True, stream_counts=(HEADLINE_STREAMS,), steps=2, warmup=1,
+                    checkpoints=(10, 200), rounds=5, realtime_probes=3, server_levels=())
+        base.update(overrides)
+        return BenchConfig(**base)  # type: ignore[arg-type]
+
+
+def _record(obj: Any, *properties: str) -> dict[str, Any]:
+    out = dataclasses.asdict(obj)
+    out.update({name: getattr(obj, name) for name in properties})
+    return out
+
+
+def _log(message: str) -> None:
+    print(f"[oasr bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
+    """Run every benchmark ``config`` asks for; returns the JSON-ready result."""
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    bench = load_bench_model(config.model, tiny=config.tiny_model)
+    audio_dir = config.audio_dir or default_audio_dir()
+    started = time.perf_counter()
+    _log(f"model: {bench.source}")
+    rows = []
+    for n in config.stream_counts:
+        _log(f"throughput: {n} streams, engine vs dense loop")
+        rows.append(measure_throughput(bench, audio_dir, n, config.warmup, config.steps,
+                                       config.device))
+    variants = [("paged", 4)] if config.quick else [
+        ("dense", -1), ("paged", -1), ("dense", 4), ("paged", 4)]
+    _log(f"per-chunk cost up to chunk {max(config.checkpoints)}: {variants}")
+    curves = measure_history(bench, audio_dir, variants, config.checkpoints, config.rounds,
+                             device=config.device)
+    biggest = max(rows, key=lambda r: r.num_streams)
+    estimate = max(1, int(biggest.engine_rate * 0.9))
+    _log(f"real-time streams: search from {estimate}")
+    max_rt, probes = find_max_realtime_streams(
+        bench, audio_dir, estimate, warmup=2, steps=2 if config.quick else 3,
+        max_probes=config.realtime_probes, device=config.device)
+    _log(f"compute: batch {biggest.num_streams}")
+    compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 3, config.device)
+    steady = check_steady_state(bench, audio_dir, min(16, biggest.num_streams),
+                                device=config.device)
+    server = []
+    if config.server_levels:
+        _log(f"server load: {config.server_levels} clients")
+        from oasr.benchmarks.server_load import measure_server_load
+
+        server = [_record(r, "meets_target") for r in measure_server_load(
+            bench, audio_dir, list(config.server_levels), config.server_seconds, config.threads,
+            config.model)]
+    headline_row = next((r for r in rows if r.num_streams == HEADLINE_STREAMS), biggest)
+    left4 = next(c for c in curves if c.path == "paged" and c.num_left_chunks == 4)
+    return {
+        "headline": {
+            "speedup_batched_vs_sequential": headline_row.speedup,
+            "speedup_num_streams": headline_row.num_streams,
+            "max_realtime_streams": max_rt,
+            "paged_cost_ratio_chunk200_vs_chunk10_left4": left4.ratio(200, 10),
+            "gflops_fraction_of_peak": compute.fraction_of_peak,
+        },
+        "model_source": bench.source,
+        "machine": machine_description(torch.device(compute_device(config.device))),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "quick": config.quick,
+        "throughput": [_record(r, "speedup") for r in rows],
+        "history": [_record(c) for c in curves],
+        "realtime_probes": [_record(p, "is_realtime") for p in probes],
+        "compute": _record(compute, "gflops", "fraction_of_peak"),
+        "kv_bytes": _record(kv_bytes(bench, device=config.device)),
+        "steady_state": _record(steady, "allocates_no_cache_tensors"),
+        "server": server,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def compute_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """``oasr bench``'s flags (on ``parser`` when given, e.g. a CLI subparser)."""
+    p = parser or argparse.ArgumentParser(prog="oasr bench", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="headline numbers only (~1 minute)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
+    p.add_argument("--model", default=None, help="model dir; default: the bundled model")
+    p.add_argument("--tiny-model", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--audio-dir", type=Path, default=None, help="directory of speech .wav files")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--streams", type=int, nargs="+", default=None,
+                   help="stream counts of the throughput comparison")
+    p.add_argument("--realtime-probes", type=int, default=None,
+                   help="most engine runs spent finding the real-time stream count")
+    p.add_argument("--server-clients", type=int, nargs="*", default=None,
+                   help="websocket client counts (none: skip the server load)")
+    p.add_argument("--server-seconds", type=float, default=None, help="audio per client")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    overrides: dict[str, Any] = dict(model=args.model, tiny_model=args.tiny_model,
+                                     audio_dir=args.audio_dir, device=args.device,
+                                     threads=args.threads)
+    if args.streams:
+        overrides["stream_counts"] = tuple(args.streams)
+    if args.realtime_probes is not None:
+        overrides["realtime_probes"] = args.realtime_probes
+    if args.server_clients is not None:
+        overrides["server_levels"] = tuple(args.server_clients)
+    if args.server_seconds is not None:
+        overrides["server_seconds"] = args.server_seconds
+    if args.quick:
+        return BenchConfig.quick_defaults(**overrides)
+    return BenchConfig(**overrides)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run, print (JSON on stdout with ``--json``, else tables), write ``--out``/``--markdown``."""
+    result = run_benchmarks(config_from_args(args))
+    tables = format_markdown(result)
+    print(tables, file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(result))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.markdown:
+        args.markdown.write_text(tables + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_from_args(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
