@@ -65,6 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ex.add_argument("src", type=Path, help="WeNet experiment dir (train.yaml, final.pt, units.txt)")
     ex.add_argument("dst", type=Path, help="output dir (model.safetensors, config.json, units.txt)")
 
+    from oasr.benchmarks.runner import build_parser as build_bench_parser
+
+    build_bench_parser(sub.add_parser("bench", help="benchmark the engine against one-stream "
+                                      "dense serving (see docs/benchmarks.md)"))
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "transcribe":
@@ -73,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from oasr.models.export import main as export_main
 
         return export_main([str(args.src), str(args.dst)])
+    if args.command == "bench":
+        from oasr.benchmarks.runner import run_from_args
+
+        return run_from_args(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
