@@ -8,6 +8,7 @@ of load from other processes on a shared machine hits both alike; the ratio is t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,37 +100,47 @@ def probe_realtime(bench: BenchModel, audio_dir: Path, num_streams: int, warmup:
                          1e3 * chunk_seconds(config.chunk_size))
 
 
-def find_max_realtime_streams(bench: BenchModel, audio_dir: Path, estimate: int, warmup: int,
-                              steps: int, max_probes: int, num_left_chunks: int = -1,
-                              device: str = "auto") -> tuple[int, list[RealtimeProbe]]:
-    """Largest stream count whose engine step stays within the chunk's audio duration.
+def search_max_realtime(probe: Callable[[int], RealtimeProbe], estimate: int,
+                        max_probes: int) -> tuple[int, list[RealtimeProbe]]:
+    """Largest stream count ``probe`` finds real-time, in at most ``max_probes`` probes.
 
-    Starts at ``estimate`` (from measured throughput), grows by 1.5x while real-time and
-    shrinks by 1.5x while not, then bisects, for at most ``max_probes`` engine runs.
+    Starts at ``estimate``; grows by 1.5x while real-time and shrinks by 1.5x while not, until
+    both a real-time and a too-slow count are known; then bisects down to 5% (or 2 streams).
 
     Returns:
-        (largest real-time count found, 0 if none; every probe in order).
+        (largest real-time count seen, 0 if none; every probe in order).
     """
     probes: list[RealtimeProbe] = []
     lo, hi = 0, None  # lo: largest real-time count seen; hi: smallest count that was not
     n = max(1, estimate)
     while len(probes) < max_probes:
-        probe = probe_realtime(bench, audio_dir, n, warmup, steps, num_left_chunks, device)
-        probes.append(probe)
-        if probe.is_realtime:
+        result = probe(n)
+        probes.append(result)
+        if result.is_realtime:
             lo = max(lo, n)
         else:
             hi = n if hi is None else min(hi, n)
         if hi is None:
             n = int(n * 1.5) + 1
         elif lo == 0:
+            if n == 1:
+                break
             n = max(1, int(n / 1.5))
-            if n >= hi:
-                break
+        elif hi - lo <= max(2, lo // 20):
+            break
         else:
-            if hi - lo <= max(2, lo // 20):
-                break
             n = (lo + hi) // 2
+    return lo, probes
+
+
+def find_max_realtime_streams(bench: BenchModel, audio_dir: Path, estimate: int, warmup: int,
+                              steps: int, max_probes: int, num_left_chunks: int = -1,
+                              device: str = "auto") -> tuple[int, list[RealtimeProbe]]:
+    """`search_max_realtime` over real engine runs (`probe_realtime`)."""
+    def probe(n: int) -> RealtimeProbe:
+        return probe_realtime(bench, audio_dir, n, warmup, steps, num_left_chunks, device)
+
+    found = search_max_realtime(probe, estimate, max_probes)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return lo, probes
+    return found

@@ -1,0 +1,26 @@
+"""Shared fixtures of the benchmark tests: the dev-set speech and one intra-op thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from oasr.benchmarks.workload import BenchModel, default_audio_dir, load_bench_model
+
+# The CI box has 2 shared cores: one intra-op thread avoids oversubscription stalls.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def audio_dir() -> Path:
+    path = default_audio_dir()
+    if not any(path.glob("*.wav")):
+        pytest.skip(f"dev-set speech missing: {path}")
+    return path
+
+
+@pytest.fixture()
+def tiny() -> BenchModel:
+    return load_bench_model(tiny=True)

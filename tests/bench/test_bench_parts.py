@@ -1,0 +1,117 @@
+"""The benchmark's parts measure what they claim: same work both ways, exact bytes, honest
+latency matching, and a real-time search that finds the boundary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from oasr.benchmarks.drivers import DenseLoop, EngineDriver, bench_engine_config
+from oasr.benchmarks.loadgen import ClientResult, _match, _Timeline
+from oasr.benchmarks.memory import check_steady_state, kv_bytes
+from oasr.benchmarks.runner import BenchConfig
+from oasr.benchmarks.server_load import percentile
+from oasr.benchmarks.throughput import RealtimeProbe, search_max_realtime
+from oasr.benchmarks.workload import BenchModel, load_speech, samples_for_frames
+
+
+def test_engine_and_dense_loop_decode_the_same_audio_to_the_same_text(
+        tiny: BenchModel, audio_dir: Path) -> None:
+    speech = load_speech(audio_dir, 3, 4.0)
+    engine = EngineDriver(tiny.model, speech, bench_engine_config(3, 8, device="cpu"))
+    dense = DenseLoop(tiny.model, speech, device=torch.device("cpu"))
+    assert engine.step() == 0.0  # the first step admits the streams; they run from the next
+    engine_audio = sum(engine.step() for _ in range(5))
+    dense_audio = sum(dense.step() for _ in range(5))
+    assert engine_audio == pytest.approx(dense_audio) == pytest.approx(3 * 5 * 0.64)
+    decoder, ctc = engine.resources.ctc.decoder, engine.resources.ctc
+    engine_texts = [decoder.partial(ctc.get_state(i)).text for i in range(3)]
+    assert engine_texts == [s.text for s in dense.streams]
+    assert any(engine_texts)  # the random model says something, so equality is not vacuous
+
+
+def test_speech_streams_are_distinct_real_audio(audio_dir: Path) -> None:
+    a, b = load_speech(audio_dir, 2, 3.0)
+    assert len(a) == len(b) == 48000
+    assert not torch.equal(torch.from_numpy(a), torch.from_numpy(b))
+    assert float(abs(a).max()) > 0.01
+
+
+def test_samples_for_frames_matches_the_67_frame_first_window() -> None:
+    assert samples_for_frames(16) == 400 + 66 * 160
+    assert samples_for_frames(32) - samples_for_frames(16) == 64 * 160
+
+
+def test_kv_bytes_formula(tiny: BenchModel) -> None:
+    kv = kv_bytes(tiny, num_left_chunks=4, device="cpu")
+    cfg = tiny.config
+    per_frame = 2 * cfg.num_blocks * cfg.output_size * 4  # heads * head_dim == output_size
+    assert kv.bytes_per_frame == per_frame
+    assert kv.bytes_per_block == kv.allocator_bytes_per_block == 16 * per_frame
+    assert kv.bytes_per_stream_left == 5 * 16 * per_frame
+    assert kv.bytes_per_stream_minute == 94 * 16 * per_frame  # ceil(1500 / 16) blocks
+
+
+def test_steady_state_reuses_the_pool(tiny: BenchModel, audio_dir: Path) -> None:
+    check = check_steady_state(tiny, audio_dir, num_streams=3, num_left_chunks=2, steps=2,
+                               device="cpu")
+    assert check.same_storage
+    assert check.used_blocks == (6, 6)  # 3 streams x 2 retained blocks after eviction
+    assert check.allocates_no_cache_tensors
+
+
+def test_partial_latency_matches_in_order_and_counts_strangers() -> None:
+    timeline = _Timeline()
+    timeline.marks = [(1600, 10.0), (3200, 10.1), (4800, 10.2)]
+    expected = [("a", 1000), ("ab", 3000), ("abc", 4800)]
+    result = ClientResult()
+    cursor = _match(result, expected, 0, "ab", 10.35, timeline, 4800)
+    assert cursor == 2 and result.partial_latencies == [pytest.approx(0.25)]
+    cursor = _match(result, expected, cursor, "zz", 10.4, timeline, 4800)
+    assert cursor == 2 and result.num_unmatched == 1
+    cursor = _match(result, expected, cursor, "abc", 10.5, timeline, 4800)
+    assert cursor == 3 and result.partial_latencies[-1] == pytest.approx(0.3)
+    assert result.num_partials == 3
+
+
+def test_percentile_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.95) == 95.0
+    assert percentile([3.0], 0.95) == 3.0
+
+
+@pytest.mark.parametrize(("boundary", "estimate"), [(137, 100), (137, 400), (5, 1), (0, 10)])
+def test_realtime_search_finds_the_boundary(boundary: int, estimate: int) -> None:
+    seen: list[int] = []
+
+    def probe(n: int) -> RealtimeProbe:
+        seen.append(n)
+        return RealtimeProbe(n, step_ms=640.0 * n / max(boundary, 0.5), chunk_ms=640.0)
+
+    found, probes = search_max_realtime(probe, estimate, max_probes=20)
+    assert found <= boundary
+    assert found >= boundary - max(2, boundary // 20)
+    assert [p.num_streams for p in probes] == seen
+
+
+def test_bench_config_refuses_curves_without_the_headline_chunks() -> None:
+    with pytest.raises(ValueError, match="10 and 200"):
+        BenchConfig(checkpoints=(1, 50))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_server_load_runs_real_clients_against_a_real_server(tiny: BenchModel,
+                                                             audio_dir: Path) -> None:
+    from oasr.benchmarks.server_load import measure_server_load
+
+    rows = measure_server_load(tiny, audio_dir, [1, 2], seconds=2.0, threads=1)
+    assert [r.num_clients for r in rows] == [1, 2]
+    for row in rows:
+        assert row.num_errors == 0, row.error_samples
+        assert row.num_partials > 0 and row.num_unmatched == 0
+        assert 0 < row.partial_p50_ms <= row.partial_p95_ms
+        assert 0 < row.final_p50_ms <= row.final_p95_ms
