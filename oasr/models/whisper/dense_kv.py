@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import torch
 
-from oasr.cache.decoder_kv import FP8_DTYPE, QuantizedKv, check_kv_cache_format, quantize_fp8
+from oasr.cache.decoder_kv import (
+    FP8_DTYPE,
+    QuantizedKv,
+    causal_bias,
+    check_kv_cache_format,
+    quantize_fp8,
+)
 from oasr.fmha import dense_attention
-
-
-def causal_bias(num_cached: torch.Tensor, num_new: int, length: int) -> torch.Tensor | None:
-    """(B, 1, T, L) additive mask letting new token t see keys j <= num_cached[b] + t.
-
-    None when ``num_new`` is 1 (the key padding mask already says everything).
-    """
-    if num_new == 1:
-        return None
-    query_pos = num_cached.long().unsqueeze(1) + torch.arange(num_new, device=num_cached.device)
-    keys = torch.arange(length, device=num_cached.device)
-    hidden = keys[None, None, :] > query_pos[:, :, None]  # (B, T, L)
-    bias = torch.zeros(hidden.shape, dtype=torch.float32, device=num_cached.device)
-    return bias.masked_fill(hidden, float("-inf")).unsqueeze(1)
 
 
 class _LayerBuffer:
