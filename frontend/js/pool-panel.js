@@ -1,7 +1,8 @@
-// The pool panel: one cell per K/V block coloured by the stream that owns it, and the engine's
+// The pool panel: the block grid (pool-grid.js) and the engine's
 // counters (occupancy, evictions, streams, finish reasons, step time, real-time factor).
 
 import { streamColor } from "./colors.js";
+import { PoolGrid } from "./pool-grid.js";
 
 const FINISH_REASONS = ["stop", "length", "timeout", "abort", "error"];
 
@@ -14,17 +15,16 @@ export class PoolPanel {
   constructor(root) {
     this.root = root;
     this.grid = root.querySelector("[data-grid]");
+    this.poolGrid = new PoolGrid(this.grid);
     this.legend = root.querySelector("[data-legend]");
     this.reasons = root.querySelector("[data-reasons]");
-    this.cells = [];
-    this.owners = [];
     this.myStreamId = null;
   }
 
   /** Mark the stream this tab owns (its cells get an outline, its legend row a label). */
   setMyStream(streamId) {
     this.myStreamId = streamId;
-    this.owners = [];  // force a full repaint
+    this.poolGrid.setMyStream(streamId);
   }
 
   field(name, text) {
@@ -34,7 +34,7 @@ export class PoolPanel {
 
   update(snapshot) {
     const { pool, streams, step } = snapshot;
-    this.paintGrid(pool.owners || []);
+    this.poolGrid.update(pool.owners || []);
     const percent = pool.num_blocks ? (100 * pool.num_used_blocks) / pool.num_blocks : 0;
     this.field("occupancy", `${pool.num_used_blocks} / ${pool.num_blocks} blocks (${fmt(percent)}%)`);
     this.field("evictions", String(snapshot.num_evictions));
@@ -53,34 +53,6 @@ export class PoolPanel {
       `Block pool: ${pool.num_used_blocks} of ${pool.num_blocks} blocks in use by ${streams.active} streams`);
     this.paintReasons(snapshot.finish_reasons || {});
     this.paintLegend(streams.list || [], pool.block_size_frames);
-  }
-
-  paintGrid(owners) {
-    if (owners.length !== this.cells.length) {
-      this.grid.textContent = "";
-      this.cells = owners.map((_, index) => {
-        const cell = document.createElement("div");
-        cell.className = "cell";
-        cell.dataset.block = String(index);
-        this.grid.append(cell);
-        return cell;
-      });
-      this.owners = [];
-      const size = owners.length <= 128 ? 18 : owners.length <= 512 ? 12 : 8;
-      this.grid.style.setProperty("--cell", `${size}px`);
-    }
-    owners.forEach((owner, index) => {
-      if (this.owners[index] === owner) return;
-      const cell = this.cells[index];
-      const used = owner !== null && owner !== undefined;
-      cell.style.background = used ? streamColor(owner) : "";
-      cell.classList.toggle("used", used);
-      cell.classList.toggle("mine", used && owner === this.myStreamId);
-      cell.title = used ? `block ${index}: stream ${owner}` : `block ${index}: free`;
-      if (used) cell.dataset.owner = String(owner);
-      else delete cell.dataset.owner;
-    });
-    this.owners = owners.slice();
   }
 
   paintReasons(counts) {

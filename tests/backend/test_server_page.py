@@ -57,13 +57,14 @@ def test_mic_run_fills_the_grid_then_finishes(address: str, tmp_path: Path) -> N
         page = context.new_page()
         page.goto(f"http://{address}/")
         page.wait_for_selector("[data-connection][data-state='live']")
-        page.wait_for_function("document.querySelectorAll('[data-grid] .cell').length === 16")
+        page.wait_for_function("document.querySelector('[data-grid]').dataset.numBlocks === '16'")
         page.click("#mic")
         page.wait_for_function(
             "document.getElementById('status').textContent.startsWith('Listening')")
         assert page.get_attribute("#mic", "aria-pressed") == "true"
         assert re.fullmatch(r"mic \(\d+ Hz\)", page.inner_text(".run-label"))
-        page.wait_for_selector(".cell.mine", timeout=10_000)  # this tab's blocks, outlined
+        page.wait_for_function(  # this tab's blocks, drawn outlined in the grid
+            "Number(document.querySelector('[data-grid]').dataset.numMine) > 0", timeout=10_000)
         page.wait_for_timeout(1500)
         page.click("#mic")  # stop: flush, end, wait for the final words
         page.wait_for_function(
@@ -75,6 +76,7 @@ def test_mic_run_fills_the_grid_then_finishes(address: str, tmp_path: Path) -> N
         assert "done: stop" in page.inner_text("#transcript")
         page.wait_for_function(
             "document.querySelector('[data-field=occupancy]').textContent.startsWith('0 / 16')")
+        assert page.get_attribute("[data-grid]", "data-num-used") == "0"
         context.close()
     assert get_stats(address)["finish_reasons"]["stop"] == 1
 
