@@ -1,0 +1,160 @@
+"""Whisper as a batch transcriber: waveforms in, transcripts out, the decoder K/V dense or on
+the paged decoder pool (``DecoderKVCacheManager``) as the config says."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from oasr.cache import BlockPool, CacheConfig
+from oasr.cache.decoder_kv import (
+    FP8_DTYPE,
+    DecoderKVCacheManager,
+    check_kv_cache_format,
+    resolve_kv_storage,
+)
+from oasr.models.whisper.decoding import WhisperTranscript, default_max_new_tokens, greedy_decode
+from oasr.models.whisper.dense_kv import DecoderKv
+from oasr.models.whisper.frontend import WhisperFrontend
+from oasr.models.whisper.loader import WhisperCheckpoint
+
+
+@dataclass(frozen=True)
+class WhisperDecodeConfig:
+    """How the second pass decodes.
+
+    Attributes:
+        kv_storage: ``auto`` (paged for greedy), ``paged`` or ``dense``.
+        kv_cache: None (served dtype) or ``"fp8_e4m3"``.
+        beam_size: 1 (greedy; the only search implemented so far).
+        max_new_tokens: generated-token cap per row; None = every position the model has.
+        max_rows: rows decoded together, and rows of the paged pool.
+        block_size: tokens (frames) per page of the paged pool.
+        max_num_blocks: pages of the paged pool; None = ``max_rows`` rows at full ceiling.
+    """
+
+    kv_storage: str = "auto"
+    kv_cache: str | None = None
+    beam_size: int = 1
+    max_new_tokens: int | None = None
+    max_rows: int = 8
+    block_size: int = 16
+    max_num_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        check_kv_cache_format(self.kv_cache)
+        resolve_kv_storage(self.kv_storage, self.beam_size)
+        if self.beam_size != 1:
+            raise ValueError(f"beam_size={self.beam_size}: only greedy (beam_size=1) is built")
+        for name in ("max_rows", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WhisperDecodeConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1 or None, got {self.max_new_tokens}")
+        if self.max_num_blocks is not None and self.max_num_blocks < self.max_rows:
+            raise ValueError(
+                f"max_num_blocks ({self.max_num_blocks}) < max_rows ({self.max_rows}): "
+                "raise max_num_blocks or leave it None"
+            )
+
+
+def build_decoder_manager(
+    checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig
+) -> DecoderKVCacheManager:
+    """A decoder pool sized from the model and ``config`` (its ceiling per row: prompt plus
+    ``max_new_tokens``), on the model's device, fp8 when ``config.kv_cache`` says so."""
+    model, spec = checkpoint.model, checkpoint.spec
+    ceiling = len(spec.prompt) + (config.max_new_tokens or default_max_new_tokens(model, spec))
+    table_width = math.ceil(ceiling / config.block_size)
+    cross_blocks = math.ceil(model.config.n_audio_ctx / config.block_size)
+    blocks = config.max_num_blocks or config.max_rows * (table_width + cross_blocks)
+    cache_config = CacheConfig(
+        num_layers=model.config.n_text_layer,
+        n_kv_head=model.config.n_text_head,
+        head_dim=model.config.text_head_dim,
+        hidden_dim=model.config.n_text_state,
+        kernel_size=1,
+        chunk_size=config.block_size,
+        block_size_frames=config.block_size,
+        max_num_blocks=blocks,
+        max_blocks_per_seq=table_width,
+        max_batch_size=config.max_rows,
+        device=model.device,
+        dtype=FP8_DTYPE if config.kv_cache else model.dtype,
+    )
+    return DecoderKVCacheManager(BlockPool(cache_config), model.config.n_audio_ctx, config.kv_cache)
+
+
+class WhisperTranscriber:
+    """Transcribes batches of <= 30 s waveforms with one checkpoint.
+
+    With paged storage every batch admits its rows into the decoder pool (``can_admit`` first,
+    refusing with the reason), decodes, and frees the rows even when decoding fails, so the
+    pool is back to full between calls.
+    """
+
+    def __init__(self, checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.config = config or WhisperDecodeConfig()
+        self.storage = resolve_kv_storage(self.config.kv_storage, self.config.beam_size)
+        self.frontend = WhisperFrontend(checkpoint.model.config.n_mels, checkpoint.model.device)
+        self.manager = (
+            build_decoder_manager(checkpoint, self.config) if self.storage == "paged" else None
+        )
+        self._row_ids = itertools.count()
+
+    @property
+    def max_new_tokens(self) -> int:
+        ck = self.checkpoint
+        return self.config.max_new_tokens or default_max_new_tokens(ck.model, ck.spec)
+
+    @torch.inference_mode()
+    def transcribe(self, waveforms: Sequence[torch.Tensor | np.ndarray]) -> list[WhisperTranscript]:
+        """Transcripts of B mono 16 kHz waveforms (each <= 30 s), in ``max_rows`` groups."""
+        out: list[WhisperTranscript] = []
+        rows = self.config.max_rows
+        for start in range(0, len(waveforms), rows):
+            group = waveforms[start : start + rows]
+            encoded = self.checkpoint.model.encoder(self.frontend(group))  # (B, 1500, d)
+            out += self.decode_encoded(encoded)
+        return out
+
+    @torch.inference_mode()
+    def decode_encoded(self, encoded: torch.Tensor) -> list[WhisperTranscript]:
+        """Greedy transcripts of encoder states (B, S, d), B <= ``max_rows``."""
+        model, spec = self.checkpoint.model, self.checkpoint.spec
+        cross = model.decoder.cross_kv(encoded)
+        batch = encoded.size(0)
+        if self.manager is None:
+            capacity = len(spec.prompt) + self.max_new_tokens
+            kv = DecoderKv(cross, capacity, self.config.kv_cache)
+            tokens = greedy_decode(model, spec, kv, batch, self.max_new_tokens)
+        else:
+            tokens = self._decode_paged(cross, batch)
+        decode = self.checkpoint.tokenizer.decode
+        return [WhisperTranscript(tuple(t), decode(t)) for t in tokens]
+
+    def _decode_paged(self, cross: list[tuple[torch.Tensor, torch.Tensor]], batch: int) -> list[list[int]]:
+        assert self.manager is not None
+        model, spec = self.checkpoint.model, self.checkpoint.spec
+        ceiling = len(spec.prompt) + self.max_new_tokens
+        decision = self.manager.can_admit([ceiling] * batch)
+        if not decision.ok:
+            raise RuntimeError(f"whisper decoder pool refused {batch} rows: {decision.reason}")
+        row_ids: list[int] = []
+        try:
+            for _ in range(batch):
+                row_id = next(self._row_ids)
+                self.manager.allocate_row(row_id, ceiling)
+                row_ids.append(row_id)
+            self.manager.build_cross_kv(row_ids, cross)
+            view = self.manager.view(row_ids)
+            return greedy_decode(model, spec, view, batch, self.max_new_tokens)
+        finally:
+            for row_id in row_ids:
+                self.manager.free_row(row_id)
