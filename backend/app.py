@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -28,6 +28,9 @@ from backend.protocol import CloseCode, ProtocolError, Session
 from backend.stats import StatsHub, stream_stats
 from oasr.engine import EngineThread
 
+ASR_ENDPOINT = "/ws/asr"
+STATS_ENDPOINT = "/ws/stats"
+
 
 class AppContext:
     """Everything the handlers share; one per app (no module-level state)."""
@@ -36,8 +39,9 @@ class AppContext:
         self.config = config
         self.engine = engine
         self.owns_engine = False  # the lifespan started it, so the lifespan stops it
-        self.asr_limiter = ConnectionLimiter(config.max_connections)
-        self.stats_limiter = ConnectionLimiter(config.max_connections)
+        # One limit per websocket endpoint, each of max_connections.
+        self.limiters = {endpoint: ConnectionLimiter(config.max_connections)
+                         for endpoint in (ASR_ENDPOINT, STATS_ENDPOINT)}
         self.metrics = ServerMetrics(self.engine_stats)
         self.hub = StatsHub(self.snapshot, self.metrics, config.stats_interval_s)
 
@@ -57,10 +61,11 @@ class AppContext:
         stats = self.engine_stats()
         if stats is None:
             return None
+        asr, viewers = self.limiters[ASR_ENDPOINT], self.limiters[STATS_ENDPOINT]
         return {**stats, "server": {
-            "connections": self.asr_limiter.num_connections,
-            "max_connections": self.asr_limiter.max_connections,
-            "stats_viewers": self.stats_limiter.num_connections,
+            "connections": asr.num_connections,
+            "max_connections": asr.max_connections,
+            "stats_viewers": viewers.num_connections,
         }}
 
 
@@ -80,8 +85,8 @@ def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Star
             "$OASR_FRONTEND_DIR to the frontend folder")
     context = AppContext(config, engine)
     routes = [
-        WebSocketRoute("/ws/asr", _asr_endpoint),
-        WebSocketRoute("/ws/stats", _stats_endpoint),
+        WebSocketRoute(ASR_ENDPOINT, _asr_endpoint),
+        WebSocketRoute(STATS_ENDPOINT, _stats_endpoint),
         Route("/api/stats", _api_stats),
         Route("/metrics", _metrics),
         Route("/healthz", _healthz),
@@ -117,8 +122,7 @@ def _context(scope_holder: Request | WebSocket) -> AppContext:
     return scope_holder.app.state.context
 
 
-async def _admit(websocket: WebSocket, context: AppContext, limiter: ConnectionLimiter,
-                 endpoint: str) -> bool:
+async def _admit(websocket: WebSocket, context: AppContext, endpoint: str) -> bool:
     """Accept the handshake if the origin, readiness and the connection limit allow it."""
     origin = websocket.headers.get("origin")
     if not is_origin_allowed(origin, websocket.headers.get("host"),
@@ -127,6 +131,7 @@ async def _admit(websocket: WebSocket, context: AppContext, limiter: ConnectionL
         await websocket.close(code=CloseCode.POLICY_VIOLATION)  # before accept: HTTP 403
         return False
     await websocket.accept()
+    limiter = context.limiters[endpoint]
     refusal = None
     if not context.is_ready:
         refusal = ("not_ready", ProtocolError("busy", "the engine is not ready yet"))
@@ -142,34 +147,36 @@ async def _admit(websocket: WebSocket, context: AppContext, limiter: ConnectionL
     return False
 
 
-async def _asr_endpoint(websocket: WebSocket) -> None:
+async def _serve_socket(websocket: WebSocket, endpoint: str,
+                        handler: Callable[[AppContext], Awaitable[None]]) -> None:
+    """Admit the connection, count it while ``handler`` runs, release its place after."""
     context = _context(websocket)
-    if not await _admit(websocket, context, context.asr_limiter, "/ws/asr"):
+    if not await _admit(websocket, context, endpoint):
         return
-    gauge = context.metrics.connections.labels(endpoint="asr")
+    gauge = context.metrics.connections.labels(endpoint=endpoint)
     gauge.inc()
     try:
-        session = Session(context.config.max_frame_bytes, context.config.max_text_bytes)
-        assert context.engine is not None
-        connection = AsrConnection(websocket, context.engine, session,
-                                   context.config.idle_timeout_s)
-        await connection.run()
+        await handler(context)
     finally:
         gauge.dec()
-        context.asr_limiter.release()
+        context.limiters[endpoint].release()
+
+
+async def _asr_endpoint(websocket: WebSocket) -> None:
+    async def handle(context: AppContext) -> None:
+        assert context.engine is not None  # _admit refuses until the engine is ready
+        session = Session(context.config.max_frame_bytes, context.config.max_text_bytes)
+        await AsrConnection(websocket, context.engine, session,
+                            context.config.idle_timeout_s).run()
+
+    await _serve_socket(websocket, ASR_ENDPOINT, handle)
 
 
 async def _stats_endpoint(websocket: WebSocket) -> None:
-    context = _context(websocket)
-    if not await _admit(websocket, context, context.stats_limiter, "/ws/stats"):
-        return
-    gauge = context.metrics.connections.labels(endpoint="stats")
-    gauge.inc()
-    try:
+    async def handle(context: AppContext) -> None:
         await stream_stats(websocket, context.hub, context.snapshot())
-    finally:
-        gauge.dec()
-        context.stats_limiter.release()
+
+    await _serve_socket(websocket, STATS_ENDPOINT, handle)
 
 
 async def _api_stats(request: Request) -> Response:
