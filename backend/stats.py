@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from backend.metrics import ServerMetrics
 
 Snapshot = dict[str, Any]
+logger = logging.getLogger(__name__)
 
 
 class StatsHub:
@@ -53,9 +55,16 @@ class StatsHub:
         return snapshot
 
     async def run(self) -> None:
-        """Publish forever, every ``interval_s`` seconds (cancel to stop)."""
+        """Publish forever, every ``interval_s`` seconds (cancel to stop).
+
+        A snapshot that fails to publish is logged and skipped: the panel and the metrics
+        keep going with the next one.
+        """
         while True:
-            self.publish_once()
+            try:
+                self.publish_once()
+            except Exception:
+                logger.exception("stats snapshot could not be published")
             await asyncio.sleep(self.interval_s)
 
 
