@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -10,6 +11,8 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from backend.app import create_app
+from backend.metrics import ServerMetrics
+from backend.stats import StatsHub
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -112,3 +115,22 @@ def test_stats_socket_refuses_foreign_origins(make_client: Callable[..., TestCli
             client.websocket_connect("/ws/stats", headers={"origin": "https://evil.example"}):
         pass
     assert refused.value.code == 1008
+
+
+def test_stats_hub_skips_a_snapshot_it_cannot_publish(caplog: pytest.LogCaptureFixture) -> None:
+    good = {"step": {"num_steps": 3, "last_ms": 12.0}, "rtf": 0.2}
+    snapshots = iter([{"no_step": True}, good])
+    metrics = ServerMetrics(lambda: None)
+    hub = StatsHub(lambda: next(snapshots), metrics, interval_s=0.01)
+
+    async def run_briefly() -> dict[str, object]:
+        queue = hub.subscribe()
+        task = asyncio.create_task(hub.run())
+        try:
+            return await asyncio.wait_for(queue.get(), 5)
+        finally:
+            task.cancel()
+
+    assert asyncio.run(run_briefly()) is good
+    assert "could not be published" in caplog.text
+    assert "oasr_step_seconds_count 1.0" in metrics.render().decode()
