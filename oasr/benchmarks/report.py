@@ -109,6 +109,8 @@ def _memory_tables(result: dict[str, Any]) -> list[str]:
         ["used blocks after each step", ", ".join(map(str, steady["used_blocks"]))],
         ["live tensors / bytes created and kept by those steps",
          f"{steady['live_tensor_delta']} / {steady['live_bytes_delta']}"],
+        ["of those bytes: CTC decoder token buffers grown (doubling)",
+         f"{steady['decoder_bytes_delta']}"],
         ["allocates no cache tensors", str(steady["allocates_no_cache_tensors"])],
     ]
     return _table(["memory", "value"], rows)
