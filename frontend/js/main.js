@@ -21,6 +21,12 @@ const ui = {
 const transcript = new TranscriptView(document.getElementById("transcript"));
 const panel = new PoolPanel(document.getElementById("pool"));
 
+const FINISH_EXPLANATIONS = {
+  length: "this stream reached the engine's per-stream length limit",
+  timeout: "no audio arrived for too long, or the session reached its maximum length",
+  error: "the engine failed on this stream (the server log says why)",
+};
+
 // What is running now: null, or {kind: "mic"|"file", stream, stopSource, ending}.
 let active = null;
 
@@ -65,7 +71,9 @@ function openStream(sampleRate, label, activity) {
       onFinal: (m) => transcript.final(m),
       onDone: (m) => {
         transcript.note(`done: ${m.finish_reason}, ${m.segments} segment(s)`);
-        finish(`Finished (${m.finish_reason}).`, "info");
+        const why = FINISH_EXPLANATIONS[m.finish_reason];
+        finish(`Finished (${m.finish_reason})${why ? `: ${why}` : ""}.`,
+          m.finish_reason === "stop" ? "info" : "error");
       },
       onError: (m) => {
         const text = m.code === "busy"
