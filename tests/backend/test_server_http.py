@@ -87,7 +87,8 @@ def test_metrics_exposition(client: TestClient) -> None:
     for line in ('oasr_pool_blocks{state="free"} 16.0', 'oasr_pool_blocks{state="used"} 0.0',
                  "oasr_pool_capacity_blocks 16.0", 'oasr_streams{state="active"} 0.0',
                  'oasr_streams{state="waiting"} 0.0', "oasr_evictions_total 0.0",
-                 'oasr_streams_finished_total{reason="abort"} 0.0'):
+                 'oasr_streams_finished_total{reason="abort"} 0.0',
+                 'oasr_rejected_connections_total{reason="origin"} 0.0'):
         assert line in text, line
     steps = next(float(line.split()[-1]) for line in text.splitlines()
                  if line.startswith("oasr_engine_steps_total"))
