@@ -184,10 +184,12 @@ def dense_attention(
             mask = mask + attn_bias.to(q.dtype)
         out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
         return out.transpose(1, 2)
-    scores = torch.matmul(qh, kh.transpose(-2, -1)).float() * scale  # (B, H, T, L)
+    scores = torch.matmul(qh, kh.transpose(-2, -1)).float().mul_(scale)  # (B, H, T, L)
     if attn_bias is not None:
-        scores = scores + attn_bias.float()
-    keep = valid[:, None, None, :]
-    probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
-    probs = probs.masked_fill(~keep, 0.0).to(vh.dtype)
+        scores.add_(attn_bias)
+    # The most negative finite float, not -inf: exp() of it is exactly 0 next to any real key,
+    # so masked keys get probability 0 without a second masking pass, and a row with no key
+    # at all (a padded query row) stays finite instead of NaN.
+    scores.masked_fill_(~valid[:, None, None, :], torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1).to(vh.dtype)
     return torch.matmul(probs, vh).transpose(1, 2)  # (B, T, H, D)
