@@ -1,93 +1,80 @@
-// The block grid on a canvas: one square per K/V block, coloured by the owning stream, sized so
-// the whole pool is visible at once (from 18 px squares for small pools down to 2 px for pools
-// of tens of thousands of blocks). The canvas element carries data-num-blocks, data-num-used
-// and data-num-mine for tests and tools; hovering a square names its block and owner.
+// The block grid: one square element per K/V block (.cell; .used with data-owner and the
+// owning stream's colour; .mine for this tab's stream), sized so the whole pool is visible at
+// once: 18 px squares for small pools down to 2 px for pools of tens of thousands of blocks.
+// The grid element carries data-num-blocks, data-num-used and data-num-mine.
 
 import { streamColor } from "./colors.js";
 
-const FREE = "#e3e6ec";
 const MAX_CELL = 18;
 const MIN_CELL = 2;
 
 export class PoolGrid {
-  /** @param {HTMLCanvasElement} canvas */
-  constructor(canvas) {
-    this.canvas = canvas;
+  /** @param {HTMLElement} root the grid container */
+  constructor(root) {
+    this.root = root;
+    this.cells = [];
     this.owners = [];
     this.myStreamId = null;
-    this.layout = { cell: MAX_CELL, cols: 1 };
-    canvas.addEventListener("mousemove", (event) => this.describe(event));
-    new ResizeObserver(() => this.draw()).observe(canvas.parentElement);
+    new ResizeObserver(() => this.layout()).observe(root.parentElement);
   }
 
   setMyStream(streamId) {
     this.myStreamId = streamId;
-    this.draw();
+    this.paint(this.owners, true);
   }
 
   update(owners) {
-    this.owners = owners;
-    this.draw();
+    if (owners.length !== this.cells.length) this.rebuild(owners.length);
+    this.paint(owners, false);
   }
 
-  computeLayout(count) {
-    const width = Math.max(this.canvas.parentElement.clientWidth, 100);
+  rebuild(count) {
+    this.root.textContent = "";
+    this.cells = Array.from({ length: count }, (_, index) => {
+      const cell = document.createElement("div");
+      cell.className = "cell";
+      cell.dataset.block = String(index);
+      return cell;
+    });
+    this.root.append(...this.cells);
+    this.owners = [];
+    this.layout();
+  }
+
+  /** The largest square size (and gap) that shows every block within the height budget. */
+  layout() {
+    const count = Math.max(this.cells.length, 1);
+    const width = Math.max(this.root.parentElement.clientWidth, 100);
     const maxHeight = Math.max(120, Math.min(window.innerHeight * 0.4, 360));
-    let cell = Math.floor(Math.sqrt((width * maxHeight) / Math.max(count, 1)));
-    cell = Math.max(MIN_CELL, Math.min(MAX_CELL, cell));
-    let cols = Math.max(1, Math.floor(width / cell));
-    while (cell > MIN_CELL && Math.ceil(count / cols) * cell > maxHeight) {
+    let cell = MAX_CELL;
+    while (cell > MIN_CELL && Math.ceil(count / Math.floor(width / cell)) * cell > maxHeight) {
       cell -= 1;
-      cols = Math.max(1, Math.floor(width / cell));
     }
-    return { cell, cols, width, rows: Math.ceil(count / cols) };
+    const gap = cell >= 8 ? 2 : cell >= 4 ? 1 : 0;
+    this.root.style.setProperty("--cell", `${cell - gap}px`);
+    this.root.style.setProperty("--gap", `${gap}px`);
   }
 
-  draw() {
-    const owners = this.owners;
-    const layout = this.computeLayout(owners.length);
-    this.layout = layout;
-    const ratio = window.devicePixelRatio || 1;
-    const height = Math.max(layout.rows * layout.cell, layout.cell);
-    this.canvas.style.width = `${layout.cols * layout.cell}px`;
-    this.canvas.style.height = `${height}px`;
-    this.canvas.width = Math.round(layout.cols * layout.cell * ratio);
-    this.canvas.height = Math.round(height * ratio);
-    const g = this.canvas.getContext("2d");
-    g.scale(ratio, ratio);
-    const gap = layout.cell >= 6 ? 2 : layout.cell >= 4 ? 1 : 0;
-    const side = layout.cell - gap;
+  paint(owners, force) {
     let used = 0;
     let mine = 0;
     owners.forEach((owner, index) => {
-      const x = (index % layout.cols) * layout.cell;
-      const y = Math.floor(index / layout.cols) * layout.cell;
       const taken = owner !== null && owner !== undefined;
+      const isMine = taken && owner === this.myStreamId;
       used += taken;
-      g.fillStyle = taken ? streamColor(owner) : FREE;
-      g.fillRect(x, y, side, side);
-      if (taken && owner === this.myStreamId) {
-        mine += 1;
-        if (side >= 6) {
-          g.strokeStyle = "rgba(0, 0, 0, 0.6)";
-          g.lineWidth = 2;
-          g.strokeRect(x + 1, y + 1, side - 2, side - 2);
-        }
-      }
+      mine += isMine;
+      if (!force && this.owners[index] === owner) return;
+      const cell = this.cells[index];
+      cell.style.background = taken ? streamColor(owner) : "";
+      cell.classList.toggle("used", taken);
+      cell.classList.toggle("mine", isMine);
+      cell.title = taken ? `block ${index}: stream ${owner}` : `block ${index}: free`;
+      if (taken) cell.dataset.owner = String(owner);
+      else delete cell.dataset.owner;
     });
-    this.canvas.dataset.numBlocks = String(owners.length);
-    this.canvas.dataset.numUsed = String(used);
-    this.canvas.dataset.numMine = String(mine);
-  }
-
-  describe(event) {
-    const rect = this.canvas.getBoundingClientRect();
-    const { cell, cols } = this.layout;
-    const col = Math.floor((event.clientX - rect.left) / cell);
-    const index = Math.floor((event.clientY - rect.top) / cell) * cols + col;
-    if (col >= cols || index < 0 || index >= this.owners.length) return;
-    const owner = this.owners[index];
-    this.canvas.title = owner === null || owner === undefined
-      ? `block ${index}: free` : `block ${index}: stream ${owner}`;
+    this.owners = owners.slice();
+    this.root.dataset.numBlocks = String(owners.length);
+    this.root.dataset.numUsed = String(used);
+    this.root.dataset.numMine = String(mine);
   }
 }
