@@ -22,6 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from oasr.engine import EngineConfig, transcribe_files
+from oasr.engine.offline import FileResult
 
 FRAME_S = 0.1
 BLOCKS_PER_STREAM = 16  # 16 chunks of 640 ms: 10 s per stream before "length"
@@ -45,8 +46,14 @@ class ClientResult:
     """Everything one client saw: the server's messages in order and the close code."""
 
     messages: list[dict[str, Any]] = field(default_factory=list)
+    received_at: list[float] = field(default_factory=list)  # loop time of each message
     close_code: int | None = None
     vanished: bool = False
+
+    def time_of(self, kind: str) -> float:
+        """When the first message of type ``kind`` arrived (the event loop's clock)."""
+        return next(t for t, m in zip(self.received_at, self.messages, strict=True)
+                    if m["type"] == kind)
 
     @property
     def finals(self) -> list[str]:
@@ -95,27 +102,50 @@ def make_clips(devset_dir: Path, num_clips: int, seconds: float, out_dir: Path) 
     return clips
 
 
-def reference_finals(model_dir: Path, clips: list[Clip], blocks_per_stream: int) -> list[
-        list[str]]:
-    """Each clip's final segments from ``transcribe_files`` (all clips in one engine)."""
+def offline_results(model_dir: Path, clips: list[Clip], blocks_per_stream: int) -> list[
+        FileResult]:
+    """Each clip through ``transcribe_files`` (all clips in one engine, same pool per stream)."""
     config = EngineConfig(
         model=str(model_dir), device="cpu", max_batch_size=len(clips),
         max_num_blocks=len(clips) * blocks_per_stream, max_wait_time_s=math.inf,
         idle_timeout_s=math.inf, max_session_s=math.inf, max_pending_audio_s=math.inf)
     results = transcribe_files(config, [c.path for c in clips], progress=False)
     assert all(r.error is None for r in results), [r.error for r in results]
+    return results
+
+
+def reference_finals(model_dir: Path, clips: list[Clip], blocks_per_stream: int) -> list[
+        list[str]]:
+    """Each clip's final segments from ``transcribe_files``."""
+    results = offline_results(model_dir, clips, blocks_per_stream)
+    assert all(r.finish_reason == "stop" for r in results), [r.finish_reason for r in results]
     return [[s["text"] for s in r.segments] for r in results]
 
 
 async def _receive_all(ws: ClientConnection, result: ClientResult) -> None:
+    loop = asyncio.get_running_loop()
     with contextlib.suppress(ConnectionClosed):
         async for message in ws:
             result.messages.append(json.loads(message))
+            result.received_at.append(loop.time())
+
+
+async def _send_frames(ws: ClientConnection, pcm: bytes, frame_bytes: int, realtime: bool,
+                       vanish_after_s: float | None, result: ClientResult) -> None:
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    for index, offset in enumerate(range(0, len(pcm), frame_bytes)):
+        if vanish_after_s is not None and index * FRAME_S >= vanish_after_s:
+            result.vanished = True
+            return
+        if realtime:
+            await asyncio.sleep(max(0.0, began + index * FRAME_S - loop.time()))
+        await ws.send(pcm[offset:offset + frame_bytes])
 
 
 async def stream_clip(url: str, pcm: bytes, fmt: str = "s16le", realtime: bool = True,
                       vanish_after_s: float | None = None, vanish_by_reset: bool = True,
-                      ) -> ClientResult:
+                      result: ClientResult | None = None) -> ClientResult:
     """Stream ``pcm`` (16 kHz, ``fmt``) in 100 ms frames, then ``end``; collect until closed.
 
     Args:
@@ -124,23 +154,20 @@ async def stream_clip(url: str, pcm: bytes, fmt: str = "s16le", realtime: bool =
         realtime: pace frames at 100 ms; False sends them back to back.
         vanish_after_s: disappear after this much audio (no ``end``): by a TCP reset when
             ``vanish_by_reset``, else by a normal close frame.
+        result: where to record what arrives (to watch it while the client runs).
     Returns:
-        What the client received and how the connection closed.
+        What the client received and how the connection closed (``result`` if given).
     """
-    result = ClientResult()
+    result = result if result is not None else ClientResult()
     frame_bytes = int(SAMPLE_RATE * FRAME_S) * (2 if fmt == "s16le" else 4)
     async with connect(url, max_size=2**22, open_timeout=30) as ws:
         receiver = asyncio.create_task(_receive_all(ws, result))
-        await ws.send(json.dumps({"type": "start", "sample_rate": SAMPLE_RATE, "format": fmt}))
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        for index, offset in enumerate(range(0, len(pcm), frame_bytes)):
-            if vanish_after_s is not None and index * FRAME_S >= vanish_after_s:
-                result.vanished = True
-                break
-            if realtime:
-                await asyncio.sleep(max(0.0, began + index * FRAME_S - loop.time()))
-            await ws.send(pcm[offset:offset + frame_bytes])
+        start = {"type": "start", "sample_rate": SAMPLE_RATE, "format": fmt}
+        with contextlib.suppress(ConnectionClosed):  # refused (busy): the receiver has why
+            await ws.send(json.dumps(start))
+            await _send_frames(ws, pcm, frame_bytes, realtime, vanish_after_s, result)
+            if not result.vanished:
+                await ws.send(json.dumps({"type": "end"}))
         if result.vanished:
             receiver.cancel()
             if vanish_by_reset:
@@ -148,7 +175,6 @@ async def stream_clip(url: str, pcm: bytes, fmt: str = "s16le", realtime: bool =
             else:
                 await ws.close()
             return result
-        await ws.send(json.dumps({"type": "end"}))
         await asyncio.wait_for(receiver, CLOSE_TIMEOUT_S)
     result.close_code = ws.close_code
     return result
