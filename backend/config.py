@@ -55,7 +55,7 @@ class ServerConfig:
     max_frame_bytes: int = 256 * 1024
     max_text_bytes: int = 4096
     idle_timeout_s: float = 15.0
-    max_session_s: float = 1800.0
+    max_session_s: float = 3600.0
     allowed_origins: tuple[str, ...] = ()
     stats_interval_s: float = 0.25
     static_dir: Path = field(default_factory=default_frontend_dir)
