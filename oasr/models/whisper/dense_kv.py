@@ -17,12 +17,12 @@ from oasr.fmha import dense_attention
 
 
 class _LayerBuffer:
-    """One layer's K or V: (B, cap, H, D) in the served dtype, or fp8 data plus (B, cap, H)
-    scales."""
+    """One layer's K or V, (B, H, cap, D): in the served dtype, or fp8 data plus (B, H, cap)
+    scales. Head-major, so a read of the first L tokens is a strided view that matmul takes
+    without a copy."""
 
     def __init__(self, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device,
                  fp8: bool) -> None:
-        self.fp8 = fp8
         self.data = torch.zeros(shape, dtype=FP8_DTYPE if fp8 else dtype, device=device)
         self.scales = torch.zeros(shape[:3], dtype=torch.float32, device=device) if fp8 else None
 
@@ -30,17 +30,18 @@ class _LayerBuffer:
         """x: (B, T, H, D) stored at positions start .. start + T - 1."""
         end = start + x.size(1)
         if self.scales is None:
-            self.data[:, start:end] = x.to(self.data.dtype)
+            self.data[:, :, start:end] = x.transpose(1, 2).to(self.data.dtype)
             return
-        quantized = quantize_fp8(x)
-        self.data[:, start:end] = quantized.data
-        self.scales[:, start:end] = quantized.scales
+        quantized = quantize_fp8(x)  # data (B, T, H, D), scales (B, T, H)
+        self.data[:, :, start:end] = quantized.data.transpose(1, 2)
+        self.scales[:, :, start:end] = quantized.scales.transpose(1, 2)
 
     def read(self, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """(B, length, H, D) in ``dtype`` (dequantized when fp8)."""
+        """(B, length, H, D) in ``dtype`` (dequantized when fp8); a view when not fp8."""
         if self.scales is None:
-            return self.data[:, :length].to(dtype)
-        return QuantizedKv(self.data[:, :length], self.scales[:, :length]).dequantize(dtype)
+            return self.data[:, :, :length].to(dtype).transpose(1, 2)
+        held = QuantizedKv(self.data[:, :, :length], self.scales[:, :, :length])
+        return held.dequantize(dtype).transpose(1, 2)
 
     def select(self, index: torch.Tensor) -> None:
         self.data = self.data.index_select(0, index)
@@ -51,8 +52,8 @@ class _LayerBuffer:
 class DecoderKv:
     """Dense decoder K/V of B rows that share one length (``num_tokens``).
 
-    Self-attention K/V per layer is a (B, capacity, H, D) buffer; the cross-attention K/V is
-    (B, S, H, D) per layer, stored once. With ``kv_cache="fp8_e4m3"`` both are fp8 with one fp32
+    Self-attention K/V per layer is a (B, H, capacity, D) buffer; the cross-attention K/V is
+    (B, H, S, D) per layer, stored once. With ``kv_cache="fp8_e4m3"`` both are fp8 with one fp32
     scale per (row, token, head); a prefill into an empty cache attends its own K/V in the
     served dtype (they are stored quantized for later steps).
 
@@ -79,13 +80,13 @@ class DecoderKv:
         self.num_tokens = 0
         self.batch_size = batch
         self.cross_len = frames
-        shape = (batch, capacity, heads, dim)
+        shape = (batch, heads, capacity, dim)
         self._self = [(_LayerBuffer(shape, k0.dtype, k0.device, fp8),
                        _LayerBuffer(shape, k0.dtype, k0.device, fp8)) for _ in cross_kv]
         self._cross = []
         for k, v in cross_kv:
-            ck = _LayerBuffer(tuple(k.shape), k.dtype, k.device, fp8)  # type: ignore[arg-type]
-            cv = _LayerBuffer(tuple(v.shape), v.dtype, v.device, fp8)  # type: ignore[arg-type]
+            ck = _LayerBuffer((batch, heads, frames, dim), k.dtype, k.device, fp8)
+            cv = _LayerBuffer((batch, heads, frames, dim), v.dtype, v.device, fp8)
             ck.write(0, k)
             cv.write(0, v)
             self._cross.append((ck, cv))

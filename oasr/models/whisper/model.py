@@ -167,7 +167,7 @@ class WhisperDecoder(nn.Module):
         for block in self.blocks:
             x = block(x, kv)
         kv.advance(tokens.size(1))
-        return torch.matmul(self.norm(x), self.embedding.weight.t()).float()  # (B, T, V)
+        return F.linear(self.norm(x), self.embedding.weight).float()  # (B, T, V)
 
 
 class WhisperModel(nn.Module):

@@ -1,0 +1,66 @@
+"""The real tiny.en through the paged decoder pool and through fp8 K/V, against the dense
+full-precision tokens of the devset's real recordings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import dense_greedy
+
+from oasr.models.whisper import WhisperCheckpoint
+from oasr.models.whisper.normalize import normalize_transcript
+from oasr.models.whisper.transcriber import WhisperDecodeConfig, WhisperTranscriber
+from recipes.wer import ErrorCounts
+
+pytestmark = pytest.mark.slow
+PAGED_ROWS = (0, 5, 10, 11)  # a george, a jackson, jfk and an austen recording
+
+
+def devset_wer(checkpoint: WhisperCheckpoint, recordings, tokens: list[list[int]]) -> float:
+    counts = ErrorCounts()
+    for rec, row in zip(recordings, tokens, strict=True):
+        counts.add(rec.reference, normalize_transcript(checkpoint.tokenizer.decode(row)))
+    return counts.wer
+
+
+def test_paged_transcriber_gives_the_dense_tokens(checkpoint: WhisperCheckpoint, devset_encoded,
+                                                  dense_tokens) -> None:
+    transcriber = WhisperTranscriber(checkpoint, WhisperDecodeConfig(max_rows=4))
+    assert transcriber.storage == "paged" and transcriber.manager is not None
+    pool = transcriber.manager.pool
+    results = transcriber.decode_encoded(devset_encoded[list(PAGED_ROWS)])
+    assert [list(r.tokens) for r in results] == [dense_tokens[i] for i in PAGED_ROWS]
+    assert pool.num_free_blocks == pool.num_blocks
+    assert transcriber.manager.num_reserved_blocks == 0 and transcriber.manager.num_rows == 0
+
+
+def test_paged_pool_refuses_past_its_budget_and_stays_full(checkpoint: WhisperCheckpoint,
+                                                           devset_encoded) -> None:
+    # 2 rows of (448 / 16 = 28) + (1500 / 16 -> 94) pages fit in 244; a third row does not.
+    config = WhisperDecodeConfig(max_rows=3, max_num_blocks=244)
+    transcriber = WhisperTranscriber(checkpoint, config)
+    with pytest.raises(RuntimeError, match="3 rows need 366 blocks, 244 unreserved of 244"):
+        transcriber.decode_encoded(devset_encoded[:3])
+    assert transcriber.manager is not None
+    assert transcriber.manager.pool.num_free_blocks == 244
+
+
+def test_fp8_kv_wer_within_one_point(checkpoint: WhisperCheckpoint, recordings, devset_encoded,
+                                     dense_tokens) -> None:
+    fp8_tokens = dense_greedy(checkpoint, devset_encoded, kv_cache="fp8_e4m3")
+    full, fp8 = devset_wer(checkpoint, recordings, dense_tokens), devset_wer(
+        checkpoint, recordings, fp8_tokens)
+    same = sum(a == b for a, b in zip(fp8_tokens, dense_tokens, strict=True))
+    print(f"devset WER full {full:.2f}% fp8 {fp8:.2f}%; identical tokens {same}/{len(fp8_tokens)}")
+    assert abs(fp8 - full) <= 1.0
+
+
+def test_fp8_paged_matches_fp8_dense(checkpoint: WhisperCheckpoint, devset_encoded) -> None:
+    rows = list(PAGED_ROWS[:2])
+    transcriber = WhisperTranscriber(
+        checkpoint, WhisperDecodeConfig(max_rows=2, kv_cache="fp8_e4m3", max_new_tokens=64))
+    assert transcriber.manager is not None
+    assert transcriber.manager.pool.k_pool.dtype == torch.float8_e4m3fn
+    paged = [list(r.tokens) for r in transcriber.decode_encoded(devset_encoded[rows])]
+    assert paged == dense_greedy(checkpoint, devset_encoded[rows], kv_cache="fp8_e4m3")
+    assert transcriber.manager.pool.num_free_blocks == transcriber.manager.pool.num_blocks
