@@ -83,6 +83,7 @@ class WhisperEncoder(nn.Module):
         width = config.n_audio_state
         self.conv1 = nn.Conv1d(config.n_mels, width, kernel_size=3, padding=1)
         self.conv2 = nn.Conv1d(width, width, kernel_size=3, stride=2, padding=1)
+        self.positions: torch.Tensor
         self.register_buffer("positions", torch.zeros(config.n_audio_ctx, width))
         self.blocks = nn.ModuleList(
             EncoderBlock(width, config.n_audio_head) for _ in range(config.n_audio_layer)
@@ -147,6 +148,7 @@ class WhisperDecoder(nn.Module):
         self.config = config
         width = config.n_text_state
         self.embedding = nn.Embedding(config.n_vocab, width)
+        self.positions: torch.Tensor
         self.register_buffer("positions", torch.zeros(config.n_text_ctx, width))
         self.blocks = nn.ModuleList(
             DecoderBlock(width, config.n_text_head, i) for i in range(config.n_text_layer)
@@ -155,7 +157,10 @@ class WhisperDecoder(nn.Module):
 
     def cross_kv(self, encoded: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer the cross-attention K, V, each (B, S, H, D), of encoder states (B, S, d)."""
-        return [block.project_cross_kv(encoded) for block in self.blocks]
+        return [block.project_cross_kv(encoded) for block in self._blocks()]
+
+    def _blocks(self) -> list[DecoderBlock]:
+        return [b for b in self.blocks if isinstance(b, DecoderBlock)]
 
     def forward(self, tokens: torch.Tensor, kv: DecoderKvStore) -> torch.Tensor:
         """Run ``tokens`` (B, T) after what ``kv`` holds; returns logits (B, T, n_vocab) float32.
@@ -164,7 +169,7 @@ class WhisperDecoder(nn.Module):
         """
         positions = kv.begin(tokens.size(1))  # (B, T); the store checks its capacity
         x = self.embedding(tokens) + self.positions[positions].to(self.embedding.weight.dtype)
-        for block in self.blocks:
+        for block in self._blocks():
             x = block(x, kv)
         kv.advance(tokens.size(1))
         return F.linear(self.norm(x), self.embedding.weight).float()  # (B, T, V)
@@ -172,6 +177,8 @@ class WhisperDecoder(nn.Module):
 
 class WhisperModel(nn.Module):
     """Encoder + decoder + the checkpoint's config; holds no request state."""
+
+    kv_cache_dtypes = ("fp8_e4m3",)  # decoder K/V formats besides the served dtype
 
     def __init__(self, config: WhisperConfig) -> None:
         super().__init__()

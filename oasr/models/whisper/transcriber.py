@@ -22,6 +22,7 @@ from oasr.models.whisper.decoding import WhisperTranscript, default_max_new_toke
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import WhisperFrontend
 from oasr.models.whisper.loader import WhisperCheckpoint
+from oasr.models.whisper.quantization import check_kv_cache_servable
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,11 @@ class WhisperTranscriber:
         self.checkpoint = checkpoint
         self.config = config or WhisperDecodeConfig()
         self.storage = resolve_kv_storage(self.config.kv_storage, self.config.beam_size)
+        model = checkpoint.model
+        check_kv_cache_servable(
+            self.config.kv_cache, kv_cache_dtypes=model.kv_cache_dtypes, model_dtype=model.dtype,
+            device=model.device, head_dim=model.config.text_head_dim,
+        )
         self.frontend = WhisperFrontend(checkpoint.model.config.n_mels, checkpoint.model.device)
         self.manager = (
             build_decoder_manager(checkpoint, self.config) if self.storage == "paged" else None
