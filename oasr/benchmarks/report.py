@@ -107,10 +107,11 @@ def _memory_tables(result: dict[str, Any]) -> list[str]:
         [f"steady state ({steady['num_streams']} streams, left {steady['num_left_chunks']}, "
          f"{steady['steps']} steps): same cache storage", str(steady["same_storage"])],
         ["used blocks after each step", ", ".join(map(str, steady["used_blocks"]))],
-        ["live tensors / bytes created and kept by those steps",
-         f"{steady['live_tensor_delta']} / {steady['live_bytes_delta']}"],
-        ["of those bytes: CTC decoder token buffers grown (doubling)",
-         f"{steady['decoder_bytes_delta']}"],
-        ["allocates no cache tensors", str(steady["allocates_no_cache_tensors"])],
+        ["tensor storages created and kept by those steps (bytes), decoder states aside",
+         f"{steady['new_storages']} ({steady['new_storage_bytes']:,})"],
+        ["CTC decoder-state storages new after those steps (bytes; re-stacked every step)",
+         f"{steady['decoder_state_new_bytes']:,}"],
+        ["K/V and conv caches allocate nothing in steady state",
+         str(steady["allocates_no_cache_tensors"])],
     ]
     return _table(["memory", "value"], rows)
