@@ -1,0 +1,160 @@
+"""Continuous batching of Whisper second-pass requests on the paged decoder pool.
+
+Requests (a segment's waveform, or its encoder states) wait in FIFO order; each ``step`` admits
+what the pool can reserve (``can_admit`` on each row's declared ceiling), encodes and prefills
+the admitted rows together, advances every other running row by one token in ONE batched
+decoder call, and returns the requests that finished (end token or token cap). Rows join and
+leave between steps, at any length; a row's pages are freed the step it finishes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from oasr.models.whisper.decoding import default_max_new_tokens, suppression_masks
+from oasr.models.whisper.frontend import WhisperFrontend
+from oasr.models.whisper.loader import WhisperCheckpoint
+from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_manager
+
+
+@dataclass(frozen=True)
+class SecondPassResult:
+    """A finished request: generated text tokens (no prompt, no end token) and their text."""
+
+    request_id: int
+    tokens: tuple[int, ...]
+    text: str
+
+
+@dataclass
+class _Pending:
+    request_id: int
+    waveform: torch.Tensor | np.ndarray | None = None
+    encoded: torch.Tensor | None = None  # (S, d)
+
+
+@dataclass
+class _Running:
+    request_id: int
+    row_id: int
+    tokens: list[int] = field(default_factory=list)
+
+
+class ContinuousWhisperDecoder:
+    """Greedy Whisper over requests that arrive and finish at different times.
+
+    Invariant: every running request owns one decoder row (``row_id``) whose self-attention
+    holds its prompt and all its tokens but the last; the last is the next step's input. The
+    tokens equal ``greedy_decode``'s for the same audio, whatever else shares the batch.
+    """
+
+    def __init__(self, checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.config = config or WhisperDecodeConfig()
+        model, spec = checkpoint.model, checkpoint.spec
+        self.max_new_tokens = self.config.max_new_tokens or default_max_new_tokens(model, spec)
+        self.ceiling = len(spec.prompt) + self.max_new_tokens
+        self.manager = build_decoder_manager(checkpoint, self.config)
+        self.frontend = WhisperFrontend(model.config.n_mels, model.device)
+        self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
+        self._waiting: deque[_Pending] = deque()
+        self._running: list[_Running] = []
+        self._row_ids = itertools.count()
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    def has_work(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray) -> None:
+        """Queue a 16 kHz mono waveform of at most 30 s."""
+        self._waiting.append(_Pending(request_id, waveform=waveform))
+
+    def submit_encoded(self, request_id: int, encoded: torch.Tensor) -> None:
+        """Queue encoder states (S, d) computed elsewhere."""
+        self._waiting.append(_Pending(request_id, encoded=encoded))
+
+    @torch.inference_mode()
+    def step(self) -> list[SecondPassResult]:
+        """Admit, prefill the admitted, advance the others by one token; the finished."""
+        stepping = list(self._running)
+        finished = self._advance(stepping) if stepping else []
+        admitted = self._admit()
+        if admitted:
+            finished += self._prefill(admitted)
+        return finished
+
+    def _admit(self) -> list[_Pending]:
+        admitted: list[_Pending] = []
+        while self._waiting and len(self._running) + len(admitted) < self.config.max_rows:
+            if not self.manager.can_admit([self.ceiling] * (len(admitted) + 1)).ok:
+                break
+            admitted.append(self._waiting.popleft())
+        return admitted
+
+    def _encode(self, pending: list[_Pending]) -> torch.Tensor:
+        model = self.checkpoint.model
+        waves = [p.waveform for p in pending if p.waveform is not None]
+        encoded = iter(model.encoder(self.frontend(waves)) if waves else [])  # (B, S, d)
+        return torch.stack([p.encoded if p.encoded is not None else next(encoded) for p in pending])
+
+    def _prefill(self, admitted: list[_Pending]) -> list[SecondPassResult]:
+        model, spec = self.checkpoint.model, self.checkpoint.spec
+        encoded = self._encode(admitted)  # (B, S, d)
+        rows = [_Running(p.request_id, next(self._row_ids)) for p in admitted]
+        for row in rows:
+            self.manager.allocate_row(row.row_id, self.ceiling)
+        self.manager.build_cross_kv([r.row_id for r in rows], model.decoder.cross_kv(encoded))
+        prompt = torch.tensor(spec.prompt, device=model.device).expand(len(rows), -1)
+        view = self.manager.view([r.row_id for r in rows])
+        logits = model.decoder(prompt, view)[:, -1] + self._first  # (B, V)
+        return self._record(rows, logits.argmax(dim=-1).tolist())
+
+    def _advance(self, rows: list[_Running]) -> list[SecondPassResult]:
+        model = self.checkpoint.model
+        last = torch.tensor([[r.tokens[-1]] for r in rows], device=model.device)  # (B, 1)
+        view = self.manager.view([r.row_id for r in rows])
+        logits = model.decoder(last, view)[:, -1] + self._always  # (B, V)
+        return self._record(rows, logits.argmax(dim=-1).tolist())
+
+    def _record(self, rows: list[_Running], next_tokens: list[int]) -> list[SecondPassResult]:
+        """Append each row's new token; finish (free the row) on the end token or the cap."""
+        eot = self.checkpoint.spec.eot
+        done: list[SecondPassResult] = []
+        finished_rows: set[int] = set()
+        for row, token in zip(rows, next_tokens, strict=True):
+            row.tokens.append(token)
+            if token == eot or len(row.tokens) == self.max_new_tokens:
+                text_tokens = tuple(row.tokens[:-1] if token == eot else row.tokens)
+                text = self.checkpoint.tokenizer.decode(text_tokens)
+                done.append(SecondPassResult(row.request_id, text_tokens, text))
+                self.manager.free_row(row.row_id)
+                finished_rows.add(row.row_id)
+        known = {r.row_id for r in self._running}
+        joined = self._running + [r for r in rows if r.row_id not in known]
+        self._running = [r for r in joined if r.row_id not in finished_rows]
+        return done
+
+    def abort(self, request_id: int) -> bool:
+        """Drop a waiting or running request (its row freed now); False when unknown."""
+        for pending in self._waiting:
+            if pending.request_id == request_id:
+                self._waiting.remove(pending)
+                return True
+        for row in self._running:
+            if row.request_id == request_id:
+                self.manager.free_row(row.row_id)
+                self._running.remove(row)
+                return True
+        return False

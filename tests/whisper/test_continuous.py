@@ -1,0 +1,91 @@
+"""Continuous batching of second-pass requests == each request decoded alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from ct2_writer import write_tiny_tokenizer
+from whisper_testutil import TINY, TINY_SPEC, tiny_encoded, tiny_model
+
+from oasr.models.whisper import DecoderKv, WhisperCheckpoint, WhisperTokenizer, greedy_decode
+from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+from oasr.models.whisper.transcriber import WhisperDecodeConfig
+
+
+def tiny_checkpoint(tmp_path: Path, seed: int) -> WhisperCheckpoint:
+    write_tiny_tokenizer(tmp_path / "tokenizer.json", TINY.n_vocab)
+    model = tiny_model(seed)
+    with torch.no_grad():  # make the end token likely enough that rows finish at different steps
+        model.decoder.embedding.weight[TINY_SPEC.eot] *= 3.0
+    return WhisperCheckpoint(model, WhisperTokenizer(tmp_path), TINY_SPEC, tmp_path)
+
+
+def alone(checkpoint: WhisperCheckpoint, encoded: torch.Tensor, limit: int) -> list[int]:
+    model = checkpoint.model
+    with torch.inference_mode():
+        kv = DecoderKv(model.decoder.cross_kv(encoded[None]), len(TINY_SPEC.prompt) + limit)
+        return greedy_decode(model, TINY_SPEC, kv, 1, limit)[0]
+
+
+def test_staggered_requests_decode_as_if_alone(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=21)
+    encoded = tiny_encoded(6, seed=22)
+    config = WhisperDecodeConfig(max_rows=3, max_new_tokens=12, block_size=4)
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    pool = decoder.manager.pool
+    expected = {i: alone(checkpoint, encoded[i], 12) for i in range(6)}
+    assert len({len(t) for t in expected.values()}) > 1, "rows should finish at different steps"
+
+    arrivals = {0: [0, 1], 2: [2, 3, 4], 5: [5]}  # step -> requests submitted before it
+    results, max_running = {}, 0
+    for step in range(80):
+        for request in arrivals.get(step, []):
+            decoder.submit_encoded(request, encoded[request])
+        for result in decoder.step():
+            results[result.request_id] = result
+        max_running = max(max_running, decoder.num_running)
+        if not decoder.has_work() and step > 5:
+            break
+    assert max_running == 3  # the row cap held requests back
+    assert {i: list(r.tokens) for i, r in results.items()} == expected
+    assert results[1].text == " ".join(f"w{t}" for t in expected[1])
+    assert pool.num_free_blocks == pool.num_blocks and decoder.manager.num_reserved_blocks == 0
+
+
+def test_pool_budget_holds_requests_back_and_abort_frees(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=23)
+    encoded = tiny_encoded(3, seed=24)
+    # one row = ceil(14 / 4) + ceil(20 / 4) = 9 pages; 20 pages admit two rows, not three
+    config = WhisperDecodeConfig(max_rows=3, max_new_tokens=12, block_size=4, max_num_blocks=20)
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    for request in range(3):
+        decoder.submit_encoded(request, encoded[request])
+    decoder.step()
+    assert (decoder.num_running, decoder.num_waiting) == (2, 1)
+    assert decoder.abort(0) and not decoder.abort(99)
+    assert decoder.manager.num_rows == 1
+    decoder.step()  # request 2 is admitted into the freed reservation
+    assert decoder.num_waiting == 0 and decoder.manager.num_rows <= 2
+    while decoder.has_work():
+        decoder.step()
+    assert decoder.manager.pool.num_free_blocks == 20
+
+
+@pytest.mark.slow
+def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordings,
+                                          dense_tokens) -> None:
+    decoder = ContinuousWhisperDecoder(checkpoint, WhisperDecodeConfig(max_rows=2))
+    picks = [10, 0, 6]  # jfk (long), george_0, jackson_1: three lengths, two rows
+    for i in picks[:2]:
+        decoder.submit(i, recordings[i].waveform)
+    results = {}
+    for step in range(200):
+        if step == 3:
+            decoder.submit(picks[2], recordings[picks[2]].waveform)
+        results.update({r.request_id: list(r.tokens) for r in decoder.step()})
+        if not decoder.has_work():
+            break
+    assert results == {i: dense_tokens[i] for i in picks}
+    assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks
