@@ -60,12 +60,12 @@ _JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                 max_size=4),
     max_leaves=12)
-_START = st.fixed_dictionaries({"type": st.just("start")}, optional={
-    "sample_rate": st.sampled_from([8000, 16000, 44100, 48000]) | st.integers(-10, 10**9)
-    | st.floats() | st.text(max_size=6) | st.none(),
-    "format": st.sampled_from(["s16le", "f32le", "mp3", "", "S16LE"]) | st.text(max_size=6),
-    "extra": _JSON,
-})
+_RATES = (st.sampled_from([8000, 16000, 44100, 48000]) | st.integers(-10, 10**9) | st.floats()
+          | st.text(max_size=6) | st.none())
+_FORMATS = st.sampled_from(["s16le", "f32le", "mp3", "", "S16LE"]) | st.text(max_size=6)
+_START = (st.fixed_dictionaries({"type": st.just("start")},
+                                optional={"sample_rate": _RATES, "format": _FORMATS})
+          | st.fixed_dictionaries({"type": st.just("start"), "extra": _JSON}))
 _CONTROL = st.one_of(_START, st.just({"type": "end"}),
                      st.fixed_dictionaries({"type": st.text(max_size=8)}), _JSON)
 ACTIONS = st.lists(st.one_of(
@@ -77,8 +77,10 @@ ACTIONS = st.lists(st.one_of(
     st.tuples(st.just("big_bytes"), st.sampled_from(
         [MAX_FRAME_BYTES + 1, 3 * MAX_FRAME_BYTES, 5 * MAX_FRAME_BYTES])),
     st.tuples(st.just("big_text"), st.integers(MAX_TEXT_BYTES + 1, 6 * MAX_TEXT_BYTES)),
-    st.tuples(st.just("vanish"), st.none()),
 ), max_size=8)
+VANISH: Action = ("vanish", None)
+NEVER = 99  # a vanish_at past any sequence: the client does not vanish
+VANISH_AT = st.sampled_from([NEVER] * 40 + list(range(8)))  # about one client in six vanishes
 
 
 def encode(action: Action) -> str | bytes | None:
@@ -165,19 +167,26 @@ def check_reply(result: ClientResult, beyond_transport_limit: bool) -> None:
 @settings(max_examples=150, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
-@given(actions=ACTIONS)
+@given(actions=ACTIONS, vanish_at=VANISH_AT)
+# Named cases from DESIGN §6, always run: audio after end, a second start, start after audio,
+# NaN / inf floats, an absurd sample rate, JSON that is not an object and an unknown type, a
+# frame over our limit, a frame over the transport's limit, a client vanishing mid-stream.
 @example(actions=[("json", {"type": "start"}), ("audio", 1600), ("json", {"type": "end"}),
-                  ("audio", 1600)])  # audio after end
-@example(actions=[("json", {"type": "start"}), ("json", {"type": "start"})])  # second start
-@example(actions=[("audio", 1600), ("json", {"type": "start"})])  # start after audio
+                  ("audio", 1600)], vanish_at=NEVER)
+@example(actions=[("json", {"type": "start"}), ("json", {"type": "start"})], vanish_at=NEVER)
+@example(actions=[("audio", 1600), ("json", {"type": "start"})], vanish_at=NEVER)
 @example(actions=[("json", {"type": "start", "format": "f32le"}),
-                  ("floats", [0.1, math.nan, math.inf])])  # NaN / inf floats
-@example(actions=[("json", {"type": "start", "sample_rate": 10**9})])  # absurd sample rate
-@example(actions=[("json", [1, 2]), ("json", {"type": "hello"})])  # not an object, unknown type
-@example(actions=[("json", {"type": "start"}), ("big_bytes", MAX_FRAME_BYTES + 1)])
-@example(actions=[("big_bytes", 5 * MAX_FRAME_BYTES)])  # beyond the transport's limit
-@example(actions=[("json", {"type": "start"}), ("audio", 1600), ("vanish", None)])
-def test_malformed_input_gets_an_error_or_a_close(server: Any, actions: list[Action]) -> None:
+                  ("floats", [0.1, math.nan, math.inf])], vanish_at=NEVER)
+@example(actions=[("json", {"type": "start", "sample_rate": 10**9})], vanish_at=NEVER)
+@example(actions=[("json", [1, 2]), ("json", {"type": "hello"})], vanish_at=NEVER)
+@example(actions=[("json", {"type": "start"}), ("big_bytes", MAX_FRAME_BYTES + 1)],
+         vanish_at=NEVER)
+@example(actions=[("big_bytes", 5 * MAX_FRAME_BYTES)], vanish_at=NEVER)
+@example(actions=[("json", {"type": "start"}), ("audio", 1600)], vanish_at=2)
+def test_malformed_input_gets_an_error_or_a_close(server: Any, actions: list[Action],
+                                                  vanish_at: int) -> None:
+    if vanish_at <= len(actions):
+        actions = [*actions[:vanish_at], VANISH]
     result, beyond_transport_limit = asyncio.run(run_client(server.ws_url, actions))
     check_reply(result, beyond_transport_limit)
     assert server.is_running(), server.log_tail()
