@@ -69,8 +69,7 @@ def test_transcriber_refuses_at_construction(monkeypatch: pytest.MonkeyPatch, tm
 
 
 def test_decode_config_validation() -> None:
-    with pytest.raises(ValueError, match="only greedy"):
-        WhisperDecodeConfig(beam_size=2, kv_storage="dense")
+    assert WhisperDecodeConfig(beam_size=2).kv_storage == "auto"
     with pytest.raises(ValueError, match="cannot run beam search"):
         WhisperDecodeConfig(beam_size=2, kv_storage="paged")
     with pytest.raises(ValueError, match="max_num_blocks \\(2\\) < max_rows \\(4\\)"):

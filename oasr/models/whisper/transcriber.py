@@ -18,7 +18,12 @@ from oasr.cache.decoder_kv import (
     check_kv_cache_format,
     resolve_kv_storage,
 )
-from oasr.models.whisper.decoding import WhisperTranscript, default_max_new_tokens, greedy_decode
+from oasr.models.whisper.decoding import (
+    WhisperTranscript,
+    beam_search,
+    default_max_new_tokens,
+    greedy_decode,
+)
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import WhisperFrontend
 from oasr.models.whisper.loader import WhisperCheckpoint
@@ -32,7 +37,7 @@ class WhisperDecodeConfig:
     Attributes:
         kv_storage: ``auto`` (paged for greedy), ``paged`` or ``dense``.
         kv_cache: None (served dtype) or ``"fp8_e4m3"``.
-        beam_size: 1 (greedy; the only search implemented so far).
+        beam_size: 1 is greedy; more runs beam search on dense per-group buffers.
         max_new_tokens: generated-token cap per row; None = every position the model has.
         max_rows: rows decoded together, and rows of the paged pool.
         block_size: tokens (frames) per page of the paged pool.
@@ -50,8 +55,6 @@ class WhisperDecodeConfig:
     def __post_init__(self) -> None:
         check_kv_cache_format(self.kv_cache)
         resolve_kv_storage(self.kv_storage, self.beam_size)
-        if self.beam_size != 1:
-            raise ValueError(f"beam_size={self.beam_size}: only greedy (beam_size=1) is built")
         for name in ("max_rows", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"WhisperDecodeConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -139,7 +142,11 @@ class WhisperTranscriber:
         if self.manager is None:
             capacity = len(spec.prompt) + self.max_new_tokens
             kv = DecoderKv(cross, capacity, self.config.kv_cache)
-            tokens = greedy_decode(model, spec, kv, batch, self.max_new_tokens)
+            if self.config.beam_size > 1:
+                best = beam_search(model, spec, kv, self.config.beam_size, self.max_new_tokens)
+                tokens = [list(h.tokens) for h in best]
+            else:
+                tokens = greedy_decode(model, spec, kv, batch, self.max_new_tokens)
         else:
             tokens = self._decode_paged(cross, batch)
         decode = self.checkpoint.tokenizer.decode

@@ -1,0 +1,51 @@
+"""Beam search on dense per-group buffers: beam 1 is greedy, and beam 5 gives CTranslate2's
+beam-5 tokens and scores on real recordings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from whisper_testutil import TINY_SPEC, tiny_encoded, tiny_model
+
+from oasr.models.whisper import DecoderKv, WhisperCheckpoint, greedy_decode
+from oasr.models.whisper.decoding import beam_search
+from oasr.models.whisper.transcriber import WhisperDecodeConfig, WhisperTranscriber
+
+
+@torch.inference_mode()
+def test_beam_of_one_is_greedy_and_wider_beams_score_no_worse() -> None:
+    model = tiny_model(seed=31)
+    with torch.no_grad():
+        model.decoder.embedding.weight[TINY_SPEC.eot] *= 3.0
+    cross = model.decoder.cross_kv(tiny_encoded(4, seed=32))
+    greedy = greedy_decode(model, TINY_SPEC, DecoderKv(cross, 14), 4, 12)
+    beam1 = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 1, 12)
+    assert [list(h.tokens) for h in beam1] == greedy
+    beam4 = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 4, 12)
+    assert all(wide.score >= narrow.score - 1e-6 for wide, narrow in zip(beam4, beam1, strict=True))
+    assert any(list(h.tokens) != g for h, g in zip(beam4, greedy, strict=True))
+
+
+def test_dense_select_copies_repeated_rows() -> None:
+    k = torch.randn(2, 5, 2, 4)
+    kv = DecoderKv([(k, k)], 4)
+    kv.select(torch.tensor([1, 1, 0]))
+    assert kv.batch_size == 3
+    read = kv._cross[0][0].read(5, torch.float32)
+    torch.testing.assert_close(read, k[[1, 1, 0]])
+
+
+@pytest.mark.slow
+def test_beam_five_matches_ctranslate2(checkpoint: WhisperCheckpoint, devset_encoded,
+                                       devset_mel) -> None:
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is the reference")
+    rows = [0, 10]  # george_0 (beam differs from greedy) and jfk
+    transcriber = WhisperTranscriber(checkpoint, WhisperDecodeConfig(beam_size=5))
+    assert transcriber.storage == "dense" and transcriber.manager is None
+    ours = transcriber.decode_encoded(devset_encoded[rows])
+    reference = ctranslate2.models.Whisper(str(checkpoint.path), device="cpu",
+                                           compute_type="float32", intra_threads=1)
+    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(devset_mel[rows].numpy()))
+    theirs = reference.generate(features, [list(checkpoint.spec.prompt)] * 2, beam_size=5)
+    assert [list(t.tokens) for t in ours] == [r.sequences_ids[0] for r in theirs]
