@@ -54,7 +54,7 @@ def speech_like_frame(num_samples: int) -> bytes:
     return b"".join(struct.pack("<h", int(8000 * math.sin(i * 0.3))) for i in range(num_samples))
 
 
-_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=300)
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
