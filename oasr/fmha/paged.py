@@ -124,6 +124,27 @@ def key_padding_mask(kv_lens: torch.Tensor, length: int) -> torch.Tensor:
     return torch.arange(length, device=kv_lens.device).unsqueeze(0) < kv_lens.unsqueeze(1)
 
 
+def gather_kv_head_major(cache: PagedKVCache, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gather_kv`` laid out for batched matmuls: one gather per tensor, no transpose copy.
+
+    The pool's frames are read as (H, num_blocks * block_size, D) (a strided view: each
+    frame's D values stay contiguous) and indexed along the frame axis, so the result is
+    already (H, B, L, D) and ``(H * B, L, D)`` is a view the matmuls take as is.
+
+    Returns:
+        k, v: (n_kv_head, B, length, head_dim); columns past a row's length hold stale data.
+    """
+    num_blocks = length // cache.block_size
+    ids = cache.block_table[:, :num_blocks].long()  # (B, nb)
+    within = torch.arange(cache.block_size, device=ids.device)
+    slots = (ids.unsqueeze(-1) * cache.block_size + within).reshape(-1)  # (B * L,)
+    batch = ids.size(0)
+    heads, dim = cache.k_cache.shape[2:]
+    k = cache.k_cache.view(-1, heads, dim).transpose(0, 1).index_select(1, slots)  # (H, B*L, D)
+    v = cache.v_cache.view(-1, heads, dim).transpose(0, 1).index_select(1, slots)
+    return k.view(heads, batch, length, dim), v.view(heads, batch, length, dim)
+
+
 def paged_attention(
     q: torch.Tensor,
     cache: PagedKVCache,
@@ -149,12 +170,15 @@ def paged_attention(
     """
     batch, frames, _, dim = q.shape
     length = gather_length(cache, frames)
-    k, v = gather_kv(cache, length)  # (B, L, H, D)
+    k, v = gather_kv_head_major(cache, length)  # (H, B, L, D)
     new_frames = q_lens if q_lens is not None else torch.full_like(cache.cache_seqlens, frames)
     valid = key_padding_mask(cache.cache_seqlens + new_frames, length)  # (B, L)
-    return dense_attention(
-        q, k.to(q.dtype), v.to(q.dtype), valid, attn_bias, scale, resolve_backend(backend)
-    )
+    qh = q.permute(2, 0, 1, 3)  # (H, B, T, D)
+    bias = attn_bias.transpose(0, 1) if attn_bias is not None else None  # (H, B, T, L)
+    out = _masked_attention(qh, k.to(q.dtype), v.to(q.dtype), valid[None, :, None, :], bias,
+                            scale if scale is not None else 1.0 / math.sqrt(dim),
+                            resolve_backend(backend))  # (H, B, T, D)
+    return out.permute(1, 2, 0, 3)  # (B, T, H, D)
 
 
 def dense_attention(
@@ -177,19 +201,40 @@ def dense_attention(
     """
     scale = scale if scale is not None else 1.0 / math.sqrt(q.size(-1))
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T|L, D)
+    out = _masked_attention(qh, kh, vh, valid[:, None, None, :], attn_bias, scale, backend)
+    return out.transpose(1, 2)  # (B, T, H, D)
+
+
+def _masked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor,
+    attn_bias: torch.Tensor | None,
+    scale: float,
+    backend: str,
+) -> torch.Tensor:
+    """Softmax attention over the last two dims, any leading (batch-like) dims.
+
+    Args:
+        q: (..., T, D); k, v: (..., L, D); keep: bool broadcastable to (..., T, L), True = a
+            real key; attn_bias: optional, broadcastable to (..., T, L).
+
+    Returns:
+        (..., T, D).
+    """
     if backend == "sdpa":
-        mask = torch.zeros(valid.shape, dtype=q.dtype, device=q.device)
-        mask = mask.masked_fill(~valid, float("-inf"))[:, None, None, :]  # (B, 1, 1, L)
+        mask = torch.zeros(keep.shape, dtype=q.dtype, device=q.device)
+        mask = mask.masked_fill(~keep, float("-inf"))
         if attn_bias is not None:
             mask = mask + attn_bias.to(q.dtype)
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
-        return out.transpose(1, 2)
-    scores = torch.matmul(qh, kh.transpose(-2, -1)).float().mul_(scale)  # (B, H, T, L)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    scores = torch.matmul(q, k.transpose(-2, -1)).float().mul_(scale)  # (..., T, L)
     if attn_bias is not None:
         scores.add_(attn_bias)
     # The most negative finite float, not -inf: exp() of it is exactly 0 next to any real key,
     # so masked keys get probability 0 without a second masking pass, and a row with no key
     # at all (a padded query row) stays finite instead of NaN.
-    scores.masked_fill_(~valid[:, None, None, :], torch.finfo(scores.dtype).min)
-    probs = torch.softmax(scores, dim=-1).to(vh.dtype)
-    return torch.matmul(probs, vh).transpose(1, 2)  # (B, T, H, D)
+    scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v)  # (..., T, D)
