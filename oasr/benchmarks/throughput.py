@@ -54,13 +54,15 @@ def measure_throughput(bench: BenchModel, audio_dir: Path, num_streams: int, war
         engine.step()
         dense.step()
     timed = {"engine": [0.0, 0.0], "dense": [0.0, 0.0]}  # wall s, audio s
-    device = engine.resources.runner.device
+    torch_device = engine.resources.runner.device
+    drivers: tuple[tuple[str, EngineDriver | DenseLoop], ...] = (
+        ("engine", engine), ("dense", dense))
     for _ in range(steps):
-        for name, driver in (("engine", engine), ("dense", dense)):
-            sync(device)
+        for name, driver in drivers:
+            sync(torch_device)
             start = time.perf_counter()
             audio = driver.step()
-            sync(device)
+            sync(torch_device)
             timed[name][0] += time.perf_counter() - start
             timed[name][1] += audio
     (e_wall, e_audio), (d_wall, d_audio) = timed["engine"], timed["dense"]
