@@ -47,6 +47,12 @@ def real_recordings() -> list[Recording]:
     return rows
 
 
+def rows_named(recordings: list[Recording], *stems: str) -> list[int]:
+    """Indices of the recordings ``real_<stem>.wav`` (e.g. ``rows_named(recs, "jfk")``)."""
+    names = [r.name for r in recordings]
+    return [names.index(f"real_{stem}.wav") for stem in stems]
+
+
 @pytest.fixture(scope="session")
 def checkpoint() -> WhisperCheckpoint:
     if default_model_dir() is None:

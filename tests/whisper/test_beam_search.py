@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import rows_named
 from whisper_testutil import TINY_SPEC, tiny_encoded, tiny_model
 
 from oasr.models.whisper import DecoderKv, WhisperCheckpoint, greedy_decode
@@ -38,9 +39,9 @@ def test_dense_select_copies_repeated_rows() -> None:
 
 @pytest.mark.slow
 def test_beam_five_matches_ctranslate2(checkpoint: WhisperCheckpoint, devset_encoded,
-                                       devset_mel) -> None:
+                                       devset_mel, recordings, dense_tokens) -> None:
     ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is the reference")
-    rows = [0, 10]  # george_0 (beam differs from greedy) and jfk
+    rows = rows_named(recordings, "george_0", "jfk")  # george_0: beam 5 differs from greedy
     transcriber = WhisperTranscriber(checkpoint, WhisperDecodeConfig(beam_size=5))
     assert transcriber.storage == "dense" and transcriber.manager is None
     ours = transcriber.decode_encoded(devset_encoded[rows])
@@ -49,3 +50,4 @@ def test_beam_five_matches_ctranslate2(checkpoint: WhisperCheckpoint, devset_enc
     features = ctranslate2.StorageView.from_array(np.ascontiguousarray(devset_mel[rows].numpy()))
     theirs = reference.generate(features, [list(checkpoint.spec.prompt)] * 2, beam_size=5)
     assert [list(t.tokens) for t in ours] == [r.sequences_ids[0] for r in theirs]
+    assert list(ours[0].tokens) != dense_tokens[rows[0]]

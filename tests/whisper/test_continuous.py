@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import rows_named
 from ct2_writer import write_tiny_tokenizer
 from whisper_testutil import TINY, TINY_SPEC, tiny_encoded, tiny_model
 
@@ -77,7 +78,7 @@ def test_pool_budget_holds_requests_back_and_abort_frees(tmp_path: Path) -> None
 def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordings,
                                           dense_tokens) -> None:
     decoder = ContinuousWhisperDecoder(checkpoint, WhisperDecodeConfig(max_rows=2))
-    picks = [10, 0, 6]  # jfk (long), george_0, jackson_1: three lengths, two rows
+    picks = rows_named(recordings, "jfk", "george_0", "jackson_1")  # three lengths, two rows
     for i in picks[:2]:
         decoder.submit(i, recordings[i].waveform)
     results = {}

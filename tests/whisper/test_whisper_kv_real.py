@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import dense_greedy
+from conftest import dense_greedy, rows_named
 
 from oasr.models.whisper import WhisperCheckpoint
 from oasr.models.whisper.normalize import normalize_transcript
@@ -13,7 +13,7 @@ from oasr.models.whisper.transcriber import WhisperDecodeConfig, WhisperTranscri
 from recipes.wer import ErrorCounts
 
 pytestmark = pytest.mark.slow
-PAGED_ROWS = (0, 5, 10, 11)  # a george, a jackson, jfk and an austen recording
+PAGED_STEMS = ("george_0", "jackson_1", "jfk", "sense_and_sensibility_01_austen_64kb-0870")
 
 
 def devset_wer(checkpoint: WhisperCheckpoint, recordings, tokens: list[list[int]]) -> float:
@@ -24,12 +24,13 @@ def devset_wer(checkpoint: WhisperCheckpoint, recordings, tokens: list[list[int]
 
 
 def test_paged_transcriber_gives_the_dense_tokens(checkpoint: WhisperCheckpoint, devset_encoded,
-                                                  dense_tokens) -> None:
+                                                  dense_tokens, recordings) -> None:
+    rows = rows_named(recordings, *PAGED_STEMS)
     transcriber = WhisperTranscriber(checkpoint, WhisperDecodeConfig(max_rows=4))
     assert transcriber.storage == "paged" and transcriber.manager is not None
     pool = transcriber.manager.pool
-    results = transcriber.decode_encoded(devset_encoded[list(PAGED_ROWS)])
-    assert [list(r.tokens) for r in results] == [dense_tokens[i] for i in PAGED_ROWS]
+    results = transcriber.decode_encoded(devset_encoded[rows])
+    assert [list(r.tokens) for r in results] == [dense_tokens[i] for i in rows]
     assert pool.num_free_blocks == pool.num_blocks
     assert transcriber.manager.num_reserved_blocks == 0 and transcriber.manager.num_rows == 0
 
@@ -55,8 +56,9 @@ def test_fp8_kv_wer_within_one_point(checkpoint: WhisperCheckpoint, recordings, 
     assert abs(fp8 - full) <= 1.0
 
 
-def test_fp8_paged_matches_fp8_dense(checkpoint: WhisperCheckpoint, devset_encoded) -> None:
-    rows = list(PAGED_ROWS[:2])
+def test_fp8_paged_matches_fp8_dense(checkpoint: WhisperCheckpoint, devset_encoded,
+                                     recordings) -> None:
+    rows = rows_named(recordings, *PAGED_STEMS[:2])
     transcriber = WhisperTranscriber(
         checkpoint, WhisperDecodeConfig(max_rows=2, kv_cache="fp8_e4m3", max_new_tokens=64))
     assert transcriber.manager is not None
@@ -64,3 +66,18 @@ def test_fp8_paged_matches_fp8_dense(checkpoint: WhisperCheckpoint, devset_encod
     paged = [list(r.tokens) for r in transcriber.decode_encoded(devset_encoded[rows])]
     assert paged == dense_greedy(checkpoint, devset_encoded[rows], kv_cache="fp8_e4m3")
     assert transcriber.manager.pool.num_free_blocks == transcriber.manager.pool.num_blocks
+
+
+def test_second_pass_timing_of_a_five_second_segment(checkpoint: WhisperCheckpoint,
+                                                     recordings) -> None:
+    from oasr.models.whisper.timing import time_second_pass
+
+    jfk = recordings[rows_named(recordings, "jfk")[0]]
+    transcriber = WhisperTranscriber(checkpoint, WhisperDecodeConfig(max_rows=1))
+    timing = time_second_pass(transcriber, jfk.waveform[:80000], repeats=1)
+    print(f"second pass, 5 s segment, CPU: {timing.total_s:.2f} s (frontend "
+          f"{timing.frontend_s:.2f}, encoder {timing.encoder_s:.2f}, decoder {timing.decoder_s:.2f},"
+          f" {timing.num_tokens} tokens), RTF {timing.real_time_factor:.2f}")
+    assert timing.audio_seconds == 5.0
+    assert 0 < timing.frontend_s < timing.total_s and timing.decoder_s > 0
+    assert timing.text == "And so my fellow Americans ask not"
