@@ -103,6 +103,7 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
     bench = load_bench_model(config.model, tiny=config.tiny_model)
     audio_dir = config.audio_dir or default_audio_dir()
     started = time.perf_counter()
+    machine = machine_description(torch.device(compute_device(config.device)))
     _log(f"model: {bench.source}")
     rows = []
     for n in config.stream_counts:
@@ -143,7 +144,7 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
             "gflops_fraction_of_peak": compute.fraction_of_peak,
         },
         "model_source": bench.source,
-        "machine": machine_description(torch.device(compute_device(config.device))),
+        "machine": machine,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "quick": config.quick,
         "throughput": [_record(r, "speedup") for r in rows],
