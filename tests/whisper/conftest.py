@@ -16,9 +16,9 @@ from oasr.models.whisper import (
     WhisperCheckpoint,
     WhisperFrontend,
     default_model_dir,
-    greedy_decode,
     load_whisper,
 )
+from oasr.models.whisper.decoding import GreedyHypothesis, greedy_search
 
 torch.set_num_threads(1)
 
@@ -81,18 +81,29 @@ def devset_encoded(checkpoint: WhisperCheckpoint, devset_mel: torch.Tensor) -> t
     return torch.cat(parts)
 
 
-def dense_greedy(checkpoint: WhisperCheckpoint, encoded: torch.Tensor,
-                 kv_cache: str | None = None) -> list[list[int]]:
-    """Greedy tokens of every row of ``encoded`` (N, 1500, d), dense K/V, in small batches."""
-    out: list[list[int]] = []
+def dense_search(checkpoint: WhisperCheckpoint, encoded: torch.Tensor,
+                 kv_cache: str | None = None) -> list[GreedyHypothesis]:
+    """Greedy hypotheses of every row of ``encoded`` (N, 1500, d), dense K/V, small batches."""
+    out: list[GreedyHypothesis] = []
     model = checkpoint.model
     for group in encoded.split(DECODE_BATCH):
         with torch.inference_mode():
             kv = DecoderKv(model.decoder.cross_kv(group), model.config.n_text_ctx, kv_cache)
-        out += greedy_decode(model, checkpoint.spec, kv, group.size(0))
+        out += greedy_search(model, checkpoint.spec, kv, group.size(0))
     return out
 
 
+def dense_greedy(checkpoint: WhisperCheckpoint, encoded: torch.Tensor,
+                 kv_cache: str | None = None) -> list[list[int]]:
+    """Greedy tokens of every row of ``encoded`` (N, 1500, d), dense K/V."""
+    return [list(h.tokens) for h in dense_search(checkpoint, encoded, kv_cache)]
+
+
 @pytest.fixture(scope="session")
-def dense_tokens(checkpoint: WhisperCheckpoint, devset_encoded: torch.Tensor) -> list[list[int]]:
-    return dense_greedy(checkpoint, devset_encoded)
+def dense_hyps(checkpoint: WhisperCheckpoint, devset_encoded: torch.Tensor) -> list[GreedyHypothesis]:
+    return dense_search(checkpoint, devset_encoded)
+
+
+@pytest.fixture(scope="session")
+def dense_tokens(dense_hyps: list[GreedyHypothesis]) -> list[list[int]]:
+    return [list(h.tokens) for h in dense_hyps]

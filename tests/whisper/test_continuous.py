@@ -76,7 +76,7 @@ def test_pool_budget_holds_requests_back_and_abort_frees(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordings,
-                                          dense_tokens) -> None:
+                                          dense_tokens, dense_hyps) -> None:
     decoder = ContinuousWhisperDecoder(checkpoint, WhisperDecodeConfig(max_rows=2))
     picks = rows_named(recordings, "jfk", "george_0", "jackson_1")  # three lengths, two rows
     for i in picks[:2]:
@@ -85,8 +85,11 @@ def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordi
     for step in range(200):
         if step == 3:
             decoder.submit(picks[2], recordings[picks[2]].waveform)
-        results.update({r.request_id: list(r.tokens) for r in decoder.step()})
+        results.update({r.request_id: r for r in decoder.step()})
         if not decoder.has_work():
             break
-    assert results == {i: dense_tokens[i] for i in picks}
+    assert {i: list(r.tokens) for i, r in results.items()} == {i: dense_tokens[i] for i in picks}
+    for i in picks:
+        assert results[i].avg_log_prob == pytest.approx(dense_hyps[i].avg_log_prob, abs=1e-4)
+        assert results[i].no_speech_prob == pytest.approx(dense_hyps[i].no_speech_prob, abs=1e-5)
     assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks

@@ -3,7 +3,14 @@
 
 from oasr.models.whisper.config import DecodingSpec, WhisperConfig
 from oasr.models.whisper.ct2_format import Ct2Model, read_ct2_model
-from oasr.models.whisper.decoding import WhisperTranscript, greedy_decode
+from oasr.models.whisper.decoding import (
+    BeamHypothesis,
+    GreedyHypothesis,
+    WhisperTranscript,
+    beam_search,
+    greedy_decode,
+    greedy_search,
+)
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import WhisperFrontend, mel_filterbank
 from oasr.models.whisper.loader import WhisperCheckpoint, default_model_dir, load_whisper
@@ -11,18 +18,22 @@ from oasr.models.whisper.model import DecoderKvStore, WhisperModel
 from oasr.models.whisper.tokenizer import WhisperTokenizer
 
 __all__ = [
+    "BeamHypothesis",
     "Ct2Model",
     "DecoderKv",
     "DecoderKvStore",
     "DecodingSpec",
+    "GreedyHypothesis",
     "WhisperCheckpoint",
     "WhisperConfig",
     "WhisperFrontend",
     "WhisperModel",
     "WhisperTokenizer",
     "WhisperTranscript",
+    "beam_search",
     "default_model_dir",
     "greedy_decode",
+    "greedy_search",
     "load_whisper",
     "mel_filterbank",
     "read_ct2_model",

@@ -82,12 +82,15 @@ class DecodingSpec:
         eot: the end-of-transcript token.
         suppress_ids: tokens never generated.
         suppress_ids_begin: tokens not generated at the first step (blank, end-of-transcript).
+        no_speech: the no-speech token whose probability at the start token flags silence
+            (tiny.en: 50361, ``<|nocaptions|>``); None when the vocabulary has none.
     """
 
     prompt: tuple[int, ...] = (50257, 50362)
     eot: int = 50256
     suppress_ids: tuple[int, ...] = ()
     suppress_ids_begin: tuple[int, ...] = (220, 50256)
+    no_speech: int | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt:

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from oasr.models.whisper.decoding import default_max_new_tokens, suppression_masks
+from oasr.models.whisper.decoding import (
+    default_max_new_tokens,
+    no_speech_probs,
+    suppression_masks,
+)
 from oasr.models.whisper.frontend import WhisperFrontend
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_manager
@@ -24,11 +28,22 @@ from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_m
 
 @dataclass(frozen=True)
 class SecondPassResult:
-    """A finished request: generated text tokens (no prompt, no end token) and their text."""
+    """A finished request.
+
+    Attributes:
+        request_id: as submitted.
+        tokens: generated text tokens (no prompt, no end token).
+        text: their text.
+        avg_log_prob: log-probability per generated token (end token included).
+        no_speech_prob: P(no-speech) at the start token (None if the vocabulary has none);
+            with a low ``avg_log_prob`` it flags a segment with no speech.
+    """
 
     request_id: int
     tokens: tuple[int, ...]
     text: str
+    avg_log_prob: float
+    no_speech_prob: float | None
 
 
 @dataclass
@@ -42,6 +57,8 @@ class _Pending:
 class _Running:
     request_id: int
     row_id: int
+    no_speech_prob: float | None = None
+    log_prob: float = 0.0
     tokens: list[int] = field(default_factory=list)
 
 
@@ -118,27 +135,34 @@ class ContinuousWhisperDecoder:
         self.manager.build_cross_kv([r.row_id for r in rows], model.decoder.cross_kv(encoded))
         prompt = torch.tensor(spec.prompt, device=model.device).expand(len(rows), -1)
         view = self.manager.view([r.row_id for r in rows])
-        logits = model.decoder(prompt, view)[:, -1] + self._first  # (B, V)
-        return self._record(rows, logits.argmax(dim=-1).tolist())
+        prompt_logits = model.decoder(prompt, view)  # (B, P, V)
+        for row, prob in zip(rows, no_speech_probs(prompt_logits, spec), strict=True):
+            row.no_speech_prob = prob
+        return self._record(rows, prompt_logits[:, -1] + self._first)
 
     def _advance(self, rows: list[_Running]) -> list[SecondPassResult]:
         model = self.checkpoint.model
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=model.device)  # (B, 1)
         view = self.manager.view([r.row_id for r in rows])
-        logits = model.decoder(last, view)[:, -1] + self._always  # (B, V)
-        return self._record(rows, logits.argmax(dim=-1).tolist())
+        return self._record(rows, model.decoder(last, view)[:, -1] + self._always)
 
-    def _record(self, rows: list[_Running], next_tokens: list[int]) -> list[SecondPassResult]:
-        """Append each row's new token; finish (free the row) on the end token or the cap."""
+    def _record(self, rows: list[_Running], logits: torch.Tensor) -> list[SecondPassResult]:
+        """Pick each row's token from its logits (B, V); finish (free the row) on the end
+        token or the cap."""
         eot = self.checkpoint.spec.eot
+        picked = logits.argmax(dim=-1)  # (B,)
+        picked_lp = torch.log_softmax(logits, dim=-1).gather(1, picked[:, None])[:, 0]
         done: list[SecondPassResult] = []
         finished_rows: set[int] = set()
-        for row, token in zip(rows, next_tokens, strict=True):
+        for row, token, lp in zip(rows, picked.tolist(), picked_lp.tolist(), strict=True):
             row.tokens.append(token)
+            row.log_prob += lp
             if token == eot or len(row.tokens) == self.max_new_tokens:
                 text_tokens = tuple(row.tokens[:-1] if token == eot else row.tokens)
                 text = self.checkpoint.tokenizer.decode(text_tokens)
-                done.append(SecondPassResult(row.request_id, text_tokens, text))
+                avg = row.log_prob / (len(text_tokens) + 1)
+                done.append(SecondPassResult(row.request_id, text_tokens, text, avg,
+                                             row.no_speech_prob))
                 self.manager.free_row(row.row_id)
                 finished_rows.add(row.row_id)
         known = {r.row_id for r in self._running}

@@ -20,10 +20,19 @@ from oasr.models.whisper.model import DecoderKvStore, WhisperModel
 
 @dataclass(frozen=True)
 class WhisperTranscript:
-    """One row's result: generated text tokens (no prompt, no end token) and their text."""
+    """One row's result.
+
+    Attributes:
+        tokens: generated text tokens (no prompt, no end token).
+        text: their text.
+        avg_log_prob: log-probability per generated token (end token included).
+        no_speech_prob: P(no-speech) at the start token; None if the vocabulary has none.
+    """
 
     tokens: tuple[int, ...]
     text: str
+    avg_log_prob: float = 0.0
+    no_speech_prob: float | None = None
 
 
 def suppression_masks(spec: DecodingSpec, vocab: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,15 +51,43 @@ def default_max_new_tokens(model: WhisperModel, spec: DecodingSpec) -> int:
     return model.config.n_text_ctx - len(spec.prompt)
 
 
+@dataclass(frozen=True)
+class GreedyHypothesis:
+    """One row's greedy result.
+
+    Attributes:
+        tokens: generated text tokens (no prompt, no end token).
+        log_prob: summed log-probability (after suppression) of the tokens and the end token.
+        no_speech_prob: probability of the no-speech token at the start token's position
+            (None when the checkpoint has no such token).
+    """
+
+    tokens: tuple[int, ...]
+    log_prob: float
+    no_speech_prob: float | None
+
+    @property
+    def avg_log_prob(self) -> float:
+        """``log_prob`` per generated token, end token included."""
+        return self.log_prob / (len(self.tokens) + 1)
+
+
+def no_speech_probs(logits: torch.Tensor, spec: DecodingSpec) -> list[float | None]:
+    """P(no-speech) per row from the prompt's logits (B, P, V) at the start token (index 0)."""
+    if spec.no_speech is None:
+        return [None] * logits.size(0)
+    return torch.softmax(logits[:, 0].float(), dim=-1)[:, spec.no_speech].tolist()
+
+
 @torch.inference_mode()
-def greedy_decode(
+def greedy_search(
     model: WhisperModel,
     spec: DecodingSpec,
     kv: DecoderKvStore,
     batch_size: int,
     max_new_tokens: int | None = None,
-) -> list[list[int]]:
-    """Greedy tokens of ``batch_size`` rows whose cross K/V ``kv`` already holds.
+) -> list[GreedyHypothesis]:
+    """Greedy decoding of ``batch_size`` rows whose cross K/V ``kv`` already holds.
 
     Args:
         model: the Whisper model.
@@ -59,7 +96,7 @@ def greedy_decode(
         batch_size: B.
         max_new_tokens: cap on generated tokens per row (default: all positions left).
     Returns:
-        Per row the generated tokens, without the prompt and without the end token.
+        Per row its tokens, summed log-probability and no-speech probability.
     """
     limit = default_max_new_tokens(model, spec) if max_new_tokens is None else max_new_tokens
     if not 1 <= limit <= default_max_new_tokens(model, spec):
@@ -69,11 +106,16 @@ def greedy_decode(
     device = model.device
     always, first = suppression_masks(spec, model.config.n_vocab, device)
     prompt = torch.tensor(spec.prompt, device=device).expand(batch_size, -1)  # (B, P)
-    logits = model.decoder(prompt, kv)[:, -1] + first  # (B, V)
+    prompt_logits = model.decoder(prompt, kv)  # (B, P, V)
+    no_speech = no_speech_probs(prompt_logits, spec)
+    logits = prompt_logits[:, -1] + first  # (B, V)
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
+    log_prob = torch.zeros(batch_size, device=device)
     steps: list[torch.Tensor] = []
     for step in range(limit):
         next_tokens = logits.argmax(dim=-1)  # (B,)
+        picked = torch.log_softmax(logits, dim=-1).gather(1, next_tokens[:, None])[:, 0]
+        log_prob += torch.where(finished, torch.zeros_like(picked), picked)
         next_tokens = torch.where(finished, torch.full_like(next_tokens, spec.eot), next_tokens)
         steps.append(next_tokens)
         finished |= next_tokens == spec.eot
@@ -81,7 +123,22 @@ def greedy_decode(
             break
         logits = model.decoder(next_tokens.unsqueeze(1), kv)[:, -1] + always
     grid = torch.stack(steps, dim=1).tolist()  # (B, steps)
-    return [_until_eot(row, spec.eot) for row in grid]
+    return [
+        GreedyHypothesis(tuple(_until_eot(row, spec.eot)), lp, ns)
+        for row, lp, ns in zip(grid, log_prob.tolist(), no_speech, strict=True)
+    ]
+
+
+def greedy_decode(
+    model: WhisperModel,
+    spec: DecodingSpec,
+    kv: DecoderKvStore,
+    batch_size: int,
+    max_new_tokens: int | None = None,
+) -> list[list[int]]:
+    """``greedy_search``'s tokens only: per row the generated tokens (no prompt, no end)."""
+    hyps = greedy_search(model, spec, kv, batch_size, max_new_tokens)
+    return [list(h.tokens) for h in hyps]
 
 
 def _until_eot(row: list[int], eot: int) -> list[int]:
@@ -95,6 +152,7 @@ class BeamHypothesis:
     tokens: tuple[int, ...]
     log_prob: float
     score: float
+    no_speech_prob: float | None = None
 
 
 @torch.inference_mode()
@@ -122,7 +180,9 @@ def beam_search(
     batch, device = kv.batch_size, model.device
     always, first = suppression_masks(spec, model.config.n_vocab, device)
     prompt = torch.tensor(spec.prompt, device=device).expand(batch, -1)
-    log_probs = torch.log_softmax(model.decoder(prompt, kv)[:, -1] + first, dim=-1)  # (B, V)
+    prompt_logits = model.decoder(prompt, kv)  # (B, P, V)
+    no_speech = no_speech_probs(prompt_logits, spec)
+    log_probs = torch.log_softmax(prompt_logits[:, -1] + first, dim=-1)  # (B, V)
     scores = torch.zeros(batch, 1, device=device)  # (B, K) summed log-probs of live beams
     history = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (B, K, t)
     finished: list[list[BeamHypothesis]] = [[] for _ in range(batch)]
@@ -144,7 +204,8 @@ def beam_search(
                              chosen_tokens.unsqueeze(-1)], dim=-1)
         logits = model.decoder(chosen_tokens.view(-1, 1), kv)[:, -1] + always  # (B*K, V)
         log_probs = torch.log_softmax(logits, dim=-1)
-    return [max(f, key=lambda h: h.score) for f in finished]
+    best = [max(f, key=lambda h: h.score) for f in finished]
+    return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns) for h, ns in zip(best, no_speech, strict=True)]
 
 
 def _collect_finished(

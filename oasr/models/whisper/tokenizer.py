@@ -41,6 +41,14 @@ class WhisperTokenizer:
             raise KeyError(f"{self.path} has no {token} token ({self.vocab_size} tokens)")
         return int(found)
 
+    def find_special(self, *tokens: str) -> int | None:
+        """The id of the first of ``tokens`` the vocabulary has, else None."""
+        for token in tokens:
+            found = self._tokenizer.token_to_id(token)
+            if found is not None:
+                return int(found)
+        return None
+
     def start_prompt(self, multilingual: bool) -> tuple[int, ...]:
         """The English transcription prompt without timestamps (``<|en|><|transcribe|>`` only
         for multilingual checkpoints)."""

@@ -19,10 +19,11 @@ from oasr.cache.decoder_kv import (
     resolve_kv_storage,
 )
 from oasr.models.whisper.decoding import (
+    GreedyHypothesis,
     WhisperTranscript,
     beam_search,
     default_max_new_tokens,
-    greedy_decode,
+    greedy_search,
 )
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import WhisperFrontend
@@ -143,16 +144,18 @@ class WhisperTranscriber:
             capacity = len(spec.prompt) + self.max_new_tokens
             kv = DecoderKv(cross, capacity, self.config.kv_cache)
             if self.config.beam_size > 1:
-                best = beam_search(model, spec, kv, self.config.beam_size, self.max_new_tokens)
-                tokens = [list(h.tokens) for h in best]
+                beams = beam_search(model, spec, kv, self.config.beam_size, self.max_new_tokens)
+                hyps = [GreedyHypothesis(h.tokens, h.log_prob, h.no_speech_prob) for h in beams]
             else:
-                tokens = greedy_decode(model, spec, kv, batch, self.max_new_tokens)
+                hyps = greedy_search(model, spec, kv, batch, self.max_new_tokens)
         else:
-            tokens = self._decode_paged(cross, batch)
+            hyps = self._decode_paged(cross, batch)
         decode = self.checkpoint.tokenizer.decode
-        return [WhisperTranscript(tuple(t), decode(t)) for t in tokens]
+        return [WhisperTranscript(h.tokens, decode(h.tokens), h.avg_log_prob, h.no_speech_prob)
+                for h in hyps]
 
-    def _decode_paged(self, cross: list[tuple[torch.Tensor, torch.Tensor]], batch: int) -> list[list[int]]:
+    def _decode_paged(self, cross: list[tuple[torch.Tensor, torch.Tensor]],
+                      batch: int) -> list[GreedyHypothesis]:
         assert self.manager is not None
         model, spec = self.checkpoint.model, self.checkpoint.spec
         ceiling = len(spec.prompt) + self.max_new_tokens
@@ -167,7 +170,7 @@ class WhisperTranscriber:
                 row_ids.append(row_id)
             self.manager.build_cross_kv(row_ids, cross)
             view = self.manager.view(row_ids)
-            return greedy_decode(model, spec, view, batch, self.max_new_tokens)
+            return greedy_search(model, spec, view, batch, self.max_new_tokens)
         finally:
             for row_id in row_ids:
                 self.manager.free_row(row_id)
