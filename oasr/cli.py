@@ -30,6 +30,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-blocks", type=int, default=None,
                    help="K/V pool size in blocks; default: derived from free memory")
     g.add_argument("--beam-size", type=int, default=1, help="1 = greedy CTC, >1 = prefix beam")
+    g.add_argument("--second-pass", choices=("whisper", "none"), default="whisper",
+                   help="re-decode each finished segment with Whisper tiny.en for accurate finals")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
 
@@ -47,6 +49,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         max_num_blocks=args.max_num_blocks,
         decoder=GpuDecoderConfig(beam_size=args.beam_size),
         num_threads=args.threads,
+        second_pass=args.second_pass,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]
 

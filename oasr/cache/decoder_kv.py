@@ -462,3 +462,10 @@ class PagedDecoderKv:
         self.row_ids = [self.row_ids[i] for i in picked]
         self._slots = self._slots[torch.tensor(picked, dtype=torch.long, device=self._slots.device)]
         self._refresh()
+
+    def merge(self, other: PagedDecoderKv) -> PagedDecoderKv:
+        """One view over this view's rows then ``other``'s (e.g. running rows plus rows just
+        prefilled); the rows' self and cross regions come along. Refuses shared rows."""
+        if other.manager is not self.manager:
+            raise ValueError("cannot merge views of different decoder K/V managers")
+        return PagedDecoderKv(self.manager, self.row_ids + other.row_ids)

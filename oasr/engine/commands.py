@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oasr.engine.request import EventSink
+from oasr.engine.second_pass import SecondPassDone
 
 
 @dataclass(frozen=True)
@@ -31,4 +32,4 @@ class AbortStream:
     stream_id: int
 
 
-Command = OpenStream | AppendAudio | EndStream | AbortStream
+Command = OpenStream | AppendAudio | EndStream | AbortStream | SecondPassDone

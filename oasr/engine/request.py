@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,48 @@ _ALLOWED = {
     RequestStatus.RUNNING: {RequestStatus.FINISHED},
     RequestStatus.FINISHED: set(),
 }
+
+
+class SegmentAudio:
+    """A stream's recent 16 kHz samples, absolutely indexed, kept for the second pass.
+
+    Invariant: holds at most ``max_samples`` (plus one appended piece); older samples are
+    dropped, and a slice reaching before what is held returns None.
+    """
+
+    def __init__(self, max_samples: int) -> None:
+        self.max_samples = max_samples
+        self._pieces: collections.deque[np.ndarray] = collections.deque()
+        self.start_sample = 0  # absolute index of the first held sample
+        self.num_held = 0
+
+    def append(self, samples: np.ndarray) -> None:
+        self._pieces.append(samples)
+        self.num_held += len(samples)
+        while self._pieces and self.num_held - len(self._pieces[0]) >= self.max_samples:
+            self.discard_before(self.start_sample + len(self._pieces[0]))
+
+    def discard_before(self, sample: int) -> None:
+        """Drop whole pieces that end at or before absolute index ``sample``."""
+        while self._pieces and self.start_sample + len(self._pieces[0]) <= sample:
+            dropped = self._pieces.popleft()
+            self.start_sample += len(dropped)
+            self.num_held -= len(dropped)
+
+    def slice(self, start: int, end: int) -> np.ndarray | None:
+        """Samples [start, end) (clipped to what was received); None if start was dropped."""
+        if start < self.start_sample or not self._pieces:
+            return None
+        joined = np.concatenate(self._pieces) if len(self._pieces) > 1 else self._pieces[0]
+        return joined[start - self.start_sample : max(start, end) - self.start_sample]
+
+
+@dataclass
+class PendingFinal:
+    """A segment's final waiting for its second-pass text (``text`` None until it arrives)."""
+
+    event: StreamEvent
+    text: str | None = None
 
 
 @dataclass
@@ -58,6 +101,8 @@ class Request:
     last_partial: str = ""
     num_segments_emitted: int = 0
     finish_reason: FinishReason | None = None
+    audio: SegmentAudio = field(default_factory=lambda: SegmentAudio(0))
+    pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""

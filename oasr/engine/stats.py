@@ -15,6 +15,7 @@ from oasr.engine.events import FinishReason
 from oasr.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
+    from oasr.engine.finals import FinalPublisher
     from oasr.engine.scheduler import Scheduler
     from oasr.engine.streams import StreamResources
 
@@ -25,8 +26,9 @@ RTF_WINDOW_S = 5.0
 class EngineStats:
     """Counters and timing of one engine; ``snapshot`` is the JSON the stats API serves."""
 
-    def __init__(self, resources: StreamResources) -> None:
+    def __init__(self, resources: StreamResources, finals: FinalPublisher) -> None:
         self.resources = resources
+        self.finals = finals
         self.started_at = time.monotonic()
         self.num_steps = 0
         self.num_busy_steps = 0
@@ -46,6 +48,10 @@ class EngineStats:
 
     def count_finish(self, reason: FinishReason) -> None:
         self.finish_reasons[reason.value] += 1
+        self._changed = True
+
+    def mark_changed(self) -> None:
+        """Publish a new snapshot at the next step, not at the next interval."""
         self._changed = True
 
     def count_refusal(self) -> None:
@@ -114,6 +120,7 @@ class EngineStats:
                 "last_batch_size": self.last_batch_size,
                 "num_steps": self.num_busy_steps,
             },
+            "second_pass": self._second_pass_entry(),
             "rtf": round(self.recent_rtf(now), 4),
             "total_audio_s": round(self.total_audio_s, 2),
             "uptime_s": round(now - self.started_at, 1),
@@ -123,6 +130,19 @@ class EngineStats:
                 "device": str(cfg.device),
                 "num_left_chunks": cfg.num_left_chunks,
             },
+        }
+
+    def _second_pass_entry(self) -> dict[str, Any]:
+        finals = self.finals
+        done = finals.num_second_pass
+        return {
+            "enabled": finals.worker is not None,
+            "backlog": finals.worker.backlog if finals.worker is not None else 0,
+            "num_second_pass_finals": done,
+            "num_first_pass_finals": finals.num_first_pass,
+            "num_fallbacks": finals.num_fallbacks,
+            "avg_latency_ms": round(finals.second_pass_seconds / done * 1e3, 1) if done else 0.0,
+            "recent": list(finals.recent),
         }
 
     def _stream_entry(self, request: Request, now: float) -> dict[str, Any]:

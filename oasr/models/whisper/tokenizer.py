@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tokenizers import Tokenizer
-
 EOT = "<|endoftext|>"
 SOT = "<|startoftranscript|>"
 NO_TIMESTAMPS = "<|notimestamps|>"
@@ -29,6 +27,12 @@ class WhisperTokenizer:
             path = path / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"no Whisper tokenizer at {path}")
+        try:  # imported here so oasr.models.whisper imports without the optional package
+            from tokenizers import Tokenizer
+        except ImportError as err:
+            raise ImportError(
+                "the Whisper tokenizer needs the `tokenizers` package: pip install tokenizers"
+            ) from err
         self._tokenizer = Tokenizer.from_file(str(path))
         self.path = path
         self.vocab_size = self._tokenizer.get_vocab_size()

@@ -1,0 +1,108 @@
+"""Segment finals: the CTC text at once, or Whisper's text when the second pass is on.
+
+Finals of one stream are published in segment order: a segment whose second pass finishes
+early waits for the segments before it. A stream's ``done`` follows its last final.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+
+from oasr.decoding import Hypothesis
+from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.request import PendingFinal, Request
+from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
+
+FRAME_SHIFT_S = 0.04  # one encoder frame: 4x subsampling of 10 ms fbank frames
+SAMPLES_PER_FRAME = 640  # 16 kHz samples per encoder frame
+RIGHT_CONTEXT_SAMPLES = 400  # the conv stem looks 6 fbank frames (+ one window) ahead
+
+
+class FinalPublisher:
+    """Turns a finished segment into its final event, through the second pass when it is on.
+
+    Counters (for stats): ``num_second_pass`` finals that carry Whisper's text,
+    ``num_first_pass`` finals that kept the CTC text (second pass off, backlog full, segment
+    too long, or Whisper failed), ``second_pass_seconds`` summed latency.
+    """
+
+    def __init__(self, worker: SecondPassWorker | None) -> None:
+        self.worker = worker
+        self._job_ids = itertools.count(1)
+        self.num_second_pass = 0
+        self.num_first_pass = 0
+        self.num_fallbacks = 0
+        self.second_pass_seconds = 0.0
+        self.recent: list[dict[str, str]] = []  # last finals: CTC text beside Whisper's
+
+    def publish(self, request: Request, hyp: Hypothesis, reason: str) -> None:
+        """The segment that just ended: publish or queue its final, advance the segment."""
+        if not hyp.text:
+            return
+        base = request.segment_start_frame
+        first = base + (hyp.timestamps[0] if hyp.timestamps else 0)
+        last = base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)
+        event = StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
+                            text=hyp.text, start=first * FRAME_SHIFT_S,
+                            end=max(last, first) * FRAME_SHIFT_S, reason=reason, source="ctc")
+        request.segment += 1
+        job = self._job(request, base) if self.worker is not None else None
+        if job is not None and self.worker is not None and self.worker.try_submit(job):
+            request.pending_finals[job.job_id] = PendingFinal(event)
+            return
+        if self.worker is not None:
+            self.num_fallbacks += 1
+        self._emit(request, event)
+
+    def on_second_pass(self, request: Request, done: SecondPassDone) -> None:
+        """Whisper's answer for one of the request's segments; publish what is now in order."""
+        pending = request.pending_finals.get(done.job_id)
+        if pending is None:
+            return
+        self.second_pass_seconds += done.seconds
+        pending.text = done.text if done.text else ""
+        self.flush(request)
+
+    def flush(self, request: Request) -> None:
+        """Publish the leading finals whose second pass has answered."""
+        while request.pending_finals:
+            job_id, pending = next(iter(request.pending_finals.items()))
+            if pending.text is None:
+                return
+            del request.pending_finals[job_id]
+            event = pending.event
+            if pending.text:
+                self._remember(event.text, pending.text)
+                event = replace(event, text=pending.text, source="whisper")
+            self._emit(request, event)
+
+    def drop_pending(self, request: Request) -> None:
+        """The stream vanished: forget its queued segments."""
+        for job_id in request.pending_finals:
+            if self.worker is not None:
+                self.worker.abort(job_id)
+        request.pending_finals.clear()
+
+    def _job(self, request: Request, base_frame: int) -> SecondPassJob | None:
+        start = base_frame * SAMPLES_PER_FRAME
+        end = request.num_frames_decoded * SAMPLES_PER_FRAME + RIGHT_CONTEXT_SAMPLES
+        if (end - start) / 16000 > MAX_SEGMENT_S:
+            return None
+        audio = request.audio.slice(start, end)
+        if audio is None or audio.size == 0:
+            return None
+        return SecondPassJob(next(self._job_ids), request.stream_id, request.segment - 1,
+                             audio.copy(), time.monotonic())
+
+    def _emit(self, request: Request, event: StreamEvent) -> None:
+        if event.source == "whisper":
+            self.num_second_pass += 1
+        else:
+            self.num_first_pass += 1
+        request.num_segments_emitted += 1
+        request.emit(event)
+
+    def _remember(self, ctc: str, whisper: str) -> None:
+        self.recent = [*self.recent[-9:], {"ctc": ctc, "whisper": whisper}]
