@@ -318,6 +318,9 @@ class DecoderKVCacheManager:
             table.mark_dirty(row.slot)
         self._slots.free(row.slot)
 
+    def has_row(self, row_id: int) -> bool:
+        return row_id in self._rows
+
     def num_tokens(self, row_id: int) -> int:
         return self._row(row_id).num_tokens
 

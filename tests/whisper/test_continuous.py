@@ -93,3 +93,33 @@ def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordi
         assert results[i].avg_log_prob == pytest.approx(dense_hyps[i].avg_log_prob, abs=1e-4)
         assert results[i].no_speech_prob == pytest.approx(dense_hyps[i].no_speech_prob, abs=1e-5)
     assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks
+
+
+def test_a_failed_prefill_frees_its_rows_and_the_decoder_goes_on(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=25)
+    config = WhisperDecodeConfig(max_rows=2, max_new_tokens=6, block_size=4)
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    pool = decoder.manager.pool
+    too_long = torch.randn(TINY.n_audio_ctx + 4, TINY.n_audio_state)  # 24 frames > 20 reserved
+    decoder.submit_encoded(0, too_long)
+    with pytest.raises(ValueError, match="cross K/V has 24 frames, rows reserve 20"):
+        decoder.step()
+    assert pool.num_free_blocks == pool.num_blocks and decoder.manager.num_rows == 0
+    assert decoder.num_running == 0 and not decoder.has_work()
+    good = tiny_encoded(1, seed=26)[0]
+    decoder.submit_encoded(1, good)
+    results = []
+    while decoder.has_work():
+        results += decoder.step()
+    assert [list(r.tokens) for r in results] == [alone(checkpoint, good, 6)]
+    assert pool.num_free_blocks == pool.num_blocks
+
+
+def test_submit_refuses_waveforms_whisper_cannot_take(tmp_path: Path) -> None:
+    decoder = ContinuousWhisperDecoder(tiny_checkpoint(tmp_path, seed=27),
+                                       WhisperDecodeConfig(max_rows=1, max_new_tokens=4))
+    with pytest.raises(ValueError, match=r"request 3: waveform of shape \(480001,\)"):
+        decoder.submit(3, torch.zeros(480001))
+    with pytest.raises(ValueError, match=r"shape \(2, 100\)"):
+        decoder.submit(4, torch.zeros(2, 100))
+    assert decoder.num_waiting == 0

@@ -21,7 +21,7 @@ from oasr.models.whisper.decoding import (
     no_speech_probs,
     suppression_masks,
 )
-from oasr.models.whisper.frontend import WhisperFrontend
+from oasr.models.whisper.frontend import N_SAMPLES, WhisperFrontend
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_manager
 
@@ -95,7 +95,15 @@ class ContinuousWhisperDecoder:
         return bool(self._waiting or self._running)
 
     def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray) -> None:
-        """Queue a 16 kHz mono waveform of at most 30 s."""
+        """Queue a 16 kHz mono waveform of at most 30 s.
+
+        Raises:
+            ValueError: the waveform is not 1-D or is longer than one 30 s window.
+        """
+        shape = tuple(waveform.shape)
+        if len(shape) != 1 or shape[0] > N_SAMPLES:
+            raise ValueError(f"request {request_id}: waveform of shape {shape}; Whisper takes a "
+                             f"1-D waveform of at most {N_SAMPLES} samples (30 s)")
         self._waiting.append(_Pending(request_id, waveform=waveform))
 
     def submit_encoded(self, request_id: int, encoded: torch.Tensor) -> None:
@@ -130,12 +138,18 @@ class ContinuousWhisperDecoder:
         model, spec = self.checkpoint.model, self.checkpoint.spec
         encoded = self._encode(admitted)  # (B, S, d)
         rows = [_Running(p.request_id, next(self._row_ids)) for p in admitted]
-        for row in rows:
-            self.manager.allocate_row(row.row_id, self.ceiling)
-        self.manager.build_cross_kv([r.row_id for r in rows], model.decoder.cross_kv(encoded))
-        prompt = torch.tensor(spec.prompt, device=model.device).expand(len(rows), -1)
-        view = self.manager.view([r.row_id for r in rows])
-        prompt_logits = model.decoder(prompt, view)  # (B, P, V)
+        try:
+            for row in rows:
+                self.manager.allocate_row(row.row_id, self.ceiling)
+            self.manager.build_cross_kv([r.row_id for r in rows], model.decoder.cross_kv(encoded))
+            prompt = torch.tensor(spec.prompt, device=model.device).expand(len(rows), -1)
+            view = self.manager.view([r.row_id for r in rows])
+            prompt_logits = model.decoder(prompt, view)  # (B, P, V)
+        except Exception:  # the requests are dropped; their pages must not leak
+            for row in rows:
+                if self.manager.has_row(row.row_id):
+                    self.manager.free_row(row.row_id)
+            raise
         for row, prob in zip(rows, no_speech_probs(prompt_logits, spec), strict=True):
             row.no_speech_prob = prob
         return self._record(rows, prompt_logits[:, -1] + self._first)
