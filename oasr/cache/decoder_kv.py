@@ -34,6 +34,7 @@ from oasr.fmha import (
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
+FP32_MIN_EXPONENT = -126  # keeps a scale of near-zero vectors a normal (non-zero) float32
 KV_CACHE_FORMATS = (None, "fp8_e4m3")
 KV_STORAGES = ("auto", "paged", "dense")
 
@@ -85,7 +86,7 @@ class QuantizedKv:
 def fp8_scales(x: torch.Tensor) -> torch.Tensor:
     """(..., D) -> (...) fp32: the least power of two s with amax(|x|) / s <= 448 (1 for zeros)."""
     amax = x.detach().abs().amax(dim=-1).float()
-    exponent = torch.ceil(torch.log2(amax / FP8_MAX))
+    exponent = torch.ceil(torch.log2(amax / FP8_MAX)).clamp(min=FP32_MIN_EXPONENT)
     scales = torch.exp2(exponent)
     return torch.where(amax > 0, scales, torch.ones_like(scales))
 

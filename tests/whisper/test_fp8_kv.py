@@ -29,6 +29,8 @@ def test_scales_are_the_least_power_of_two_fitting_448() -> None:
     assert torch.all(amax[live] / scales[live] <= FP8_MAX)
     assert torch.all(amax[live] / (scales[live] / 2) > FP8_MAX)  # half the scale overflows
     assert scales[0, 0] == 1.0
+    tiny = quantize_fp8(torch.full((1, 4), 1e-42))  # subnormal amax: the scale stays finite
+    assert tiny.scales.item() == 2.0**-126 and torch.all(torch.isfinite(tiny.dequantize()))
 
 
 def test_quantize_roundtrip_error_and_batch_invariance() -> None:
