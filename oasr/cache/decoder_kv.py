@@ -266,7 +266,9 @@ class DecoderKVCacheManager:
             row_ids: B live rows without a cross region yet.
             cross_kv: per layer (K, V), each (B, S, H_kv, D), S <= ``cross_len``.
         """
-        frames = cross_kv[0][0].size(1)
+        batch, frames = cross_kv[0][0].shape[:2]
+        if batch != len(row_ids):
+            raise ValueError(f"cross K/V has {batch} rows for {len(row_ids)} decoder rows")
         if frames > self.cross_len:
             raise ValueError(f"cross K/V has {frames} frames, rows reserve {self.cross_len}")
         needed = math.ceil(frames / self.block_size)

@@ -77,6 +77,8 @@ def test_build_cross_kv_is_a_fixed_region_that_reads_back() -> None:
     k_pool, v_pool = mgr.pool.get_kv_view(1)
     torch.testing.assert_close(k_pool[[0, 1, 2, 3, 4]].reshape(1, 20, 2, 16), k * 2)
     torch.testing.assert_close(v_pool[[0, 1, 2, 3, 4]].reshape(1, 20, 2, 16), v * 2)
+    with pytest.raises(ValueError, match="cross K/V has 2 rows for 1 decoder rows"):
+        mgr.build_cross_kv([5], [(k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1))] * 2)
     with pytest.raises(ValueError, match="already has its cross K/V"):
         mgr.build_cross_kv([5], [(k, v), (k, v)])
     mgr.free_row(5)
