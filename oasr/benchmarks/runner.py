@@ -40,7 +40,10 @@ class BenchConfig:
         tiny_model: a tiny random model (tests of this machinery; numbers mean nothing).
         audio_dir: real speech (.wav); None = the shared dev set.
         device: auto | cpu | cuda[:N].
-        threads: torch intra-op threads (None: leave torch's default).
+        threads: torch intra-op threads; 0 leaves torch's default (one per core). One thread
+            by default: both ways get the same compute, and on a shared machine more threads
+            than free cores make every small op stall (the quick run took 3.6 minutes and
+            swung every ratio with 2 threads on the loaded 2-core box, 27 s with 1).
         stream_counts: stream counts of the throughput comparison.
         steps: timed steps per throughput point (after ``warmup``).
         warmup: untimed steps first.
@@ -56,12 +59,12 @@ class BenchConfig:
     tiny_model: bool = False
     audio_dir: Path | None = None
     device: str = "auto"
-    threads: int | None = None
+    threads: int = 1
     stream_counts: tuple[int, ...] = (1, 8, 32, 64, 128)
     steps: int = 4
     warmup: int = 2
     checkpoints: tuple[int, ...] = (1, 10, 50, 100, 200)
-    rounds: int = 9
+    rounds: int = 15
     realtime_probes: int = 6
     server_levels: tuple[int, ...] = (16, 32, 64, 128)
     server_seconds: float = 8.0
@@ -74,6 +77,8 @@ class BenchConfig:
         for name in ("steps", "rounds", "realtime_probes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"BenchConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0 = torch's default), got {self.threads}")
         if self.warmup < 1:
             raise ValueError(f"warmup must be >= 1 (the first step admits streams), got {self.warmup}")
 
@@ -81,7 +86,7 @@ class BenchConfig:
     def quick_defaults(**overrides: Any) -> BenchConfig:
         """The ``--quick`` run: 64 streams, the left-4 paged curve, three probes, no server."""
         base = dict(quick=True, stream_counts=(HEADLINE_STREAMS,), steps=2, warmup=1,
-                    checkpoints=(10, 200), rounds=5, realtime_probes=3, server_levels=())
+                    checkpoints=(10, 200), rounds=15, realtime_probes=3, server_levels=())
         base.update(overrides)
         return BenchConfig(**base)  # type: ignore[arg-type]
 
@@ -175,7 +180,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--tiny-model", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--audio-dir", type=Path, default=None, help="directory of speech .wav files")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1; 0 = torch's default)")
     p.add_argument("--streams", type=int, nargs="+", default=None,
                    help="stream counts of the throughput comparison")
     p.add_argument("--realtime-probes", type=int, default=None,
