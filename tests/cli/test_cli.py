@@ -32,7 +32,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_transcribe_json_matches_the_engine(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = [DEVSET / "tts_01.wav", DEVSET / "real_george_1.wav"]
     code = main(["transcribe", "--json", "--no-progress", "--model", str(model_dir),
-                 "--device", "cpu", *map(str, files)])
+                 "--device", "cpu", "--second-pass", "none", *map(str, files)])
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     expected = transcribe_files(EngineConfig(model=str(model_dir), device="cpu",
