@@ -1,12 +1,14 @@
 // The transcript: finished segments (plain) followed by the live partial (dimmed, italic),
-// one line per segment. Each run (mic or file) starts a new block.
+// one line per segment, keyed by segment number. With the second pass on, a segment's final
+// (Whisper's text) can arrive after the next segment's partials: its line stays a partial,
+// marked pending, until then. Each run (mic or file) starts a new block.
 
 export class TranscriptView {
   /** @param {HTMLElement} root the transcript container */
   constructor(root) {
     this.root = root;
     this.run = null;
-    this.partialLine = null;
+    this.lines = new Map();
   }
 
   /** Start a new block for a new stream, labelled (e.g. "mic" or a file name). */
@@ -19,34 +21,43 @@ export class TranscriptView {
     heading.textContent = label;
     this.run.append(heading);
     this.root.append(this.run);
-    this.partialLine = null;
+    this.lines = new Map();
   }
 
   ensureRun() {
     if (!this.run) this.beginRun("stream");
   }
 
-  /** Show or replace the live hypothesis of the current segment. */
-  partial({ segment, text }) {
+  /** The line of a segment, created (as a partial) on first use. */
+  line(segment) {
     this.ensureRun();
-    if (!this.partialLine) {
-      this.partialLine = document.createElement("p");
-      this.partialLine.className = "segment partial";
-      this.run.append(this.partialLine);
+    let line = this.lines.get(segment);
+    if (!line) {
+      line = document.createElement("p");
+      line.className = "segment partial";
+      line.dataset.segment = String(segment);
+      this.run.append(line);
+      this.lines.set(segment, line);
     }
-    this.partialLine.dataset.segment = String(segment);
-    this.partialLine.textContent = text;
+    return line;
+  }
+
+  /** Show or replace the live hypothesis of a segment; earlier unfinished ones wait. */
+  partial({ segment, text }) {
+    for (const [other, line] of this.lines) {
+      if (other < segment && line.classList.contains("partial")) line.classList.add("pending");
+    }
+    this.line(segment).textContent = text;
     this.scroll();
   }
 
-  /** Turn the current segment into a finished line. */
-  final({ segment, text, start, end }) {
-    this.ensureRun();
-    const line = this.partialLine || document.createElement("p");
-    if (!this.partialLine) this.run.append(line);
-    this.partialLine = null;
+  /** Turn a segment into a finished line (``source``: "whisper" or "ctc"). */
+  final({ segment, text, start, end, source }) {
+    const line = this.line(segment);
     line.className = "segment final";
-    line.dataset.segment = String(segment);
+    line.dataset.source = source || "ctc";
+    line.title = source === "whisper" ? "final text from the Whisper second pass"
+      : "final text from the streaming CTC pass";
     line.textContent = "";
     const time = document.createElement("span");
     time.className = "time";
@@ -61,9 +72,11 @@ export class TranscriptView {
   /** A short note inside the current run (finish reason, errors). */
   note(text, kind = "info") {
     this.ensureRun();
-    if (this.partialLine && !this.partialLine.textContent) {
-      this.partialLine.remove();
-      this.partialLine = null;
+    for (const [segment, line] of this.lines) {
+      if (line.classList.contains("partial") && !line.textContent) {
+        line.remove();
+        this.lines.delete(segment);
+      }
     }
     const line = document.createElement("p");
     line.className = `note ${kind}`;
@@ -82,7 +95,7 @@ export class TranscriptView {
   clear() {
     this.root.textContent = "";
     this.run = null;
-    this.partialLine = null;
+    this.lines = new Map();
   }
 
   scroll() {
