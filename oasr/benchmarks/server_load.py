@@ -111,7 +111,8 @@ def running_server(model_dir: Path | None, max_streams: int, max_num_blocks: int
     cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
            "sys.exit(server_main(sys.argv[1:]))", "--host", "127.0.0.1", "--port", str(port),
            "--max-connections", str(max_streams + 8), "--max-batch-size", str(max_streams),
-           "--max-num-blocks", str(max_num_blocks), "--idle-timeout", "30"]
+           "--max-num-blocks", str(max_num_blocks), "--idle-timeout", "30",
+           "--second-pass", "none"]  # the streaming path under test; no Whisper re-decode
     if model_dir is not None:
         cmd += ["--model", str(model_dir)]
     env = dict(os.environ)
