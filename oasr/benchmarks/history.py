@@ -1,8 +1,9 @@
 """Per-chunk cost as a stream's history grows: dense concatenation versus the paged pool.
 
-One stream (or a small batch for the paged path) runs ``num_chunks`` chunks of real speech.
-At each checkpoint chunk the model call is repeated ``repeats`` times on the same state and
-the fastest run is kept (the machine is shared; the minimum is the least disturbed run).
+One stream (or a small batch for the paged path) runs chunks of real speech. One state per
+checkpoint is advanced to just before its checkpoint chunk; then every checkpoint's chunk is
+timed round-robin for a number of rounds and the fastest run of each is kept (the machine is
+shared: the minimum is the least disturbed run, and round-robin spreads load bursts evenly).
 Dense: `ConformerEncoder.forward_chunk` + CTC head with WeNet-layout caches (history kept by
 concatenation, ``required_cache_size`` = 16 * num_left_chunks). Paged: the engine's
 `ModelRunner` forward (pool writes, gathers through block tables) + CTC head.
@@ -10,9 +11,9 @@ concatenation, ``required_cache_size`` = 16 * num_left_chunks). Paged: the engin
 
 from __future__ import annotations
 
-import math
+import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,19 +34,26 @@ class HistoryCurve:
         num_left_chunks: -1 (unlimited history) or the retained chunks.
         num_streams: batch rows per call (1 for dense).
         checkpoints: chunk numbers measured.
-        ms: best-of-repeats milliseconds at each checkpoint.
+        samples_ms: per checkpoint, the milliseconds of each timing round.
     """
 
     path: str
     num_left_chunks: int
     num_streams: int
     checkpoints: tuple[int, ...]
-    ms: tuple[float, ...] = field(default_factory=tuple)
+    samples_ms: tuple[tuple[float, ...], ...]
+
+    @property
+    def ms(self) -> tuple[float, ...]:
+        """Fastest run at each checkpoint."""
+        return tuple(min(s) for s in self.samples_ms)
 
     def ratio(self, late: int, early: int) -> float:
-        """Cost at chunk ``late`` over cost at chunk ``early``."""
-        at = dict(zip(self.checkpoints, self.ms, strict=True))
-        return at[late] / at[early]
+        """Cost at chunk ``late`` over cost at chunk ``early``: the median over rounds of the
+        two runs' ratio within a round (timed moments apart, so both saw the same load)."""
+        at = dict(zip(self.checkpoints, self.samples_ms, strict=True))
+        ratios = sorted(a / b for a, b in zip(at[late], at[early], strict=True))
+        return statistics.median(ratios)
 
 
 def speech_windows(audio_dir: Path, num_streams: int, num_chunks: int,
@@ -124,7 +132,7 @@ def measure_history(bench: BenchModel, audio_dir: Path, variants: list[tuple[str
 
     One track per (variant, checkpoint) is advanced, untimed, until it is about to run its
     checkpoint chunk; then ``rounds`` rounds time every track once each, round-robin, so load
-    from other processes falls on all checkpoints alike; each keeps its fastest run.
+    from other processes falls on all checkpoints alike; every run is kept.
     """
     num_chunks = max(checkpoints)
     feats = speech_windows(audio_dir, max(1, paged_streams), num_chunks)
@@ -138,7 +146,7 @@ def measure_history(bench: BenchModel, audio_dir: Path, variants: list[tuple[str
         return PagedTrack(model, feats, left, num_chunks, device)
 
     tracks = [[make(path, left) for _ in checkpoints] for path, left in variants]
-    best = [[math.inf] * len(checkpoints) for _ in variants]
+    samples: list[list[list[float]]] = [[[] for _ in checkpoints] for _ in variants]
     with torch.inference_mode():
         for row in tracks:
             for track, checkpoint in zip(row, checkpoints, strict=True):
@@ -148,9 +156,9 @@ def measure_history(bench: BenchModel, audio_dir: Path, variants: list[tuple[str
         for _ in range(rounds):
             for v, row in enumerate(tracks):
                 for c, track in enumerate(row):
-                    best[v][c] = min(best[v][c], 1e3 * track.run_once())
+                    samples[v][c].append(1e3 * track.run_once())
     return [
         HistoryCurve(path, left, 1 if path == "dense" else max(1, paged_streams), checkpoints,
-                     tuple(ms))
-        for (path, left), ms in zip(variants, best, strict=True)
+                     tuple(tuple(s) for s in runs))
+        for (path, left), runs in zip(variants, samples, strict=True)
     ]

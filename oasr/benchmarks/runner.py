@@ -127,7 +127,7 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
         bench, audio_dir, estimate, warmup=2, steps=2 if config.quick else 3,
         max_probes=config.realtime_probes, device=config.device)
     _log(f"compute: batch {biggest.num_streams}")
-    compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 3, config.device)
+    compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 5, config.device)
     steady = check_steady_state(bench, audio_dir, min(16, biggest.num_streams),
                                 device=config.device)
     server = []
@@ -153,7 +153,7 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "quick": config.quick,
         "throughput": [_record(r, "speedup") for r in rows],
-        "history": [_record(c) for c in curves],
+        "history": [_record(c, "ms") | {"ratio_200_vs_10": c.ratio(200, 10)} for c in curves],
         "realtime_probes": [_record(p, "is_realtime") for p in probes],
         "compute": _record(compute, "gflops", "fraction_of_peak"),
         "kv_bytes": _record(kv_bytes(bench, device=config.device)),
