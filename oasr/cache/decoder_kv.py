@@ -28,7 +28,6 @@ from oasr.fmha import (
     dense_attention,
     gather_length,
     key_padding_mask,
-    paged_attention,
     write_chunk_kv,
 )
 
@@ -332,9 +331,9 @@ class DecoderKVCacheManager:
         row = self._row(row_id)
         return list(row.self_blocks), list(row.cross_blocks)
 
-    def view(self, row_ids: Sequence[int]) -> PagedDecoderKv:
-        """The per-step view of these rows, in this order (distinct rows only)."""
-        return PagedDecoderKv(self, list(row_ids))
+    def view(self, row_ids: Sequence[int], reuse_cross: bool = True) -> PagedDecoderKv:
+        """A view of these rows, in this order (distinct rows only); see ``PagedDecoderKv``."""
+        return PagedDecoderKv(self, list(row_ids), reuse_cross)
 
 
 def _flat_slots(table: torch.Tensor, lens: torch.Tensor, num_new: int, block_size: int) -> torch.Tensor:
@@ -344,6 +343,28 @@ def _flat_slots(table: torch.Tensor, lens: torch.Tensor, num_new: int, block_siz
     return (physical * block_size + positions % block_size).reshape(-1)
 
 
+def _attend_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor,
+                  bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``dense_attention`` over head-major keys, with (head, row) pairs as its batch so every
+    matmul operand is contiguous (a token-major (B, L, H, D) gather costs a copy per matmul).
+
+    Args:
+        q: (B, T, H, D); k, v: (H, B, L, D); valid: (B, L); bias: (B, 1 or H, T, L) or None.
+    Returns:
+        (B, T, H, D).
+    """
+    heads, batch, length, dim = k.shape
+    tokens = q.size(1)
+    q_flat = q.permute(2, 0, 1, 3).reshape(heads * batch, tokens, 1, dim)
+    k_flat = k.reshape(heads * batch, length, 1, dim)
+    v_flat = v.reshape(heads * batch, length, 1, dim)
+    if bias is not None:
+        bias = bias.expand(batch, heads, tokens, length).transpose(0, 1)
+        bias = bias.reshape(heads * batch, 1, tokens, length)
+    out = dense_attention(q_flat, k_flat, v_flat, valid.repeat(heads, 1), bias)  # (HB, T, 1, D)
+    return out.reshape(heads, batch, tokens, dim).permute(1, 2, 0, 3)
+
+
 class PagedDecoderKv:
     """A ``DecoderKvStore`` over B distinct rows of a ``DecoderKVCacheManager``.
 
@@ -351,14 +372,23 @@ class PagedDecoderKv:
     tables (self: growing, cross: fixed). Rows may hold different numbers of tokens. Each row's
     pages are its own, so ``select`` may reorder rows but refuses to repeat one: two batch rows
     on one page would overwrite each other's next token. Beam search uses ``DecoderKv``.
+
+    With ``reuse_cross`` (the default) the view keeps each layer's gathered cross K/V after its
+    first read: the cross region never changes, so later steps of the same rows skip the
+    per-step page gather (on CPU that gather costs more than the whole dense step). It costs
+    the dense cross K/V's memory while the view lives; pass False to read pages every step
+    (e.g. under a captured graph, whose reads must go to the pool).
     """
 
-    def __init__(self, manager: DecoderKVCacheManager, row_ids: list[int]) -> None:
+    def __init__(self, manager: DecoderKVCacheManager, row_ids: list[int],
+                 reuse_cross: bool = True) -> None:
         if len(set(row_ids)) != len(row_ids):
             raise ValueError(f"decoder rows {row_ids} repeat a row: pages cannot be aliased")
         self.manager = manager
         self.row_ids = row_ids
         self.fp8 = manager.kv_cache == "fp8_e4m3"
+        self.reuse_cross = reuse_cross
+        self._cross_reads: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         device = manager.pool.config.device
         slots = [manager._row(r).slot for r in row_ids]
         self._slots = torch.tensor(slots, dtype=torch.long, device=device)
@@ -400,17 +430,25 @@ class PagedDecoderKv:
         quantize_kv_store(k.reshape(-1, heads, dim), v.reshape(-1, heads, dim), k_store, v_store,
                           slots)
 
-    def _gather_fp8(self, layer: int, table: torch.Tensor, length: int,
-                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Dequantize only the gathered pages: K, V each (B, length, H, D) in ``dtype``."""
+    def _gather_heads(self, layer: int, table: torch.Tensor, length: int,
+                      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows' first ``length`` positions (whole pages), K and V each (H, B, length, D) in
+        ``dtype``: one head-major gather per tensor, fp8 pages dequantized after the gather
+        (only the pages read, never the pool)."""
         m = self.manager
-        assert m.k_scales is not None and m.v_scales is not None
-        ids = table[:, : length // m.block_size].long()  # (B, nb)
-        k_pool, v_pool = m.pool.get_kv_view(layer)
+        batch = table.size(0)
+        ids = table[:, : length // m.block_size].reshape(-1).long()  # (B * nb,)
+        k_pool, v_pool = m.pool.get_kv_view(layer)  # (P, page, H, D)
+        heads, dim = k_pool.shape[2:]
         out = []
-        for pool, scales in ((k_pool, m.k_scales[layer]), (v_pool, m.v_scales[layer])):
-            tiles = QuantizedKv(pool[ids], scales[ids]).dequantize(dtype)  # (B, nb, page, H, D)
-            out.append(tiles.reshape(ids.size(0), length, *tiles.shape[3:]))
+        for pool, pool_scales in zip((k_pool, v_pool), (m.k_scales, m.v_scales), strict=True):
+            pages = pool.index_select(0, ids)  # (B * nb, page, H, D)
+            if pool_scales is None:
+                tiles = pages.to(dtype)
+            else:
+                tiles = QuantizedKv(pages, pool_scales[layer].index_select(0, ids)).dequantize(dtype)
+            tiles = tiles.view(batch, length, heads, dim).permute(2, 0, 1, 3)  # (H, B, L, D)
+            out.append(tiles.contiguous())
         return out[0], out[1]
 
     def begin(self, num_tokens: int) -> torch.Tensor:
@@ -429,22 +467,21 @@ class PagedDecoderKv:
             return dense_attention(q, k, v, fresh, causal_bias(self.self_lens, num_new, num_new))
         cache = self._cache(layer, self.self_table, self.self_lens, self.host_len)
         length = gather_length(cache, num_new)
-        bias = causal_bias(self.self_lens, num_new, length)
-        if not self.fp8:
-            return paged_attention(q, cache, attn_bias=bias)
-        keys, values = self._gather_fp8(layer, self.self_table, length, q.dtype)
+        keys, values = self._gather_heads(layer, self.self_table, length, q.dtype)
         valid = key_padding_mask(self.self_lens + num_new, length)
-        return dense_attention(q, keys, values, valid, bias)
+        return _attend_heads(q, keys, values, valid, causal_bias(self.self_lens, num_new, length))
 
     def attend_cross(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """q (B, T, H, D) over each row's stored encoder frames -> (B, T, H, D)."""
         cache = self._cache(layer, self.cross_table, self.cross_lens, self.host_cross)
-        no_new = torch.zeros_like(self.cross_lens)
-        if not self.fp8:
-            return paged_attention(q, cache, q_lens=no_new)
         length = gather_length(cache, 0)
-        keys, values = self._gather_fp8(layer, self.cross_table, length, q.dtype)
-        return dense_attention(q, keys, values, key_padding_mask(self.cross_lens, length))
+        if layer in self._cross_reads:
+            keys, values = self._cross_reads[layer]
+        else:
+            keys, values = self._gather_heads(layer, self.cross_table, length, q.dtype)
+            if self.reuse_cross:
+                self._cross_reads[layer] = (keys, values)
+        return _attend_heads(q, keys, values, key_padding_mask(self.cross_lens, length))
 
     def advance(self, num_tokens: int) -> None:
         self.manager.commit(self.row_ids, num_tokens)
@@ -467,6 +504,7 @@ class PagedDecoderKv:
             raise ValueError(f"select index {picked} out of range for {self.batch_size} rows")
         self.row_ids = [self.row_ids[i] for i in picked]
         self._slots = self._slots[torch.tensor(picked, dtype=torch.long, device=self._slots.device)]
+        self._cross_reads.clear()
         self._refresh()
 
     def merge(self, other: PagedDecoderKv) -> PagedDecoderKv:
@@ -474,4 +512,4 @@ class PagedDecoderKv:
         prefilled); the rows' self and cross regions come along. Refuses shared rows."""
         if other.manager is not self.manager:
             raise ValueError("cannot merge views of different decoder K/V managers")
-        return PagedDecoderKv(self.manager, self.row_ids + other.row_ids)
+        return PagedDecoderKv(self.manager, self.row_ids + other.row_ids, self.reuse_cross)

@@ -3,6 +3,7 @@ paged == fp8 dense on a tiny random Whisper (close to full precision)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from test_paged_vs_dense import forced_logits
 from whisper_testutil import TINY_SPEC, tiny_encoded, tiny_manager, tiny_model
@@ -57,8 +58,9 @@ def test_quantize_kv_store_writes_only_its_slots() -> None:
     assert torch.all(k_store.scales[untouched] == 0) and torch.all(k_store.dequantize()[untouched] == 0)
 
 
+@pytest.mark.parametrize("reuse_cross", [True, False])
 @torch.inference_mode()
-def test_fp8_paged_equals_fp8_dense_and_stays_close_to_full_precision() -> None:
+def test_fp8_paged_equals_fp8_dense_and_stays_close_to_full_precision(reuse_cross: bool) -> None:
     model = tiny_model(seed=3)
     cross = model.decoder.cross_kv(tiny_encoded(3, seed=7))
     forced = torch.randint(0, 60, (3, 9), generator=torch.Generator().manual_seed(8))
@@ -69,7 +71,7 @@ def test_fp8_paged_equals_fp8_dense_and_stays_close_to_full_precision() -> None:
     for row in range(3):
         mgr.allocate_row(row, 16)
     mgr.build_cross_kv([0, 1, 2], cross)
-    paged8 = forced_logits(model, mgr.view([0, 1, 2]), forced)
+    paged8 = forced_logits(model, mgr.view([0, 1, 2], reuse_cross=reuse_cross), forced)
     torch.testing.assert_close(paged8, dense8, rtol=1e-5, atol=1e-5)
     spread = full.std()
     assert (dense8 - full).abs().max() < 0.25 * spread, "fp8 K/V drifted far from fp32"
@@ -81,7 +83,8 @@ def test_fp8_paged_equals_fp8_dense_and_stays_close_to_full_precision() -> None:
     for row in range(3):
         mgr.allocate_row(row, 16)
     mgr.build_cross_kv([0, 1, 2], cross)
-    paged_tokens = greedy_decode(model, TINY_SPEC, mgr.view([0, 1, 2]), 3, max_new_tokens=14)
+    view = mgr.view([0, 1, 2], reuse_cross=reuse_cross)
+    paged_tokens = greedy_decode(model, TINY_SPEC, view, 3, max_new_tokens=14)
     dense_tokens = greedy_decode(model, TINY_SPEC, DecoderKv(cross, 16, "fp8_e4m3"), 3, 14)
     assert paged_tokens == dense_tokens
     for row in range(3):

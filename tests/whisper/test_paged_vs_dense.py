@@ -3,6 +3,7 @@ tokens, rows at different lengths in one batch, pools back to full after every s
 
 from __future__ import annotations
 
+import pytest
 import torch
 from whisper_testutil import TINY_SPEC, tiny_encoded, tiny_manager, tiny_model
 
@@ -20,8 +21,9 @@ def forced_logits(model: WhisperModel, kv: DecoderKvStore, steps: torch.Tensor) 
     return torch.stack(out, dim=1)
 
 
+@pytest.mark.parametrize("reuse_cross", [True, False])
 @torch.inference_mode()
-def test_paged_greedy_tokens_and_logits_equal_dense() -> None:
+def test_paged_greedy_tokens_and_logits_equal_dense(reuse_cross: bool) -> None:
     model = tiny_model()
     cross = model.decoder.cross_kv(tiny_encoded(3))
     dense_tokens = greedy_decode(model, TINY_SPEC, DecoderKv(cross, 16), 3, max_new_tokens=14)
@@ -29,7 +31,8 @@ def test_paged_greedy_tokens_and_logits_equal_dense() -> None:
     for row in range(3):
         mgr.allocate_row(row, 16)
     mgr.build_cross_kv([0, 1, 2], cross)
-    paged_tokens = greedy_decode(model, TINY_SPEC, mgr.view([0, 1, 2]), 3, max_new_tokens=14)
+    view = mgr.view([0, 1, 2], reuse_cross=reuse_cross)
+    paged_tokens = greedy_decode(model, TINY_SPEC, view, 3, max_new_tokens=14)
     assert paged_tokens == dense_tokens
     assert len({tuple(t) for t in dense_tokens}) > 1, "rows should decode differently"
     for row in range(3):
@@ -40,7 +43,7 @@ def test_paged_greedy_tokens_and_logits_equal_dense() -> None:
     for row in range(3):
         mgr.allocate_row(row, 16)
     mgr.build_cross_kv([0, 1, 2], cross)
-    paged = forced_logits(model, mgr.view([0, 1, 2]), forced)
+    paged = forced_logits(model, mgr.view([0, 1, 2], reuse_cross=reuse_cross), forced)
     dense = forced_logits(model, DecoderKv(cross, 16), forced)
     torch.testing.assert_close(paged, dense, rtol=1e-5, atol=1e-5)
     for row in range(3):
@@ -83,3 +86,26 @@ def test_rows_at_different_lengths_step_together() -> None:
     mgr.free_row(0)
     mgr.free_row(1)
     assert mgr.pool.num_free_blocks == 40 and mgr.num_reserved_blocks == 0
+
+
+@torch.inference_mode()
+def test_select_reorders_like_dense_select() -> None:
+    """After a reorder, paged rows step exactly like dense rows reordered the same way (the
+    view's reused cross reads follow the new order)."""
+    model = tiny_model(seed=6)
+    cross = model.decoder.cross_kv(tiny_encoded(3, seed=8))
+    prompt = torch.tensor(TINY_SPEC.prompt).expand(3, -1)
+    dense = DecoderKv(cross, 8)
+    mgr = tiny_manager(max_num_blocks=40, block_size=4)
+    for row in range(3):
+        mgr.allocate_row(row, 8)
+    mgr.build_cross_kv([0, 1, 2], cross)
+    paged = mgr.view([0, 1, 2])
+    torch.testing.assert_close(model.decoder(prompt, paged), model.decoder(prompt, dense),
+                               rtol=1e-5, atol=1e-5)
+    paged.select([2, 0, 1])
+    dense.select(torch.tensor([2, 0, 1]))
+    step = torch.tensor([[3], [4], [5]])
+    torch.testing.assert_close(model.decoder(step, paged), model.decoder(step, dense),
+                               rtol=1e-5, atol=1e-5)
+    assert [mgr.num_tokens(r) for r in (0, 1, 2)] == [3, 3, 3]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from oasr.cache.decoder_kv import PagedDecoderKv
 from oasr.models.whisper.decoding import (
     default_max_new_tokens,
     no_speech_probs,
@@ -82,6 +83,7 @@ class ContinuousWhisperDecoder:
         self._waiting: deque[_Pending] = deque()
         self._running: list[_Running] = []
         self._row_ids = itertools.count()
+        self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
 
     @property
     def num_waiting(self) -> int:
@@ -157,7 +159,10 @@ class ContinuousWhisperDecoder:
     def _advance(self, rows: list[_Running]) -> list[SecondPassResult]:
         model = self.checkpoint.model
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=model.device)  # (B, 1)
-        view = self.manager.view([r.row_id for r in rows])
+        row_ids = [r.row_id for r in rows]
+        if self._view is None or self._view.row_ids != row_ids:  # the batch changed
+            self._view = self.manager.view(row_ids)
+        view = self._view
         return self._record(rows, model.decoder(last, view)[:, -1] + self._always)
 
     def _record(self, rows: list[_Running], logits: torch.Tensor) -> list[SecondPassResult]:
