@@ -35,8 +35,11 @@ ERROR_CLOSE_CODES = {"bad_request": 1008, "unsupported": 1003, "bad_audio": 1003
 
 def server_flags(max_batch_size: int, *, blocks_per_stream: int = BLOCKS_PER_STREAM,
                  max_wait_s: float = 30.0, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """``oasr-server`` flags: ``max_batch_size`` slots, each able to hold ``blocks_per_stream``."""
-    return ("--max-batch-size", str(max_batch_size),
+    """``oasr-server`` flags: ``max_batch_size`` slots, each able to hold ``blocks_per_stream``.
+
+    No second pass: finals are the streaming CTC decoder's own, as ``transcribe_files`` gives.
+    """
+    return ("--second-pass", "none", "--max-batch-size", str(max_batch_size),
             "--max-num-blocks", str(max_batch_size * blocks_per_stream),
             "--max-wait", str(max_wait_s), *extra)
 
@@ -108,7 +111,8 @@ def offline_results(model_dir: Path, clips: list[Clip], blocks_per_stream: int) 
     config = EngineConfig(
         model=str(model_dir), device="cpu", max_batch_size=len(clips),
         max_num_blocks=len(clips) * blocks_per_stream, max_wait_time_s=math.inf,
-        idle_timeout_s=math.inf, max_session_s=math.inf, max_pending_audio_s=math.inf)
+        idle_timeout_s=math.inf, max_session_s=math.inf, max_pending_audio_s=math.inf,
+        second_pass="none")
     results = transcribe_files(config, [c.path for c in clips], progress=False)
     assert all(r.error is None for r in results), [r.error for r in results]
     return results
