@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import rows_named
 from ct2_writer import write_tiny_tokenizer
+from whisper_devset import rows_named
 from whisper_testutil import TINY, TINY_SPEC, tiny_encoded, tiny_model
 
 from oasr.models.whisper import DecoderKv, WhisperCheckpoint, WhisperTokenizer, greedy_decode

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_paged_vs_dense import forced_logits
-from whisper_testutil import TINY_SPEC, tiny_encoded, tiny_manager, tiny_model
+from whisper_testutil import TINY_SPEC, forced_logits, tiny_encoded, tiny_manager, tiny_model
 
 from oasr.cache.decoder_kv import (
     FP8_DTYPE,

@@ -5,20 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from whisper_testutil import TINY_SPEC, tiny_encoded, tiny_manager, tiny_model
+from whisper_testutil import TINY_SPEC, forced_logits, tiny_encoded, tiny_manager, tiny_model
 
 from oasr.models.whisper import DecoderKv, greedy_decode
-from oasr.models.whisper.model import DecoderKvStore, WhisperModel
-
-
-def forced_logits(model: WhisperModel, kv: DecoderKvStore, steps: torch.Tensor) -> torch.Tensor:
-    """Prompt, then teacher-forced ``steps`` (B, N): logits (B, N + 1, V) of each position."""
-    batch = steps.size(0)
-    prompt = torch.tensor(TINY_SPEC.prompt).expand(batch, -1)
-    out = [model.decoder(prompt, kv)[:, -1]]
-    for i in range(steps.size(1)):
-        out.append(model.decoder(steps[:, i : i + 1], kv)[:, -1])
-    return torch.stack(out, dim=1)
 
 
 @pytest.mark.parametrize("reuse_cross", [True, False])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import dense_greedy, rows_named
+from whisper_devset import dense_greedy, rows_named
 
 from oasr.models.whisper import WhisperCheckpoint
 from oasr.models.whisper.normalize import normalize_transcript

@@ -7,6 +7,7 @@ import torch
 from oasr.cache import BlockPool, CacheConfig
 from oasr.cache.decoder_kv import FP8_DTYPE, DecoderKVCacheManager
 from oasr.models.whisper import DecodingSpec, WhisperConfig, WhisperModel
+from oasr.models.whisper.model import DecoderKvStore
 
 TINY = WhisperConfig(n_mels=8, n_audio_ctx=20, n_audio_state=32, n_audio_head=2, n_audio_layer=1,
                      n_vocab=64, n_text_ctx=32, n_text_state=32, n_text_head=2, n_text_layer=2)
@@ -43,3 +44,13 @@ def tiny_manager(max_num_blocks: int = 16, block_size: int = 4, max_rows: int = 
         dtype=FP8_DTYPE if fp8 else torch.float32,
     )
     return DecoderKVCacheManager(BlockPool(config), cross_len, "fp8_e4m3" if fp8 else None)
+
+
+def forced_logits(model: WhisperModel, kv: DecoderKvStore, steps: torch.Tensor) -> torch.Tensor:
+    """Prompt, then teacher-forced ``steps`` (B, N): logits (B, N + 1, V) of each position."""
+    batch = steps.size(0)
+    prompt = torch.tensor(TINY_SPEC.prompt).expand(batch, -1)
+    out = [model.decoder(prompt, kv)[:, -1]]
+    for i in range(steps.size(1)):
+        out.append(model.decoder(steps[:, i : i + 1], kv)[:, -1])
+    return torch.stack(out, dim=1)

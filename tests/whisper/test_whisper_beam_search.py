@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import rows_named
+from whisper_devset import rows_named
 from whisper_testutil import TINY_SPEC, tiny_encoded, tiny_model
 
 from oasr.models.whisper import DecoderKv, WhisperCheckpoint, greedy_decode
