@@ -11,6 +11,7 @@ concatenation, ``required_cache_size`` = 16 * num_left_chunks). Paged: the engin
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -131,8 +132,9 @@ def measure_history(bench: BenchModel, audio_dir: Path, variants: list[tuple[str
     """Curves for each (path, num_left_chunks) variant on the same speech.
 
     One track per (variant, checkpoint) is advanced, untimed, until it is about to run its
-    checkpoint chunk; then ``rounds`` rounds time every track once each, round-robin, so load
-    from other processes falls on all checkpoints alike; every run is kept.
+    checkpoint chunk. Then each of ``rounds`` rounds times every track once: variants in a
+    random order, each variant's checkpoints back to back in a random order after one untimed
+    warm-up run (so no checkpoint always runs first after a switch); every run is kept.
     """
     num_chunks = max(checkpoints)
     feats = speech_windows(audio_dir, max(1, paged_streams), num_chunks)
@@ -153,10 +155,13 @@ def measure_history(bench: BenchModel, audio_dir: Path, variants: list[tuple[str
                 while track.num_chunks_done < checkpoint - 1:
                     track.run_once()
                     track.commit()
+        order = random.Random(0)
         for _ in range(rounds):
-            for v, row in enumerate(tracks):
-                for c, track in enumerate(row):
-                    samples[v][c].append(1e3 * track.run_once())
+            for v in order.sample(range(len(variants)), len(variants)):
+                row = tracks[v]
+                row[0].run_once()  # untimed: absorbs the switch from the previous variant
+                for c in order.sample(range(len(checkpoints)), len(checkpoints)):
+                    samples[v][c].append(1e3 * row[c].run_once())
     return [
         HistoryCurve(path, left, 1 if path == "dense" else max(1, paged_streams), checkpoints,
                      tuple(tuple(s) for s in runs))
