@@ -1,14 +1,14 @@
-// The transcript: finished segments (plain) followed by the live partial (dimmed, italic),
-// one line per segment, keyed by segment number. With the second pass on, a segment's final
-// (Whisper's text) can arrive after the next segment's partials: its line stays a partial,
-// marked pending, until then. Each run (mic or file) starts a new block.
+// The transcript: one line per segment, in segment order. A segment shows its live partial
+// (dimmed, italic) until its final arrives (plain text with its times). With a second pass the
+// final of segment n can arrive after partials of segment n + 1: each line is keyed by its
+// segment number, so both stay where they belong. Each run (mic or file) is its own block.
 
 export class TranscriptView {
   /** @param {HTMLElement} root the transcript container */
   constructor(root) {
     this.root = root;
     this.run = null;
-    this.lines = new Map();
+    this.lines = new Map();  // segment number -> its line in the current run
   }
 
   /** Start a new block for a new stream, labelled (e.g. "mic" or a file name). */
@@ -24,40 +24,33 @@ export class TranscriptView {
     this.lines = new Map();
   }
 
-  ensureRun() {
-    if (!this.run) this.beginRun("stream");
-  }
-
-  /** The line of a segment, created (as a partial) on first use. */
   line(segment) {
-    this.ensureRun();
+    if (!this.run) this.beginRun("stream");
     let line = this.lines.get(segment);
     if (!line) {
       line = document.createElement("p");
       line.className = "segment partial";
       line.dataset.segment = String(segment);
-      this.run.append(line);
+      const later = [...this.lines.entries()].filter(([s]) => s > segment).map(([, l]) => l);
+      if (later.length) this.run.insertBefore(line, later[0]);
+      else this.run.append(line);
       this.lines.set(segment, line);
     }
     return line;
   }
 
-  /** Show or replace the live hypothesis of a segment; earlier unfinished ones wait. */
+  /** Show or replace the live hypothesis of a segment that is not final yet. */
   partial({ segment, text }) {
-    for (const [other, line] of this.lines) {
-      if (other < segment && line.classList.contains("partial")) line.classList.add("pending");
-    }
-    this.line(segment).textContent = text;
+    const line = this.line(segment);
+    if (line.classList.contains("final")) return;
+    line.textContent = text;
     this.scroll();
   }
 
-  /** Turn a segment into a finished line (``source``: "whisper" or "ctc"). */
+  /** Turn a segment into a finished line: its times, its words and, if any, who decoded it. */
   final({ segment, text, start, end, source }) {
     const line = this.line(segment);
     line.className = "segment final";
-    line.dataset.source = source || "ctc";
-    line.title = source === "whisper" ? "final text from the Whisper second pass"
-      : "final text from the streaming CTC pass";
     line.textContent = "";
     const time = document.createElement("span");
     time.className = "time";
@@ -66,14 +59,24 @@ export class TranscriptView {
     words.className = "words";
     words.textContent = text;
     line.append(time, words);
+    if (source === "whisper") {
+      const tag = document.createElement("span");
+      tag.className = "source";
+      tag.textContent = "2nd pass";
+      tag.title = "re-decoded by the Whisper second pass";
+      line.append(tag);
+    }
     this.scroll();
   }
 
-  /** A short note inside the current run (finish reason, errors). */
+  /**
+   * A short note that ends the current run (finish reason, errors). Every final of the stream
+   * has arrived by then, so a line still partial never became a final: it is removed.
+   */
   note(text, kind = "info") {
-    this.ensureRun();
+    if (!this.run) this.beginRun("stream");
     for (const [segment, line] of this.lines) {
-      if (line.classList.contains("partial") && !line.textContent) {
+      if (line.classList.contains("partial")) {
         line.remove();
         this.lines.delete(segment);
       }
@@ -83,13 +86,6 @@ export class TranscriptView {
     line.textContent = text;
     this.run.append(line);
     this.scroll();
-  }
-
-  /** The finished text of the current run, segments joined by spaces. */
-  finalText() {
-    if (!this.run) return "";
-    return [...this.run.querySelectorAll(".segment.final .words")]
-      .map((node) => node.textContent).join(" ");
   }
 
   clear() {

@@ -119,3 +119,35 @@ def test_a_full_server_is_reported_busy(address: str, tmp_path: Path) -> None:
             assert page.get_attribute("#status", "data-kind") == "error"
             assert page.get_attribute("#mic", "aria-pressed") == "false"
             context.close()
+
+
+def test_transcript_keeps_segments_in_order_when_a_final_comes_late(
+        address: str, tmp_path: Path) -> None:
+    """With a second pass, segment 0's final can follow segment 1's partials."""
+    script = """async () => {
+      const { TranscriptView } = await import("/js/transcript.js");
+      const root = document.createElement("div");
+      const view = new TranscriptView(root);
+      view.beginRun("test");
+      view.partial({segment: 0, text: "hello wor"});
+      view.partial({segment: 1, text: "how are"});
+      view.final({segment: 0, text: "hello world", start: 0, end: 1.2, source: "whisper"});
+      view.partial({segment: 1, text: "how are you"});
+      const shown = () => [...root.querySelectorAll(".segment")].map(
+          (l) => [l.dataset.segment, l.classList.contains("final") ? "final" : "partial",
+                  (l.querySelector(".words") || l).textContent]);
+      const before = shown();
+      view.partial({segment: 2, text: "never finalised"});
+      view.final({segment: 1, text: "how are you", start: 1.5, end: 2.5, source: "ctc"});
+      view.note("done: stop, 2 segment(s)");
+      return {before, after: shown(), tags: root.querySelectorAll(".source").length};
+    }"""
+    with sync_api.sync_playwright() as playwright:
+        context = launch(playwright, tmp_path, capture=None)
+        page = context.new_page()
+        page.goto(f"http://{address}/")
+        result = page.evaluate(script)
+        context.close()
+    assert result["before"] == [["0", "final", "hello world"], ["1", "partial", "how are you"]]
+    assert result["after"] == [["0", "final", "hello world"], ["1", "final", "how are you"]]
+    assert result["tags"] == 1
