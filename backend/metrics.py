@@ -58,6 +58,17 @@ class _SnapshotCollector(Collector):
         yield CounterMetricFamily(
             "oasr_engine_steps", "Engine steps that ran a batch",
             value=snapshot["step"]["num_steps"])
+        second = snapshot.get("second_pass")
+        if second and second.get("enabled"):
+            finals = CounterMetricFamily(
+                "oasr_finals", "Segment finals by the pass whose text they carry",
+                labels=["source"])
+            finals.add_metric(["whisper"], second["num_second_pass_finals"])
+            finals.add_metric(["ctc"], second["num_first_pass_finals"])
+            yield finals
+            yield GaugeMetricFamily(
+                "oasr_second_pass_backlog", "Segments queued for the second pass",
+                value=second["backlog"])
 
 
 class ServerMetrics:

@@ -10,6 +10,12 @@ function fmt(value, digits = 1) {
   return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "-";
 }
 
+function describeSecondPass(pass) {
+  if (!pass || !pass.enabled) return "off (CTC finals)";
+  return `Whisper: ${pass.num_second_pass_finals} finals, avg ${fmt(pass.avg_latency_ms, 0)} ms,` +
+    ` backlog ${pass.backlog}, ${pass.num_fallbacks} kept CTC text`;
+}
+
 export class PoolPanel {
   /** @param {HTMLElement} root the panel element holding the [data-*] slots of index.html */
   constructor(root) {
@@ -46,6 +52,7 @@ export class PoolPanel {
     const model = snapshot.model || {};
     this.field("model", `${model.name || "?"} · ${model.chunk_ms || "?"} ms chunks · ${model.device || "?"}`);
     this.field("uptime", `${fmt(snapshot.uptime_s, 0)} s`);
+    this.field("second-pass", describeSecondPass(snapshot.second_pass));
     if (snapshot.server) {
       this.field("connections", `${snapshot.server.connections} / ${snapshot.server.max_connections}`);
     }

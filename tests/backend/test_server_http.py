@@ -135,3 +135,15 @@ def test_stats_hub_skips_a_snapshot_it_cannot_publish(caplog: pytest.LogCaptureF
     assert asyncio.run(run_briefly()) is good
     assert "could not be published" in caplog.text
     assert "oasr_step_seconds_count 1.0" in metrics.render().decode()
+
+
+def test_second_pass_metrics_appear_when_it_is_on(client: TestClient) -> None:
+    snapshot = client.get("/api/stats").json()
+    assert not snapshot["second_pass"]["enabled"]
+    assert "oasr_finals_total" not in client.get("/metrics").text
+    snapshot["second_pass"].update(enabled=True, backlog=2, num_second_pass_finals=5,
+                                   num_first_pass_finals=1)
+    text = ServerMetrics(lambda: snapshot).render().decode()
+    assert 'oasr_finals_total{source="whisper"} 5.0' in text
+    assert 'oasr_finals_total{source="ctc"} 1.0' in text
+    assert "oasr_second_pass_backlog 2.0" in text
