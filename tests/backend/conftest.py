@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,12 @@ from typing import Any
 import pytest
 import torch
 from server_helpers import CHAR_UNITS
-from starlette.testclient import TestClient
+
+with warnings.catch_warnings():
+    # Starlette >= 1.x warns once, at import, when its test client runs on httpx instead of
+    # httpx2; the client works the same on both.
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    from starlette.testclient import TestClient
 
 from backend.app import create_app
 from backend.config import ServerConfig
