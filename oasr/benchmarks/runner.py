@@ -109,6 +109,7 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
     audio_dir = config.audio_dir or default_audio_dir()
     started = time.perf_counter()
     machine = machine_description(torch.device(compute_device(config.device)))
+    started_utc = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     _log(f"model: {bench.source}")
     rows = []
     for n in config.stream_counts:
@@ -150,6 +151,7 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
         },
         "model_source": bench.source,
         "machine": machine,
+        "started_utc": started_utc,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "quick": config.quick,
         "throughput": [_record(r, "speedup") for r in rows],
