@@ -21,7 +21,7 @@ def section(result: dict) -> str:
     tables = format_markdown(result).split("\n", 2)[2]  # drop the "Model:" line
     return "\n".join([
         BEGIN,
-        f"- Date: {result.get('started_utc', '?')} to {result['date_utc']} UTC "
+        f"- Date: {result['date_utc']} UTC, when the run finished "
         f"({'quick' if result['quick'] else 'full'} run, {result['elapsed_s']:.0f} s).",
         f"- Machine: {m['cpu_count']} vCPU {m['cpu']} (shared), device {m['device']}, torch "
         f"{m['torch']}, {m['torch_threads']} intra-op thread(s); 1-minute load average "
