@@ -26,7 +26,7 @@ from oasr.decoding import DecoderState, GpuDecoderConfig, GpuStreamingDecoder
 from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
 from oasr.engine.engine import ASREngine
-from oasr.engine.events import StreamEvent
+from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.model_runner import BatchPlan
 from oasr.engine.streams import StreamResources
 from oasr.models import AsrModel
@@ -89,7 +89,7 @@ class EngineDriver:
             self.engine.submit(OpenStream(stream, self._sink))
 
     def _sink(self, event: StreamEvent) -> None:
-        if event.type.value == "error":
+        if event.type is EventType.ERROR:
             self.events.append(event)
 
     def step(self) -> float:
