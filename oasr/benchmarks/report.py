@@ -83,6 +83,19 @@ def format_markdown(result: dict[str, Any]) -> str:
         [f"matmul peak GFLOP/s ({c['matmul_size']}^3)", _fmt(c["peak_gflops"])],
         ["fraction of peak", _fmt(c["fraction_of_peak"], 2)]])
     out += _memory_tables(result)
+    if result.get("profile"):
+        prof = result["profile"]
+        labels = {"features": "streaming fbank", "model_forward": "batched model call",
+                  "conv_stem": "  of which: conv2d stem", "attention":
+                  "  of which: attention (incl. position bias)", "paged_attention":
+                  "    of which: paged_attention", "decode": "CTC decode",
+                  "rest": "everything else (scheduling, bookkeeping, stats)"}
+        out += [f"Where an engine step's time goes ({prof['num_streams']} streams, cProfile "
+                f"over {prof['steps']} steps):", ""]
+        out += _table(["part", "ms per step", "share of step"],
+                      [[label, _fmt(prof["ms"][key]), f"{100 * prof['shares'][key]:.0f}%"]
+                       for key, label in labels.items()]
+                      + [["whole step", _fmt(prof["ms"]["step"]), "100%"]])
     if result.get("server"):
         out += ["Server: real-time websocket clients on 127.0.0.1 (separate load process):", ""]
         out += _table(["clients", "partial p50 ms", "partial p95 ms", "final p50 ms",

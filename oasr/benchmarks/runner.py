@@ -23,9 +23,10 @@ import torch
 from oasr.benchmarks.compute import measure_compute
 from oasr.benchmarks.history import measure_history
 from oasr.benchmarks.memory import check_steady_state, kv_bytes
+from oasr.benchmarks.profile import profile_engine_step
 from oasr.benchmarks.report import format_markdown, machine_description
 from oasr.benchmarks.throughput import find_max_realtime_streams, measure_throughput
-from oasr.benchmarks.workload import default_audio_dir, load_bench_model
+from oasr.benchmarks.workload import BenchModel, default_audio_dir, load_bench_model
 
 HEADLINE_STREAMS = 64
 
@@ -108,9 +109,29 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
     bench = load_bench_model(config.model, tiny=config.tiny_model)
     audio_dir = config.audio_dir or default_audio_dir()
     started = time.perf_counter()
-    machine = machine_description(torch.device(compute_device(config.device)))
-    started_utc = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    result: dict[str, Any] = {
+        "model_source": bench.source,
+        "machine": machine_description(torch.device(compute_device(config.device))),
+        "started_utc": _utc_now(),
+        "quick": config.quick,
+    }
     _log(f"model: {bench.source}")
+    result.update(_engine_benchmarks(config, bench, audio_dir))
+    result["server"] = []
+    if config.server_levels:
+        _log(f"server load: {config.server_levels} clients")
+        from oasr.benchmarks.server_load import measure_server_load
+
+        result["server"] = [_record(r, "meets_target") for r in measure_server_load(
+            bench, audio_dir, list(config.server_levels), config.server_seconds, config.threads,
+            config.model)]
+    result["date_utc"] = _utc_now()
+    result["elapsed_s"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) -> dict[str, Any]:
+    """Everything but the server load, with the headline numbers drawn from it."""
     rows = []
     for n in config.stream_counts:
         _log(f"throughput: {n} streams, engine vs dense loop")
@@ -131,14 +152,11 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
     compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 5, config.device)
     steady = check_steady_state(bench, audio_dir, min(16, biggest.num_streams),
                                 device=config.device)
-    server = []
-    if config.server_levels:
-        _log(f"server load: {config.server_levels} clients")
-        from oasr.benchmarks.server_load import measure_server_load
-
-        server = [_record(r, "meets_target") for r in measure_server_load(
-            bench, audio_dir, list(config.server_levels), config.server_seconds, config.threads,
-            config.model)]
+    profile = None
+    if not config.quick:
+        n = min(HEADLINE_STREAMS, biggest.num_streams)
+        _log(f"profile: {n} streams")
+        profile = profile_engine_step(bench, audio_dir, n, device=config.device)
     headline_row = next((r for r in rows if r.num_streams == HEADLINE_STREAMS), biggest)
     left4 = next(c for c in curves if c.path == "paged" and c.num_left_chunks == 4)
     return {
@@ -149,20 +167,18 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
             "paged_cost_ratio_chunk200_vs_chunk10_left4": left4.ratio(200, 10),
             "gflops_fraction_of_peak": compute.fraction_of_peak,
         },
-        "model_source": bench.source,
-        "machine": machine,
-        "started_utc": started_utc,
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-        "quick": config.quick,
         "throughput": [_record(r, "speedup") for r in rows],
         "history": [_record(c, "ms") | {"ratio_200_vs_10": c.ratio(200, 10)} for c in curves],
         "realtime_probes": [_record(p, "is_realtime") for p in probes],
         "compute": _record(compute, "gflops", "fraction_of_peak"),
         "kv_bytes": _record(kv_bytes(bench, device=config.device)),
         "steady_state": _record(steady, "allocates_no_cache_tensors"),
-        "server": server,
-        "elapsed_s": round(time.perf_counter() - started, 1),
+        "profile": _record(profile, "shares") if profile is not None else None,
     }
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 def compute_device(device: str) -> str:

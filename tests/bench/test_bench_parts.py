@@ -62,6 +62,22 @@ def test_steady_state_reuses_the_pool(tiny: BenchModel, audio_dir: Path) -> None
     assert check.allocates_no_cache_tensors
 
 
+def test_step_profile_splits_the_step_into_its_parts(tiny: BenchModel, audio_dir: Path) -> None:
+    from oasr.benchmarks.profile import profile_engine_step
+
+    profile = profile_engine_step(tiny, audio_dir, num_streams=2, warmup=1, steps=2,
+                                  device="cpu")
+    ms = profile.ms
+    for part in ("features", "model_forward", "conv_stem", "attention", "paged_attention",
+                 "decode"):
+        assert ms[part] > 0, part  # every named function was found and ran in the step
+    assert ms["conv_stem"] + ms["attention"] <= ms["model_forward"] <= ms["step"]
+    assert ms["paged_attention"] <= ms["attention"]
+    parts = ms["features"] + ms["model_forward"] + ms["decode"] + ms["rest"]
+    assert parts == pytest.approx(ms["step"])
+    assert ms["rest"] >= 0
+
+
 def test_partial_latency_matches_in_order_and_counts_strangers() -> None:
     timeline = _Timeline()
     timeline.marks = [(1600, 10.0), (3200, 10.1), (4800, 10.2)]
