@@ -86,9 +86,9 @@ def format_markdown(result: dict[str, Any]) -> str:
     if result.get("profile"):
         prof = result["profile"]
         labels = {"features": "streaming fbank", "model_forward": "batched model call",
-                  "conv_stem": "  of which: conv2d stem", "attention":
-                  "  of which: attention (incl. position bias)", "paged_attention":
-                  "    of which: paged_attention", "decode": "CTC decode",
+                  "conv_stem": "model call / conv2d stem", "attention":
+                  "model call / attention (with position bias)", "paged_attention":
+                  "model call / attention / paged_attention", "decode": "CTC decode",
                   "rest": "everything else (scheduling, bookkeeping, stats)"}
         out += [f"Where an engine step's time goes ({prof['num_streams']} streams, cProfile "
                 f"over {prof['steps']} steps):", ""]
