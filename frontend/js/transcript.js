@@ -50,6 +50,11 @@ export class TranscriptView {
   /** Turn a segment into a finished line: its times, its words and, if any, who decoded it. */
   final({ segment, text, start, end, source }) {
     const line = this.line(segment);
+    if (!text) {  // the second pass heard no speech in this segment
+      line.remove();
+      this.lines.delete(segment);
+      return;
+    }
     line.className = "segment final";
     line.textContent = "";
     const time = document.createElement("span");

@@ -27,7 +27,8 @@ class EngineConfig:
             and the per-stream ceiling), >= 0 evicts older blocks.
         block_size_frames: frames per K/V block; None = chunk_size (one block per chunk).
         max_num_blocks: pool size; None derives it from free memory (see oasr.engine.memory).
-        max_blocks_per_seq: width of a stream's block table.
+        max_blocks_per_seq: width of a stream's block table: with unlimited history, the
+            per-stream ceiling (64 blocks of 16 frames = 41 s; endpoints reset it long before).
         kv_memory_fraction: share of available memory (RAM on CPU, free VRAM on CUDA) a derived
             pool may take.
         max_wait_time_s: how long a new stream may wait for a slot before it is refused "busy";
@@ -56,7 +57,7 @@ class EngineConfig:
     num_left_chunks: int = -1
     block_size_frames: int | None = None
     max_num_blocks: int | None = None
-    max_blocks_per_seq: int = 256
+    max_blocks_per_seq: int = 64
     kv_memory_fraction: float = 0.1
     max_wait_time_s: float = 2.0
     decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)

@@ -10,6 +10,8 @@ import itertools
 import time
 from dataclasses import replace
 
+import numpy as np
+
 from oasr.decoding import Hypothesis
 from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.request import PendingFinal, Request
@@ -18,6 +20,12 @@ from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob
 FRAME_SHIFT_S = 0.04  # one encoder frame: 4x subsampling of 10 ms fbank frames
 SAMPLES_PER_FRAME = 640  # 16 kHz samples per encoder frame
 RIGHT_CONTEXT_SAMPLES = 400  # the conv stem looks 6 fbank frames (+ one window) ahead
+VOICE_RMS = 10 ** (-45 / 20)  # -45 dBFS: quieter segments are silence, not worth a second pass
+
+
+def has_voice(audio: np.ndarray) -> bool:
+    """True when the segment is loud enough to hold speech (RMS above -45 dBFS)."""
+    return float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) > VOICE_RMS
 
 
 class FinalPublisher:
@@ -38,8 +46,15 @@ class FinalPublisher:
         self.recent: list[dict[str, str]] = []  # last finals: CTC text beside Whisper's
 
     def publish(self, request: Request, hyp: Hypothesis, reason: str) -> None:
-        """The segment that just ended: publish or queue its final, advance the segment."""
-        if not hyp.text:
+        """The segment that just ended: publish or queue its final, advance the segment.
+
+        With the second pass on, a segment the CTC pass heard nothing in still goes to Whisper
+        when its audio is loud enough to hold speech (a weak first pass must not lose it).
+        """
+        audio = self._segment_audio(request) if self.worker is not None else None
+        if audio is not None and not hyp.text and not has_voice(audio):
+            audio = None
+        if audio is None and not hyp.text:
             return
         base = request.segment_start_frame
         first = base + (hyp.timestamps[0] if hyp.timestamps else 0)
@@ -47,14 +62,20 @@ class FinalPublisher:
         event = StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
                             text=hyp.text, start=first * FRAME_SHIFT_S,
                             end=max(last, first) * FRAME_SHIFT_S, reason=reason, source="ctc")
-        request.segment += 1
-        job = self._job(request, base) if self.worker is not None else None
-        if job is not None and self.worker is not None and self.worker.try_submit(job):
-            request.pending_finals[job.job_id] = PendingFinal(event)
-            return
-        if self.worker is not None:
+        if not hyp.timestamps:  # nothing decoded: the segment's own span
+            event = replace(event, start=base * FRAME_SHIFT_S,
+                            end=request.num_frames_decoded * FRAME_SHIFT_S)
+        if audio is not None and self.worker is not None:
+            job = SecondPassJob(next(self._job_ids), request.stream_id, request.segment, audio,
+                                time.monotonic())
+            if self.worker.try_submit(job):
+                request.segment += 1
+                request.pending_finals[job.job_id] = PendingFinal(event)
+                return
             self.num_fallbacks += 1
-        self._emit(request, event)
+        if hyp.text:
+            request.segment += 1
+            self._emit(request, event)
 
     def on_second_pass(self, request: Request, done: SecondPassDone) -> None:
         """Whisper's answer for one of the request's segments; publish what is now in order."""
@@ -62,19 +83,25 @@ class FinalPublisher:
         if pending is None:
             return
         self.second_pass_seconds += done.seconds
-        pending.text = done.text if done.text else ""
+        pending.text = done.text
+        pending.answered = True
         self.flush(request)
 
     def flush(self, request: Request) -> None:
-        """Publish the leading finals whose second pass has answered."""
+        """Publish the leading finals whose second pass has answered.
+
+        Whisper's text replaces the CTC text; "" (no speech) empties the final; a failed pass
+        (None) keeps the CTC text. Every queued segment gets its final, so its number is used.
+        """
         while request.pending_finals:
             job_id, pending = next(iter(request.pending_finals.items()))
-            if pending.text is None:
+            if not pending.answered:
                 return
             del request.pending_finals[job_id]
             event = pending.event
-            if pending.text:
-                self._remember(event.text, pending.text)
+            if pending.text is not None:
+                if pending.text:
+                    self._remember(event.text, pending.text)
                 event = replace(event, text=pending.text, source="whisper")
             self._emit(request, event)
 
@@ -85,16 +112,14 @@ class FinalPublisher:
                 self.worker.abort(job_id)
         request.pending_finals.clear()
 
-    def _job(self, request: Request, base_frame: int) -> SecondPassJob | None:
-        start = base_frame * SAMPLES_PER_FRAME
+    def _segment_audio(self, request: Request) -> np.ndarray | None:
+        """The current segment's samples (a copy), or None if it is too long or not held."""
+        start = request.segment_start_frame * SAMPLES_PER_FRAME
         end = request.num_frames_decoded * SAMPLES_PER_FRAME + RIGHT_CONTEXT_SAMPLES
         if (end - start) / 16000 > MAX_SEGMENT_S:
             return None
         audio = request.audio.slice(start, end)
-        if audio is None or audio.size == 0:
-            return None
-        return SecondPassJob(next(self._job_ids), request.stream_id, request.segment - 1,
-                             audio.copy(), time.monotonic())
+        return audio.copy() if audio is not None and audio.size else None
 
     def _emit(self, request: Request, event: StreamEvent) -> None:
         if event.source == "whisper":

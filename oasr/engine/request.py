@@ -66,10 +66,11 @@ class SegmentAudio:
 
 @dataclass
 class PendingFinal:
-    """A segment's final waiting for its second-pass text (``text`` None until it arrives)."""
+    """A segment's final waiting for its second pass (``answered`` once it has replied)."""
 
     event: StreamEvent
-    text: str | None = None
+    answered: bool = False
+    text: str | None = None  # Whisper's text; "" = no speech; None = the pass failed
 
 
 @dataclass

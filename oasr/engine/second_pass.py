@@ -21,6 +21,9 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 MAX_SEGMENT_S = 30.0  # Whisper's window: longer segments keep their CTC text
+# Whisper's own no-speech rule: both must hold for a segment to count as silence
+NO_SPEECH_PROB = 0.6
+NO_SPEECH_MAX_AVG_LOG_PROB = -1.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,11 @@ class SecondPassJob:
 
 @dataclass(frozen=True)
 class SecondPassDone:
-    """A finished job (a command back to the engine). ``text`` is None when Whisper failed."""
+    """A finished job (a command back to the engine).
+
+    ``text`` is Whisper's text; "" when Whisper judged the segment to hold no speech; None when
+    Whisper failed (the final keeps its CTC text).
+    """
 
     job_id: int
     stream_id: int
@@ -124,7 +131,7 @@ class SecondPassWorker:
             for result in finished:
                 job = jobs.pop(result.request_id, None)
                 if job is not None:
-                    self._finish(job, result.text.strip())
+                    self._finish(job, "" if _is_silence(result) else result.text.strip())
 
     def _take_commands(self, jobs: dict[int, SecondPassJob], block: bool) -> bool:
         """Move queued submissions and aborts into the decoder. False on stop."""
@@ -153,3 +160,9 @@ class SecondPassWorker:
     def _release(self) -> None:
         with self._lock:
             self._num_outstanding -= 1
+
+
+def _is_silence(result: object) -> bool:
+    no_speech = getattr(result, "no_speech_prob", None)
+    return (no_speech is not None and no_speech > NO_SPEECH_PROB
+            and getattr(result, "avg_log_prob", 0.0) < NO_SPEECH_MAX_AVG_LOG_PROB)

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 from engine_helpers import Collector, assert_pool_full
 
 from oasr.decoding import EndpointConfig, EndpointRule
@@ -145,3 +146,33 @@ def test_segment_audio_keeps_a_bounded_tail() -> None:
     assert tail is not None and tail.tolist() == [9.0] * 40
     audio.discard_before(380)
     assert audio.start_sample == 360  # whole pieces only
+
+
+def test_speech_the_ctc_pass_missed_still_gets_a_whisper_final(
+        config: EngineConfig, speech: list[np.ndarray]) -> None:
+    """A first pass that hears nothing (all blank) must not lose a spoken segment; a silent
+    stream gets no final at all."""
+    engine = ASREngine(config)
+    forward = engine.resources.runner.forward
+
+    def all_blank(plan):  # type: ignore[no-untyped-def]
+        out = forward(plan)
+        with torch.inference_mode():
+            out.log_probs.fill_(-1e4)
+            out.log_probs[:, :, 0] = 0.0
+        return out
+
+    engine.resources.runner.forward = all_blank  # type: ignore[method-assign]
+    events = Collector()
+    streams = {1: speech[1], 2: np.zeros(32000, dtype=np.float32)}
+    for sid, audio in streams.items():
+        engine.submit(OpenStream(sid, events.sink(sid)))
+        engine.submit(AppendAudio(sid, audio))
+        engine.submit(EndStream(sid))
+    _run(engine)
+    finals = events.of_type(1, EventType.FINAL)
+    assert [f.source for f in finals] == ["whisper"]
+    assert _word_errors(_words(finals[0].text), ["turn", "the", "volume", "down", "a", "little", "bit", "please"]) <= 1
+    assert events.of_type(2, EventType.FINAL) == []
+    assert events.done(2).finish_reason == "stop"
+    engine.shutdown()
