@@ -2,48 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
+from oasr.metrics import ErrorCounts, edit_distance
 
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
-    """Levenshtein distance between two token sequences (substitution, insertion, deletion = 1)."""
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, start=1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, start=1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1]
-
-
-@dataclass
-class ErrorCounts:
-    """Accumulated word and character errors over a test set."""
-
-    word_errors: int = 0
-    words: int = 0
-    char_errors: int = 0
-    chars: int = 0
-    utterances: int = 0
-
-    def add(self, ref: str, hyp: str) -> None:
-        self.word_errors += edit_distance(ref.split(), hyp.split())
-        self.words += len(ref.split())
-        self.char_errors += edit_distance(list(ref), list(hyp))
-        self.chars += len(ref)
-        self.utterances += 1
-
-    @property
-    def wer(self) -> float:
-        """Word error rate in percent (0 when there are no reference words)."""
-        return 100.0 * self.word_errors / max(self.words, 1)
-
-    @property
-    def cer(self) -> float:
-        return 100.0 * self.char_errors / max(self.chars, 1)
+__all__ = ["ErrorCounts", "decode_batch", "edit_distance", "greedy_ctc"]
 
 
 def greedy_ctc(log_probs: Tensor, lengths: Tensor, blank_id: int = 0) -> list[list[int]]:

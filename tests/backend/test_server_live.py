@@ -26,6 +26,7 @@ from backend.config import ServerConfig
 from backend.server import _serve, build_uvicorn_config
 from oasr.audio import read_audio
 from oasr.engine import EngineConfig, transcribe_files
+from oasr.metrics import word_error_rate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -56,21 +57,6 @@ async def stream_realtime(address: str, pcm: bytes, start: dict[str, Any]) -> tu
 
 def final_text(messages: list[dict[str, Any]]) -> str:
     return " ".join(m["text"] for m in messages if m["type"] == "final" and m["text"])
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Word-level Levenshtein distance over the reference's word count.
-
-    (recipes.wer has the same, but recipes/ is not an installed package: importing it from
-    here would depend on how pytest was started.)
-    """
-    ref, hyp = reference.split(), hypothesis.split()
-    row = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, start=1):
-        prev, row[0] = row[0], i
-        for j, guess in enumerate(hyp, start=1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (word != guess))
-    return row[-1] / max(len(ref), 1)
 
 
 def test_sixteen_simultaneous_clients_then_pool_back_to_full(

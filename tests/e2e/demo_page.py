@@ -175,17 +175,3 @@ def sleep_page_time(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def normalise(text: str) -> list[str]:
-    """Lower-case words without punctuation."""
-    return re.sub(r"[^a-z' ]+", " ", text.lower()).split()
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Word-level Levenshtein distance over the reference's word count."""
-    ref, hyp = normalise(reference), normalise(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, start=1):
-        diagonal, row[0] = row[0], i
-        for j, guess in enumerate(hyp, start=1):
-            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (word != guess))
-    return row[-1] / max(len(ref), 1)

@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 import soundfile
 import soxr
-from demo_page import CHROMIUM, DemoPage, sleep_page_time, word_error_rate
+from demo_page import CHROMIUM, DemoPage, sleep_page_time
 from websockets.sync.client import connect
+
+from oasr.metrics import word_error_rate
 
 pytestmark = [
     pytest.mark.e2e,

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from oasr.metrics import normalize_transcript, number_words
 from oasr.models.whisper import WhisperCheckpoint, WhisperFrontend, mel_filterbank
 from oasr.models.whisper.frontend import N_FRAMES, N_SAMPLES, _hz_to_mel, _mel_to_hz
-from oasr.models.whisper.normalize import normalize_transcript, number_words
 
 
 def test_slaney_mel_scale_facts() -> None:

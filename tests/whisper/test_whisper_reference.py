@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from oasr.metrics import ErrorCounts, normalize_transcript
 from oasr.models.whisper import WhisperCheckpoint
-from oasr.models.whisper.normalize import normalize_transcript
-from recipes.wer import ErrorCounts
 
 pytestmark = pytest.mark.slow
 
