@@ -90,7 +90,6 @@ class EngineThread:
         except BaseException as exc:  # the loop itself died: readiness must say so
             logger.exception("engine thread died")
             self.error = exc
-            raise
 
     # -- streams -------------------------------------------------------------------------------
     def open_stream(self, sample_rate: int = MODEL_SAMPLE_RATE, fmt: str = "s16le",

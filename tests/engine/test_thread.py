@@ -100,3 +100,17 @@ def test_stop_aborts_live_streams(engine_config: EngineConfig) -> None:
     thread.stop()
     assert _drain(events, timeout=10)[-1].finish_reason == "abort"
     assert not thread.ready
+
+
+def test_a_dead_loop_reports_not_ready(engine_config: EngineConfig) -> None:
+    thread = EngineThread(engine_config)
+
+    def broken_step() -> bool:
+        raise MemoryError("simulated: the loop itself failed")
+
+    thread.engine.step = broken_step  # type: ignore[method-assign]
+    thread.start()
+    thread._thread.join(10)  # type: ignore[union-attr]
+    assert not thread.is_alive() and not thread.ready
+    assert isinstance(thread.error, MemoryError)
+    assert thread.stats()["engine_alive"] is False
