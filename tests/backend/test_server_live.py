@@ -101,7 +101,11 @@ DEVSET_FILES = ["tts_03.wav", "real_george_0.wav"]
 def test_real_speech_over_the_wire_matches_offline_transcription() -> None:
     references = dict(line.split("\t", 1) for line in
                       (DEVSET_DIR / "manifest.tsv").read_text().splitlines() if "\t" in line)
-    engine = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=4 * 64)
+    pytest.importorskip("tokenizers")
+    # the product's path: CTC partials, Whisper finals (the bundled model's CTC pass alone is
+    # trained on synthetic speech only; docs/model.md has its own WER)
+    engine = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=4 * 64,
+                          second_pass="whisper")
     config = ServerConfig(port=0, engine=engine)
     paths = [DEVSET_DIR / name for name in DEVSET_FILES]
     offline = [r.text for r in transcribe_files(engine, paths, progress=False)]
@@ -115,8 +119,10 @@ def test_real_speech_over_the_wire_matches_offline_transcription() -> None:
     for path, expected, (messages, close_code) in zip(paths, offline, results, strict=True):
         assert messages[-1]["finish_reason"] == "stop" and close_code == 1000
         text = final_text(messages)
-        assert text == expected, (path.name, text, expected)
-        assert word_error_rate(references[path.name].strip(), text) < 0.5, (path.name, text)
+        assert all(m["source"] == "whisper" for m in messages if m["type"] == "final")
+        # the same words as offline (batched float sums may flip a rare token)
+        assert word_error_rate(expected, text) <= 0.1, (path.name, text, expected)
+        assert word_error_rate(references[path.name].strip(), text) <= 0.2, (path.name, text)
 
 
 def _wav_s16le(path: Path) -> bytes:
