@@ -80,9 +80,10 @@ class FeatureSet:
         off, n = int(self.offsets[i]), int(self.lengths[i])
         return self.array[off:off + n].astype(np.float32)
 
-    def buckets(self, max_frames: int) -> list[list[int]]:
-        """Utterance indices grouped by length, each group's padded size <= ``max_frames``."""
-        order = np.argsort(self.lengths, kind="stable")
+    def buckets(self, max_frames: int, subset: list[int] | None = None) -> list[list[int]]:
+        """Utterance indices (all, or ``subset``) grouped by length, padded size <= ``max_frames``."""
+        pool = np.arange(len(self.ids)) if subset is None else np.asarray(subset, dtype=np.int64)
+        order = pool[np.argsort(self.lengths[pool], kind="stable")]
         groups: list[list[int]] = []
         current: list[int] = []
         for i in order:

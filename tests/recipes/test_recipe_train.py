@@ -100,3 +100,21 @@ def test_export_is_small_fp16_and_loads_with_the_same_outputs(tmp_path: Path,
     assert (ref - got).abs().max() < 0.05  # fp16 weights, fp32 compute
     info = json.loads((tmp_path / "out" / "training.json").read_text())
     assert info["train_state"]["step"] == 3
+
+
+def test_clean_indices_pick_only_unaugmented_utterances(tmp_path: Path) -> None:
+    from recipes.data import FeatureSet
+    from recipes.train import clean_indices
+
+    feats = tmp_path / "feats"
+    feats.mkdir()
+    np.save(feats / "train.npy", np.zeros((60, 80), np.float16))
+    (feats / "train.tsv").write_text("a\t0\t20\tone two\nb\t20\t20\tthree\nc\t40\t20\tfour\n")
+    base = {"tempo": 1.0, "pitch_cents": 0, "reverb": 0, "telephone": False, "via_8k": False,
+            "noise": "none"}
+    plan = [{"id": "a", "augment": base}, {"id": "b", "augment": {**base, "noise": "pink"}},
+            {"id": "c", "augment": {**base, "via_8k": True}}]
+    (tmp_path / "plan.jsonl").write_text("\n".join(json.dumps(p) for p in plan) + "\n")
+    train = FeatureSet(feats, "train", lambda t: [3] * len(t))
+    assert clean_indices(tmp_path, train) == [0]
+    assert train.buckets(10_000, subset=[0, 2]) == [[0, 2]]
