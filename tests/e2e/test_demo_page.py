@@ -33,10 +33,10 @@ pytestmark = [
 ]
 
 MAX_WER = 0.35
-HELLO_TEXT = "the quick brown fox jumps over the lazy dog"
 SECOND_TEXT = "call me when you arrive at the station"
+THIRD_TEXT = "turn the volume down a little bit please"
 FILE_NAME, FILE_TEXT = "tts_00.wav", "the weather is nice today so we will walk to the park"
-TAIL_S = 1.5  # silence the fake mic plays after the sentence before the test stops it
+TAIL_S = 0.5  # silence the fake mic plays after the sentence before the test stops it
 
 OpenPage = Callable[..., DemoPage]
 
@@ -46,20 +46,25 @@ def wav_seconds(path: Path) -> float:
     return info.frames / info.samplerate
 
 
+def synthesise(text: str, sample_rate: int, out: Path) -> Path:
+    """``text`` spoken by espeak-ng (en-us) after 0.3 s of silence, as 16-bit ``sample_rate``."""
+    raw = out.with_suffix(".espeak.wav")
+    subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(raw), text], check=True)
+    samples, rate = soundfile.read(str(raw), dtype="float32")
+    resampled = soxr.resample(samples, rate, sample_rate)  # (N,) float32
+    lead = np.zeros(int(0.3 * sample_rate), dtype=np.float32)
+    soundfile.write(str(out), np.concatenate([lead, resampled]), sample_rate, subtype="PCM_16")
+    return out
+
+
 @pytest.fixture(scope="module")
-def second_sentence(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SECOND_TEXT spoken by espeak-ng, resampled to 44.1 kHz 16-bit (a second mic)."""
+def sentences(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, str]]:
+    """Two synthesised sentences for two fake microphones: 44.1 kHz and 48 kHz wavs."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
     folder = tmp_path_factory.mktemp("tts")
-    raw = folder / "espeak.wav"
-    subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(raw), SECOND_TEXT], check=True)
-    samples, rate = soundfile.read(str(raw), dtype="float32")
-    resampled = soxr.resample(samples, rate, 44100)  # (N,) float32
-    lead = np.zeros(int(0.3 * 44100), dtype=np.float32)
-    out = folder / "second_44k.wav"
-    soundfile.write(str(out), np.concatenate([lead, resampled]), 44100, subtype="PCM_16")
-    return out
+    return [(synthesise(SECOND_TEXT, 44100, folder / "second_44k.wav"), SECOND_TEXT),
+            (synthesise(THIRD_TEXT, 48000, folder / "third_48k.wav"), THIRD_TEXT)]
 
 
 def assert_blocks_shown_while_live(page: DemoPage, stream_id: int, until_ms: float) -> None:
@@ -80,8 +85,8 @@ def assert_finished(page: DemoPage, reason: str) -> None:
 
 
 def test_mic_sentence_partial_then_final_words(open_page: OpenPage, bundled_model_dir: Path,
-                                               devset_dir: Path) -> None:
-    capture = devset_dir / "e2e" / "hello_48k.wav"
+                                               sentences: list[tuple[Path, str]]) -> None:
+    capture, reference = sentences[0]
     page = open_page(capture)
     page.start_mic()
     stream_id = page.wait_listening()
@@ -102,13 +107,13 @@ def test_mic_sentence_partial_then_final_words(open_page: OpenPage, bundled_mode
     assert first_partial < first_final, (
         f"the first partial came {first_partial - first_final:.0f} ms after the first final")
     text = page.final_text()
-    wer = word_error_rate(HELLO_TEXT, text)
+    wer = word_error_rate(reference, text)
     assert wer <= MAX_WER, f"WER {wer:.0%} > {MAX_WER:.0%}: heard {text!r}"
 
 
-def test_two_pages_are_two_streams(open_page: OpenPage, devset_dir: Path, second_sentence: Path,
+def test_two_pages_are_two_streams(open_page: OpenPage, sentences: list[tuple[Path, str]],
                                    uses_bundled_model: bool) -> None:
-    captures = [devset_dir / "e2e" / "hello_48k.wav", second_sentence]
+    captures = [capture for capture, _ in sentences]
     pages = [open_page(capture) for capture in captures]
     for page in pages:
         page.start_mic()
@@ -132,7 +137,7 @@ def test_two_pages_are_two_streams(open_page: OpenPage, devset_dir: Path, second
     texts = [page.final_text() for page in pages]
     assert all(texts), f"a page showed no final transcript: {texts}"
     if uses_bundled_model:
-        for reference, text in zip([HELLO_TEXT, SECOND_TEXT], texts, strict=True):
+        for (_, reference), text in zip(sentences, texts, strict=True):
             wer = word_error_rate(reference, text)
             assert wer <= MAX_WER, f"WER {wer:.0%} > {MAX_WER:.0%}: heard {text!r}"
 
