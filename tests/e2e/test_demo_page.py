@@ -33,6 +33,9 @@ pytestmark = [
 ]
 
 MAX_WER = 0.35
+# Sentences the fake microphones speak (espeak-ng, synthesised here). The shared hello_48k.wav
+# ("the quick brown fox...") measured 44-78 % WER through the browser with the bundled model of
+# 07:27 UTC (22 % offline), so it only feeds the busy test, where no words are checked.
 SECOND_TEXT = "call me when you arrive at the station"
 THIRD_TEXT = "turn the volume down a little bit please"
 FILE_NAME, FILE_TEXT = "tts_00.wav", "the weather is nice today so we will walk to the park"
