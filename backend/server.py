@@ -37,7 +37,10 @@ def run(config: ServerConfig) -> None:
     server = uvicorn.Server(build_uvicorn_config(config))
     print(f"oasr: loading the model on {config.engine.device}; the demo will be at {config.url}",
           file=sys.stderr, flush=True)
-    asyncio.run(_serve(server, config))
+    try:
+        asyncio.run(_serve(server, config))
+    except KeyboardInterrupt:  # Ctrl+C: uvicorn already shut the app (and engine) down
+        print("oasr: stopped", file=sys.stderr)
 
 
 async def _serve(server: uvicorn.Server, config: ServerConfig) -> None:

@@ -154,15 +154,6 @@ def launch_server(model_dir: Path | None, flags: tuple[str, ...], log_path: Path
                        f"{server.log_tail()}")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # When a hypothesis test fails, hypothesis imports libcst (if installed) to write a patch of
-    # the failing example, and libcst trips a DeprecationWarning in mypy_extensions. With
-    # warnings as errors that turns one failing test into an INTERNALERROR that ends the whole
-    # run, hiding the failure; this one third-party warning is ignored.
-    config.addinivalue_line(
-        "filterwarnings", "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
-
-
 StartServer = Callable[..., ServerProcess]
 
 
