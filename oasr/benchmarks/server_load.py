@@ -30,7 +30,6 @@ from oasr.engine.engine import ASREngine
 from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.streams import StreamResources
 from oasr.models import save_model
-from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 
 
 @dataclass(frozen=True)
@@ -177,9 +176,8 @@ def measure_server_load(bench: BenchModel, audio_dir: Path, levels: list[int],
     chunks = math.ceil(seconds / 0.64) + 4
     with tempfile.TemporaryDirectory(prefix="oasr-bench-") as tmp:
         workdir = Path(tmp)
-        model_dir: Path | None = Path(model_path) if model_path else None
-        if model_dir is None and not (DEFAULT_MODEL_DIR / "config.json").is_file():
-            model_dir = save_model(bench.model, workdir / "model")
+        # the server loads exactly the model the expected partials come from
+        model_dir = Path(model_path) if model_path else save_model(bench.model, workdir / "model")
         config = EngineConfig(max_batch_size=top, max_num_blocks=top * chunks,
                               max_wait_time_s=math.inf, idle_timeout_s=math.inf,
                               max_session_s=math.inf, max_pending_audio_s=math.inf)
