@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -127,7 +128,9 @@ class EngineConfig:
         from oasr.engine.memory import derive_num_blocks
 
         heads = model_config.attention_heads
-        geometry = dict(
+        # the block count is a placeholder until it is known (derive_num_blocks ignores it)
+        ceiling = self.max_batch_size * self.max_blocks_per_seq
+        geometry = CacheConfig(
             num_layers=model_config.num_blocks,
             n_kv_head=heads,
             head_dim=model_config.output_size // heads,
@@ -136,12 +139,13 @@ class EngineConfig:
             chunk_size=self.chunk_size,
             num_left_chunks=self.num_left_chunks,
             block_size_frames=self.resolved_block_size,
+            max_num_blocks=self.max_num_blocks or ceiling,
             max_blocks_per_seq=self.max_blocks_per_seq,
             max_batch_size=self.max_batch_size,
             device=device,
             dtype=dtype,
         )
-        num_blocks = self.max_num_blocks
-        if num_blocks is None:
-            num_blocks = derive_num_blocks(CacheConfig(**geometry), self.kv_memory_fraction)
-        return CacheConfig(**geometry, max_num_blocks=num_blocks)
+        if self.max_num_blocks is not None:
+            return geometry
+        num_blocks = derive_num_blocks(geometry, self.kv_memory_fraction)
+        return dataclasses.replace(geometry, max_num_blocks=num_blocks)

@@ -119,9 +119,10 @@ class ASREngine:
         if isinstance(command, SecondPassDone):
             self._on_second_pass(command)
             return
-        request = self.requests.get(command.stream_id)
-        if request is None:
+        live = self.requests.get(command.stream_id)
+        if live is None:
             return  # the stream already finished; late commands are dropped
+        request = live
         if isinstance(command, AppendAudio):
             self._append_audio(request, command, now)
         elif isinstance(command, EndStream):

