@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-train", type=int, default=10000, help="train utterances")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--train-hours", type=float, default=2.0, help="<= 0: until killed")
-    parser.add_argument("--total-steps", type=int, default=2200)
+    parser.add_argument("--total-steps", type=int, default=20000)
     parser.add_argument("--model-out", type=Path, default=DEFAULT_MODEL_DIR)
     args = parser.parse_args(argv)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]

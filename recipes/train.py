@@ -48,17 +48,17 @@ def default_model_config() -> ConformerConfig:
 class TrainConfig:
     """Optimisation and bookkeeping settings (recorded in every checkpoint)."""
 
-    max_frames: int = 5000  # padded fbank frames per batch
-    peak_lr: float = 1.5e-3
-    warmup_steps: int = 400
-    total_steps: int = 2200
+    max_frames: int = 3000  # padded fbank frames per batch
+    peak_lr: float = 1e-3
+    warmup_steps: int = 100
+    total_steps: int = 20000  # long cosine: training continues across sessions
     # bfloat16 autocast runs a step ~1.4x faster on CPU; float32 is the default because the
     # runs that used it sat longer on the CTC blank plateau (not a controlled comparison).
     bf16: bool = False
     # Curriculum: the first ``clean_steps`` updates use only un-augmented utterances, full
     # context and no SpecAugment. From scratch on the full augmented mix with dynamic chunks the
     # model sat on the CTC blank plateau for 2000+ steps; on the clean subset it left it in ~250.
-    clean_steps: int = 1500
+    clean_steps: int = 5000
     final_lr_ratio: float = 0.05
     weight_decay: float = 0.01
     grad_clip: float = 5.0
