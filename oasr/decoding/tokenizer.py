@@ -116,7 +116,29 @@ class _UnitTable:
         return self.unk_id
 
 
-class CharTokenizer:
+class _UnitTableTokenizer:
+    """What every tokenizer over a WeNet unit table shares: the table and its facts."""
+
+    _table: _UnitTable
+
+    def write_units(self, units_path: str | Path) -> None:
+        """Write this vocabulary as ``units.txt``."""
+        write_units(self.units, units_path)
+
+    @property
+    def units(self) -> list[str]:
+        return list(self._table.units)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._table.vocab_size
+
+    @property
+    def blank_id(self) -> int:
+        return self._table.blank_id
+
+
+class CharTokenizer(_UnitTableTokenizer):
     """Character units: each character of the text is one token.
 
     Spaces in the text become the word-boundary unit ("▁" if the units have it, else
@@ -143,22 +165,6 @@ class CharTokenizer:
     def from_file(cls, units_path: str | Path) -> CharTokenizer:
         """Build from a WeNet ``units.txt``."""
         return cls(read_units(units_path))
-
-    def write_units(self, units_path: str | Path) -> None:
-        """Write this vocabulary as ``units.txt``."""
-        write_units(self.units, units_path)
-
-    @property
-    def units(self) -> list[str]:
-        return list(self._table.units)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._table.vocab_size
-
-    @property
-    def blank_id(self) -> int:
-        return self._table.blank_id
 
     def encode(self, text: str, strict: bool = False) -> list[int]:
         """Text -> token ids. Runs of whitespace are one boundary; leading/trailing dropped.
@@ -187,7 +193,7 @@ class CharTokenizer:
         return _SPACES.sub(" ", "".join(pieces)).strip()
 
 
-class BpeTokenizer:
+class BpeTokenizer(_UnitTableTokenizer):
     """Sentencepiece BPE units (WeNet English models): the units.txt ids, sentencepiece's pieces.
 
     The model's output ids are the units.txt ids, which differ from the sentencepiece model's
@@ -206,21 +212,6 @@ class BpeTokenizer:
     @classmethod
     def from_file(cls, units_path: str | Path, bpe_model: str | Path) -> BpeTokenizer:
         return cls(read_units(units_path), bpe_model)
-
-    def write_units(self, units_path: str | Path) -> None:
-        write_units(self.units, units_path)
-
-    @property
-    def units(self) -> list[str]:
-        return list(self._table.units)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._table.vocab_size
-
-    @property
-    def blank_id(self) -> int:
-        return self._table.blank_id
 
     def encode(self, text: str, strict: bool = False) -> list[int]:
         """Text -> unit ids through sentencepiece pieces (unknown pieces -> ``<unk>``).
