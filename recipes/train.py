@@ -27,21 +27,16 @@ import torch
 
 from oasr.decoding.tokenizer import CharTokenizer
 from oasr.models import AsrModel, ConformerConfig, load_cmvn, load_model
+from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
 from recipes.data import FeatureSet, SpecAugmentConfig
 from recipes.wer import ErrorCounts, decode_batch
 
-UNITS = ["<blank>", "<unk>", "'", *[chr(c) for c in range(ord("a"), ord("z") + 1)], "\u2581",
-         "<sos/eos>"]
+UNITS = list(BUNDLED_UNITS)
 
 
 def default_model_config() -> ConformerConfig:
-    """The bundled model's architecture: small enough to serve many streams on CPU."""
-    return ConformerConfig(
-        input_dim=80, vocab_size=len(UNITS), output_size=144, attention_heads=4,
-        linear_units=576, num_blocks=6, dropout_rate=0.0, positional_dropout_rate=0.0,
-        attention_dropout_rate=0.0, cnn_module_kernel=15, causal=True,
-        cnn_module_norm="layer_norm", use_dynamic_chunk=True, use_dynamic_left_chunk=True,
-    )
+    """The bundled model's architecture (``oasr.models.bundled``)."""
+    return bundled_architecture()
 
 
 @dataclass(frozen=True)

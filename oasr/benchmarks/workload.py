@@ -17,25 +17,12 @@ import torch
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.models import AsrModel, ConformerConfig, load_model
+from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 
 AUDIO_DIR_ENV = "OASR_BENCH_AUDIO"
 CHUNK_SECONDS_PER_FRAME = 0.04  # one encoder frame: 4x subsampling of 10 ms fbank frames
 # The bundled model's units (recipes/train.py UNITS): blank, unk, apostrophe, a-z, word marker.
-BUNDLED_UNITS = ("<blank>", "<unk>", "'", *(chr(c) for c in range(ord("a"), ord("z") + 1)),
-                 "\u2581", "<sos/eos>")
-
-
-def bundled_architecture() -> ConformerConfig:
-    """The bundled model's architecture, as ``recipes/train.py`` ``default_model_config``."""
-    return ConformerConfig(
-        input_dim=80, vocab_size=len(BUNDLED_UNITS), output_size=144, attention_heads=4,
-        linear_units=576, num_blocks=6, dropout_rate=0.0, positional_dropout_rate=0.0,
-        attention_dropout_rate=0.0, cnn_module_kernel=15, causal=True,
-        cnn_module_norm="layer_norm", use_dynamic_chunk=True, use_dynamic_left_chunk=True,
-    )
-
-
 def tiny_architecture() -> ConformerConfig:
     """A 2-block, 32-wide model: for tests of the benchmark machinery, never for numbers."""
     return ConformerConfig(
