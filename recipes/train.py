@@ -279,12 +279,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-lr", type=float, default=TrainConfig.peak_lr)
     parser.add_argument("--warmup-steps", type=int, default=TrainConfig.warmup_steps)
     parser.add_argument("--clean-steps", type=int, default=TrainConfig.clean_steps)
+    parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument("--from-scratch", action="store_true",
                         help="without latest.pt, do not warm-start from the bundled model")
     args = parser.parse_args(argv)
     cfg = TrainConfig(total_steps=args.total_steps, max_frames=args.max_frames,
                       peak_lr=args.peak_lr, warmup_steps=args.warmup_steps,
-                      clean_steps=args.clean_steps,
+                      clean_steps=args.clean_steps, seed=args.seed,
                       ckpt_interval_s=args.ckpt_interval, bf16=args.bf16,
                       num_threads=args.threads)
     run(args.data, args.ckpt, cfg, args.max_hours, warm_start=not args.from_scratch)
