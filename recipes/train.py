@@ -59,7 +59,7 @@ class TrainConfig:
     grad_clip: float = 5.0
     ckpt_interval_s: float = 600.0
     num_valid_utts: int = 120
-    seed: int = 777
+    seed: int = 0  # seed 777 stayed on the CTC plateau 1,671 steps; seed 0 left it by step 492
     # One intra-op thread: on a shared, oversubscribed 2-core machine two OpenMP threads ran a
     # step 5-10x slower than one (threads wait at barriers for a preempted peer).
     num_threads: int = 1
