@@ -12,7 +12,13 @@ import threading
 import time
 from typing import Any
 
-from oasr.audio import ChunkGeometry, ChunkWindower, FeatureWindow, StreamingFbank
+from oasr.audio import (
+    MODEL_SAMPLE_RATE,
+    ChunkGeometry,
+    ChunkWindower,
+    FeatureWindow,
+    StreamingFbank,
+)
 from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import EventType, FinishReason, StreamEvent
@@ -112,7 +118,7 @@ class ASREngine:
                               StreamingFbank(), ChunkWindower(self._geometry), last_audio_at=now)
             if self.finals.worker is not None:
                 request.audio = SegmentAudio(
-                    int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * 16000))
+                    int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
             self.requests[command.stream_id] = request
             self.scheduler.add(request)
             return
@@ -138,7 +144,7 @@ class ASREngine:
             request.audio.append(command.samples)
         request.num_samples_received += len(command.samples)
         request.last_audio_at = now
-        pending_s = request.num_pending_samples / 16000 + request.fbank.num_frames_retained / 100
+        pending_s = request.num_pending_samples / MODEL_SAMPLE_RATE + request.fbank.num_frames_retained / 100
         if pending_s > self.config.max_pending_audio_s:
             self._fail(request.stream_id, "too_much_audio",
                        f"{pending_s:.1f} s of audio queued and not yet decoded "
@@ -162,7 +168,7 @@ class ASREngine:
         request.slot = self.resources.open_stream(stream_id)
         request.admitted_at = now
         request.transition(RequestStatus.RUNNING)
-        chunk_ms = self.config.chunk_size * 40
+        chunk_ms = round(self.config.chunk_size * FRAME_SHIFT_S * 1000)
         request.emit(StreamEvent(EventType.READY, stream_id, chunk_ms=chunk_ms))
 
     def _refuse_busy(self, stream_id: int) -> None:

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
 from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.request import PendingFinal, Request
@@ -116,7 +117,7 @@ class FinalPublisher:
         """The current segment's samples (a copy), or None if it is too long or not held."""
         start = request.segment_start_frame * SAMPLES_PER_FRAME
         end = request.num_frames_decoded * SAMPLES_PER_FRAME + RIGHT_CONTEXT_SAMPLES
-        if (end - start) / 16000 > MAX_SEGMENT_S:
+        if (end - start) / MODEL_SAMPLE_RATE > MAX_SEGMENT_S:
             return None
         audio = request.audio.slice(start, end)
         return audio.copy() if audio is not None and audio.size else None

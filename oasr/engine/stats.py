@@ -11,7 +11,9 @@ import collections
 import time
 from typing import TYPE_CHECKING, Any
 
+from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.events import FinishReason
+from oasr.engine.finals import FRAME_SHIFT_S
 from oasr.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -126,7 +128,7 @@ class EngineStats:
             "uptime_s": round(now - self.started_at, 1),
             "model": {
                 "name": res.config.model or "bundled default",
-                "chunk_ms": cfg.chunk_size * 40,
+                "chunk_ms": round(cfg.chunk_size * FRAME_SHIFT_S * 1000),
                 "device": str(cfg.device),
                 "num_left_chunks": cfg.num_left_chunks,
             },
@@ -146,8 +148,8 @@ class EngineStats:
         }
 
     def _stream_entry(self, request: Request, now: float) -> dict[str, Any]:
-        received_s = request.num_samples_received / 16000
-        decoded_s = request.num_frames_decoded * 0.04
+        received_s = request.num_samples_received / MODEL_SAMPLE_RATE
+        decoded_s = request.num_frames_decoded * FRAME_SHIFT_S
         return {
             "stream_id": request.stream_id,
             "slot": request.slot,
