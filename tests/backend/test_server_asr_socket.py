@@ -161,9 +161,9 @@ def test_malformed_or_unknown_messages_are_refused(client: TestClient, text: str
 
 def test_audio_after_end_is_refused(client: TestClient) -> None:
     with client.websocket_connect("/ws/asr") as ws:
-        ws.send_json({"type": "start"})
-        ws.send_bytes(synthetic_pcm(0.2))
-        ws.send_json({"type": "end"})
+        # 10 s of audio before the end keeps the engine busy for ~16 chunk steps, so the
+        # trailing frame is read (and refused) before the stream's own done could be sent.
+        stream_file(ws, synthetic_pcm(10.0), {"type": "start"})
         ws.send_bytes(synthetic_pcm(0.2))
         assert "audio after end" in assert_refused(ws, "bad_request", 1008)
     wait_until(lambda: pool_is_full(client), what="pool back to full")
