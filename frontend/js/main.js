@@ -50,8 +50,11 @@ function finish(message, kind) {
   if (!active) return;
   const current = active;
   active = null;
-  current.stopSource().catch(() => {});
   ui.meter.style.width = "0%";
+  // level callbacks already queued by the capture worklet may land while the source stops
+  current.stopSource().catch(() => {}).finally(() => {
+    if (!active) ui.meter.style.width = "0%";
+  });
   panel.setMyStream(null);
   setBusy(null);
   if (message) setStatus(message, kind);
@@ -96,7 +99,10 @@ async function startMicRun() {
   try {
     const mic = await startMic({
       onFrame: (pcm) => stream && stream.sendAudio(pcm),
-      onLevel: (peak) => { ui.meter.style.width = `${Math.min(100, peak * 140)}%`; },
+      onLevel: (peak) => {
+        if (!active || active.kind !== "mic" || active.stream !== stream) return;
+        ui.meter.style.width = `${Math.min(100, peak * 140)}%`;
+      },
     });
     stream = openStream(mic.sampleRate, `mic (${mic.sampleRate} Hz)`, "Listening");
     active = { kind: "mic", stream, stopSource: mic.stop, ending: false };

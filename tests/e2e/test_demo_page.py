@@ -213,6 +213,9 @@ def test_full_server_refuses_the_page(open_page: OpenPage, demo_server: Any,
         assert "busy" in status, status
         assert "busy" in page.page.locator("#transcript .note.error").last.inner_text()
         assert page.page.get_attribute("#mic", "aria-pressed") == "false"
+        page.page.wait_for_timeout(500)  # level callbacks still queued when the mic stopped
+        meter = page.page.eval_on_selector("[data-meter]", "el => el.style.width")
+        assert meter in ("", "0%"), f"the level meter stays lit after the refusal: {meter}"
     assert demo_server.stats()["num_refused"] == refused_before + 1
 
 
