@@ -1,0 +1,138 @@
+"""The causal log-mel frontend of the Whisper-CTC model (training and serving share it).
+
+Definition (16 kHz audio): frame i is the 400-point periodic-Hann power spectrum of samples
+[160 i - 200, 160 i + 200) of the stream (zeros before sample 0), so frame i is complete once
+160 i + 200 samples have arrived; Whisper's Slaney mel filterbank; ``log10(max(mel, 1e-10))``;
+floored at (the running maximum of this stream's log-mel values so far, this frame included)
+minus 8; then ``(x + 4) / 4``. Unlike Whisper's own frontend, no frame depends on later audio:
+the floor uses a running maximum instead of the utterance's maximum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oasr.models.whisper.frontend import mel_filterbank
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP = 160
+HALF = N_FFT // 2
+LOG_FLOOR = 1e-10
+DYNAMIC_RANGE = 8.0
+
+
+def _hann(n: int) -> np.ndarray:
+    """Periodic Hann window of length n (float64)."""
+    return 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n) / n)
+
+
+class _Spectra:
+    """Constants shared by every frame: window and filterbank."""
+
+    def __init__(self, n_mels: int) -> None:
+        self.window = _hann(N_FFT)  # (400,)
+        self.filters = mel_filterbank(n_mels).numpy().astype(np.float64)  # (n_mels, 201)
+
+    def log_mel(self, frames: np.ndarray) -> np.ndarray:
+        """(F, 400) windows of samples -> (F, n_mels) float64 log10 mel, before the floor."""
+        spec = np.fft.rfft(frames * self.window, n=N_FFT, axis=-1)  # (F, 201)
+        power = spec.real ** 2 + spec.imag ** 2
+        mel = power @ self.filters.T  # (F, n_mels)
+        return np.log10(np.maximum(mel, LOG_FLOOR))
+
+
+def _frame_windows(samples: np.ndarray, first: int, count: int, start: int) -> np.ndarray:
+    """Windows of frames first..first+count-1 from ``samples`` that begin at stream sample
+    ``start`` (zeros where a window reaches outside them). Returns (count, 400) float64."""
+    out = np.zeros((count, N_FFT))
+    for k in range(count):
+        lo = HOP * (first + k) - HALF - start
+        src_lo, src_hi = max(lo, 0), min(lo + N_FFT, len(samples))
+        if src_hi > src_lo:
+            out[k, src_lo - lo:src_hi - lo] = samples[src_lo:src_hi]
+    return out
+
+
+def _apply_floor(log_mel: np.ndarray, running_max: float) -> tuple[np.ndarray, float]:
+    """Floor each frame at (running max incl. that frame) - 8 and rescale.
+
+    Returns ((F, n_mels) float32 features, the new running maximum).
+    """
+    frame_max = np.maximum.accumulate(log_mel.max(axis=1)) if len(log_mel) else log_mel[:, 0]
+    peaks = np.maximum(frame_max, running_max)  # (F,)
+    floored = np.maximum(log_mel, peaks[:, None] - DYNAMIC_RANGE)
+    new_max = float(peaks[-1]) if len(peaks) else running_max
+    return ((floored + 4.0) / 4.0).astype(np.float32), new_max
+
+
+class CausalLogMel:
+    """One stream's incremental log-mel extractor.
+
+    Invariant: ``_buffer`` holds the stream's samples from ``_buffer_start`` on, enough to
+    compute every frame from ``_next_frame`` on; ``_running_max`` is the maximum log-mel value of
+    frames 0.._next_frame-1. Pieces of any size give the same frames as one call.
+    """
+
+    def __init__(self, n_mels: int = 80) -> None:
+        self.n_mels = n_mels
+        self._spectra = _Spectra(n_mels)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new stream: no samples, no frames, no running maximum."""
+        self._buffer = np.zeros(0, dtype=np.float64)
+        self._buffer_start = 0  # stream index of _buffer[0]
+        self._num_samples = 0
+        self._next_frame = 0
+        self._running_max = -np.inf
+
+    @property
+    def num_frames(self) -> int:
+        """Frames emitted since the last reset."""
+        return self._next_frame
+
+    def accept(self, samples: np.ndarray) -> np.ndarray:
+        """Append samples (N,) float32 in [-1, 1]; returns the (F, n_mels) frames they complete."""
+        samples = np.asarray(samples, dtype=np.float64).reshape(-1)
+        self._buffer = np.concatenate([self._buffer, samples])
+        self._num_samples += len(samples)
+        ready = max(0, (self._num_samples - HALF) // HOP + 1)  # frames i with 160 i + 200 <= n
+        return self._emit(ready)
+
+    def flush(self) -> np.ndarray:
+        """Complete the stream: frames whose window reaches past the end (zeros after it).
+
+        The stream of N samples has N // 160 + 1 frames in all (frame i centred on 160 i).
+        """
+        total = self._num_samples // HOP + 1 if self._num_samples else 0
+        return self._emit(total)
+
+    def _emit(self, until: int) -> np.ndarray:
+        count = until - self._next_frame
+        if count <= 0:
+            return np.zeros((0, self.n_mels), dtype=np.float32)
+        windows = _frame_windows(self._buffer, self._next_frame, count, self._buffer_start)
+        feats, self._running_max = _apply_floor(self._spectra.log_mel(windows), self._running_max)
+        self._next_frame = until
+        keep_from = max(HOP * until - HALF, 0)  # first sample the next frame needs
+        drop = keep_from - self._buffer_start
+        if drop > 0:
+            self._buffer = self._buffer[drop:]
+            self._buffer_start = keep_from
+        return feats
+
+
+def causal_log_mel(samples: np.ndarray, n_mels: int = 80) -> np.ndarray:
+    """The whole utterance at once: (N,) float32 samples -> (N // 160 + 1, n_mels) float32,
+    equal to feeding ``CausalLogMel`` in any pieces then ``flush()``."""
+    samples = np.asarray(samples, dtype=np.float64).reshape(-1)
+    if len(samples) == 0:
+        return np.zeros((0, n_mels), dtype=np.float32)
+    spectra = _Spectra(n_mels)
+    num_frames = len(samples) // HOP + 1
+    padded = np.concatenate([np.zeros(HALF), samples, np.zeros(N_FFT)])
+    idx = HOP * np.arange(num_frames)[:, None] + np.arange(N_FFT)[None, :]  # (F, 400)
+    log_mel = spectra.log_mel(padded[idx])
+    feats, _ = _apply_floor(log_mel, -np.inf)
+    return feats

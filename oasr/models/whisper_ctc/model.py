@@ -1,0 +1,130 @@
+"""The Whisper-encoder CTC model: Whisper's conv stem and Transformer blocks made chunk-causal,
+with a linear CTC head over oasr's character units.
+
+Causality: both convs are left-padded (2 zero frames each) instead of centred, and
+self-attention uses a chunk mask, so an encoder frame never depends on audio after the end of
+its chunk. The same weights therefore stream chunk by chunk (``streaming.py``) with the result of
+``forward`` on the whole utterance.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oasr.models.whisper.model import FeedForward
+from oasr.models.whisper_ctc.config import WhisperCtcConfig
+
+CONV_CONTEXT = 2  # left frames each conv needs (kernel 3, no right context)
+
+
+class WhisperCtcBlock(nn.Module):
+    """Pre-norm self-attention (fused QKV, plain scaled dot product) then feed-forward."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+        self.ffn = FeedForward(width)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, T, d), mask (B, 1, T, T) bool (True = may attend) -> (B, T, d)."""
+        batch, frames, width = x.shape
+        qkv = self.qkv(self.attn_norm(x)).view(batch, frames, 3, self.heads, -1)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, D)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
+        x = x + self.out(att.transpose(1, 2).reshape(batch, frames, width))
+        return x + self.ffn(x)
+
+
+def chunk_mask(lengths: torch.Tensor, frames: int, chunk_frames: int,
+               left_chunks: int = -1) -> torch.Tensor:
+    """The chunk-causal attention mask.
+
+    Frame t may attend to frame s iff s < its row's length, chunk(s) <= chunk(t) and
+    (left_chunks < 0 or chunk(s) >= chunk(t) - left_chunks), chunk(x) = x // chunk_frames;
+    chunk_frames <= 0 means full context. Every frame may also attend to itself, so padded
+    frames (whose outputs are ignored) never see an empty row.
+
+    Args:
+        lengths: (B,) valid encoder frames per row.
+        frames: T, the padded encoder length.
+    Returns:
+        (B, 1, T, T) bool.
+    """
+    pos = torch.arange(frames, device=lengths.device)
+    valid = pos[None, None, :] < lengths[:, None, None]  # (B, 1, T) over s
+    if chunk_frames > 0:
+        chunk = pos // chunk_frames
+        allowed = chunk[None, :] <= chunk[:, None]  # (T, T): [t, s]
+        if left_chunks >= 0:
+            allowed &= chunk[None, :] >= chunk[:, None] - left_chunks
+    else:
+        allowed = torch.ones(frames, frames, dtype=torch.bool, device=lengths.device)
+    mask = allowed[None] & valid  # (B, T, T)
+    mask |= torch.eye(frames, dtype=torch.bool, device=lengths.device)[None]
+    return mask[:, None]
+
+
+class WhisperCtcModel(nn.Module):
+    """Chunk-causal Whisper encoder + CTC head. Holds no stream state.
+
+    Attributes (the streaming path reads them): ``conv1``, ``conv2`` (causal, no built-in
+    padding), ``positions`` (max_positions, width), ``blocks``, ``norm``, ``ctc``, ``config``.
+    """
+
+    def __init__(self, config: WhisperCtcConfig | None = None) -> None:
+        super().__init__()
+        self.config = config = config or WhisperCtcConfig()
+        self.conv1 = nn.Conv1d(config.n_mels, config.width, 3)
+        self.conv2 = nn.Conv1d(config.width, config.width, 3, stride=2)
+        self.positions: torch.Tensor
+        self.register_buffer("positions", torch.zeros(config.max_positions, config.width))
+        self.blocks = nn.ModuleList(
+            WhisperCtcBlock(config.width, config.heads) for _ in range(config.layers)
+        )
+        self.norm = nn.LayerNorm(config.width)
+        self.ctc = nn.Linear(config.width, config.vocab_size)
+
+    def conv_stem(self, mel: torch.Tensor) -> torch.Tensor:
+        """(B, T, n_mels) log-mel, T even -> (B, T // 2, width) with zero left context."""
+        x = F.pad(mel.transpose(1, 2), (CONV_CONTEXT, 0))  # (B, n_mels, T + 2)
+        x = F.gelu(self.conv1(x))  # (B, d, T)
+        x = F.gelu(self.conv2(F.pad(x, (CONV_CONTEXT, 0))))  # (B, d, T // 2)
+        return x.transpose(1, 2)
+
+    def forward(self, mel: torch.Tensor, mel_lengths: torch.Tensor, chunk_frames: int,
+                left_chunks: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whole utterances under the chunk-causal mask.
+
+        Args:
+            mel: (B, T, n_mels) causal log-mel (an odd trailing frame is dropped).
+            mel_lengths: (B,) valid mel frames per row.
+            chunk_frames: encoder frames per chunk; <= 0 is full context.
+            left_chunks: chunks of history each chunk sees; < 0 is all.
+        Returns:
+            log_probs (B, T // 2, V) float32 and out_lengths (B,) = mel_lengths // 2.
+        Raises:
+            ValueError: T // 2 exceeds ``max_positions``.
+        """
+        frames = mel.size(1) // 2
+        if frames > self.config.max_positions:
+            raise ValueError(
+                f"{mel.size(1)} mel frames give {frames} encoder frames; the model has "
+                f"{self.config.max_positions} positions ({self.config.max_positions * 0.02:.0f} s):"
+                " split or reset the stream"
+            )
+        x = self.conv_stem(mel[:, : 2 * frames].to(self.conv1.weight.dtype))  # (B, T', d)
+        x = x + self.positions[:frames].to(x.dtype)
+        out_lengths = torch.div(mel_lengths, 2, rounding_mode="floor").to(torch.int64)
+        mask = chunk_mask(out_lengths.to(x.device), frames, chunk_frames, left_chunks)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.ctc_log_probs(x), out_lengths
+
+    def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Last block's output (B, T', width) -> CTC log-probabilities (B, T', V) float32."""
+        return F.log_softmax(self.ctc(self.norm(hidden)).float(), dim=-1)
