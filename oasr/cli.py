@@ -18,13 +18,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every command that builds an engine."""
     g = parser.add_argument_group("engine")
     g.add_argument("--model", default=None,
-                   help="model dir (oasr format or a WeNet experiment dir); default: bundled model")
+                   help="model dir (oasr format: Conformer-CTC or Whisper-CTC; or a WeNet "
+                   "experiment dir); default: bundled model")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     g.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16")
     g.add_argument("--max-batch-size", type=int, default=EngineConfig.max_batch_size,
                    help="streams decoded at once (stream slots)")
     g.add_argument("--chunk-size", type=int, default=EngineConfig.chunk_size,
-                   help="encoder frames per chunk (16 = 640 ms)")
+                   help="encoder frames per chunk; default: the model's trained chunk "
+                   "(640 ms: 16 Conformer frames, 32 Whisper-CTC frames)")
     g.add_argument("--num-left-chunks", type=int, default=EngineConfig.num_left_chunks,
                    help="attention history in chunks; -1 keeps everything")
     g.add_argument("--max-num-blocks", type=int, default=None,

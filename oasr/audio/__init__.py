@@ -1,8 +1,10 @@
 """Audio front end: client PCM decoding, resampling to 16 kHz, streaming fbank, chunk windows."""
 
+from oasr.audio.buffered import BufferedFeatures, IncrementalExtractor
 from oasr.audio.chunking import (
     ChunkGeometry,
     ChunkWindower,
+    FeatureSource,
     FeatureWindow,
     FrameSource,
     split_windows,
@@ -30,12 +32,15 @@ __all__ = [
     "PCM_FORMATS",
     "RESAMPLE_QUALITIES",
     "AudioFrontend",
+    "BufferedFeatures",
     "ChunkGeometry",
     "ChunkWindower",
     "FbankConfig",
+    "FeatureSource",
     "FeatureWindow",
     "FrameSource",
     "FrontendConfig",
+    "IncrementalExtractor",
     "PcmFormat",
     "StreamingFbank",
     "StreamingResampler",

@@ -112,6 +112,21 @@ class FrameSource(Protocol):
     def drop_frames_before(self, index: int) -> None: ...
 
 
+class FeatureSource(FrameSource, Protocol):
+    """One stream's feature extractor as the engine drives it: samples in, frames out.
+
+    `oasr.audio.fbank.StreamingFbank` (the Conformer's Kaldi fbank) and
+    `oasr.audio.buffered.BufferedFeatures` (e.g. the Whisper-CTC causal log-mel) are two.
+    """
+
+    @property
+    def num_frames_retained(self) -> int: ...
+
+    def accept_waveform(self, samples: np.ndarray) -> None: ...
+
+    def input_finished(self) -> None: ...
+
+
 class ChunkWindower:
     """Takes one stream's windows from its frame source, in order, each exactly once.
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
 from oasr.models import ConformerConfig
+
+if TYPE_CHECKING:
+    from oasr.engine.family import KVGeometry
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -23,13 +27,15 @@ class EngineConfig:
         device: "auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".
         dtype: "auto" (float32 on CPU, float16 on CUDA) or a name in float32/float16/bfloat16.
         max_batch_size: stream slots: streams running at once (others wait or are refused).
-        chunk_size: encoder frames per chunk (16 = 640 ms at 4x subsampling of 10 ms frames).
+        chunk_size: encoder frames per chunk; None = the model's trained chunk (640 ms: 16
+            Conformer frames of 40 ms, 32 Whisper-CTC frames of 20 ms).
         num_left_chunks: attention history in chunks; -1 keeps all (bounded by endpoint resets
             and the per-stream ceiling), >= 0 evicts older blocks.
-        block_size_frames: frames per K/V block; None = chunk_size (one block per chunk).
+        block_size_frames: frames per K/V block; None = the chunk size (one block per chunk).
         max_num_blocks: pool size; None derives it from free memory (see oasr.engine.memory).
         max_blocks_per_seq: width of a stream's block table: with unlimited history, the
-            per-stream ceiling (64 blocks of 16 frames = 41 s; endpoints reset it long before).
+            per-stream ceiling (64 blocks of a 640 ms chunk = 41 s; endpoints reset it long
+            before).
         kv_memory_fraction: share of available memory (RAM on CPU, free VRAM on CUDA) a derived
             pool may take.
         max_wait_time_s: how long a new stream may wait for a slot before it is refused "busy";
@@ -54,7 +60,7 @@ class EngineConfig:
     device: str = "auto"
     dtype: str = "auto"
     max_batch_size: int = 64
-    chunk_size: int = 16
+    chunk_size: int | None = None
     num_left_chunks: int = -1
     block_size_frames: int | None = None
     max_num_blocks: int | None = None
@@ -76,11 +82,12 @@ class EngineConfig:
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be auto or one of {sorted(_DTYPES)}, got {self.dtype!r}")
         for name in ("max_batch_size", "chunk_size", "max_blocks_per_seq"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.num_left_chunks < -1:
             raise ValueError(f"num_left_chunks must be -1 (all) or >= 0, got {self.num_left_chunks}")
-        if self.block_size_frames is not None and self.block_size_frames < self.chunk_size:
+        if (self.block_size_frames is not None and self.chunk_size is not None
+                and self.block_size_frames < self.chunk_size):
             raise ValueError(
                 f"block_size_frames {self.block_size_frames} < chunk_size {self.chunk_size}: "
                 f"raise block_size_frames (or leave it None to use chunk_size)"
@@ -115,30 +122,46 @@ class EngineConfig:
             return torch.float16 if device.type == "cuda" else torch.float32
         return _DTYPES[self.dtype]
 
-    @property
-    def resolved_block_size(self) -> int:
-        return self.block_size_frames if self.block_size_frames is not None else self.chunk_size
+    def resolve_chunk_size(self, model_default: int) -> int:
+        """``chunk_size``, or the model's trained chunk when it is None."""
+        return self.chunk_size if self.chunk_size is not None else model_default
 
-    def build_cache_config(self, model_config: ConformerConfig, device: torch.device,
-                           dtype: torch.dtype) -> CacheConfig:
-        """The cache geometry for ``model_config`` under this config, pool size included.
+    def build_cache_config(self, geometry: KVGeometry | ConformerConfig, device: torch.device,
+                           dtype: torch.dtype, chunk_size: int | None = None) -> CacheConfig:
+        """The cache geometry for a model under this config, pool size included.
 
+        Args:
+            geometry: the model family's `KVGeometry` (a ConformerConfig is converted).
+            chunk_size: the resolved chunk size; None takes ``self.chunk_size``, else 16.
         ``max_num_blocks=None`` is derived by `oasr.engine.memory.derive_num_blocks`.
+        Raises:
+            ValueError: ``block_size_frames`` smaller than the chunk.
         """
+        from oasr.engine.family import KVGeometry
         from oasr.engine.memory import derive_num_blocks
 
-        heads = model_config.attention_heads
+        if isinstance(geometry, ConformerConfig):
+            geometry = KVGeometry(
+                num_layers=geometry.num_blocks, n_kv_head=geometry.attention_heads,
+                head_dim=geometry.output_size // geometry.attention_heads,
+                hidden_dim=geometry.output_size, kernel_size=geometry.cnn_module_kernel)
+        chunk = chunk_size if chunk_size is not None else self.resolve_chunk_size(16)
+        block = self.block_size_frames if self.block_size_frames is not None else chunk
+        if block < chunk:
+            raise ValueError(
+                f"block_size_frames {block} < chunk_size {chunk}: raise block_size_frames (or "
+                "leave it None to use the chunk size)")
         # the block count is a placeholder until it is known (derive_num_blocks ignores it)
         ceiling = self.max_batch_size * self.max_blocks_per_seq
-        geometry = CacheConfig(
-            num_layers=model_config.num_blocks,
-            n_kv_head=heads,
-            head_dim=model_config.output_size // heads,
-            hidden_dim=model_config.output_size,
-            kernel_size=model_config.cnn_module_kernel,
-            chunk_size=self.chunk_size,
+        cache_config = CacheConfig(
+            num_layers=geometry.num_layers,
+            n_kv_head=geometry.n_kv_head,
+            head_dim=geometry.head_dim,
+            hidden_dim=geometry.hidden_dim,
+            kernel_size=geometry.kernel_size,
+            chunk_size=chunk,
             num_left_chunks=self.num_left_chunks,
-            block_size_frames=self.resolved_block_size,
+            block_size_frames=block,
             max_num_blocks=self.max_num_blocks or ceiling,
             max_blocks_per_seq=self.max_blocks_per_seq,
             max_batch_size=self.max_batch_size,
@@ -146,6 +169,6 @@ class EngineConfig:
             dtype=dtype,
         )
         if self.max_num_blocks is not None:
-            return geometry
-        num_blocks = derive_num_blocks(geometry, self.kv_memory_fraction)
-        return dataclasses.replace(geometry, max_num_blocks=num_blocks)
+            return cache_config
+        num_blocks = derive_num_blocks(cache_config, self.kv_memory_fraction)
+        return dataclasses.replace(cache_config, max_num_blocks=num_blocks)

@@ -1,6 +1,8 @@
 """ASREngine: many live streams, one batched paged encoder call per step (DESIGN §3).
 
-Single-threaded core: `submit` is the only method other threads may call; everything else runs
+The model is reached through its family (`oasr.engine.family`): features, chunk windows,
+frame timing and the position limit are the family's, so the same step serves the Conformer
+and Whisper-CTC. Single-threaded core: `submit` is the only method other threads may call; everything else runs
 on the thread that calls `step` (the engine thread, or a test / `oasr transcribe` driving it).
 """
 
@@ -12,17 +14,12 @@ import threading
 import time
 from typing import Any
 
-from oasr.audio import (
-    MODEL_SAMPLE_RATE,
-    ChunkGeometry,
-    ChunkWindower,
-    FeatureWindow,
-    StreamingFbank,
-)
+from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow
 from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import EventType, FinishReason, StreamEvent
-from oasr.engine.finals import FRAME_SHIFT_S, SAMPLES_PER_FRAME, FinalPublisher
+from oasr.engine.family import FEATURE_SHIFT_S
+from oasr.engine.finals import FinalPublisher
 from oasr.engine.model_runner import BatchPlan, StepOutput
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
@@ -33,6 +30,7 @@ from oasr.engine.streams import ChunkResult, StreamResources
 logger = logging.getLogger(__name__)
 
 SEGMENT_AUDIO_MARGIN_S = 5.0  # audio kept beyond the second pass's window
+MAX_LENGTH_REASON = "max_length"  # a segment ended at the model's position limit
 
 
 class ASREngine:
@@ -53,11 +51,12 @@ class ASREngine:
         if config.second_pass == "whisper":
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device)
-        self.finals = FinalPublisher(worker)
+        self.family = self.resources.family
+        self.finals = FinalPublisher(worker, self.family.timing)
         self.stats = EngineStats(self.resources, self.finals)
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
-        self._geometry = ChunkGeometry(chunk_size=config.chunk_size)
+        self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
         self.stats.refresh(self.requests, self.scheduler)
 
     # -- thread-safe entry points ---------------------------------------------------------------
@@ -98,6 +97,8 @@ class ASREngine:
             self._finish(stream_id, FinishReason.TIMEOUT)
         for stream_id in plan.finish:
             self._finish(stream_id, FinishReason.STOP)
+        for stream_id in plan.run:
+            self._reset_at_position_limit(self.requests[stream_id])
         cohort = [s for s in plan.run if not self._stop_at_capacity(s)]
         audio_s = self._run_cohort(cohort) if cohort else 0.0
         self.stats.record_step(time.perf_counter() - started, len(cohort), audio_s,
@@ -114,8 +115,8 @@ class ASREngine:
 
     def _apply(self, command: Command, now: float) -> None:
         if isinstance(command, OpenStream):
-            request = Request(command.stream_id, command.sink, now,
-                              StreamingFbank(), ChunkWindower(self._geometry), last_audio_at=now)
+            request = Request(command.stream_id, command.sink, now, self.family.new_features(),
+                              ChunkWindower(self._geometry), last_audio_at=now)
             if self.finals.worker is not None:
                 request.audio = SegmentAudio(
                     int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
@@ -144,7 +145,8 @@ class ASREngine:
             request.audio.append(command.samples)
         request.num_samples_received += len(command.samples)
         request.last_audio_at = now
-        pending_s = request.num_pending_samples / MODEL_SAMPLE_RATE + request.fbank.num_frames_retained / 100
+        pending_s = (request.num_pending_samples / MODEL_SAMPLE_RATE
+                     + request.features.num_frames_retained * FEATURE_SHIFT_S)
         if pending_s > self.config.max_pending_audio_s:
             self._fail(request.stream_id, "too_much_audio",
                        f"{pending_s:.1f} s of audio queued and not yet decoded "
@@ -155,9 +157,9 @@ class ASREngine:
             try:
                 audio = request.take_pending_audio()
                 if audio is not None:
-                    request.fbank.accept_waveform(audio)
-                if request.input_ended and not request.fbank.is_finished:
-                    request.fbank.input_finished()
+                    request.features.accept_waveform(audio)
+                if request.input_ended and not request.features.is_finished:
+                    request.features.input_finished()
             except Exception as exc:  # one stream's bad state must not stop the others
                 logger.exception("feature extraction failed for stream %d", stream_id)
                 self._fail(stream_id, "bad_audio", f"feature extraction failed: {exc}")
@@ -168,7 +170,7 @@ class ASREngine:
         request.slot = self.resources.open_stream(stream_id)
         request.admitted_at = now
         request.transition(RequestStatus.RUNNING)
-        chunk_ms = round(self.config.chunk_size * FRAME_SHIFT_S * 1000)
+        chunk_ms = round(self.resources.chunk_size * self.family.timing.frame_shift_s * 1000)
         request.emit(StreamEvent(EventType.READY, stream_id, chunk_ms=chunk_ms))
 
     def _refuse_busy(self, stream_id: int) -> None:
@@ -247,7 +249,7 @@ class ASREngine:
         plan = BatchPlan(
             stream_ids=cohort,
             slots=[r.slot for r in requests],  # type: ignore[misc]
-            windows=[r.windower.pop_window(r.fbank) for r in requests],  # type: ignore[misc]
+            windows=[r.windower.pop_window(r.features) for r in requests],  # type: ignore[misc]
             offsets=[r.offset for r in requests],
         )
         self.resources.runner.prepare(plan)
@@ -258,7 +260,7 @@ class ASREngine:
         results = self.resources.decode(plan.stream_ids, output)
         for stream_id, window, result in zip(plan.stream_ids, plan.windows, results, strict=True):
             self._after_chunk(self.requests[stream_id], window, result)
-        return sum(plan.num_output_frames) * FRAME_SHIFT_S
+        return sum(plan.num_output_frames) * self.family.timing.frame_shift_s
 
     def _forward_isolating_failures(self, plan: BatchPlan) -> tuple[BatchPlan, StepOutput]:
         """One batched forward; if it fails, each row alone, so only the bad stream ends.
@@ -291,12 +293,26 @@ class ASREngine:
                                      segment=request.segment, text=text))
         rule = result.endpoint_rule
         if rule is not None and not window.is_last:
-            self._emit_final(request, "endpoint")
-            self.resources.reset_stream(request.stream_id)
-            request.offset = 0
-            request.segment_start_frame = request.num_frames_decoded
-            request.audio.discard_before(request.segment_start_frame * SAMPLES_PER_FRAME)
+            self._end_segment(request, "endpoint")
             self.stats.count_endpoint(rule)
+
+    def _reset_at_position_limit(self, request: Request) -> None:
+        """End the segment before a chunk would pass the model's last position (Whisper-CTC:
+        1500 frames = 30 s); the stream goes on from position 0 with no audio lost."""
+        limit = self.family.max_positions
+        if limit is None or request.offset + self.resources.chunk_size <= limit:
+            return
+        self._end_segment(request, MAX_LENGTH_REASON)
+        self.stats.count_endpoint(MAX_LENGTH_REASON)
+
+    def _end_segment(self, request: Request, reason: str) -> None:
+        """Publish the segment's final and start the stream's history over in place."""
+        self._emit_final(request, reason)
+        self.resources.reset_stream(request.stream_id)
+        request.offset = 0
+        request.segment_start_frame = request.num_frames_decoded
+        request.audio.discard_before(
+            request.segment_start_frame * self.family.timing.samples_per_frame)
 
     def _emit_final(self, request: Request, reason: str) -> None:
         request.last_partial = ""

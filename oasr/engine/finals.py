@@ -15,12 +15,10 @@ import numpy as np
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
 from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.family import FrameTiming
 from oasr.engine.request import PendingFinal, Request
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 
-FRAME_SHIFT_S = 0.04  # one encoder frame: 4x subsampling of 10 ms fbank frames
-SAMPLES_PER_FRAME = 640  # 16 kHz samples per encoder frame
-RIGHT_CONTEXT_SAMPLES = 400  # the conv stem looks 6 fbank frames (+ one window) ahead
 VOICE_RMS = 10 ** (-45 / 20)  # -45 dBFS: quieter segments are silence, not worth a second pass
 
 
@@ -32,13 +30,15 @@ def has_voice(audio: np.ndarray) -> bool:
 class FinalPublisher:
     """Turns a finished segment into its final event, through the second pass when it is on.
 
-    Counters (for stats): ``num_second_pass`` finals that carry Whisper's text,
+    Times come from encoder frames through the model family's ``timing`` (40 ms Conformer
+    frames, 20 ms Whisper-CTC frames). Counters (for stats): ``num_second_pass`` finals that carry Whisper's text,
     ``num_first_pass`` finals that kept the CTC text (second pass off, backlog full, segment
     too long, or Whisper failed), ``second_pass_seconds`` summed latency.
     """
 
-    def __init__(self, worker: SecondPassWorker | None) -> None:
+    def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming) -> None:
         self.worker = worker
+        self.timing = timing
         self._job_ids = itertools.count(1)
         self.num_second_pass = 0
         self.num_first_pass = 0
@@ -58,14 +58,14 @@ class FinalPublisher:
         if audio is None and not hyp.text:
             return
         base = request.segment_start_frame
+        shift = self.timing.frame_shift_s
         first = base + (hyp.timestamps[0] if hyp.timestamps else 0)
         last = base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)
         event = StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
-                            text=hyp.text, start=first * FRAME_SHIFT_S,
-                            end=max(last, first) * FRAME_SHIFT_S, reason=reason, source="ctc")
+                            text=hyp.text, start=first * shift, end=max(last, first) * shift,
+                            reason=reason, source="ctc")
         if not hyp.timestamps:  # nothing decoded: the segment's own span
-            event = replace(event, start=base * FRAME_SHIFT_S,
-                            end=request.num_frames_decoded * FRAME_SHIFT_S)
+            event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         if audio is not None and self.worker is not None:
             job = SecondPassJob(next(self._job_ids), request.stream_id, request.segment, audio,
                                 time.monotonic())
@@ -115,8 +115,9 @@ class FinalPublisher:
 
     def _segment_audio(self, request: Request) -> np.ndarray | None:
         """The current segment's samples (a copy), or None if it is too long or not held."""
-        start = request.segment_start_frame * SAMPLES_PER_FRAME
-        end = request.num_frames_decoded * SAMPLES_PER_FRAME + RIGHT_CONTEXT_SAMPLES
+        per_frame = self.timing.samples_per_frame
+        start = request.segment_start_frame * per_frame
+        end = request.num_frames_decoded * per_frame + self.timing.right_context_samples
         if (end - start) / MODEL_SAMPLE_RATE > MAX_SEGMENT_S:
             return None
         audio = request.audio.slice(start, end)

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from oasr.audio import FeatureWindow
-from oasr.cache import AttentionCacheManager, CnnCacheManager
-from oasr.models import AsrModel
+from oasr.cache import AttentionCacheManager, SlotStateCache
+from oasr.engine.family import ChunkBatch, ModelFamily
 
 
 @dataclass(frozen=True)
@@ -19,8 +19,8 @@ class BatchPlan:
 
     Attributes:
         stream_ids: (B,) stream of each row.
-        slots: (B,) the stream's slot (its row in the block table and the conv cache).
-        windows: each row's fbank window (rows may be shorter than the longest: a last chunk).
+        slots: (B,) the stream's slot (its row in the block table and the state tensors).
+        windows: each row's feature window (rows may be shorter than the longest: a last chunk).
         offsets: (B,) encoder frames each stream has seen since its last reset.
     """
 
@@ -68,18 +68,24 @@ class StepOutput:
 class ModelRunner:
     """Owns the model call: stacks windows, builds the paged views, runs, commits.
 
-    The three phases are separate so the engine can isolate a failing stream: `prepare`
-    allocates each row's block once; `forward` may be retried on sub-cohorts without allocating
-    again; `commit` records the frames of the rows that succeeded.
+    The model is reached only through its `ModelFamily`, so the same runner serves the
+    Conformer and Whisper-CTC. The three phases are separate so the engine can isolate a
+    failing stream: `prepare` allocates each row's block once; `forward` may be retried on
+    sub-cohorts without allocating again; `commit` records the frames of the rows that
+    succeeded.
     """
 
-    def __init__(self, model: AsrModel, attention: AttentionCacheManager,
-                 cnn: CnnCacheManager, device: torch.device, dtype: torch.dtype) -> None:
-        self.model = model
+    def __init__(self, family: ModelFamily, attention: AttentionCacheManager,
+                 states: SlotStateCache, device: torch.device, dtype: torch.dtype) -> None:
+        self.family = family
         self.attention = attention
-        self.cnn = cnn
+        self.states = states
         self.device = device
         self.dtype = dtype
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.family.model
 
     def prepare(self, plan: BatchPlan) -> None:
         """Allocate the blocks every row's chunk needs: one pool allocation for the cohort."""
@@ -87,17 +93,18 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, plan: BatchPlan) -> StepOutput:
-        """Run the encoder and CTC head on the cohort's windows in one call."""
+        """Run the encoder and CTC head on the cohort's windows in one call; the rows' new
+        fixed-extent state is written back only when the call succeeds."""
         feats, feat_lens = self._stack_windows(plan.windows)
-        offsets = torch.tensor(plan.offsets, dtype=torch.int64, device=self.device)
-        slots = torch.tensor(plan.slots, dtype=torch.int64, device=self.device)
-        caches = self.attention.get_batched_paged_caches(plan.stream_ids)
-        cnn_cache = self.cnn.buffer.index_select(1, slots)  # (L, B, k-1, D)
-        ys, _, new_cnn = self.model.encoder.forward_chunk_paged(
-            feats, feat_lens, offsets, caches, cnn_cache, max_offset=max(plan.offsets)
+        batch = ChunkBatch(
+            feats=feats,
+            feat_lens=feat_lens,
+            offsets=torch.tensor(plan.offsets, dtype=torch.int64, device=self.device),
+            max_offset=max(plan.offsets),
+            caches=self.attention.get_batched_paged_caches(plan.stream_ids),
+            states=self.states.views(plan.stream_ids),
         )
-        self.cnn.buffer.index_copy_(1, slots, new_cnn.to(self.cnn.buffer.dtype))
-        log_probs = self.model.ctc_log_probs(ys)  # (B, T', V)
+        log_probs = self.family.forward_chunk(batch)  # (B, T', V)
         return StepOutput(log_probs, plan.num_output_frames)
 
     def commit(self, plan: BatchPlan) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oasr.audio import ChunkWindower, StreamingFbank
+from oasr.audio import ChunkWindower, FeatureSource
 from oasr.engine.events import FinishReason, StreamEvent
 
 EventSink = Callable[[StreamEvent], None]
@@ -79,14 +79,15 @@ class Request:
 
     Positions: ``offset`` counts encoder frames since the last reset (what the model's
     positions and caches see); ``num_frames_decoded`` counts them since the stream began (what
-    segment times are measured in). ``windower`` cuts the extractor's frames into encoder
-    windows and drops the frames no window needs any more.
+    segment times are measured in). ``features`` is the model family's extractor (fbank or
+    causal log-mel); ``windower`` cuts its frames into encoder windows and drops the frames no
+    window needs any more.
     """
 
     stream_id: int
     sink: EventSink
     created_at: float
-    fbank: StreamingFbank
+    features: FeatureSource
     windower: ChunkWindower
     status: RequestStatus = RequestStatus.WAITING
     slot: int | None = None

@@ -69,9 +69,9 @@ class Scheduler:
         for stream_id, request in requests.items():
             if request.status is not RequestStatus.RUNNING or stream_id in expired:
                 continue
-            if request.windower.is_window_ready(request.fbank):
+            if request.windower.is_window_ready(request.features):
                 out.run.append(stream_id)
-            elif request.windower.is_exhausted(request.fbank):
+            elif request.windower.is_exhausted(request.features):
                 out.finish.append(stream_id)
         return out
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.events import FinishReason
-from oasr.engine.finals import FRAME_SHIFT_S
 from oasr.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -128,7 +127,8 @@ class EngineStats:
             "uptime_s": round(now - self.started_at, 1),
             "model": {
                 "name": res.config.model or "bundled default",
-                "chunk_ms": round(cfg.chunk_size * FRAME_SHIFT_S * 1000),
+                "family": res.family.name,
+                "chunk_ms": round(cfg.chunk_size * res.family.timing.frame_shift_s * 1000),
                 "device": str(cfg.device),
                 "num_left_chunks": cfg.num_left_chunks,
             },
@@ -149,7 +149,7 @@ class EngineStats:
 
     def _stream_entry(self, request: Request, now: float) -> dict[str, Any]:
         received_s = request.num_samples_received / MODEL_SAMPLE_RATE
-        decoded_s = request.num_frames_decoded * FRAME_SHIFT_S
+        decoded_s = request.num_frames_decoded * self.resources.family.timing.frame_shift_s
         return {
             "stream_id": request.stream_id,
             "slot": request.slot,

@@ -1,16 +1,18 @@
 """StreamResources: the engine's model, caches and decoder, addressed by stream id.
 
-One object owns everything a stream holds while it runs (a slot, K/V blocks, a conv-cache
-slot, a pooled decoder state) so the engine can open, reset and close a stream in one call and
+One object owns everything a stream holds while it runs (a slot, K/V blocks, its rows of the
+model family's fixed-extent state, a pooled decoder state) so the engine can open, reset and close a stream in one call and
 its step reads as policy, not bookkeeping.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from oasr.cache import (
     AttentionCacheManager,
@@ -18,36 +20,42 @@ from oasr.cache import (
     CacheConfig,
     CnnCacheManager,
     CtcStateCacheManager,
+    SlotStateCache,
 )
 from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
 from oasr.engine.config import EngineConfig
+from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.model_runner import ModelRunner, StepOutput
-from oasr.models import AsrModel, load_model
+from oasr.models import load_model
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class StreamResources:
-    """Model + cache managers + decoder of one engine.
+    """Model family + cache managers + decoder of one engine.
 
-    Invariant: a stream id is known to the attention manager, the conv cache and the CTC state
-    pool at once, from `open_stream` to `close_stream`.
+    Invariant: a stream id is known to the attention manager, the family's state cache and the
+    CTC state pool at once, from `open_stream` to `close_stream`, under one slot.
     """
 
     config: EngineConfig
-    model: AsrModel
+    family: ModelFamily
     cache_config: CacheConfig
     pool: BlockPool
     attention: AttentionCacheManager
-    cnn: CnnCacheManager
+    states: SlotStateCache
     ctc: CtcStateCacheManager
     runner: ModelRunner
     endpointer: Endpointer | None
 
     @classmethod
-    def build(cls, config: EngineConfig, model: AsrModel | None = None) -> StreamResources:
-        """Load the model (unless given) and preallocate every pool for ``config``."""
+    def build(cls, config: EngineConfig, model: nn.Module | None = None) -> StreamResources:
+        """Load the model (unless given), pick its family and preallocate every pool.
+
+        Raises:
+            ValueError: a chunk longer than the model's position limit.
+        """
         device = config.resolve_device()
         dtype = config.resolve_dtype(device)
         if config.num_threads is not None:
@@ -55,22 +63,52 @@ class StreamResources:
         if model is None:
             model = load_model(config.model)
         model = model.to(device=device, dtype=dtype).eval()
-        cache_config = config.build_cache_config(model.config, device, dtype)
+        family = family_for(model)
+        chunk = config.resolve_chunk_size(family.default_chunk_size)
+        limit = family.max_positions
+        if limit is not None and chunk > limit:
+            raise ValueError(f"chunk_size {chunk} exceeds the model's {limit} positions")
+        cache_config = config.build_cache_config(family.kv_geometry(), device, dtype, chunk)
         pool = BlockPool(cache_config)
         attention = AttentionCacheManager(pool, cache_config)
-        cnn = CnnCacheManager(cache_config)
-        decoder = GpuStreamingDecoder(config.decoder, model.tokenizer, device=device)
+        states = family.build_states(cache_config)
+        decoder = GpuStreamingDecoder(config.decoder, family.tokenizer, device=device)
         ctc = CtcStateCacheManager(decoder)
-        runner = ModelRunner(model, attention, cnn, device, dtype)
-        endpointer = Endpointer(config.endpoint) if config.endpoint is not None else None
+        runner = ModelRunner(family, attention, states, device, dtype)
+        endpointer = None
+        if config.endpoint is not None:  # rules in seconds, counted in this model's frames
+            endpointer = Endpointer(dataclasses.replace(
+                config.endpoint, frame_shift_s=family.timing.frame_shift_s))
         logger.info(
-            "engine: %s on %s/%s, %d slots, %d blocks of %d frames (%.1f MiB K/V), "
-            "per-stream ceiling %d frames",
-            type(model.encoder).__name__, device, dtype, cache_config.max_batch_size,
-            cache_config.max_num_blocks, cache_config.block_size_frames,
+            "engine: %s (%s) on %s/%s, %d slots, chunk %d frames, %d blocks of %d frames "
+            "(%.1f MiB K/V), per-stream ceiling %d frames",
+            type(model).__name__, family.name, device, dtype, cache_config.max_batch_size,
+            chunk, cache_config.max_num_blocks, cache_config.block_size_frames,
             pool.k_pool.nbytes * 2 / 2**20, cache_config.max_stream_frames,
         )
-        return cls(config, model, cache_config, pool, attention, cnn, ctc, runner, endpointer)
+        return cls(config, family, cache_config, pool, attention, states, ctc, runner, endpointer)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.family.model
+
+    @property
+    def cnn(self) -> CnnCacheManager:
+        """The Conformer's conv cache (its family's state cache).
+
+        Raises:
+            TypeError: the model is not a Conformer (its state has other names).
+        """
+        if not isinstance(self.states, CnnCacheManager):
+            raise TypeError(
+                f"a {self.family.name} model has no Conformer conv cache; its fixed-extent state "
+                f"is {sorted(self.states.specs)} in StreamResources.states")
+        return self.states
+
+    @property
+    def chunk_size(self) -> int:
+        """Encoder frames per chunk (the config's, or the model's trained chunk)."""
+        return self.cache_config.chunk_size
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
@@ -80,20 +118,21 @@ class StreamResources:
     def open_stream(self, stream_id: int) -> int:
         """Bind the stream to a slot and give it zeroed caches and a fresh decoder state."""
         slot = self.attention.allocate_stream(stream_id)
-        self.cnn.allocate_stream(stream_id, slot)
-        self.ctc.allocate_stream(stream_id, batch=1, vocab_size=self.model.config.vocab_size)
+        self.states.allocate_stream(stream_id, slot)
+        self.ctc.allocate_stream(stream_id, batch=1, vocab_size=self.family.vocab_size)
         return slot
 
     def close_stream(self, stream_id: int) -> None:
-        """Return the stream's blocks, slot, conv slot and decoder state to their pools."""
+        """Return the stream's blocks, slot, state rows and decoder state to their pools."""
         self.ctc.free_stream(stream_id)
-        self.cnn.free_stream(stream_id)
+        self.states.free_stream(stream_id)
         self.attention.free_stream(stream_id)
 
     def reset_stream(self, stream_id: int) -> None:
-        """An endpoint: start the stream's history over in place, keeping its slot."""
+        """A segment's end: start the stream's history over in place, keeping its slot
+        (K/V blocks freed, fixed-extent state zeroed, decoder state reset)."""
         self.attention.reset_stream(stream_id)
-        self.cnn.reset_stream(stream_id)
+        self.states.reset_stream(stream_id)
         self.ctc.reset_stream(stream_id)
 
     def at_capacity(self, stream_id: int) -> bool:

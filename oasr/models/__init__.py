@@ -1,7 +1,8 @@
-"""Streaming Conformer-CTC models: layers, encoder, checkpoint loading (oasr and WeNet formats)."""
+"""Streaming CTC models: the Conformer (layers, encoder, oasr and WeNet checkpoints) and, in
+``oasr.models.whisper_ctc``, the Whisper-encoder CTC family; ``load_model`` loads either."""
 
 from oasr.models.asr_model import AsrModel
-from oasr.models.checkpoint import load_model, save_model
+from oasr.models.checkpoint import MODEL_FAMILIES, load_model, model_family_of, save_model
 from oasr.models.cmvn import GlobalCMVN, load_cmvn
 from oasr.models.config import ConformerConfig
 from oasr.models.conformer import ConformerEncoder
@@ -13,10 +14,12 @@ __all__ = [
     "AsrModel",
     "ConformerConfig",
     "ConformerEncoder",
+    "MODEL_FAMILIES",
     "GlobalCMVN",
     "export_wenet",
     "load_cmvn",
     "load_model",
     "load_wenet_dir",
+    "model_family_of",
     "save_model",
 ]

@@ -1,8 +1,11 @@
 """oasr's checkpoint format and the format-detecting ``load_model``.
 
 An oasr model directory holds ``model.safetensors`` (the state_dict), ``config.json``
-(``{"format": "oasr", "format_version": 1, "config": {ConformerConfig fields}, "bpe_model": ...}``)
-and ``units.txt`` (WeNet's ``<token> <id>`` lines), plus the bpe model file when there is one.
+(``{"format": "oasr", "format_version": 1, "model": "conformer_ctc", "config": {ConformerConfig
+fields}, "bpe_model": ...}``) and ``units.txt`` (WeNet's ``<token> <id>`` lines), plus the bpe
+model file when there is one. ``"model"`` names the family: ``"conformer_ctc"`` (also when the
+key is absent, as in directories written before it existed) or ``"whisper_ctc"``
+(`oasr.models.whisper_ctc.checkpoint`, same files).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -18,12 +22,18 @@ from torch import Tensor
 from oasr.models.asr_model import AsrModel
 from oasr.models.config import ConformerConfig
 
+if TYPE_CHECKING:
+    from oasr.models.whisper_ctc.model import WhisperCtcModel
+
 FORMAT_NAME = "oasr"
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 UNITS_FILE = "units.txt"
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "default_model"
+CONFORMER_CTC = "conformer_ctc"
+WHISPER_CTC = "whisper_ctc"
+MODEL_FAMILIES = (CONFORMER_CTC, WHISPER_CTC)
 
 
 def save_model(model: AsrModel, out_dir: str | Path) -> Path:
@@ -44,7 +54,7 @@ def save_model(model: AsrModel, out_dir: str | Path) -> Path:
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "model": "conformer_ctc",
+        "model": CONFORMER_CTC,
         "config": model.config.to_dict(),
         "bpe_model": bpe_name,
     }
@@ -67,12 +77,33 @@ def is_oasr_dir(path: Path) -> bool:
         return False
 
 
+def model_family_of(path: str | Path) -> str:
+    """The family an oasr directory's ``config.json`` declares (``"model"``; absent = Conformer).
+
+    Raises:
+        ValueError: not an oasr config, or a family this oasr does not know.
+    """
+    cfg = Path(path) / CONFIG_FILE
+    meta = json.loads(_require_file(cfg).read_text())
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{cfg} is not an oasr config (format={found!r})")
+    family = meta.get("model", CONFORMER_CTC)
+    if family not in MODEL_FAMILIES:
+        raise ValueError(f"{cfg}: unknown model family {family!r}; this oasr serves "
+                         f"{', '.join(MODEL_FAMILIES)}")
+    return str(family)
+
+
 def load_oasr_dir(path: str | Path, map_location: str | torch.device = "cpu") -> AsrModel:
-    """Load a directory written by ``save_model``."""
+    """Load a Conformer-CTC directory written by ``save_model``."""
     path = Path(path)
     meta = json.loads(_require_file(path / CONFIG_FILE).read_text())
     if meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{path / CONFIG_FILE} is not an oasr config (format={meta.get('format')!r})")
+    if meta.get("model", CONFORMER_CTC) != CONFORMER_CTC:
+        raise ValueError(f"{path / CONFIG_FILE} holds a {meta.get('model')!r} model, not a "
+                         f"Conformer-CTC: load it with load_model")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(
             f"{path / CONFIG_FILE}: format_version {meta.get('format_version')} is not supported "
@@ -122,23 +153,29 @@ def load_model(
     path: str | Path | None = None,
     map_location: str | torch.device = "cpu",
     require_streaming: bool = True,
-) -> AsrModel:
-    """Load an AsrModel from an oasr directory or a WeNet experiment directory.
+) -> AsrModel | WhisperCtcModel:
+    """Load a streaming CTC model of either family from a directory.
 
     Args:
-        path: oasr dir (config.json + model.safetensors + units.txt), WeNet dir (train.yaml +
-            a .pt checkpoint + units.txt + optional CMVN / bpe model), or None for the bundled
-            default model.
+        path: an oasr dir (config.json + model.safetensors + units.txt; ``"model"`` in
+            config.json picks the family: ``"conformer_ctc"``, the default, or
+            ``"whisper_ctc"``), a WeNet dir (train.yaml + a .pt checkpoint + units.txt +
+            optional CMVN / bpe model), or None for the bundled default model.
         map_location: device the weights are loaded to.
-        require_streaming: refuse models that cannot run chunk by chunk (non-causal conv).
+        require_streaming: refuse Conformers that cannot run chunk by chunk (non-causal conv);
+            Whisper-CTC models always stream.
     Returns:
-        The model in eval mode.
+        The model in eval mode: an `AsrModel` (Conformer-CTC) or a `WhisperCtcModel`.
     """
     directory = DEFAULT_MODEL_DIR if path is None else Path(path)
     if not directory.is_dir():
         what = "bundled default model" if path is None else "model directory"
         raise FileNotFoundError(f"{what} not found: {directory}")
     if is_oasr_dir(directory):
+        if model_family_of(directory) == WHISPER_CTC:
+            from oasr.models.whisper_ctc.checkpoint import load_whisper_ctc_dir
+
+            return load_whisper_ctc_dir(directory, map_location)
         model = load_oasr_dir(directory, map_location)
     elif (directory / "train.yaml").is_file():
         from oasr.models.wenet import load_wenet_dir

@@ -14,6 +14,7 @@ from engine_helpers import Collector, assert_pool_full, run_until_idle, transcri
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
+from oasr.models import ConformerConfig
 
 
 def _feed_interleaved(engine: ASREngine, audios: list[np.ndarray], events: Collector,
@@ -240,7 +241,7 @@ def test_endpoint_finalises_segment_and_resets_the_stream(engine_config: EngineC
     assert dict(engine.stats.endpoints) == {"rule2": 1}
     # the reset rewound the attention history in place: it dropped back to one chunk
     drops = [b for a, b in zip(blocks_seen, blocks_seen[1:], strict=False) if b < a]
-    assert drops and min(drops) <= engine_config.chunk_size
+    assert drops and min(drops) <= engine.resources.chunk_size
     assert events.done(1).num_segments == 2
     assert_pool_full(engine)
 
@@ -258,7 +259,11 @@ def test_too_much_pending_audio_is_an_error_for_that_stream(engine_config: Engin
 
 def test_engine_config_rejects_bad_values() -> None:
     with pytest.raises(ValueError, match="block_size_frames 8 < chunk_size 16"):
-        EngineConfig(block_size_frames=8)
+        EngineConfig(block_size_frames=8, chunk_size=16)
+    # chunk_size None (the model's chunk): checked once the model's chunk is known
+    with pytest.raises(ValueError, match="block_size_frames 8 < chunk_size 32"):
+        EngineConfig(block_size_frames=8).build_cache_config(
+            ConformerConfig(), torch.device("cpu"), torch.float32, chunk_size=32)
     with pytest.raises(ValueError, match="max_batch_size must be >= 1"):
         EngineConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="device must be"):

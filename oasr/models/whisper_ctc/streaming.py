@@ -1,0 +1,162 @@
+"""Whisper-CTC's batched paged chunk forward: B streams, each at its own offset, in one call.
+
+Per row: a chunk of log-mel frames and the stream's conv-stem left context (declared state,
+seed spec §10.1) -> encoder frames at absolute positions ``offset ..``; every layer writes the
+chunk's K/V into the shared paged pool and attends over the stream's cached frames plus the
+whole chunk (the chunk-causal mask ``WhisperCtcModel.forward`` trains with). The result equals
+``WhisperCtcModel.forward(mel, lens, chunk_frames, left_chunks=-1)`` on the whole stream when
+the pool keeps every frame, and ``left_chunks=k`` when it keeps the last k chunks.
+
+State per stream (zeros at the start and after a reset, the padding the full forward applies):
+``conv1``: the last 2 log-mel frames (conv1's left context), (2, n_mels);
+``conv2``: the last 2 GELU(conv1) frames (conv2's left context), (2, width).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from oasr.cache.state import StreamStateSpec
+from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
+
+if TYPE_CHECKING:
+    from oasr.models.whisper_ctc.config import WhisperCtcConfig
+    from oasr.models.whisper_ctc.model import WhisperCtcModel
+
+CONV1_STATE = "conv1"
+CONV2_STATE = "conv2"
+CONV_CONTEXT = 2  # both stem convs have kernel 3: two frames of left context each
+SUBSAMPLING = 2  # log-mel frames per encoder frame (conv2's stride)
+
+
+def whisper_ctc_state_specs(config: WhisperCtcConfig) -> tuple[StreamStateSpec, ...]:
+    """The conv stem's fixed-extent per-stream state: conv1's and conv2's left context."""
+    return (
+        StreamStateSpec(CONV1_STATE, (CONV_CONTEXT, config.n_mels), slot_axis=0),
+        StreamStateSpec(CONV2_STATE, (CONV_CONTEXT, config.width), slot_axis=0),
+    )
+
+
+@dataclass(frozen=True)
+class WhisperChunkOutput:
+    """What one batched chunk forward returns.
+
+    Attributes:
+        log_probs: (B, T // 2, V) float32 CTC log-probabilities; rows past ``lengths`` are padding.
+        lengths: (B,) int64 valid encoder frames per row (``mel_lens // 2``).
+        conv1_state: (B, 2, n_mels) the rows' new conv1 left context.
+        conv2_state: (B, 2, width) the rows' new conv2 left context.
+    """
+
+    log_probs: Tensor
+    lengths: Tensor
+    conv1_state: Tensor
+    conv2_state: Tensor
+
+
+def forward_chunk_paged(
+    model: WhisperCtcModel,
+    mel: Tensor,
+    mel_lens: Tensor,
+    offsets: Tensor,
+    caches: list[PagedKVCache],
+    conv1_state: Tensor,
+    conv2_state: Tensor,
+    max_offset: int | None = None,
+) -> WhisperChunkOutput:
+    """One chunk of B streams through the conv stem, the paged encoder blocks and the CTC head.
+
+    The caller allocated each row's blocks (``prepare_chunks_batched``) and commits
+    ``lengths`` frames after; ``caches[l].cache_seqlens`` are the frames each row holds.
+
+    Args:
+        model: the Whisper-CTC model (eval mode).
+        mel: (B, T, n_mels) log-mel frames, rows zero-padded past ``mel_lens``; T is even
+            except for a stream's last chunk.
+        mel_lens: (B,) int64 valid frames per row.
+        offsets: (B,) int64 encoder frames each stream produced since its start or last reset.
+        caches: one PagedKVCache per block.
+        conv1_state: (B, 2, n_mels); conv2_state: (B, 2, width).
+        max_offset: host-side ``offsets.max()`` (avoids a device sync).
+    Returns:
+        `WhisperChunkOutput`.
+    Raises:
+        ValueError: a position past ``max_positions`` (the engine resets a stream before it),
+            or a cache count that is not one per block.
+    """
+    if len(caches) != len(model.blocks):
+        raise ValueError(f"got {len(caches)} PagedKVCaches for {len(model.blocks)} blocks")
+    x, new_conv1, new_conv2 = conv_stem(model, mel, mel_lens, conv1_state, conv2_state)
+    lengths = mel_lens.to(x.device).long() // SUBSAMPLING  # (B,)
+    x = x + _positions(model, offsets, x.size(1), max_offset).to(x.dtype)  # (B, T', W)
+    for block, cache in zip(model.blocks, caches, strict=True):
+        x = _block_paged(block, x, lengths, cache)
+    return WhisperChunkOutput(model.ctc_log_probs(x), lengths, new_conv1, new_conv2)
+
+
+def conv_stem(
+    model: WhisperCtcModel, mel: Tensor, mel_lens: Tensor, conv1_state: Tensor, conv2_state: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The causal conv stem over a chunk, its left context taken from (and returned to) state.
+
+    Args:
+        mel: (B, T, n_mels); mel_lens: (B,) valid frames; conv1_state: (B, 2, n_mels);
+            conv2_state: (B, 2, width).
+    Returns:
+        x (B, T // 2, width) encoder input before positions, new conv1_state (B, 2, n_mels),
+        new conv2_state (B, 2, width): each the last 2 of the row's valid frames.
+    """
+    frames = mel.size(1)
+    ext1 = torch.cat([conv1_state.to(mel.dtype), mel], dim=1)  # (B, 2 + T, M)
+    hidden = F.gelu(model.conv1(ext1.transpose(1, 2))).transpose(1, 2)  # (B, T, W)
+    ext2 = torch.cat([conv2_state.to(hidden.dtype), hidden], dim=1)  # (B, 2 + T, W)
+    # frames are consumed in pairs: an odd trailing frame makes no encoder frame
+    usable = CONV_CONTEXT + frames - frames % SUBSAMPLING
+    x = F.gelu(model.conv2(ext2[:, :usable].transpose(1, 2))).transpose(1, 2)  # (B, T // 2, W)
+    tail = mel_lens.to(mel.device).long().unsqueeze(1) + torch.arange(
+        CONV_CONTEXT, device=mel.device)  # (B, 2): ext index of the last 2 valid frames
+    return x, _take_rows(ext1, tail), _take_rows(ext2, tail)
+
+
+def _take_rows(x: Tensor, index: Tensor) -> Tensor:
+    """x: (B, T, C), index: (B, K) -> (B, K, C) with out[b, k] = x[b, index[b, k]]."""
+    return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.size(2)))
+
+
+def _positions(model: WhisperCtcModel, offsets: Tensor, num_frames: int,
+               max_offset: int | None) -> Tensor:
+    """(B, T', width) positional rows ``offsets[b] + t`` of the model's table."""
+    table = model.positions  # (max_positions, W)
+    limit = table.size(0)
+    top = int(offsets.max()) if max_offset is None else int(max_offset)
+    if top + num_frames > limit:
+        raise ValueError(
+            f"encoder positions up to {top + num_frames - 1} requested but the model has "
+            f"{limit} (max_positions): the stream must be reset before {limit} frames"
+        )
+    index = offsets.to(table.device).long().unsqueeze(1) + torch.arange(
+        num_frames, device=table.device)  # (B, T')
+    return table[index]
+
+
+def _block_paged(block: torch.nn.Module, x: Tensor, lengths: Tensor, cache: PagedKVCache) -> Tensor:
+    """One pre-norm encoder block with its self-attention K/V in the paged pool.
+
+    Args:
+        x: (B, T', W); lengths: (B,) valid frames per row (the keys this chunk adds).
+    Returns:
+        (B, T', W).
+    """
+    batch, frames, width = x.shape
+    heads = block.heads
+    qkv = block.qkv(block.attn_norm(x)).view(batch, frames, 3, heads, width // heads)
+    q, k, v = qkv.unbind(2)  # each (B, T', H, D)
+    write_chunk_kv(cache, k, v)
+    att = paged_attention(q, cache, q_lens=lengths)  # (B, T', H, D)
+    x = x + block.out(att.reshape(batch, frames, width))
+    return x + block.ffn(x)

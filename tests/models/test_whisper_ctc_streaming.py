@@ -1,0 +1,134 @@
+"""Whisper-CTC's batched paged chunk forward equals the chunk-masked full forward.
+
+Streams of different lengths start at different steps, so every batch mixes rows at different
+offsets and cached lengths, and each stream's last chunk is short (odd lengths included). The
+reference is ``WhisperCtcModel.forward`` on each whole stream under the chunk mask.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oasr.cache import AttentionCacheManager, BlockPool, CacheConfig, SlotStateCache
+from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel
+from oasr.models.whisper_ctc.streaming import (
+    CONV1_STATE,
+    CONV2_STATE,
+    forward_chunk_paged,
+    whisper_ctc_state_specs,
+)
+
+TINY = WhisperCtcConfig(n_mels=8, width=16, heads=2, layers=2, max_positions=64, vocab_size=30,
+                        chunk_frames=4)
+CHUNK_MEL = 2 * TINY.chunk_frames
+
+
+@pytest.fixture(scope="module")
+def model() -> WhisperCtcModel:
+    torch.manual_seed(0)
+    model = WhisperCtcModel(TINY).eval()
+    with torch.no_grad():
+        model.positions.copy_(torch.randn_like(model.positions) * 0.5)  # positions must matter
+    return model
+
+
+def _caches(num_left_chunks: int, num_streams: int) -> tuple[AttentionCacheManager, SlotStateCache]:
+    config = CacheConfig(num_layers=TINY.layers, n_kv_head=TINY.heads, head_dim=TINY.head_dim,
+                         hidden_dim=TINY.width, kernel_size=3, chunk_size=TINY.chunk_frames,
+                         num_left_chunks=num_left_chunks, block_size_frames=TINY.chunk_frames,
+                         max_num_blocks=64, max_blocks_per_seq=16, max_batch_size=num_streams,
+                         device=torch.device("cpu"), dtype=torch.float32)
+    attention = AttentionCacheManager(BlockPool(config), config)
+    states = SlotStateCache(whisper_ctc_state_specs(TINY), num_streams, "cpu", torch.float32)
+    return attention, states
+
+
+def _stream_all(model: WhisperCtcModel, mels: list[torch.Tensor], starts: list[int],
+                num_left_chunks: int) -> list[torch.Tensor]:
+    """Run every stream chunk by chunk, stream i joining at step ``starts[i]``; batches hold
+    whichever streams have a chunk left. Returns each stream's (T // 2, V) log-probs."""
+    attention, states = _caches(num_left_chunks, len(mels))
+    for sid in range(len(mels)):
+        states.allocate_stream(sid, attention.allocate_stream(sid))
+    pos = [0] * len(mels)
+    outs: list[list[torch.Tensor]] = [[] for _ in mels]
+    step = 0
+    while any(p < m.size(0) - 1 for p, m in zip(pos, mels, strict=True)):
+        rows = [s for s in range(len(mels)) if starts[s] <= step and pos[s] < mels[s].size(0) - 1]
+        step += 1
+        if not rows:
+            continue
+        chunks = [mels[s][pos[s] : pos[s] + CHUNK_MEL] for s in rows]
+        lens = torch.tensor([c.size(0) for c in chunks])
+        batch = torch.zeros(len(rows), int(lens.max()), TINY.n_mels)
+        for i, c in enumerate(chunks):
+            batch[i, : c.size(0)] = c
+        offsets = [pos[s] // 2 for s in rows]
+        attention.prepare_chunks_batched(rows)
+        views = states.views(rows)
+        with torch.no_grad():
+            out = forward_chunk_paged(
+                model, batch, lens, torch.tensor(offsets), attention.get_batched_paged_caches(rows),
+                views[CONV1_STATE].gather(), views[CONV2_STATE].gather(), max(offsets))
+        views[CONV1_STATE].scatter(out.conv1_state)
+        views[CONV2_STATE].scatter(out.conv2_state)
+        for i, s in enumerate(rows):
+            n = int(out.lengths[i])
+            attention.commit_chunk_paged(s, n)
+            outs[s].append(out.log_probs[i, :n])
+            pos[s] += chunks[i].size(0)
+    return [torch.cat(o) for o in outs]
+
+
+@pytest.mark.parametrize("num_left_chunks", [-1, 2])
+def test_batched_streaming_equals_chunk_masked_forward(model: WhisperCtcModel,
+                                                       num_left_chunks: int) -> None:
+    torch.manual_seed(1)
+    lengths = [61, 40, 27, 52]  # mel frames: short last chunks of 5, 0 (exact), 3 and 4 frames
+    mels = [torch.randn(n, TINY.n_mels) for n in lengths]
+    streamed = _stream_all(model, mels, starts=[0, 2, 1, 4], num_left_chunks=num_left_chunks)
+    for mel, got in zip(mels, streamed, strict=True):
+        with torch.no_grad():
+            want, want_len = model(mel[None], torch.tensor([mel.size(0)]), TINY.chunk_frames,
+                                   left_chunks=num_left_chunks)
+        assert got.shape == (mel.size(0) // 2, TINY.vocab_size) == (int(want_len), want.size(2))
+        torch.testing.assert_close(got, want[0], atol=1e-4, rtol=1e-4)
+
+
+def test_bounded_history_differs_from_full_history(model: WhisperCtcModel) -> None:
+    """The comparison above can fail: evicting history changes the output of later chunks."""
+    torch.manual_seed(2)
+    mel = torch.randn(64, TINY.n_mels)
+    full = _stream_all(model, [mel], [0], num_left_chunks=-1)[0]
+    bounded = _stream_all(model, [mel], [0], num_left_chunks=1)[0]
+    torch.testing.assert_close(full[: 2 * TINY.chunk_frames], bounded[: 2 * TINY.chunk_frames])
+    assert (full[2 * TINY.chunk_frames :] - bounded[2 * TINY.chunk_frames :]).abs().max() > 1e-3
+
+
+def test_conv_state_carries_the_stem_tail(model: WhisperCtcModel) -> None:
+    """The new state is the last two mel frames and the last two GELU(conv1) frames."""
+    torch.manual_seed(3)
+    mel = torch.randn(1, CHUNK_MEL, TINY.n_mels)
+    attention, states = _caches(-1, 1)
+    states.allocate_stream(0, attention.allocate_stream(0))
+    attention.prepare_chunks_batched([0])
+    zeros1, zeros2 = torch.zeros(1, 2, TINY.n_mels), torch.zeros(1, 2, TINY.width)
+    with torch.no_grad():
+        out = forward_chunk_paged(model, mel, torch.tensor([CHUNK_MEL]), torch.tensor([0]),
+                                  attention.get_batched_paged_caches([0]), zeros1, zeros2, 0)
+        hidden = torch.nn.functional.gelu(model.conv1(
+            torch.nn.functional.pad(mel.transpose(1, 2), (2, 0)))).transpose(1, 2)
+    torch.testing.assert_close(out.conv1_state, mel[:, -2:])
+    torch.testing.assert_close(out.conv2_state, hidden[:, -2:])
+
+
+def test_positions_past_the_table_are_refused(model: WhisperCtcModel) -> None:
+    attention, states = _caches(-1, 1)
+    states.allocate_stream(0, attention.allocate_stream(0))
+    attention.prepare_chunks_batched([0])
+    limit = TINY.max_positions
+    with pytest.raises(ValueError, match=f"model has {limit}"):
+        forward_chunk_paged(model, torch.zeros(1, CHUNK_MEL, TINY.n_mels), torch.tensor([CHUNK_MEL]),
+                            torch.tensor([limit - 2]), attention.get_batched_paged_caches([0]),
+                            torch.zeros(1, 2, TINY.n_mels), torch.zeros(1, 2, TINY.width), limit - 2)
