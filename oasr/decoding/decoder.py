@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -9,7 +11,9 @@ import torch
 from oasr.decoding.config import GpuDecoderConfig, Hypothesis
 from oasr.decoding.search import beam_chunk, greedy_chunk, prepare_chunk, update_frame_stats
 from oasr.decoding.state import (
+    HOST_FIELDS,
     NEG_INF,
+    TENSOR_FIELDS,
     DecoderState,
     ensure_capacity,
     new_state,
@@ -17,6 +21,7 @@ from oasr.decoding.state import (
     split_into,
     stack_states,
 )
+from oasr.decoding.state_rows import StateRows
 from oasr.decoding.tokenizer import Tokenizer
 
 
@@ -35,12 +40,29 @@ class FrameStats:
     has_speech: bool
 
 
+@dataclass(frozen=True)
+class StreamStep:
+    """What one decoding step of one stream produced, read back in the step's one transfer.
+
+    Attributes:
+        hypothesis: the stream's current best hypothesis (the partial result).
+        stats: its endpointing inputs.
+    """
+
+    hypothesis: Hypothesis
+    stats: FrameStats
+
+
+_INT32, _FLOAT32 = struct.Struct("<i"), struct.Struct("<f")
+
+
 def _cols(buffer: torch.Tensor, width: int) -> torch.Tensor:
-    """The first ``width`` columns of a (K, capacity) buffer, zero-padded if it is narrower."""
-    part = buffer[:, :width]
-    if part.shape[1] == width:
+    """The first ``width`` columns (last axis) of a (..., capacity) buffer, zero-padded if it
+    is narrower."""
+    part = buffer[..., :width]
+    if part.shape[-1] == width:
         return part
-    return torch.nn.functional.pad(part, (0, width - part.shape[1]))
+    return torch.nn.functional.pad(part, (0, width - part.shape[-1]))
 
 
 class GpuStreamingDecoder:
@@ -49,8 +71,10 @@ class GpuStreamingDecoder:
     The decoder holds only its config and tokenizer; all search state lives in `DecoderState`
     objects it creates, so one decoder serves every stream (the cache layer pools the states).
     A state created with ``batch`` rows is decoded by `decode_chunk`; many batch-1 states are
-    decoded together by `decode_streams`, which stacks them, runs one batched search and hands
-    each state its rows back as views.
+    decoded together by `decode_streams`. Batch-1 states live as rows of one persistent
+    storage (`StateRows`), so a batched step gathers the cohort's rows, searches and writes
+    them back: a fixed number of kernels per step, whatever the number of streams. States
+    from elsewhere (``new_state``, multi-row states) are stacked and split instead.
     """
 
     def __init__(
@@ -69,14 +93,20 @@ class GpuStreamingDecoder:
                 f"tokenizer blank id {tokenizer.blank_id} != "
                 f"config.blank_id {self._config.blank_id}"
             )
+        cfg = self._config
+        self._rows = StateRows(cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id,
+                               self.device)
 
     @property
     def config(self) -> GpuDecoderConfig:
         return self._config
 
     def create_state(self, batch: int, vocab_size: int) -> DecoderState:
-        """A fresh state of ``batch`` rows for a ``vocab_size``-token model."""
+        """A fresh state of ``batch`` rows for a ``vocab_size``-token model (a batch-1 state
+        is a row of the decoder's persistent storage)."""
         self._check_vocab(vocab_size)
+        if batch == 1:
+            return self._rows.attach()
         cfg = self._config
         return new_state(
             batch, cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id, self.device
@@ -86,9 +116,14 @@ class GpuStreamingDecoder:
         """Rewind ``state`` to a fresh one in place (buffers reused; rebuilt if batch differs)."""
         self._check_vocab(vocab_size)
         if state.batch_size != batch or state.beam_size != self._config.beam_size:
-            fresh = self.create_state(batch, vocab_size)
-            for name, value in vars(fresh).items():
-                setattr(state, name, value)
+            if self._rows.rows_of([state]) is not None:
+                self._rows.detach(state)
+            cfg = self._config
+            fresh = new_state(
+                batch, cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id, self.device
+            )
+            for name in TENSOR_FIELDS + HOST_FIELDS:
+                setattr(state, name, getattr(fresh, name))
             return
         reset_in_place(state, self._config.blank_id)
 
@@ -103,16 +138,10 @@ class GpuStreamingDecoder:
                 valid. A CPU tensor is best, even when decoding on CUDA: it is checked on the
                 host and lets the search skip padding masks when every row is full.
         """
-        chunk = prepare_chunk(log_probs, lengths, state, self._config)
-        if log_probs.shape[1] == 0:
-            return
-        ensure_capacity(state, log_probs.shape[1])
-        if self._config.is_greedy:
-            greedy_chunk(chunk, state, self._config.blank_id)
+        if self._rows.rows_of([state]) is not None:
+            self.decode_streams(log_probs, [state], lengths)
         else:
-            beam_chunk(chunk, state, self._config)
-        update_frame_stats(chunk, state, self._config.blank_id)
-        state.max_len_bound += log_probs.shape[1]
+            self._search(log_probs, state, lengths)
 
     def decode_streams(
         self,
@@ -127,12 +156,59 @@ class GpuStreamingDecoder:
             states: B states (each may hold several rows; rows are taken in order).
             lengths: (B,) valid frames per row, None when all T are valid (CPU tensor preferred).
         """
+        rows = self._rows.rows_of(states)
+        if rows is None:  # some states own their tensors: stack, search, split
+            self._search_stacked(log_probs, states, lengths)
+            return
+        if log_probs.dim() != 3:
+            raise ValueError(f"log_probs must be (B, T, V), got shape {tuple(log_probs.shape)}")
+        index = self._rows.index(rows)  # (B,)
+        self._rows.ensure_capacity(states, index, log_probs.shape[1])
+        work = self._rows.gather(index, max(s.max_len_bound for s in states))
+        self._search(log_probs, work, lengths)
+        self._rows.scatter(index, work)
+        for state in states:
+            state.max_len_bound = work.max_len_bound
+
+    def step_streams(
+        self,
+        log_probs: torch.Tensor,
+        states: list[DecoderState],
+        lengths: torch.Tensor | None = None,
+    ) -> list[StreamStep]:
+        """`decode_streams`, then every stream's best hypothesis and endpointing inputs,
+        read back to the host in one transfer (row 0 of each state)."""
+        self.decode_streams(log_probs, states, lengths)
+        return self._read_back(states, 0)
+
+    def _search_stacked(
+        self, log_probs: torch.Tensor, states: list[DecoderState], lengths: torch.Tensor | None
+    ) -> None:
+        """`decode_streams` for states that are not all rows of the storage."""
         if len(states) == 1:
-            self.decode_chunk(log_probs, states[0], lengths)
+            self._search(log_probs, states[0], lengths)
             return
         stacked = stack_states(states)
-        self.decode_chunk(log_probs, stacked, lengths)
+        self._search(log_probs, stacked, lengths)
         split_into(stacked, states)
+        for state in states:
+            if self._rows.holds(state):
+                self._rows.write_back(state)
+
+    def _search(
+        self, log_probs: torch.Tensor, state: DecoderState, lengths: torch.Tensor | None
+    ) -> None:
+        """One chunk of search on a state that owns its tensors (see `decode_chunk`)."""
+        chunk = prepare_chunk(log_probs, lengths, state, self._config)
+        if log_probs.shape[1] == 0:
+            return
+        ensure_capacity(state, log_probs.shape[1])
+        if self._config.is_greedy:
+            greedy_chunk(chunk, state, self._config.blank_id)
+        else:
+            beam_chunk(chunk, state, self._config)
+        update_frame_stats(chunk, state, self._config.blank_id)
+        state.max_len_bound += log_probs.shape[1]
 
     def step(
         self, log_probs: torch.Tensor, state: DecoderState, lengths: torch.Tensor | None = None
@@ -146,27 +222,59 @@ class GpuStreamingDecoder:
         return self.partials([state], row)[0]
 
     def partials(self, states: list[DecoderState], row: int = 0) -> list[Hypothesis]:
-        """Current best hypothesis of ``row`` of each state, with two transfers for all."""
+        """Current best hypothesis of ``row`` of each state, with one transfer for all."""
+        return [step.hypothesis for step in self._read_back(states, row)]
+
+    def _stacked_rows(self, states: list[DecoderState], row: int) -> Callable[..., torch.Tensor]:
+        """A reader of field ``name`` at ``row`` of every state, stacked to (N, ...) (token
+        buffers cut or zero-padded to ``width`` columns): one gather from the storage when
+        the states are its rows, else one stack."""
+        rows = self._rows.rows_of(states) if row == 0 else None
+        index = self._rows.index(rows) if rows is not None else None
+
+        def read(name: str, width: int | None = None) -> torch.Tensor:
+            if index is not None:
+                field = getattr(self._rows.storage, name)
+                if width is not None:
+                    field = field[..., :width]
+                picked = field.index_select(0, index)
+                return picked if width is None else _cols(picked, width)
+            parts = [getattr(s, name)[row] for s in states]
+            return torch.stack(parts if width is None else [_cols(p, width) for p in parts])
+
+        return read
+
+    def _read_back(self, states: list[DecoderState], row: int) -> list[StreamStep]:
+        """Best hypothesis and frame stats of ``row`` of each state, in one transfer.
+
+        Also tightens each batch-1 state's host bound on its prefix lengths to the exact
+        value, so the next chunks need no capacity check on the device.
+        """
         self._check_row(states, row)
-
-        def rows(name: str) -> torch.Tensor:  # (N, K) row ``row`` of every state
-            return torch.stack([getattr(s, name)[row] for s in states])
-
-        total = torch.logaddexp(rows("log_pb"), rows("log_pnb"))  # (N, K)
+        read = self._stacked_rows(states, row)
+        total = torch.logaddexp(read("log_pb"), read("log_pnb"))  # (N, K) float32
         best = total.argmax(dim=1, keepdim=True)  # (N, 1)
         width = max(1, max(s.max_len_bound for s in states))
         pick = best[:, :, None].expand(-1, 1, width)  # (N, 1, width)
-        tokens = torch.stack([_cols(s.tokens[row], width) for s in states]).gather(1, pick)
-        frames = torch.stack([_cols(s.token_frames[row], width) for s in states]).gather(1, pick)
-        packed = torch.cat(
-            [rows("prefix_len").gather(1, best), tokens[:, 0].long(), frames[:, 0].long()], dim=1
-        ).cpu()  # (N, 1 + 2 * width)
-        scores = total.gather(1, best)[:, 0].cpu().tolist()
-        hyps = []
-        for score, line in zip(scores, packed.tolist(), strict=True):
-            n = line[0]
-            hyps.append(self._hypothesis(line[1 : 1 + n], score, line[1 + width : 1 + width + n]))
-        return hyps
+        prefix_len = read("prefix_len")  # (N, K)
+        columns = [
+            total.gather(1, best).view(torch.int32),  # the float32 score's bits
+            prefix_len.gather(1, best), prefix_len.amax(dim=1, keepdim=True),
+            read("num_frames")[:, None], read("num_trailing_blank_frames")[:, None],
+            read("has_speech")[:, None],
+            read("tokens", width).gather(1, pick)[:, 0],
+            read("token_frames", width).gather(1, pick)[:, 0],
+        ]
+        packed = torch.cat([c.long() for c in columns], dim=1).tolist()  # (N, 6 + 2 width)
+        steps = []
+        for state, line in zip(states, packed, strict=True):
+            n = line[1]
+            if state.batch_size == 1:
+                state.max_len_bound = line[2]
+            score = _FLOAT32.unpack(_INT32.pack(line[0]))[0]
+            hyp = self._hypothesis(line[6 : 6 + n], score, line[6 + width : 6 + width + n])
+            steps.append(StreamStep(hyp, FrameStats(line[3], line[4], bool(line[5]))))
+        return steps
 
     def finalize_stream(self, state: DecoderState, row: int = 0) -> list[Hypothesis]:
         """The n-best hypotheses of ``row``, best first (``config.num_best`` at most).
@@ -188,14 +296,19 @@ class GpuStreamingDecoder:
 
     def frame_stats(self, states: list[DecoderState]) -> list[FrameStats]:
         """Endpointing inputs of every row of every state (one device-to-host transfer)."""
-        packed = torch.stack(
-            [
-                torch.cat([s.num_frames for s in states]),
-                torch.cat([s.num_trailing_blank_frames for s in states]),
-                torch.cat([s.has_speech for s in states]).long(),
-            ],
-            dim=1,
-        ).cpu()  # (rows, 3)
+        if self._rows.rows_of(states) is not None:  # batch-1 rows of the storage
+            names = ("num_frames", "num_trailing_blank_frames", "has_speech")
+            read = self._stacked_rows(states, 0)
+            packed = torch.stack([read(n).long() for n in names], dim=1)
+        else:
+            packed = torch.stack(
+                [
+                    torch.cat([s.num_frames for s in states]),
+                    torch.cat([s.num_trailing_blank_frames for s in states]),
+                    torch.cat([s.has_speech for s in states]).long(),
+                ],
+                dim=1,
+            )  # (rows, 3)
         return [FrameStats(n, t, bool(h)) for n, t, h in packed.tolist()]
 
     def _hypothesis(self, tokens: list[int], score: float, times: list[int]) -> Hypothesis:

@@ -9,7 +9,7 @@ back is ``torch.split`` (views, no copies).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -47,6 +47,9 @@ class DecoderState:
         num_trailing_blank_frames: (B,) int64 frames since the last non-blank argmax frame.
         has_speech: (B,) bool whether any frame since reset had a non-blank argmax.
         max_len_bound: host int, upper bound of ``prefix_len``.
+        pool_row: the row of a `StateRows` storage this state's tensors are views of (a
+            batch-1 state made by `GpuStreamingDecoder.create_state`); None for a state that
+            owns its tensors.
     """
 
     log_pb: torch.Tensor
@@ -61,6 +64,7 @@ class DecoderState:
     num_trailing_blank_frames: torch.Tensor
     has_speech: torch.Tensor
     max_len_bound: int = 0
+    pool_row: int | None = field(default=None, compare=False)
 
     @property
     def batch_size(self) -> int:
@@ -79,7 +83,8 @@ class DecoderState:
         return self.log_pb.device
 
 
-TENSOR_FIELDS = tuple(f.name for f in fields(DecoderState) if f.name != "max_len_bound")
+HOST_FIELDS = ("max_len_bound", "pool_row")
+TENSOR_FIELDS = tuple(f.name for f in fields(DecoderState) if f.name not in HOST_FIELDS)
 
 
 def new_state(
@@ -142,11 +147,11 @@ def ensure_capacity(state: DecoderState, num_new_frames: int) -> None:
     if needed <= state.capacity:
         return
     new_capacity = max(needed, 2 * state.capacity)
-    state.tokens = _pad_capacity(state.tokens, new_capacity)
-    state.token_frames = _pad_capacity(state.token_frames, new_capacity)
+    state.tokens = pad_capacity(state.tokens, new_capacity)
+    state.token_frames = pad_capacity(state.token_frames, new_capacity)
 
 
-def _pad_capacity(buffer: torch.Tensor, capacity: int) -> torch.Tensor:
+def pad_capacity(buffer: torch.Tensor, capacity: int) -> torch.Tensor:
     """(B, K, c) -> (B, K, capacity) zero-padded; the tensor itself when already that wide."""
     if buffer.shape[2] == capacity:
         return buffer
@@ -166,7 +171,7 @@ def stack_states(states: list[DecoderState]) -> DecoderState:
     for name in TENSOR_FIELDS:
         tensors = [getattr(s, name) for s in states]
         if name in ("tokens", "token_frames"):
-            tensors = [_pad_capacity(t, capacity) for t in tensors]
+            tensors = [pad_capacity(t, capacity) for t in tensors]
         parts[name] = torch.cat(tensors, dim=0)
     return DecoderState(**parts, max_len_bound=max(s.max_len_bound for s in states))
 

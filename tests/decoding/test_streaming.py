@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from oasr.decoding import CharTokenizer, GpuDecoderConfig, GpuStreamingDecoder, Hypothesis
+from oasr.decoding.state import new_state
 
 from .reference import greedy
 
@@ -208,7 +209,8 @@ def test_blank_penalty_emits_more() -> None:
 def test_partials_of_states_with_different_capacities(beam: int) -> None:
     dec = make(beam, initial_token_capacity=2)
     lp = random_log_probs(13, 3, 30)
-    states = [dec.create_state(1, VOCAB) for _ in range(3)]
+    # states with tensors of their own (the decoder's batch-1 states share one capacity)
+    states = [new_state(1, beam, 2, 0, torch.device("cpu")) for _ in range(3)]
     for i, n in enumerate([30, 4, 0]):  # capacities grow differently
         dec.decode_chunk(lp[i : i + 1, :n], states[i])
     assert len({s.capacity for s in states}) == 3
