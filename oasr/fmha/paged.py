@@ -124,12 +124,29 @@ def key_padding_mask(kv_lens: torch.Tensor, length: int) -> torch.Tensor:
     return torch.arange(length, device=kv_lens.device).unsqueeze(0) < kv_lens.unsqueeze(1)
 
 
+def gather_head_major(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``table[index]`` laid out head-major for batched matmuls, in one gather.
+
+    ``table[index]`` would be (B, L, H, D), and a matmul over heads would copy it again into
+    (H, B, L, D). Reading the table as (N * H, D) instead and gathering rows ``index * H + h``
+    gives the head-major result directly, and only the gathered rows are read (indexing the
+    transposed (H, N, D) view would first copy the whole table, i.e. the whole pool).
+
+    Args:
+        table: (N, H, D) contiguous, e.g. one layer's pool frames or a position table.
+        index: (B, L) int64 row numbers in [0, N).
+    Returns:
+        (H, B, L, D) contiguous.
+    """
+    num_rows, heads, dim = table.shape
+    head = torch.arange(heads, device=index.device).unsqueeze(1)  # (H, 1)
+    rows = index.reshape(1, -1) * heads + head  # (H, B * L)
+    out = table.reshape(num_rows * heads, dim).index_select(0, rows.reshape(-1))
+    return out.view(heads, *index.shape, dim)
+
+
 def gather_kv_head_major(cache: PagedKVCache, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``gather_kv`` laid out for batched matmuls: one gather per tensor, no transpose copy.
-
-    The pool's frames are read as (H, num_blocks * block_size, D) (a strided view: each
-    frame's D values stay contiguous) and indexed along the frame axis, so the result is
-    already (H, B, L, D) and ``(H * B, L, D)`` is a view the matmuls take as is.
 
     Returns:
         k, v: (n_kv_head, B, length, head_dim); columns past a row's length hold stale data.
@@ -137,12 +154,11 @@ def gather_kv_head_major(cache: PagedKVCache, length: int) -> tuple[torch.Tensor
     num_blocks = length // cache.block_size
     ids = cache.block_table[:, :num_blocks].long()  # (B, nb)
     within = torch.arange(cache.block_size, device=ids.device)
-    slots = (ids.unsqueeze(-1) * cache.block_size + within).reshape(-1)  # (B * L,)
-    batch = ids.size(0)
+    slots = (ids.unsqueeze(-1) * cache.block_size + within).reshape(ids.size(0), length)  # (B, L)
     heads, dim = cache.k_cache.shape[2:]
-    k = cache.k_cache.view(-1, heads, dim).transpose(0, 1).index_select(1, slots)  # (H, B*L, D)
-    v = cache.v_cache.view(-1, heads, dim).transpose(0, 1).index_select(1, slots)
-    return k.view(heads, batch, length, dim), v.view(heads, batch, length, dim)
+    k = gather_head_major(cache.k_cache.view(-1, heads, dim), slots)  # (H, B, L, D)
+    v = gather_head_major(cache.v_cache.view(-1, heads, dim), slots)
+    return k, v
 
 
 def paged_attention(

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
+from oasr.fmha import PagedKVCache, gather_head_major, paged_attention, write_chunk_kv
 
 
 class RelPositionAttention(nn.Module):
@@ -137,8 +137,12 @@ class RelPositionAttention(nn.Module):
         b, t, _ = x.shape
         q, k, v = self._qkv(x)  # (B, T, H, d_k)
         write_chunk_kv(cache, k, v)
-        p = pos_table[key_positions]  # (B, L, H, d_k)
-        q_v = (q + self.pos_bias_v).transpose(1, 2)  # (B, H, T, d_k)
-        bias = torch.matmul(q_v, p.permute(0, 2, 3, 1)) / math.sqrt(self.d_k)  # (B, H, T, L)
-        out = paged_attention(q + self.pos_bias_u, cache, q_lens, attn_bias=bias)  # (B, T, H, d_k)
+        # Head-major throughout: the gather lands in the layout the matmul reads and the bias
+        # in the one paged_attention adds it in, so neither is copied again.
+        p = gather_head_major(pos_table, key_positions)  # (H, B, L, d_k)
+        q_v = (q + self.pos_bias_v).permute(2, 0, 1, 3)  # (H, B, T, d_k)
+        bias = torch.matmul(q_v, p.transpose(-2, -1)).div_(math.sqrt(self.d_k))  # (H, B, T, L)
+        out = paged_attention(
+            q + self.pos_bias_u, cache, q_lens, attn_bias=bias.transpose(0, 1)
+        )  # (B, T, H, d_k)
         return self.linear_out(out.reshape(b, t, self.h * self.d_k))

@@ -111,3 +111,13 @@ def test_write_rejects_mismatched_shapes() -> None:
         write_chunk_kv(cache, torch.zeros(1, 2, 1, 2), torch.zeros(1, 3, 1, 2))
     with pytest.raises(ValueError, match="chunk has 2 rows, block table has 1"):
         write_chunk_kv(cache, torch.zeros(2, 2, 1, 2), torch.zeros(2, 2, 1, 2))
+
+
+def test_gather_head_major_equals_indexing_then_transposing() -> None:
+    from oasr.fmha import gather_head_major
+
+    table = torch.randn(11, 3, 5)
+    index = torch.tensor([[4, 5, 6, 10], [0, 0, 9, 1]])
+    out = gather_head_major(table, index)
+    assert out.shape == (3, 2, 4, 5) and out.is_contiguous()
+    assert torch.equal(out, table[index].permute(2, 0, 1, 3))
