@@ -39,3 +39,16 @@ def test_grouped_stem_is_bit_identical_to_one_call(monkeypatch, budget_rows: int
         grouped = stem(x)
     assert grouped.shape == (7, 16, 16)
     assert torch.equal(grouped, whole)
+
+
+def test_stem_equals_the_two_convolutions_in_the_default_layout() -> None:
+    stem = _stem()
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 67, 80, generator=g)
+    with torch.inference_mode():
+        y = stem.conv(x.unsqueeze(1))  # (B, D, T', F') through nn.Conv2d / nn.ReLU
+        b, c, t, f = y.shape
+        reference = stem.pos_enc.scale(stem.out(y.transpose(1, 2).reshape(b, t, c * f)))
+        got = stem(x)
+    assert got.shape == (3, 16, 16)
+    torch.testing.assert_close(got, reference, atol=1e-5, rtol=1e-5)
