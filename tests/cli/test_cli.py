@@ -67,3 +67,32 @@ def test_export_wenet_dir(tmp_path: Path) -> None:
     for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert ka == kb and torch.equal(va, vb)
     assert b.units == units
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, save_whisper_ctc
+
+    torch.manual_seed(1)
+    model = WhisperCtcModel(WhisperCtcConfig(width=32, heads=2, layers=2)).eval()
+    with torch.no_grad():  # random positions: the output changes along the utterance
+        model.positions.copy_(torch.randn_like(model.positions))
+    return save_whisper_ctc(model, tmp_path_factory.mktemp("cli_wctc"))
+
+
+def test_transcribe_a_whisper_ctc_dir(whisper_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Same path with the second encoder family: its 20 ms frames time the segments."""
+    from oasr.audio import read_audio
+
+    files = [DEVSET / "tts_01.wav"]
+    code = main(["transcribe", "--json", "--no-progress", "--model", str(whisper_dir),
+                 "--device", "cpu", "--second-pass", "none", *map(str, files)])
+    assert code == 0
+    (line,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = transcribe_files(EngineConfig(model=str(whisper_dir), device="cpu",
+                                             max_wait_time_s=60.0), files, progress=False)
+    assert line["text"] == expected[0].text and line["text"]
+    duration = len(read_audio(files[0])) / 16000
+    ends = [s["end"] for s in line["segments"]]
+    assert max(ends) <= duration + 0.02
+    assert max(ends) > 0.5 * duration  # 40 ms frames would put noise past the end

@@ -1,0 +1,82 @@
+"""BufferedFeatures: an incremental extractor's frames as the windower's frame store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oasr.audio import BufferedFeatures, ChunkGeometry, ChunkWindower
+from oasr.models.whisper_ctc import CausalLogMel, causal_log_mel
+
+WHISPER_GEOMETRY = ChunkGeometry(chunk_size=4, subsampling=2, right_context=1)
+
+
+def _samples(n: int, seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(n) * 0.1).astype(np.float32)
+
+
+def test_pieces_then_finish_equal_the_whole_utterance() -> None:
+    samples = _samples(16000 + 77)
+    features = BufferedFeatures(CausalLogMel(80), 80)
+    rng = np.random.default_rng(1)
+    pos = 0
+    while pos < len(samples):
+        n = int(rng.integers(0, 3000))
+        features.accept_waveform(samples[pos : pos + n])
+        pos += n
+    features.input_finished()
+    want = causal_log_mel(samples)
+    assert features.num_frames_ready == len(want) == len(samples) // 160 + 1
+    np.testing.assert_allclose(features.get_frames(0, features.num_frames_ready), want, atol=1e-5)
+
+
+def test_windows_are_plain_pairs_of_chunk_frames_and_cover_every_frame() -> None:
+    samples = _samples(5400)  # 33 frames before the end (4 windows of 8), 34 after
+    features = BufferedFeatures(CausalLogMel(80), 80)
+    windower = ChunkWindower(WHISPER_GEOMETRY)
+    features.accept_waveform(samples)
+    windows = []
+    while (window := windower.pop_window(features)) is not None:
+        windows.append(window)
+    assert [w.num_frames for w in windows] == [8, 8, 8, 8]  # the last one waits for the end
+    assert features.num_frames_retained < 8  # taken frames are dropped
+    features.input_finished()
+    windows.append(windower.pop_window(features))
+    assert windower.is_exhausted(features)
+    assert [w.num_output_frames for w in windows] == [4, 4, 4, 4, 1]
+    assert [w.start_frame for w in windows] == [0, 8, 16, 24, 32]
+    np.testing.assert_allclose(np.concatenate([w.feats for w in windows]),
+                               causal_log_mel(samples), atol=1e-5)
+
+
+def test_dropped_and_future_frames_are_refused() -> None:
+    features = BufferedFeatures(CausalLogMel(80), 80)
+    features.accept_waveform(_samples(3200))
+    ready = features.num_frames_ready
+    first = features.get_frames(0, 4)
+    features.drop_frames_before(2)
+    np.testing.assert_array_equal(features.get_frames(2, 4), first[2:])
+    assert features.num_frames_retained == ready - 2
+    with pytest.raises(IndexError, match=r"retained are \[2, "):
+        features.get_frames(1, 3)
+    with pytest.raises(IndexError, match="not available"):
+        features.get_frames(2, ready + 1)
+    with pytest.raises(IndexError, match=f"only {ready} are ready"):
+        features.drop_frames_before(ready + 1)
+
+
+def test_bad_samples_and_audio_after_the_end_are_refused() -> None:
+    features = BufferedFeatures(CausalLogMel(80), 80)
+    with pytest.raises(ValueError, match="1-D float32"):
+        features.accept_waveform(np.zeros(10, dtype=np.float64))
+    features.input_finished()
+    with pytest.raises(RuntimeError, match="after input_finished"):
+        features.accept_waveform(np.zeros(10, dtype=np.float32))
+    with pytest.raises(RuntimeError, match="twice"):
+        features.input_finished()
+
+
+def test_an_extractor_of_the_wrong_width_is_caught() -> None:
+    features = BufferedFeatures(CausalLogMel(80), 64)
+    with pytest.raises(ValueError, match=r"expected \(F, 64\)"):
+        features.accept_waveform(_samples(1600))
