@@ -1,0 +1,73 @@
+"""The causal log-mel: pieces == whole, causality of the running-maximum floor, frame count,
+and Whisper's own log-mel values where only the padding could differ."""
+
+import numpy as np
+import pytest
+
+from oasr.models.whisper import WhisperFrontend
+from oasr.models.whisper_ctc import CausalLogMel, causal_log_mel
+
+
+def speechlike(seconds: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = int(16000 * seconds)
+    t = np.arange(n) / 16000
+    tone = 0.3 * np.sin(2 * np.pi * 220 * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    return (tone + 0.05 * rng.standard_normal(n)).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_any_pieces_then_flush_equal_the_whole(seed: int) -> None:
+    audio = speechlike(2.3, seed)
+    whole = causal_log_mel(audio)
+    rng = np.random.default_rng(seed + 10)
+    stream, parts, i = CausalLogMel(), [], 0
+    while i < len(audio):
+        n = int(rng.integers(1, 2500))
+        parts.append(stream.accept(audio[i:i + n]))
+        i += n
+    parts.append(stream.flush())
+    pieces = np.concatenate(parts)
+    assert pieces.shape == whole.shape == (len(audio) // 160 + 1, 80)
+    np.testing.assert_allclose(pieces, whole, atol=1e-5)
+
+
+def test_a_frame_is_emitted_once_its_window_is_complete() -> None:
+    stream = CausalLogMel()
+    assert stream.accept(np.zeros(199, np.float32)).shape == (0, 80)
+    assert stream.accept(np.zeros(1, np.float32)).shape == (1, 80)  # frame 0 needs 200
+    assert stream.accept(np.zeros(159, np.float32)).shape == (0, 80)
+    assert stream.accept(np.zeros(1, np.float32)).shape == (1, 80)  # frame 1 needs 360
+    assert stream.flush().shape == (1, 80)  # 360 samples: frames 0..2 in all
+    stream.reset()
+    assert stream.num_frames == 0 and stream.flush().shape == (0, 80)
+
+
+def test_later_audio_never_changes_earlier_frames() -> None:
+    quiet = 0.01 * speechlike(1.0)
+    loud = np.concatenate([quiet, 30 * quiet])  # a louder second half raises the maximum
+    short, long = causal_log_mel(quiet), causal_log_mel(loud)
+    complete = (len(quiet) - 200) // 160 + 1  # frames whose window ends inside ``quiet``
+    np.testing.assert_allclose(long[:complete], short[:complete], atol=1e-6)
+    assert long.max() > short.max() + 0.5
+
+
+def test_the_floor_is_the_running_maximum_minus_eight() -> None:
+    tone = 0.5 * np.sin(2 * np.pi * 1000 * np.arange(8000) / 16000)
+    audio = np.concatenate([np.zeros(1600), tone]).astype(np.float32)
+    feats = causal_log_mel(audio)
+    silent = (-10.0 + 4.0) / 4.0  # log10(1e-10) before any louder frame
+    assert np.all(feats[:4] == pytest.approx(silent))
+    peak = np.maximum.accumulate(feats.max(axis=1))
+    assert np.all(feats >= peak[:, None] - 2.0 - 1e-6)  # 8 in log10 units is 2 after /4
+    assert np.any(np.isclose(feats[-10:], peak[-10:, None] - 2.0, atol=1e-6))
+
+
+def test_matches_whisper_log_mel_away_from_the_first_frames() -> None:
+    """Whisper's frontend reflect-pads the start (frames 0-1 differ) and floors at the window's
+    maximum; with a dynamic range under 8 the floor binds in neither, so the rest is equal."""
+    audio = speechlike(3.0)
+    ours = causal_log_mel(audio)  # (301, 80)
+    theirs = WhisperFrontend()([audio])[0].T.numpy()[: len(ours)]  # (301, 80)
+    np.testing.assert_allclose(ours[2:], theirs[2:], atol=2e-5)
+    assert np.abs(ours[0] - theirs[0]).max() > 1e-3  # the padding differs at the start
