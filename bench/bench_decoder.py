@@ -2,9 +2,11 @@
 
 For each beam size it decodes ``--chunks`` chunks of ``--chunk`` frames for ``--streams``
 streams, two ways:
-- ``decode_streams``: one pooled batch-1 state per stream, stacked and split every call (what
-  the engine does);
-- ``decode_chunk``: one state holding all rows (the lower bound: no stack / split).
+- ``decode_streams``: one batch-1 state per stream, each a row of the decoder's persistent
+  storage: a call gathers the rows and writes them back (what the engine does);
+- ``decode_chunk``: one state holding all rows (the lower bound: no gather / write-back).
+The ``stack+split ms`` column is what stacking the streams' states into fresh batch tensors and
+splitting them back (the way states that own their tensors are decoded together) costs a step.
 Log-probs are random but blank-heavy like a trained CTC model's. Prints a table; ``--json``
 writes the numbers.
 
@@ -63,7 +65,8 @@ def time_run(args: argparse.Namespace, beam: int, pooled: bool, lp: torch.Tensor
 
 
 def time_stack_split(args: argparse.Namespace, beam: int, device: torch.device) -> float:
-    """Milliseconds to stack ``--streams`` pooled states and split them back (per step)."""
+    """Milliseconds to stack ``--streams`` batch-1 states into fresh batch tensors and split
+    them back (per step; the decoder is thrown away after, its states no longer its rows)."""
     dec = GpuStreamingDecoder(GpuDecoderConfig(beam_size=beam), device=device)
     states = [dec.create_state(1, args.vocab) for _ in range(args.streams)]
     reps = 20

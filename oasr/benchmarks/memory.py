@@ -106,9 +106,9 @@ class SteadyStateCheck:
             the CTC decoder states' own buffers (temporaries freed within a step never count).
         new_storage_bytes: their bytes.
         decoder_state_new_bytes: bytes of CTC decoder-state storages that are new after the
-            steps: the decoder stacks the streams' states into fresh batch tensors every step
-            and hands each stream views of them (and token buffers double when a hypothesis
-            outgrows them). Reported apart: it is the decoding layer's, not the K/V or conv
+            steps. The streams' states are rows of the decoder's one persistent storage, so
+            this is 0 unless its token buffers doubled (a hypothesis outgrew them) or it
+            gained rows. Reported apart: it is the decoding layer's, not the K/V or conv
             caches'.
         device_bytes_delta: CUDA allocated bytes after minus before (None on CPU).
     """

@@ -138,7 +138,7 @@ def _memory_tables(result: dict[str, Any]) -> list[str]:
         ["used blocks after each step", ", ".join(map(str, steady["used_blocks"]))],
         ["tensor storages created and kept by those steps (bytes), decoder states aside",
          f"{steady['new_storages']} ({steady['new_storage_bytes']:,})"],
-        ["CTC decoder-state storages new after those steps (bytes; re-stacked every step)",
+        ["CTC decoder-state storages new after those steps (bytes; one persistent storage)",
          f"{steady['decoder_state_new_bytes']:,}"],
         ["K/V and conv caches allocate nothing in steady state",
          str(steady["allocates_no_cache_tensors"])],
