@@ -26,7 +26,7 @@ from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
 
 if TYPE_CHECKING:
     from oasr.models.whisper_ctc.config import WhisperCtcConfig
-    from oasr.models.whisper_ctc.model import WhisperCtcModel
+    from oasr.models.whisper_ctc.model import WhisperCtcBlock, WhisperCtcModel
 
 CONV1_STATE = "conv1"
 CONV2_STATE = "conv2"
@@ -95,7 +95,7 @@ def forward_chunk_paged(
     lengths = mel_lens.to(x.device).long() // SUBSAMPLING  # (B,)
     x = x + _positions(model, offsets, x.size(1), max_offset).to(x.dtype)  # (B, T', W)
     for block, cache in zip(model.blocks, caches, strict=True):
-        x = _block_paged(block, x, lengths, cache)
+        x = _block_paged(block, x, lengths, cache)  # type: ignore[arg-type]
     return WhisperChunkOutput(model.ctc_log_probs(x), lengths, new_conv1, new_conv2)
 
 
@@ -144,7 +144,7 @@ def _positions(model: WhisperCtcModel, offsets: Tensor, num_frames: int,
     return table[index]
 
 
-def _block_paged(block: torch.nn.Module, x: Tensor, lengths: Tensor, cache: PagedKVCache) -> Tensor:
+def _block_paged(block: WhisperCtcBlock, x: Tensor, lengths: Tensor, cache: PagedKVCache) -> Tensor:
     """One pre-norm encoder block with its self-attention K/V in the paged pool.
 
     Args:
