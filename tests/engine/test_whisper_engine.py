@@ -186,3 +186,43 @@ def test_position_limit_resets_the_stream_without_losing_audio(short_positions_d
         got = torch.cat(recorder.log_probs[1][start : start + 3])
         torch.testing.assert_close(got, want[0], atol=1e-4, rtol=1e-4)
     assert_pool_full(engine)
+
+
+def test_a_whisper_ctc_bundled_default_serves(whisper_dir: Path, speech: list[np.ndarray],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``model=None`` loads whatever family the bundled directory holds."""
+    import oasr.models.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "DEFAULT_MODEL_DIR", whisper_dir)
+    engine = ASREngine(_config(whisper_dir, model=None))
+    assert isinstance(engine.resources.family, WhisperCtcFamily)
+    events = Collector()
+    engine.submit(OpenStream(1, events.sink(1)))
+    engine.submit(AppendAudio(1, speech[0][:16000]))
+    engine.submit(EndStream(1))
+    run_until_idle(engine)
+    assert events.done(1).finish_reason == "stop"
+    assert_pool_full(engine)
+
+
+def test_load_model_dispatches_on_the_model_field(whisper_dir: Path, tiny_model_dir: Path,
+                                                  tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from oasr.models import AsrModel, model_family_of
+    from oasr.models.checkpoint import load_oasr_dir
+
+    assert model_family_of(whisper_dir) == "whisper_ctc"
+    assert model_family_of(tiny_model_dir) == "conformer_ctc"
+    legacy = shutil.copytree(tiny_model_dir, tmp_path / "legacy")  # written before "model" existed
+    meta = json.loads((legacy / "config.json").read_text())
+    del meta["model"]
+    (legacy / "config.json").write_text(json.dumps(meta))
+    assert isinstance(load_model(legacy), AsrModel)
+    meta["model"] = "rnnt"
+    (legacy / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="unknown model family 'rnnt'"):
+        load_model(legacy)
+    with pytest.raises(ValueError, match="not a Conformer-CTC"):
+        load_oasr_dir(whisper_dir)
