@@ -5,6 +5,10 @@ and its CTC text over as a `SecondPassJob`; the worker batches every queued job 
 continuous decoder (rows join and leave between decode steps) and hands each result back to the
 engine as a command, which then publishes the final. Under backlog the engine does not queue
 more: it publishes the CTC text as a first-pass final and counts it.
+
+A segment with no speech gets "" rather than Whisper's hallucination for it ("you" on silence):
+one with no voice (``NoSpeechRule.has_voice``) is answered without decoding, and one Whisper
+itself judges to hold no speech (``NoSpeechRule.is_no_speech``) has its text dropped.
 """
 
 from __future__ import annotations
@@ -19,12 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from oasr.models.whisper.no_speech import NoSpeechRule
+
 logger = logging.getLogger(__name__)
 
 MAX_SEGMENT_S = 30.0  # Whisper's window: longer segments keep their CTC text
-# Whisper's own no-speech rule: both must hold for a segment to count as silence
-NO_SPEECH_PROB = 0.6
-NO_SPEECH_MAX_AVG_LOG_PROB = -1.0
 
 
 @dataclass(frozen=True)
@@ -63,14 +66,18 @@ class SecondPassWorker:
     """Runs Whisper over queued segments on a background thread.
 
     Invariant: the continuous decoder is touched only by the worker thread; other threads talk
-    to it through ``_jobs`` (submit, abort) and get results through ``deliver``.
+    to it through ``_jobs`` (submit, abort) and get results through ``deliver``. Every
+    submitted job is delivered exactly once unless aborted.
     """
 
     def __init__(self, decoder: object, deliver: Callable[[SecondPassDone], None],
-                 max_backlog: int) -> None:
+                 max_backlog: int, no_speech: NoSpeechRule | None = None) -> None:
         self.decoder = decoder  # oasr.models.whisper.continuous.ContinuousWhisperDecoder
         self.deliver = deliver
         self.max_backlog = max_backlog
+        self.no_speech = no_speech or NoSpeechRule()
+        self.num_no_voice = 0  # segments answered "" without decoding (worker thread writes)
+        self.num_no_speech = 0  # segments whose Whisper text was dropped as no speech
         self._jobs: queue.SimpleQueue[SecondPassJob | int | None] = queue.SimpleQueue()
         self._num_outstanding = 0
         self._lock = threading.Lock()
@@ -132,7 +139,15 @@ class SecondPassWorker:
             for result in finished:
                 job = jobs.pop(result.request_id, None)
                 if job is not None:
-                    self._finish(job, "" if _is_silence(result) else result.text.strip())
+                    self._finish(job, self._text_of(result))
+
+    def _text_of(self, result: object) -> str:
+        """Whisper's text, or "" when Whisper judged the segment to hold no speech."""
+        no_speech_prob = getattr(result, "no_speech_prob", None)
+        if self.no_speech.is_no_speech(no_speech_prob, getattr(result, "avg_log_prob", 0.0)):
+            self.num_no_speech += 1
+            return ""
+        return str(getattr(result, "text", "")).strip()
 
     def _take_commands(self, jobs: dict[int, SecondPassJob], block: bool) -> bool:
         """Move queued submissions and aborts into the decoder. False on stop."""
@@ -150,6 +165,10 @@ class SecondPassWorker:
                     self.decoder.abort(item)  # type: ignore[attr-defined]
                     self._release()
                 continue
+            if not self.no_speech.has_voice(item.audio):
+                self.num_no_voice += 1
+                self._finish(item, "")
+                continue
             jobs[item.job_id] = item
             self.decoder.submit(item.job_id, item.audio)  # type: ignore[attr-defined]
 
@@ -162,8 +181,3 @@ class SecondPassWorker:
         with self._lock:
             self._num_outstanding -= 1
 
-
-def _is_silence(result: object) -> bool:
-    no_speech = getattr(result, "no_speech_prob", None)
-    return (no_speech is not None and no_speech > NO_SPEECH_PROB
-            and getattr(result, "avg_log_prob", 0.0) < NO_SPEECH_MAX_AVG_LOG_PROB)

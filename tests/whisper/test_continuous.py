@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 from ct2_writer import write_tiny_tokenizer
-from whisper_devset import rows_named
+from whisper_devset import dense_search, rows_named
 from whisper_testutil import TINY, TINY_SPEC, tiny_encoded, tiny_model
 
 from oasr.models.whisper import DecoderKv, WhisperCheckpoint, WhisperTokenizer, greedy_decode
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
+from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
 
 
 def tiny_checkpoint(tmp_path: Path, seed: int) -> WhisperCheckpoint:
@@ -75,10 +76,15 @@ def test_pool_budget_holds_requests_back_and_abort_frees(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["full", "fit"])
 def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordings,
-                                          dense_tokens, dense_hyps) -> None:
-    decoder = ContinuousWhisperDecoder(checkpoint, WhisperDecodeConfig(max_rows=2))
+                                          mode: str) -> None:
+    window = EncoderWindow(mode)
+    decoder = ContinuousWhisperDecoder(checkpoint, WhisperDecodeConfig(max_rows=2,
+                                                                       encoder_window=window))
     picks = rows_named(recordings, "jfk", "george_0", "jackson_1")  # three lengths, two rows
+    encoded = SegmentEncoder(checkpoint.model, window)([recordings[i].waveform for i in picks])
+    expected = dict(zip(picks, dense_search(checkpoint, encoded), strict=True))
     for i in picks[:2]:
         decoder.submit(i, recordings[i].waveform)
     results = {}
@@ -88,10 +94,11 @@ def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordi
         results.update({r.request_id: r for r in decoder.step()})
         if not decoder.has_work():
             break
-    assert {i: list(r.tokens) for i, r in results.items()} == {i: dense_tokens[i] for i in picks}
+    assert {i: list(r.tokens) for i, r in results.items()} == {
+        i: list(h.tokens) for i, h in expected.items()}
     for i in picks:
-        assert results[i].avg_log_prob == pytest.approx(dense_hyps[i].avg_log_prob, abs=1e-4)
-        assert results[i].no_speech_prob == pytest.approx(dense_hyps[i].no_speech_prob, abs=1e-5)
+        assert results[i].avg_log_prob == pytest.approx(expected[i].avg_log_prob, abs=1e-4)
+        assert results[i].no_speech_prob == pytest.approx(expected[i].no_speech_prob, abs=1e-5)
     assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks
 
 

@@ -10,6 +10,7 @@ from whisper_devset import dense_greedy, rows_named
 from oasr.metrics import ErrorCounts, normalize_transcript
 from oasr.models.whisper import WhisperCheckpoint
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, WhisperTranscriber
+from oasr.models.whisper.window import EncoderWindow
 
 pytestmark = pytest.mark.slow
 PAGED_STEMS = ("george_0", "jackson_1", "jfk", "sense_and_sensibility_01_austen_64kb-0870")
@@ -72,11 +73,18 @@ def test_second_pass_timing_of_a_five_second_segment(checkpoint: WhisperCheckpoi
     from oasr.models.whisper.timing import time_second_pass
 
     jfk = recordings[rows_named(recordings, "jfk")[0]]
-    transcriber = WhisperTranscriber(checkpoint, WhisperDecodeConfig(max_rows=1))
-    timing = time_second_pass(transcriber, jfk.waveform[:80000], repeats=1)
-    print(f"second pass, 5 s segment, CPU: {timing.total_s:.2f} s (frontend "
-          f"{timing.frontend_s:.2f}, encoder {timing.encoder_s:.2f}, decoder {timing.decoder_s:.2f},"
-          f" {timing.num_tokens} tokens), RTF {timing.real_time_factor:.2f}")
-    assert timing.audio_seconds == 5.0
-    assert 0 < timing.frontend_s < timing.total_s and timing.decoder_s > 0
-    assert timing.text == "And so my fellow Americans ask not"
+    timings = {}
+    for mode in ("full", "fit"):
+        config = WhisperDecodeConfig(max_rows=1, encoder_window=EncoderWindow(mode))
+        timing = time_second_pass(WhisperTranscriber(checkpoint, config), jfk.waveform[:80000],
+                                  repeats=1)
+        print(f"second pass, 5 s segment, CPU, {mode} window ({timing.encoder_frames} frames): "
+              f"{timing.total_s:.2f} s (frontend {timing.frontend_s:.2f}, encoder "
+              f"{timing.encoder_s:.2f}, decoder {timing.decoder_s:.2f}, {timing.num_tokens} "
+              f"tokens), RTF {timing.real_time_factor:.2f}")
+        assert timing.audio_seconds == 5.0
+        assert 0 < timing.frontend_s < timing.total_s and timing.decoder_s > 0
+        timings[mode] = timing
+    assert (timings["full"].encoder_frames, timings["fit"].encoder_frames) == (3000, 800)
+    assert timings["full"].text == "And so my fellow Americans ask not"
+    assert "my fellow Americans" in timings["fit"].text

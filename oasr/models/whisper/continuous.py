@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,9 +23,10 @@ from oasr.models.whisper.decoding import (
     no_speech_probs,
     suppression_masks,
 )
-from oasr.models.whisper.frontend import N_SAMPLES, WhisperFrontend
+from oasr.models.whisper.frontend import N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_manager
+from oasr.models.whisper.window import SegmentEncoder
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class ContinuousWhisperDecoder:
         self.max_new_tokens = self.config.max_new_tokens or default_max_new_tokens(model, spec)
         self.ceiling = len(spec.prompt) + self.max_new_tokens
         self.manager = build_decoder_manager(checkpoint, self.config)
-        self.frontend = WhisperFrontend(model.config.n_mels, model.device)
+        self.encoder = SegmentEncoder(model, self.config.encoder_window)
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
         self._waiting: deque[_Pending] = deque()
         self._running: list[_Running] = []
@@ -131,9 +133,8 @@ class ContinuousWhisperDecoder:
         return admitted
 
     def _encode(self, pending: list[_Pending]) -> torch.Tensor:
-        model = self.checkpoint.model
         waves = [p.waveform for p in pending if p.waveform is not None]
-        encoded = iter(model.encoder(self.frontend(waves)) if waves else [])  # (B, S, d)
+        encoded: Iterator[torch.Tensor] = iter(self.encoder(waves).unbind(0) if waves else ())
         return torch.stack([p.encoded if p.encoded is not None else next(encoded) for p in pending])
 
     def _prefill(self, admitted: list[_Pending]) -> list[SecondPassResult]:

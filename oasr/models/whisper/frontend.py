@@ -3,7 +3,8 @@
 Facts of the format: a 400-point periodic Hann STFT with hop 160 (centre-padded by reflection),
 power spectrum, an 80-band Slaney-normalised mel filterbank on the Slaney mel scale (0..8 kHz),
 ``log10(max(mel, 1e-10))``, floored at 8 below the window's maximum, then ``(x + 4) / 4``. Audio
-shorter than 30 s is padded with zeros to 30 s before the STFT.
+shorter than the window (30 s unless the caller asks for fewer frames) is padded with zeros
+before the STFT.
 """
 
 from __future__ import annotations
@@ -71,31 +72,44 @@ class WhisperFrontend:
         self.window = torch.hann_window(N_FFT, device=self.device)  # periodic
         self.filters = mel_filterbank(n_mels).to(self.device)  # (n_mels, 201)
 
-    def __call__(self, waveforms: Sequence[torch.Tensor | np.ndarray]) -> torch.Tensor:
-        """Log-mel features of each waveform, padded to one 30 s window.
+    def __call__(self, waveforms: Sequence[torch.Tensor | np.ndarray],
+                 num_frames: int = N_FRAMES) -> torch.Tensor:
+        """Log-mel features of each waveform, zero-padded to ``num_frames`` frames.
+
+        The default is one 30 s window. A shorter window gives exactly the first ``num_frames``
+        frames of the 30 s window: every frame's STFT reads real or zero-padded samples (the
+        buffer holds half an FFT of zeros past the last frame's centre), and frames past the
+        audio sit at the floor, so the window's peak is the same.
 
         Args:
-            waveforms: B mono 16 kHz waveforms, float in [-1, 1], each at most 480000 samples.
+            waveforms: B mono 16 kHz waveforms, float in [-1, 1], each at most
+                ``num_frames * 160`` samples.
+            num_frames: mel frames per row, 1..3000.
         Returns:
-            (B, n_mels, 3000) float32.
+            (B, n_mels, num_frames) float32.
         Raises:
-            ValueError: an empty batch, a waveform that is not 1-D, or one longer than 30 s.
+            ValueError: an empty batch, a waveform that is not 1-D, one longer than
+                ``num_frames`` frames, or ``num_frames`` outside 1..3000.
         """
         if len(waveforms) == 0:
             raise ValueError("WhisperFrontend needs at least one waveform, got 0")
-        batch = torch.zeros(len(waveforms), N_SAMPLES + N_FFT // 2, device=self.device)
+        if not 1 <= num_frames <= N_FRAMES:
+            raise ValueError(f"num_frames must be in 1..{N_FRAMES}, got {num_frames}")
+        limit = num_frames * HOP_LENGTH
+        batch = torch.zeros(len(waveforms), limit + N_FFT // 2, device=self.device)
         for row, wave in enumerate(waveforms):
             samples = torch.as_tensor(wave, dtype=torch.float32).to(self.device)
             if samples.dim() != 1:
                 raise ValueError(f"waveform {row} must be 1-D, got shape {tuple(samples.shape)}")
-            if samples.numel() > N_SAMPLES:
+            if samples.numel() > limit:
                 raise ValueError(
                     f"waveform {row} has {samples.numel()} samples "
-                    f"({samples.numel() / SAMPLE_RATE:.2f} s); a Whisper window holds at most "
-                    f"{N_SAMPLES} ({WINDOW_SECONDS} s): split the segment"
+                    f"({samples.numel() / SAMPLE_RATE:.2f} s); this window holds at most "
+                    f"{limit} ({limit / SAMPLE_RATE:.2f} s, Whisper's whole window is "
+                    f"{WINDOW_SECONDS} s): split the segment or widen the window"
                 )
             batch[row, : samples.numel()] = samples
-        return self.log_mel(batch)[:, :, :N_FRAMES]
+        return self.log_mel(batch)[:, :, :num_frames]
 
     def log_mel(self, audio: torch.Tensor) -> torch.Tensor:
         """(B, S) float32 samples -> (B, n_mels, S // 160) normalised log-mel (last frame dropped)."""

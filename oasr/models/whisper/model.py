@@ -75,7 +75,7 @@ class EncoderBlock(nn.Module):
 
 class WhisperEncoder(nn.Module):
     """Two GELU convs (the second stride 2), a stored positional table, pre-norm blocks, a final
-    LayerNorm. Input is exactly one 30 s window."""
+    LayerNorm. Input is one 30 s window, or a shorter prefix of it (see ``forward``)."""
 
     def __init__(self, config: WhisperConfig) -> None:
         super().__init__()
@@ -91,15 +91,21 @@ class WhisperEncoder(nn.Module):
         self.norm = nn.LayerNorm(width)
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
-        """(B, n_mels, 3000) log-mel -> (B, 1500, n_audio_state) encoder states."""
-        if mel.shape[1:] != (self.config.n_mels, self.config.n_input_frames):
+        """(B, n_mels, T) log-mel -> (B, T / 2, n_audio_state) encoder states.
+
+        T is 3000 for Whisper's 30 s window; a shorter even T (a window cut to a segment's
+        length) uses the first T / 2 rows of the positional table.
+        """
+        frames = mel.size(-1)
+        full = self.config.n_input_frames
+        if mel.dim() != 3 or mel.size(1) != self.config.n_mels or frames % 2 or not 2 <= frames <= full:
             raise ValueError(
-                f"encoder input must be (B, {self.config.n_mels}, {self.config.n_input_frames}), "
-                f"got {tuple(mel.shape)}"
+                f"encoder input must be (B, {self.config.n_mels}, T) with T even and 2 <= T <= "
+                f"{full}, got {tuple(mel.shape)}"
             )
-        x = F.gelu(self.conv1(mel.to(self.conv1.weight.dtype)))  # (B, d, 3000)
-        x = F.gelu(self.conv2(x)).transpose(1, 2)  # (B, 1500, d)
-        x = x + self.positions.to(x.dtype)
+        x = F.gelu(self.conv1(mel.to(self.conv1.weight.dtype)))  # (B, d, T)
+        x = F.gelu(self.conv2(x)).transpose(1, 2)  # (B, T / 2, d)
+        x = x + self.positions[: frames // 2].to(x.dtype)
         for block in self.blocks:
             x = block(x)
         return self.norm(x)

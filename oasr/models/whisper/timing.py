@@ -22,6 +22,7 @@ class SecondPassTiming:
         total_s: the three together.
         num_tokens: tokens generated (end token included).
         text: the transcript.
+        encoder_frames: mel frames the encoder ran on (3000 = the whole 30 s window).
     """
 
     audio_seconds: float
@@ -31,6 +32,7 @@ class SecondPassTiming:
     total_s: float
     num_tokens: int
     text: str
+    encoder_frames: int = 3000
 
     @property
     def real_time_factor(self) -> float:
@@ -46,18 +48,20 @@ def _sync(device: torch.device) -> None:
 def time_second_pass(
     transcriber: WhisperTranscriber, waveform: torch.Tensor | np.ndarray, repeats: int = 3
 ) -> SecondPassTiming:
-    """Time one segment through ``transcriber``: frontend, encoder, decoding (medians)."""
+    """Time one segment through ``transcriber`` (its encoder window): frontend, encoder,
+    decoding (medians)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     model = transcriber.checkpoint.model
     samples = np.asarray(waveform).shape[-1]
+    transcriber.encoder.silence_states()  # computed once per model, not per segment
     runs = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        mel = transcriber.frontend([waveform])
+        groups = transcriber.encoder.features([waveform])
         _sync(model.device)
         t1 = time.perf_counter()
-        encoded = model.encoder(mel)
+        encoded = transcriber.encoder.encode_features(groups)
         _sync(model.device)
         t2 = time.perf_counter()
         result = transcriber.decode_encoded(encoded)[0]
@@ -65,4 +69,4 @@ def time_second_pass(
         runs.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
     front, enc, dec = (statistics.median(stage) for stage in zip(*runs[1:], strict=True))
     return SecondPassTiming(samples / 16000, front, enc, dec, front + enc + dec,
-                            len(result.tokens) + 1, result.text)
+                            len(result.tokens) + 1, result.text, groups[0].mel.size(-1))

@@ -26,9 +26,9 @@ from oasr.models.whisper.decoding import (
     greedy_search,
 )
 from oasr.models.whisper.dense_kv import DecoderKv
-from oasr.models.whisper.frontend import WhisperFrontend
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.quantization import check_kv_cache_servable
+from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class WhisperDecodeConfig:
         max_rows: rows decoded together, and rows of the paged pool.
         block_size: tokens (frames) per page of the paged pool.
         max_num_blocks: pages of the paged pool; None = ``max_rows`` rows at full ceiling.
+        encoder_window: how much audio the encoder runs on (default: the segment plus 2 s,
+            in 2 s buckets, the rest of the 30 s window filled with silence's states).
     """
 
     kv_storage: str = "auto"
@@ -52,8 +54,12 @@ class WhisperDecodeConfig:
     max_rows: int = 8
     block_size: int = 16
     max_num_blocks: int | None = None
+    encoder_window: EncoderWindow = EncoderWindow()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.encoder_window, EncoderWindow):
+            raise ValueError(f"WhisperDecodeConfig.encoder_window must be an EncoderWindow, "
+                             f"got {type(self.encoder_window).__name__}")
         check_kv_cache_format(self.kv_cache)
         resolve_kv_storage(self.kv_storage, self.beam_size)
         for name in ("max_rows", "block_size"):
@@ -112,7 +118,8 @@ class WhisperTranscriber:
             self.config.kv_cache, kv_cache_dtypes=model.kv_cache_dtypes, model_dtype=model.dtype,
             device=model.device, head_dim=model.config.text_head_dim,
         )
-        self.frontend = WhisperFrontend(checkpoint.model.config.n_mels, checkpoint.model.device)
+        self.encoder = SegmentEncoder(model, self.config.encoder_window)
+        self.frontend = self.encoder.frontend
         self.manager = (
             build_decoder_manager(checkpoint, self.config) if self.storage == "paged" else None
         )
@@ -130,7 +137,7 @@ class WhisperTranscriber:
         rows = self.config.max_rows
         for start in range(0, len(waveforms), rows):
             group = waveforms[start : start + rows]
-            encoded = self.checkpoint.model.encoder(self.frontend(group))  # (B, 1500, d)
+            encoded = self.encoder(group)  # (B, 1500, d)
             out += self.decode_encoded(encoded)
         return out
 

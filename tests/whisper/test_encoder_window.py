@@ -1,0 +1,120 @@
+"""The encoder on a segment's real length: window arithmetic, the frontend's and encoder's short
+inputs, the silent tail, and (real model) the devset's WER against the whole 30 s window."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from whisper_devset import dense_search
+from whisper_testutil import TINY, tiny_model
+
+from oasr.metrics import ErrorCounts, normalize_transcript
+from oasr.models.whisper import WhisperCheckpoint, WhisperFrontend
+from oasr.models.whisper.frontend import N_FRAMES
+from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
+
+
+def test_window_frames_round_the_segment_plus_margin_up_to_a_bucket() -> None:
+    fit = EncoderWindow()  # 2 s margin, 2 s buckets
+    assert fit.bucket_frames == 200
+    assert fit.num_frames(5 * 16000, N_FRAMES) == 800  # 7 s -> 8 s
+    assert fit.num_frames(6 * 16000, N_FRAMES) == 800  # exactly 8 s
+    assert fit.num_frames(6 * 16000 + 1, N_FRAMES) == 1000
+    assert fit.num_frames(0, N_FRAMES) == 200
+    assert fit.num_frames(29 * 16000, N_FRAMES) == N_FRAMES  # capped at the window
+    assert EncoderWindow("full").num_frames(16000, N_FRAMES) == N_FRAMES
+    odd = EncoderWindow(margin_s=0.0, bucket_s=0.15)
+    assert odd.bucket_frames == 16  # 15 frames rounded up to even
+    assert odd.num_frames(2560, 40) == 16 and odd.num_frames(2561, 40) == 32
+
+
+def test_window_refuses_bad_settings() -> None:
+    with pytest.raises(ValueError, match="mode must be one of .*'fit'.*got 'short'"):
+        EncoderWindow("short")
+    with pytest.raises(ValueError, match="margin_s must be >= 0 seconds, got -1"):
+        EncoderWindow(margin_s=-1.0)
+    with pytest.raises(ValueError, match="bucket_s must be > 0 seconds, got 0"):
+        EncoderWindow(bucket_s=0.0)
+
+
+def test_short_frontend_window_is_the_prefix_of_the_30s_window() -> None:
+    gen = torch.Generator().manual_seed(3)
+    waves = [0.1 * torch.randn(3 * 16000 + 37, generator=gen), 0.3 * torch.randn(8000, generator=gen)]
+    frontend = WhisperFrontend()
+    whole = frontend(waves)
+    for frames in (302, 400, 2000):
+        assert torch.equal(frontend(waves, frames), whole[:, :, :frames])
+    with pytest.raises(ValueError, match=r"48037 samples \(3.00 s\); this window holds at most 48000"):
+        frontend(waves, 300)
+    with pytest.raises(ValueError, match="num_frames must be in 1..3000, got 3001"):
+        frontend(waves, 3001)
+
+
+def test_encoder_takes_a_prefix_and_only_its_positions() -> None:
+    model = tiny_model(seed=4)
+    mel = torch.randn(2, TINY.n_mels, 16)
+    with torch.inference_mode():
+        short = model.encoder(mel)
+        assert short.shape == (2, 8, TINY.n_audio_state)
+        model.encoder.positions[8:] += 5.0  # rows past the input: unused
+        assert torch.equal(model.encoder(mel), short)
+        model.encoder.positions[7] += 5.0  # the last row used
+        assert not torch.allclose(model.encoder(mel), short)
+    for shape in ((2, TINY.n_mels, 15), (2, TINY.n_mels, 42), (2, TINY.n_mels + 1, 16), (2, TINY.n_mels, 0)):
+        with pytest.raises(ValueError, match=r"T even and 2 <= T <= 40, got"):
+            model.encoder(torch.zeros(shape))
+
+
+def test_fit_mode_encodes_each_bucket_and_completes_with_silence() -> None:
+    model = tiny_model(seed=5)  # a 0.4 s window: 40 mel frames, 20 encoder frames
+    window = EncoderWindow(margin_s=0.05, bucket_s=0.1)  # 10-frame buckets
+    encoder = SegmentEncoder(model, window)
+    gen = torch.Generator().manual_seed(6)
+    waves = [0.2 * torch.randn(n, generator=gen) for n in (2400, 800, 6400, 700)]
+    assert [window.num_frames(w.numel(), 40) for w in waves] == [20, 10, 40, 10]
+    frontend = WhisperFrontend(TINY.n_mels)
+    with torch.inference_mode():
+        states = encoder(waves)
+        silence = model.encoder(frontend([torch.zeros(1)], 40))[0]
+        assert states.shape == (4, TINY.n_audio_ctx, TINY.n_audio_state)
+        for row, frames in ((0, 20), (1, 10), (3, 10)):
+            alone = model.encoder(frontend([waves[row]], frames))[0]  # (frames / 2, d)
+            torch.testing.assert_close(states[row, : frames // 2], alone)
+            torch.testing.assert_close(states[row, frames // 2 :], silence[frames // 2 :])
+        whole = model.encoder(frontend([waves[2]], 40))[0]
+        torch.testing.assert_close(states[2], whole)
+        full = SegmentEncoder(model, EncoderWindow("full"))
+        torch.testing.assert_close(full(waves), model.encoder(frontend(waves, 40)))
+    assert [g.rows for g in encoder.features(waves)] == [(1, 3), (0,), (2,)]
+    with pytest.raises(ValueError, match="at least one waveform, got 0"):
+        encoder([])
+
+
+def _devset_wer(checkpoint: WhisperCheckpoint, recordings, hyps) -> ErrorCounts:
+    counts = ErrorCounts()
+    for rec, hyp in zip(recordings, hyps, strict=True):
+        counts.add(rec.reference, normalize_transcript(checkpoint.tokenizer.decode(hyp.tokens)))
+    return counts
+
+
+@pytest.mark.slow
+def test_fit_window_keeps_the_devset_wer(checkpoint: WhisperCheckpoint, recordings,
+                                         dense_hyps) -> None:
+    """The default window (segment + 2 s in 2 s buckets, silent tail) scores within a point of
+    the 30 s window, and does not loop (a cut window without the silent tail does)."""
+    fit = SegmentEncoder(checkpoint.model, EncoderWindow())
+    fit_hyps = dense_search(checkpoint, fit([r.waveform for r in recordings]))
+    full_wer = _devset_wer(checkpoint, recordings, dense_hyps).wer
+    fit_wer = _devset_wer(checkpoint, recordings, fit_hyps).wer
+    tokens = [sum(len(h.tokens) for h in hyps) for hyps in (dense_hyps, fit_hyps)]
+    print(f"devset WER: 30 s window {full_wer:.2f}%, fit window {fit_wer:.2f}%; tokens {tokens}")
+    assert abs(fit_wer - full_wer) <= 1.0
+    assert tokens[1] <= math.ceil(1.1 * tokens[0])
+    george = next(r for r in recordings if r.name == "real_george_3.wav")
+    frames = EncoderWindow().num_frames(george.waveform.numel(), N_FRAMES)
+    with torch.inference_mode():
+        cut = checkpoint.model.encoder(fit.frontend([george.waveform], frames))
+    looped = dense_search(checkpoint, cut)[0]
+    assert len(looped.tokens) > 3 * len(fit_hyps[recordings.index(george)].tokens)
