@@ -1,0 +1,82 @@
+"""Before / after: the quick benchmark of two git revisions, alternated round by round.
+
+On a shared, noisy machine two runs minutes apart see different loads; alternating the two
+revisions (before, after, before, after, ...) lets every round's pair see about the same load,
+and the medians over rounds are what to compare.
+
+    nice -n 15 python bench/compare_revisions.py 512e4ef HEAD --rounds 3
+
+Each revision is checked out into a temporary git worktree (removed at the end) and runs
+``python -m oasr.cli bench --quick --json`` there with its own code, on the same audio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADLINES = ("speedup_batched_vs_sequential", "max_realtime_streams",
+             "paged_cost_ratio_chunk200_vs_chunk10_left4", "gflops_fraction_of_peak")
+
+
+def run_quick(tree: Path, audio_dir: Path) -> dict:
+    """One quick benchmark of the code in ``tree``: its JSON result."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "OASR_BENCH_AUDIO": str(audio_dir)}
+    proc = subprocess.run([sys.executable, "-m", "oasr.cli", "bench", "--quick", "--json"],
+                          cwd=tree, env=env, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summary(result: dict) -> dict[str, float]:
+    """The headline numbers plus the 64-stream step times and the batched forward's ms."""
+    row = result["throughput"][0]
+    return {**{k: float(result["headline"][k]) for k in HEADLINES},
+            "engine_step_ms": row["engine_step_ms"], "dense_step_ms": row["dense_step_ms"],
+            "forward_ms": result["compute"]["step_ms"],
+            "load": result["machine"]["load_average_1min_at_start"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("before")
+    p.add_argument("after")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--audio-dir", type=Path, default=ROOT.parent / "shared" / "audio" / "devset")
+    p.add_argument("--json", type=Path, default=None, help="write every round's numbers here")
+    args = p.parse_args()
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {}
+        for name in runs:
+            trees[name] = Path(tmp) / name
+            subprocess.run(["git", "worktree", "add", "--detach", str(trees[name]),
+                            getattr(args, name)], cwd=ROOT, check=True, capture_output=True)
+        try:
+            for r in range(args.rounds):
+                for name, tree in trees.items():
+                    runs[name].append(summary(run_quick(tree, args.audio_dir.resolve())))
+                    print(f"round {r + 1} {name}: {runs[name][-1]}", flush=True)
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                               check=False, capture_output=True)
+    print(f"\n| median of {args.rounds} rounds | before ({args.before}) | after ({args.after}) |")
+    print("|---|---|---|")
+    for key in runs["before"][0]:
+        b = statistics.median(x[key] for x in runs["before"])
+        a = statistics.median(x[key] for x in runs["after"])
+        print(f"| {key} | {b:,.2f} | {a:,.2f} |")
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
