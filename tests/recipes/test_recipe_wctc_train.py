@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from oasr.decoding.tokenizer import CharTokenizer
-from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel
+from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, load_whisper_ctc_dir
 from recipes.data import FeatureSet, SpecAugmentConfig
+from recipes.wctc_evaluate import heldout_utterances, score
+from recipes.wctc_export import export
 from recipes.wctc_feats import compute_split
 from recipes.wctc_train import (
     UNITS,
@@ -86,6 +88,14 @@ def test_training_lowers_the_loss_and_resumes(feats_dir: Path, tmp_path: Path) -
     assert resumed.audio_seconds > state.audio_seconds
     assert (paths.ckpt / "best.pt").exists()
     assert len((paths.ckpt / "history.jsonl").read_text().splitlines()) == 2
+    size = export(paths.ckpt / "latest.pt", tmp_path / "export")
+    exported = load_whisper_ctc_dir(tmp_path / "export")
+    assert size == (tmp_path / "export" / "model.safetensors").stat().st_size
+    assert exported.config == TINY
+    utts = heldout_utterances(feats_dir, "heldout_sentences", 10)
+    full, chunked = score(exported, utts, -1), score(exported, utts, 32, beam=3)
+    assert full.utterances == chunked.utterances == len(SENTENCES)
+    assert full.words == sum(len(t.split()) for t in SENTENCES)
 
 
 def test_lr_schedule_and_chunk_sampling() -> None:
