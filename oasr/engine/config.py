@@ -127,12 +127,16 @@ class EngineConfig:
         return self.chunk_size if self.chunk_size is not None else model_default
 
     def build_cache_config(self, geometry: KVGeometry | ConformerConfig, device: torch.device,
-                           dtype: torch.dtype, chunk_size: int | None = None) -> CacheConfig:
+                           dtype: torch.dtype, chunk_size: int | None = None,
+                           max_stream_frames: int | None = None) -> CacheConfig:
         """The cache geometry for a model under this config, pool size included.
 
         Args:
             geometry: the model family's `KVGeometry` (a ConformerConfig is converted).
             chunk_size: the resolved chunk size; None takes ``self.chunk_size``, else 16.
+            max_stream_frames: the most encoder frames a stream can ever hold (a model's
+                position limit) or None: narrows the block tables, and so the pool ceiling,
+                to what such a stream can use.
         ``max_num_blocks=None`` is derived by `oasr.engine.memory.derive_num_blocks`.
         Raises:
             ValueError: ``block_size_frames`` smaller than the chunk.
@@ -151,8 +155,11 @@ class EngineConfig:
             raise ValueError(
                 f"block_size_frames {block} < chunk_size {chunk}: raise block_size_frames (or "
                 "leave it None to use the chunk size)")
+        blocks_per_seq = self.max_blocks_per_seq
+        if max_stream_frames is not None:  # + 1: the in-flight block before eviction
+            blocks_per_seq = min(blocks_per_seq, -(-max_stream_frames // block) + 1)
         # the block count is a placeholder until it is known (derive_num_blocks ignores it)
-        ceiling = self.max_batch_size * self.max_blocks_per_seq
+        ceiling = self.max_batch_size * blocks_per_seq
         cache_config = CacheConfig(
             num_layers=geometry.num_layers,
             n_kv_head=geometry.n_kv_head,
@@ -163,7 +170,7 @@ class EngineConfig:
             num_left_chunks=self.num_left_chunks,
             block_size_frames=block,
             max_num_blocks=self.max_num_blocks or ceiling,
-            max_blocks_per_seq=self.max_blocks_per_seq,
+            max_blocks_per_seq=blocks_per_seq,
             max_batch_size=self.max_batch_size,
             device=device,
             dtype=dtype,

@@ -68,7 +68,8 @@ class StreamResources:
         limit = family.max_positions
         if limit is not None and chunk > limit:
             raise ValueError(f"chunk_size {chunk} exceeds the model's {limit} positions")
-        cache_config = config.build_cache_config(family.kv_geometry(), device, dtype, chunk)
+        cache_config = config.build_cache_config(family.kv_geometry(), device, dtype, chunk,
+                                                  max_stream_frames=limit)
         pool = BlockPool(cache_config)
         attention = AttentionCacheManager(pool, cache_config)
         states = family.build_states(cache_config)

@@ -226,3 +226,15 @@ def test_load_model_dispatches_on_the_model_field(whisper_dir: Path, tiny_model_
         load_model(legacy)
     with pytest.raises(ValueError, match="not a Conformer-CTC"):
         load_oasr_dir(whisper_dir)
+
+
+def test_block_tables_and_pool_ceiling_stop_at_the_position_limit(
+        short_positions_dir: Path, whisper_dir: Path) -> None:
+    # 3 chunks of positions, blocks of one chunk: a stream never holds more than 3 blocks, + 1
+    # in flight; the derived pool (max_num_blocks None) is capped at what the slots can address
+    short = ASREngine(_config(short_positions_dir, max_num_blocks=None)).resources.cache_config
+    assert short.max_blocks_per_seq == 3 + 1
+    assert short.max_num_blocks <= short.max_batch_size * (3 + 1)
+    # 1500 positions in blocks of 8 frames: ceil(1500 / 8) + 1 = 189 > the configured 64
+    full = ASREngine(_config(whisper_dir, max_num_blocks=None)).resources.cache_config
+    assert full.max_blocks_per_seq == EngineConfig.max_blocks_per_seq
