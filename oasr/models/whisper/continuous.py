@@ -70,7 +70,8 @@ class ContinuousWhisperDecoder:
 
     Invariant: every running request owns one decoder row (``row_id``) whose self-attention
     holds its prompt and all its tokens but the last; the last is the next step's input. The
-    tokens equal ``greedy_decode``'s for the same audio, whatever else shares the batch.
+    tokens equal ``greedy_decode``'s for the same encoder states (waveforms are encoded by a
+    ``SegmentEncoder`` with the config's window), whatever else shares the batch.
     """
 
     def __init__(self, checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig | None = None) -> None:
