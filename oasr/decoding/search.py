@@ -71,7 +71,10 @@ def prepare_chunk(
             if bool(((lengths < 0) | (lengths > num_frames)).any()):
                 raise ValueError(f"lengths must be in 0..{num_frames}, got {lengths.tolist()}")
             all_valid = bool((lengths == num_frames).all())
-        valid = steps[None, :] < lengths.to(state.device)[:, None]  # (B, T)
+        if all_valid:  # known on the host: no copy of the lengths to the device
+            valid = torch.ones((batch, num_frames), dtype=torch.bool, device=state.device)
+        else:
+            valid = steps[None, :] < lengths.to(state.device)[:, None]  # (B, T)
     top_lp = top_tok = None
     if config.is_greedy:
         max_lp, argmax = lp.max(dim=-1)  # (B, T)
