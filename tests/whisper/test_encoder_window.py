@@ -87,6 +87,14 @@ def test_fit_mode_encodes_each_bucket_and_completes_with_silence() -> None:
         torch.testing.assert_close(states[2], whole)
         full = SegmentEncoder(model, EncoderWindow("full"))
         torch.testing.assert_close(full(waves), model.encoder(frontend(waves, 40)))
+        assert full.encode(waves).num_encoded == (20, 20, 20, 20)
+        encoded = encoder.encode(waves)
+        assert encoded.num_encoded == (10, 5, 20, 5)
+        cross = encoder.cross_kv(encoded)  # silent frames' K/V from the cached projection
+        for (k, v), (k_ref, v_ref) in zip(cross, model.decoder.cross_kv(states), strict=True):
+            assert k.shape == (4, TINY.n_audio_ctx, TINY.n_audio_head, 16)
+            torch.testing.assert_close(k, k_ref)
+            torch.testing.assert_close(v, v_ref)
     assert [g.rows for g in encoder.features(waves)] == [(1, 3), (0,), (2,)]
     with pytest.raises(ValueError, match="at least one waveform, got 0"):
         encoder([])

@@ -26,7 +26,7 @@ from oasr.models.whisper.decoding import (
 from oasr.models.whisper.frontend import N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_manager
-from oasr.models.whisper.window import SegmentEncoder
+from oasr.models.whisper.window import EncodedSegments, SegmentEncoder
 
 
 @dataclass(frozen=True)
@@ -133,19 +133,31 @@ class ContinuousWhisperDecoder:
             admitted.append(self._waiting.popleft())
         return admitted
 
-    def _encode(self, pending: list[_Pending]) -> torch.Tensor:
+    def _encode(self, pending: list[_Pending]) -> EncodedSegments:
         waves = [p.waveform for p in pending if p.waveform is not None]
-        encoded: Iterator[torch.Tensor] = iter(self.encoder(waves).unbind(0) if waves else ())
-        return torch.stack([p.encoded if p.encoded is not None else next(encoded) for p in pending])
+        fresh = self.encoder.encode(waves) if waves else None
+        rows: Iterator[int] = iter(range(len(waves)))
+        states: list[torch.Tensor] = []  # each (S, d)
+        num_encoded: list[int] = []
+        for p in pending:
+            if p.encoded is not None:
+                states.append(p.encoded)
+                num_encoded.append(p.encoded.size(0))
+            else:
+                assert fresh is not None
+                row = next(rows)
+                states.append(fresh.states[row])
+                num_encoded.append(fresh.num_encoded[row])
+        return EncodedSegments(torch.stack(states), tuple(num_encoded))
 
     def _prefill(self, admitted: list[_Pending]) -> list[SecondPassResult]:
         model, spec = self.checkpoint.model, self.checkpoint.spec
-        encoded = self._encode(admitted)  # (B, S, d)
+        encoded = self._encode(admitted)  # states (B, S, d)
         rows = [_Running(p.request_id, next(self._row_ids)) for p in admitted]
         try:
             for row in rows:
                 self.manager.allocate_row(row.row_id, self.ceiling)
-            self.manager.build_cross_kv([r.row_id for r in rows], model.decoder.cross_kv(encoded))
+            self.manager.build_cross_kv([r.row_id for r in rows], self.encoder.cross_kv(encoded))
             prompt = torch.tensor(spec.prompt, device=model.device).expand(len(rows), -1)
             view = self.manager.view([r.row_id for r in rows])
             prompt_logits = model.decoder(prompt, view)  # (B, P, V)

@@ -54,7 +54,7 @@ def time_second_pass(
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     model = transcriber.checkpoint.model
     samples = np.asarray(waveform).shape[-1]
-    transcriber.encoder.silence_states()  # computed once per model, not per segment
+    transcriber.encoder.silence_cross_kv()  # computed once per model, not per segment
     runs = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
@@ -64,7 +64,7 @@ def time_second_pass(
         encoded = transcriber.encoder.encode_features(groups)
         _sync(model.device)
         t2 = time.perf_counter()
-        result = transcriber.decode_encoded(encoded)[0]
+        result = transcriber.decode_encoded(encoded.states, encoded.num_encoded)[0]
         _sync(model.device)
         runs.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
     front, enc, dec = (statistics.median(stage) for stage in zip(*runs[1:], strict=True))

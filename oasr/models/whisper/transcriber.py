@@ -28,7 +28,7 @@ from oasr.models.whisper.decoding import (
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.quantization import check_kv_cache_servable
-from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
+from oasr.models.whisper.window import EncodedSegments, EncoderWindow, SegmentEncoder
 
 
 @dataclass(frozen=True)
@@ -137,15 +137,24 @@ class WhisperTranscriber:
         rows = self.config.max_rows
         for start in range(0, len(waveforms), rows):
             group = waveforms[start : start + rows]
-            encoded = self.encoder(group)  # (B, 1500, d)
-            out += self.decode_encoded(encoded)
+            encoded = self.encoder.encode(group)  # states (B, 1500, d)
+            out += self.decode_encoded(encoded.states, encoded.num_encoded)
         return out
 
     @torch.inference_mode()
-    def decode_encoded(self, encoded: torch.Tensor) -> list[WhisperTranscript]:
-        """Greedy transcripts of encoder states (B, S, d), B <= ``max_rows``."""
+    def decode_encoded(self, encoded: torch.Tensor,
+                       num_encoded: Sequence[int] | None = None) -> list[WhisperTranscript]:
+        """Transcripts of encoder states.
+
+        Args:
+            encoded: (B, S, d) encoder states, B <= ``max_rows``.
+            num_encoded: per row the leading frames computed from its audio, the rest being
+                the silent window's (``SegmentEncoder.encode``); None: all of them. Only the
+                cross K/V projection uses it (the silent frames' K/V are computed once).
+        """
         model, spec = self.checkpoint.model, self.checkpoint.spec
-        cross = model.decoder.cross_kv(encoded)
+        cross = (model.decoder.cross_kv(encoded) if num_encoded is None
+                 else self.encoder.cross_kv(EncodedSegments(encoded, tuple(num_encoded))))
         batch = encoded.size(0)
         if self.manager is None:
             capacity = len(spec.prompt) + self.max_new_tokens

@@ -22,8 +22,10 @@ synthesised sentences, 106 words), WER after ``oasr.metrics.normalize_transcript
 
 Through the engine (bundled CTC model, each real recording one stream) the Whisper finals
 scored 1.96% with either window. A 5 s segment of ``real_jfk.wav`` on the shared 2-core CPU
-(one thread, median of 12): encoder 0.72 s -> 0.15 s (3000 -> 800 mel frames), whole second
-pass 1.09 s -> 0.52 s; the decoder (0.35 s for 8 tokens) is then most of it.
+(one thread, the two windows interleaved, median of 12 each; two runs under different load):
+encoder 0.50-0.72 s -> 0.10-0.15 s (3000 -> 800 mel frames), whole second pass 0.74-1.09 s ->
+0.31-0.52 s. The decoder (0.21-0.35 s for 8 tokens, a third of it the 51864-row output
+projection) is then most of it; the silent frames' cross K/V are projected once per model.
 """
 
 from __future__ import annotations
@@ -101,11 +103,29 @@ class MelGroup:
     mel: torch.Tensor
 
 
+@dataclass(frozen=True)
+class EncodedSegments:
+    """Encoder states of a batch of whole windows.
+
+    Attributes:
+        states: (B, n_audio_ctx, d).
+        num_encoded: per row, the leading frames the encoder computed from the row's audio;
+            the frames after them are the silent window's (``n_audio_ctx``: none are).
+    """
+
+    states: torch.Tensor
+    num_encoded: tuple[int, ...]
+
+
+CrossKv = list[tuple[torch.Tensor, torch.Tensor]]  # per decoder layer K, V: (B, S, H, D)
+
+
 class SegmentEncoder:
-    """Waveforms -> encoder states of whole windows, the encoder run as ``window`` says.
+    """Waveforms -> encoder states of whole windows, the encoder run as ``window`` says, and
+    their cross-attention K/V.
 
     Holds the model, the frontend and (``fit`` mode, computed at first use) the encoder
-    states of a silent window; no per-request state.
+    states of a silent window and their cross K/V; no per-request state.
     """
 
     def __init__(self, model: WhisperModel, window: EncoderWindow | None = None) -> None:
@@ -113,6 +133,7 @@ class SegmentEncoder:
         self.window = window or EncoderWindow()
         self.frontend = WhisperFrontend(model.config.n_mels, model.device)
         self._silence: torch.Tensor | None = None  # (n_audio_ctx, d)
+        self._silence_kv: CrossKv | None = None  # per layer (1, n_audio_ctx, H, D)
 
     @property
     def full_frames(self) -> int:
@@ -126,6 +147,13 @@ class SegmentEncoder:
                 self._silence = self.model.encoder(mel)[0]
         return self._silence
 
+    def silence_cross_kv(self) -> CrossKv:
+        """Per decoder layer the cross K, V (1, n_audio_ctx, H, D) of ``silence_states``."""
+        if self._silence_kv is None:
+            with torch.inference_mode():
+                self._silence_kv = self.model.decoder.cross_kv(self.silence_states()[None])
+        return self._silence_kv
+
     def features(self, waveforms: Sequence[torch.Tensor | np.ndarray]) -> list[MelGroup]:
         """Log-mel of each waveform, grouped by encoder input length (one group in ``full``
         mode)."""
@@ -137,25 +165,53 @@ class SegmentEncoder:
                 for frames, rows in sorted(by_frames.items())]
 
     @torch.inference_mode()
-    def encode_features(self, groups: Sequence[MelGroup]) -> torch.Tensor:
-        """Encoder states (B, n_audio_ctx, d) of ``features``' groups, rows in batch order."""
+    def encode_features(self, groups: Sequence[MelGroup]) -> EncodedSegments:
+        """Encoder states of ``features``' groups, rows in batch order."""
         ctx = self.model.config.n_audio_ctx
-        batch = sum(len(g.rows) for g in groups)
+        num_encoded = [0] * sum(len(g.rows) for g in groups)
         out: torch.Tensor | None = None
         for group in groups:
             states = self.model.encoder(group.mel)  # (b, T / 2, d)
+            frames = states.size(1)
             if out is None:
-                out = states.new_empty(batch, ctx, states.size(-1))
+                out = states.new_empty(len(num_encoded), ctx, states.size(-1))
             index = torch.tensor(group.rows, device=states.device)
-            out[index, : states.size(1)] = states
-            if states.size(1) < ctx:
-                out[index, states.size(1) :] = self.silence_states()[states.size(1) :]
+            out[index, :frames] = states
+            if frames < ctx:
+                out[index, frames:] = self.silence_states()[frames:]
+            for row in group.rows:
+                num_encoded[row] = frames
         if out is None:
             raise ValueError("SegmentEncoder needs at least one waveform, got 0")
-        return out
+        return EncodedSegments(out, tuple(num_encoded))
 
-    def __call__(self, waveforms: Sequence[torch.Tensor | np.ndarray]) -> torch.Tensor:
-        """Encoder states (B, n_audio_ctx, d) of B mono 16 kHz waveforms, each <= 30 s."""
+    def encode(self, waveforms: Sequence[torch.Tensor | np.ndarray]) -> EncodedSegments:
+        """Encoder states of B mono 16 kHz waveforms, each <= 30 s."""
         if len(waveforms) == 0:
             raise ValueError("SegmentEncoder needs at least one waveform, got 0")
         return self.encode_features(self.features(waveforms))
+
+    def __call__(self, waveforms: Sequence[torch.Tensor | np.ndarray]) -> torch.Tensor:
+        """Encoder states (B, n_audio_ctx, d) of B mono 16 kHz waveforms, each <= 30 s."""
+        return self.encode(waveforms).states
+
+    @torch.inference_mode()
+    def cross_kv(self, encoded: EncodedSegments) -> CrossKv:
+        """Per decoder layer the cross K, V (B, n_audio_ctx, H, D) of ``encoded``: projected
+        for each row's encoded frames, the silent window's for the rest (a projection is per
+        frame, so this equals projecting the whole window)."""
+        states, ctx = encoded.states, encoded.states.size(1)
+        decoder = self.model.decoder
+        if all(n == ctx for n in encoded.num_encoded):
+            return decoder.cross_kv(states)
+        batch = states.size(0)
+        out = [(k.expand(batch, -1, -1, -1).clone(), v.expand(batch, -1, -1, -1).clone())
+               for k, v in self.silence_cross_kv()]
+        for frames in sorted(set(encoded.num_encoded)):
+            rows = [i for i, n in enumerate(encoded.num_encoded) if n == frames]
+            index = torch.tensor(rows, device=states.device)
+            for (k_out, v_out), (k, v) in zip(out, decoder.cross_kv(states[index, :frames]),
+                                               strict=True):
+                k_out[index, :frames] = k  # (b, frames, H, D)
+                v_out[index, :frames] = v
+        return out
