@@ -1,5 +1,6 @@
 """Whisper (English-only checkpoints in CTranslate2 format) as a second-pass recogniser: the
-``model.bin`` reader, the PyTorch model, its log-mel frontend, tokenizer and greedy decoding."""
+``model.bin`` reader, the PyTorch model, its log-mel frontend, tokenizer and greedy decoding,
+the encoder window (a segment's real length) and the no-speech rule."""
 
 from oasr.models.whisper.config import DecodingSpec, WhisperConfig
 from oasr.models.whisper.ct2_format import Ct2Model, read_ct2_model
@@ -15,7 +16,9 @@ from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import WhisperFrontend, mel_filterbank
 from oasr.models.whisper.loader import WhisperCheckpoint, default_model_dir, load_whisper
 from oasr.models.whisper.model import DecoderKvStore, WhisperModel
+from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.tokenizer import WhisperTokenizer
+from oasr.models.whisper.window import EncodedSegments, EncoderWindow, SegmentEncoder
 
 __all__ = [
     "BeamHypothesis",
@@ -23,7 +26,11 @@ __all__ = [
     "DecoderKv",
     "DecoderKvStore",
     "DecodingSpec",
+    "EncodedSegments",
+    "EncoderWindow",
     "GreedyHypothesis",
+    "NoSpeechRule",
+    "SegmentEncoder",
     "WhisperCheckpoint",
     "WhisperConfig",
     "WhisperFrontend",
