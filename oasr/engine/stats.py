@@ -137,12 +137,16 @@ class EngineStats:
     def _second_pass_entry(self) -> dict[str, Any]:
         finals = self.finals
         done = finals.num_second_pass
+        worker = finals.worker
         return {
             "enabled": finals.worker is not None,
             "backlog": finals.worker.backlog if finals.worker is not None else 0,
             "num_second_pass_finals": done,
             "num_first_pass_finals": finals.num_first_pass,
             "num_fallbacks": finals.num_fallbacks,
+            # segments Whisper answered "" for: too quiet to decode / decoded but no speech
+            "num_no_voice": worker.num_no_voice if worker is not None else 0,
+            "num_no_speech": worker.num_no_speech if worker is not None else 0,
             "avg_latency_ms": round(finals.second_pass_seconds / done * 1e3, 1) if done else 0.0,
             "recent": list(finals.recent),
         }
