@@ -1,7 +1,7 @@
 """CTC decoding: tokenizers, the batched streaming decoder and endpointing."""
 
 from oasr.decoding.config import GpuDecoderConfig, Hypothesis
-from oasr.decoding.decoder import FrameStats, GpuStreamingDecoder
+from oasr.decoding.decoder import FrameStats, GpuStreamingDecoder, StreamStep
 from oasr.decoding.endpoint import Endpoint, EndpointConfig, Endpointer, EndpointRule
 from oasr.decoding.state import DecoderState
 from oasr.decoding.tokenizer import (
@@ -25,6 +25,7 @@ __all__ = [
     "GpuDecoderConfig",
     "GpuStreamingDecoder",
     "Hypothesis",
+    "StreamStep",
     "Tokenizer",
     "load_tokenizer",
     "read_units",
