@@ -40,8 +40,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+BENCH_CHUNK_SIZE = 16  # encoder frames per chunk (640 ms): the bundled model's trained chunk
+
+
 def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int = -1,
-                        chunk_size: int = 16, device: str = "auto") -> EngineConfig:
+                        chunk_size: int = BENCH_CHUNK_SIZE, device: str = "auto") -> EngineConfig:
     """An engine for ``num_streams`` streams of up to ``num_chunks`` chunks each.
 
     The pool is sized exactly (every stream's history plus one in-flight block), not derived
@@ -83,7 +86,7 @@ class EngineDriver:
         self.config = config
         self.resources = StreamResources.build(config, model)
         self.engine = ASREngine(config, self.resources)
-        self.feed = StreamFeed(speech, config.chunk_size)
+        self.feed = StreamFeed(speech, config.resolve_chunk_size(BENCH_CHUNK_SIZE))
         self.events: list[StreamEvent] = []
         for stream in range(len(speech)):
             self.engine.submit(OpenStream(stream, self._sink))
@@ -185,8 +188,8 @@ class RunnerDriver:
     def __init__(self, model: AsrModel, feats: list[np.ndarray], config: EngineConfig) -> None:
         self.resources = StreamResources.build(config, model)
         self.runner = self.resources.runner
-        self.chunk_size = config.chunk_size
-        self.windows = [split_windows(f, ChunkGeometry(chunk_size=config.chunk_size))
+        self.chunk_size = config.resolve_chunk_size(BENCH_CHUNK_SIZE)
+        self.windows = [split_windows(f, ChunkGeometry(chunk_size=self.chunk_size))
                         for f in feats]  # per stream: (67, F) windows
         self.stream_ids = list(range(len(feats)))
         slots = [self.resources.open_stream(s) for s in self.stream_ids]

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import torch
 
-from oasr.benchmarks.drivers import DenseLoop, EngineDriver, bench_engine_config, sync
+from oasr.benchmarks.drivers import (
+    BENCH_CHUNK_SIZE,
+    DenseLoop,
+    EngineDriver,
+    bench_engine_config,
+    sync,
+)
 from oasr.benchmarks.workload import BenchModel, chunk_seconds, load_speech
 
 
@@ -99,7 +105,7 @@ def probe_realtime(bench: BenchModel, audio_dir: Path, num_streams: int, warmup:
     driver.run(warmup)
     times = sorted(driver.run(1)[0] for _ in range(steps))
     return RealtimeProbe(num_streams, 1e3 * times[len(times) // 2],
-                         1e3 * chunk_seconds(config.chunk_size))
+                         1e3 * chunk_seconds(config.resolve_chunk_size(BENCH_CHUNK_SIZE)))
 
 
 def search_max_realtime(probe: Callable[[int], RealtimeProbe], estimate: int,

@@ -55,9 +55,10 @@ def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0)
         seed: seed of a random model's weights.
     """
     if path is not None:
-        return BenchModel(load_model(path), f"model from {path}")
+        return BenchModel(_conformer(load_model(path), path), f"model from {path}")
     if not tiny and (DEFAULT_MODEL_DIR / "config.json").is_file():
-        return BenchModel(load_model(None), f"bundled default model ({DEFAULT_MODEL_DIR.name})")
+        return BenchModel(_conformer(load_model(None), str(DEFAULT_MODEL_DIR)),
+                          f"bundled default model ({DEFAULT_MODEL_DIR.name})")
     config = tiny_architecture() if tiny else bundled_architecture()
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
@@ -66,6 +67,15 @@ def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0)
     what = "tiny test model" if tiny else "bundled model's architecture (recipes/train.py)"
     return BenchModel(model, f"seeded random weights (seed {seed}), {what}; "
                              "the bundled checkpoint was not present")
+
+
+def _conformer(model: object, path: str) -> AsrModel:
+    """``model`` if it is a Conformer-CTC ``AsrModel`` (the dense baseline loop and the FLOP
+    accounting are written for it)."""
+    if not isinstance(model, AsrModel):
+        raise ValueError(f"oasr bench measures Conformer-CTC models; {path} holds a "
+                         f"{type(model).__name__}")
+    return model
 
 
 def default_audio_dir() -> Path:

@@ -10,6 +10,7 @@ back is ``torch.split`` (views, no copies).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 
@@ -167,7 +168,7 @@ def stack_states(states: list[DecoderState]) -> DecoderState:
     if len(beams) != 1:
         raise ValueError(f"states have different beam widths {sorted(beams)}")
     capacity = max(s.capacity for s in states)
-    parts: dict[str, torch.Tensor] = {}
+    parts: dict[str, Any] = {}
     for name in TENSOR_FIELDS:
         tensors = [getattr(s, name) for s in states]
         if name in ("tokens", "token_frames"):

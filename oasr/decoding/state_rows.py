@@ -11,6 +11,7 @@ searches, and writes them back with one ``index_copy_`` per field, whatever B is
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 import torch
 
@@ -135,7 +136,9 @@ class StateRows:
 
     def gather(self, index: torch.Tensor, max_len_bound: int) -> DecoderState:
         """A B-row working state holding copies of the rows ``index`` (B,)."""
-        parts = {n: getattr(self.storage, n).index_select(0, index) for n in TENSOR_FIELDS}
+        parts: dict[str, Any] = {
+            n: getattr(self.storage, n).index_select(0, index) for n in TENSOR_FIELDS
+        }
         return DecoderState(**parts, max_len_bound=max_len_bound)
 
     def scatter(self, index: torch.Tensor, work: DecoderState) -> None:
@@ -150,7 +153,7 @@ class StateRows:
         owner = self._owners.get(row)
         return row if owner is not None and owner[0]() is state else None
 
-    def _views(self, row: int) -> dict[str, torch.Tensor]:
+    def _views(self, row: int) -> dict[str, Any]:
         return {n: getattr(self.storage, n)[row : row + 1] for n in TENSOR_FIELDS}
 
     def _release(self, row: int) -> None:

@@ -36,6 +36,7 @@ class Conv2dSubsampling4(nn.Module):
             nn.Conv2d(odim, odim, KERNEL, STRIDE), nn.ReLU(inplace=True),
         )
         self.out = nn.Sequential(nn.Linear(odim * (((idim - 1) // 2 - 1) // 2), odim))
+        self.channels = odim
         self.pos_enc = RelPositionalEncoding(odim, dropout_rate)
 
     @property
@@ -65,8 +66,7 @@ class Conv2dSubsampling4(nn.Module):
         if x.device.type != "cpu":
             return max(1, x.size(0))
         t1, f1 = (x.size(1) - 1) // 2, (x.size(2) - 1) // 2
-        channels = self.out[0].out_features
-        row_bytes = channels * max(1, t1 * f1) * x.element_size()
+        row_bytes = self.channels * max(1, t1 * f1) * x.element_size()
         return max(1, CPU_STEM_BYTES // row_bytes)
 
     def _embed(self, x: Tensor) -> Tensor:
@@ -79,6 +79,7 @@ class Conv2dSubsampling4(nn.Module):
         float32 rounding.
         """
         first, second = self.conv[0], self.conv[2]
+        assert isinstance(first, nn.Conv2d) and isinstance(second, nn.Conv2d)
         b, t, f = x.shape
         t1, f1 = (t - KERNEL) // STRIDE + 1, (f - KERNEL) // STRIDE + 1
         patches = x.unfold(1, KERNEL, STRIDE).unfold(2, KERNEL, STRIDE)  # (b, t1, f1, 3, 3)
