@@ -44,7 +44,8 @@ BENCH_CHUNK_SIZE = 16  # encoder frames per chunk (640 ms): the bundled model's 
 
 
 def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int = -1,
-                        chunk_size: int = BENCH_CHUNK_SIZE, device: str = "auto") -> EngineConfig:
+                        chunk_size: int = BENCH_CHUNK_SIZE, device: str = "auto",
+                        dtype: str = "auto") -> EngineConfig:
     """An engine for ``num_streams`` streams of up to ``num_chunks`` chunks each.
 
     The pool is sized exactly (every stream's history plus one in-flight block), not derived
@@ -52,7 +53,7 @@ def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int 
     """
     per_stream = num_left_chunks + 2 if num_left_chunks >= 0 else num_chunks + 2
     return EngineConfig(
-        device=device, max_batch_size=num_streams, chunk_size=chunk_size,
+        device=device, dtype=dtype, max_batch_size=num_streams, chunk_size=chunk_size,
         num_left_chunks=num_left_chunks, max_num_blocks=num_streams * per_stream,
         max_blocks_per_seq=max(per_stream, 8), endpoint=None, max_wait_time_s=math.inf,
         idle_timeout_s=math.inf, max_session_s=math.inf, max_pending_audio_s=math.inf,
@@ -134,9 +135,11 @@ class DenseLoop:
     """Streams served one at a time with dense caches concatenated every chunk."""
 
     def __init__(self, model: AsrModel, speech: list[np.ndarray], chunk_size: int = 16,
-                 num_left_chunks: int = -1, device: torch.device | None = None) -> None:
+                 num_left_chunks: int = -1, device: torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
+        default = torch.float16 if self.device.type == "cuda" else torch.float32
+        self.dtype = dtype or default
         self.model = model.to(self.device, self.dtype).eval()
         self.required_cache_size = num_left_chunks * chunk_size if num_left_chunks >= 0 else -1
         self.feed = StreamFeed(speech, chunk_size)

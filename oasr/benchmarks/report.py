@@ -44,7 +44,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def format_markdown(result: dict[str, Any]) -> str:
     """Markdown tables of every section present in ``result`` (as ``run_benchmarks`` builds)."""
-    out = [f"Model: {result['model_source']}", ""]
+    dtype = result.get("dtype", "auto")
+    speed_dtype = "" if dtype == "auto" else f" (throughput and real-time runs in {dtype})"
+    out = [f"Model: {result['model_source']}{speed_dtype}", ""]
     h = result["headline"]
     out += _table(["headline", "value", "target"], [
         [f"speedup batched vs sequential ({h['speedup_num_streams']} streams)",

@@ -8,6 +8,7 @@ load. ``--json`` prints one JSON object on stdout (tables and progress go to std
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import datetime
 import json
@@ -29,6 +30,7 @@ from oasr.benchmarks.throughput import find_max_realtime_streams, measure_throug
 from oasr.benchmarks.workload import BenchModel, default_audio_dir, load_bench_model
 
 HEADLINE_STREAMS = 64
+SPEED_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class BenchConfig:
         tiny_model: a tiny random model (tests of this machinery; numbers mean nothing).
         audio_dir: real speech (.wav); None = the shared dev set.
         device: auto | cpu | cuda[:N].
+        dtype: the model dtype of the throughput and real-time measurements (an
+            `EngineConfig.dtype` name; auto = float32 on CPU, float16 on CUDA). The other
+            measurements keep auto.
         threads: torch intra-op threads; 0 leaves torch's default (one per core). One thread
             by default: both ways get the same compute, and on a shared machine more threads
             than free cores make every small op stall (the quick run took 3.6 minutes and
@@ -60,6 +65,7 @@ class BenchConfig:
     tiny_model: bool = False
     audio_dir: Path | None = None
     device: str = "auto"
+    dtype: str = "auto"
     threads: int = 1
     stream_counts: tuple[int, ...] = (1, 8, 32, 64, 128)
     steps: int = 4
@@ -78,6 +84,8 @@ class BenchConfig:
         for name in ("steps", "rounds", "realtime_probes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"BenchConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dtype not in SPEED_DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(SPEED_DTYPES)}, got {self.dtype!r}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0 = torch's default), got {self.threads}")
         if self.warmup < 1:
@@ -114,6 +122,7 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
         "machine": machine_description(torch.device(compute_device(config.device))),
         "started_utc": _utc_now(),
         "quick": config.quick,
+        "dtype": config.dtype,
     }
     _log(f"model: {bench.source}")
     result.update(_engine_benchmarks(config, bench, audio_dir))
@@ -137,11 +146,14 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
 
 def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) -> dict[str, Any]:
     """Everything but the server load, with the headline numbers drawn from it."""
+    # a copy for a non-default dtype: casting the shared model back would round its weights
+    speed = bench if config.dtype == "auto" else BenchModel(copy.deepcopy(bench.model),
+                                                             bench.source)
     rows = []
     for n in config.stream_counts:
-        _log(f"throughput: {n} streams, engine vs dense loop")
-        rows.append(measure_throughput(bench, audio_dir, n, config.warmup, config.steps,
-                                       config.device))
+        _log(f"throughput: {n} streams, engine vs dense loop ({config.dtype})")
+        rows.append(measure_throughput(speed, audio_dir, n, config.warmup, config.steps,
+                                       config.device, config.dtype))
     variants = [("paged", 4)] if config.quick else [
         ("dense", -1), ("paged", -1), ("dense", 4), ("paged", 4)]
     _log(f"per-chunk cost up to chunk {max(config.checkpoints)}: {variants}")
@@ -151,8 +163,8 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
     estimate = max(1, int(biggest.engine_rate * 0.9))
     _log(f"real-time streams: search from {estimate}")
     max_rt, probes = find_max_realtime_streams(
-        bench, audio_dir, estimate, warmup=2, steps=2 if config.quick else 3,
-        max_probes=config.realtime_probes, device=config.device)
+        speed, audio_dir, estimate, warmup=2, steps=2 if config.quick else 3,
+        max_probes=config.realtime_probes, device=config.device, dtype=config.dtype)
     _log(f"compute: batch {biggest.num_streams}")
     compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 5, config.device)
     steady = check_steady_state(bench, audio_dir, min(16, biggest.num_streams),
@@ -203,6 +215,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--tiny-model", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--audio-dir", type=Path, default=None, help="directory of speech .wav files")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", choices=SPEED_DTYPES,
+                   help="model dtype of the throughput and real-time runs (default auto: "
+                        "float32 on CPU, float16 on CUDA)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1; 0 = torch's default)")
     p.add_argument("--streams", type=int, nargs="+", default=None,
@@ -218,7 +233,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     overrides: dict[str, Any] = dict(model=args.model, tiny_model=args.tiny_model,
                                      audio_dir=args.audio_dir, device=args.device,
-                                     threads=args.threads)
+                                     dtype=args.dtype, threads=args.threads)
     if args.streams:
         overrides["stream_counts"] = tuple(args.streams)
     if args.realtime_probes is not None:

@@ -48,14 +48,17 @@ class ThroughputRow:
 
 
 def measure_throughput(bench: BenchModel, audio_dir: Path, num_streams: int, warmup: int,
-                       steps: int, device: str = "auto") -> ThroughputRow:
+                       steps: int, device: str = "auto", dtype: str = "auto") -> ThroughputRow:
     """Engine vs dense loop for ``num_streams`` streams: ``warmup`` untimed steps each, then
-    ``steps`` timed steps, alternating one engine step with one dense step."""
+    ``steps`` timed steps, alternating one engine step with one dense step. Both run the
+    model in ``dtype`` (an `EngineConfig.dtype` name; they share the model object)."""
     total = warmup + steps
     speech = load_speech(audio_dir, num_streams, chunk_seconds(16) * (total + 2))
-    config = bench_engine_config(num_streams, total + 1, device=device)
+    config = bench_engine_config(num_streams, total + 1, device=device, dtype=dtype)
     engine = EngineDriver(bench.model, speech, config)
-    dense = DenseLoop(bench.model, speech, device=config.resolve_device())
+    torch_device = config.resolve_device()
+    dense = DenseLoop(bench.model, speech, device=torch_device,
+                      dtype=config.resolve_dtype(torch_device))
     for _ in range(warmup):
         engine.step()
         dense.step()
@@ -96,11 +99,13 @@ class RealtimeProbe:
 
 
 def probe_realtime(bench: BenchModel, audio_dir: Path, num_streams: int, warmup: int,
-                   steps: int, num_left_chunks: int = -1, device: str = "auto") -> RealtimeProbe:
+                   steps: int, num_left_chunks: int = -1, device: str = "auto",
+                   dtype: str = "auto") -> RealtimeProbe:
     """Run ``num_streams`` streams through the engine; time ``steps`` steps after ``warmup``."""
     total = warmup + steps
     speech = load_speech(audio_dir, num_streams, chunk_seconds(16) * (total + 2))
-    config = bench_engine_config(num_streams, total + 1, num_left_chunks, device=device)
+    config = bench_engine_config(num_streams, total + 1, num_left_chunks, device=device,
+                                 dtype=dtype)
     driver = EngineDriver(bench.model, speech, config)
     driver.run(warmup)
     times = sorted(driver.run(1)[0] for _ in range(steps))
@@ -143,10 +148,12 @@ def search_max_realtime(probe: Callable[[int], RealtimeProbe], estimate: int,
 
 def find_max_realtime_streams(bench: BenchModel, audio_dir: Path, estimate: int, warmup: int,
                               steps: int, max_probes: int, num_left_chunks: int = -1,
-                              device: str = "auto") -> tuple[int, list[RealtimeProbe]]:
+                              device: str = "auto",
+                              dtype: str = "auto") -> tuple[int, list[RealtimeProbe]]:
     """`search_max_realtime` over real engine runs (`probe_realtime`)."""
     def probe(n: int) -> RealtimeProbe:
-        return probe_realtime(bench, audio_dir, n, warmup, steps, num_left_chunks, device)
+        return probe_realtime(bench, audio_dir, n, warmup, steps, num_left_chunks, device,
+                              dtype)
 
     found = search_max_realtime(probe, estimate, max_probes)
     if torch.cuda.is_available():

@@ -32,6 +32,21 @@ def test_engine_and_dense_loop_decode_the_same_audio_to_the_same_text(
     assert any(engine_texts)  # the random model says something, so equality is not vacuous
 
 
+def test_throughput_in_bfloat16_runs_both_ways_in_bfloat16(tiny: BenchModel,
+                                                          audio_dir: Path) -> None:
+    from oasr.benchmarks.throughput import measure_throughput
+
+    row = measure_throughput(tiny, audio_dir, 2, warmup=1, steps=1, device="cpu",
+                             dtype="bfloat16")
+    assert row.engine_rate > 0 and row.dense_rate > 0
+    assert next(tiny.model.parameters()).dtype == torch.bfloat16  # the shared model, cast once
+
+
+def test_bench_config_refuses_an_unknown_dtype() -> None:
+    with pytest.raises(ValueError, match="dtype must be one of auto, float32, float16, bfloat16"):
+        BenchConfig(dtype="int8")
+
+
 def test_speech_streams_are_distinct_real_audio(audio_dir: Path) -> None:
     a, b = load_speech(audio_dir, 2, 3.0)
     assert len(a) == len(b) == 48000
