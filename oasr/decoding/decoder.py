@@ -156,6 +156,8 @@ class GpuStreamingDecoder:
             states: B states (each may hold several rows; rows are taken in order).
             lengths: (B,) valid frames per row, None when all T are valid (CPU tensor preferred).
         """
+        if not states:
+            raise ValueError("decode_streams needs at least one state")
         rows = self._rows.rows_of(states)
         if rows is None:  # some states own their tensors: stack, search, split
             self._search_stacked(log_probs, states, lengths)

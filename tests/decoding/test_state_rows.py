@@ -106,11 +106,13 @@ def test_rows_are_reused_after_a_state_dies_and_detached_on_a_batch_change() -> 
     assert dec.finalize_stream(a, 1)[0].tokens == []
 
 
-def test_a_state_twice_in_one_call_is_refused() -> None:
+def test_a_state_twice_in_one_call_or_no_state_is_refused() -> None:
     dec = make(1)
     state, other = dec.create_state(1, VOCAB), dec.create_state(1, VOCAB)
     with pytest.raises(ValueError, match="the state at position 0 is passed more than once"):
         dec.decode_streams(random_log_probs(4, 3, 8), [state, other, state])
+    with pytest.raises(ValueError, match="decode_streams needs at least one state"):
+        dec.decode_streams(random_log_probs(4, 1, 8)[:0], [])
 
 
 @pytest.mark.parametrize("beam", [1, 3])
