@@ -96,6 +96,10 @@ class GpuStreamingDecoder:
         cfg = self._config
         self._rows = StateRows(cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id,
                                self.device)
+        # Bumped by every call that changes a state; the frame stats a read-back brought to
+        # the host are valid while it is unchanged (see `frame_stats`).
+        self._generation = 0
+        self._read_stats: tuple[int, tuple[int, ...], list[FrameStats]] | None = None
 
     @property
     def config(self) -> GpuDecoderConfig:
@@ -105,6 +109,7 @@ class GpuStreamingDecoder:
         """A fresh state of ``batch`` rows for a ``vocab_size``-token model (a batch-1 state
         is a row of the decoder's persistent storage)."""
         self._check_vocab(vocab_size)
+        self._generation += 1  # a new object may reuse a dead one's id
         if batch == 1:
             return self._rows.attach()
         cfg = self._config
@@ -115,6 +120,7 @@ class GpuStreamingDecoder:
     def reset_state(self, state: DecoderState, batch: int, vocab_size: int) -> None:
         """Rewind ``state`` to a fresh one in place (buffers reused; rebuilt if batch differs)."""
         self._check_vocab(vocab_size)
+        self._generation += 1
         if state.batch_size != batch or state.beam_size != self._config.beam_size:
             if self._rows.rows_of([state]) is not None:
                 self._rows.detach(state)
@@ -141,6 +147,7 @@ class GpuStreamingDecoder:
         if self._rows.rows_of([state]) is not None:
             self.decode_streams(log_probs, [state], lengths)
         else:
+            self._generation += 1
             self._search(log_probs, state, lengths)
 
     def decode_streams(
@@ -158,6 +165,7 @@ class GpuStreamingDecoder:
         """
         if not states:
             raise ValueError("decode_streams needs at least one state")
+        self._generation += 1
         rows = self._rows.rows_of(states)
         if rows is None:  # some states own their tensors: stack, search, split
             self._search_stacked(log_probs, states, lengths)
@@ -276,6 +284,9 @@ class GpuStreamingDecoder:
             score = _FLOAT32.unpack(_INT32.pack(line[0]))[0]
             hyp = self._hypothesis(line[6 : 6 + n], score, line[6 + width : 6 + width + n])
             steps.append(StreamStep(hyp, FrameStats(line[3], line[4], bool(line[5]))))
+        if row == 0 and all(state.batch_size == 1 for state in states):
+            ids = tuple(id(state) for state in states)
+            self._read_stats = (self._generation, ids, [step.stats for step in steps])
         return steps
 
     def finalize_stream(self, state: DecoderState, row: int = 0) -> list[Hypothesis]:
@@ -297,7 +308,15 @@ class GpuStreamingDecoder:
         ]
 
     def frame_stats(self, states: list[DecoderState]) -> list[FrameStats]:
-        """Endpointing inputs of every row of every state (one device-to-host transfer)."""
+        """Endpointing inputs of every row of every state (one device-to-host transfer).
+
+        Right after `partials` of the same batch-1 states, with no decode or reset between,
+        the stats that read-back already brought to the host are returned: no transfer.
+        """
+        memo = self._read_stats
+        ids = tuple(id(state) for state in states)
+        if memo is not None and memo[0] == self._generation and memo[1] == ids:
+            return list(memo[2])
         if self._rows.rows_of(states) is not None:  # batch-1 rows of the storage
             names = ("num_frames", "num_trailing_blank_frames", "has_speech")
             read = self._stacked_rows(states, 0)

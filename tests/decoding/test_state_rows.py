@@ -131,3 +131,28 @@ def test_storage_rows_mixed_with_own_states_stay_in_their_rows(beam: int) -> Non
     dec.decode_streams(lp[:1, :CHUNK], [pooled])  # and the gather path reads the same row
     dec.decode_chunk(lp[:1, :CHUNK], twin)
     assert_same(dec.finalize_stream(pooled), dec.finalize_stream(twin))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_frame_stats_after_partials_are_the_read_back_ones_and_never_stale(beam: int) -> None:
+    dec = make(beam)
+    states = [dec.create_state(1, VOCAB) for _ in range(3)]
+    owned = [own_state(beam) for _ in range(3)]
+    lp = random_log_probs(8, 3, 2 * CHUNK)
+    lp[1, :, 1:] = -30.0  # stream 1 hears only blanks: no speech, all frames trailing blank
+    lengths = torch.tensor([CHUNK, CHUNK, 5])
+    dec.decode_streams(lp[:, :CHUNK], states, lengths)
+    dec.decode_streams(lp[:, :CHUNK], owned, lengths)  # stacked path: stats read directly
+    dec.partials(states)
+    after_partials = dec.frame_stats(states)  # from the partials' read-back
+    assert after_partials == dec.frame_stats(owned)
+    assert [s.num_frames for s in after_partials] == [CHUNK, CHUNK, 5]
+    assert after_partials[1].has_speech is False
+    assert after_partials[1].num_trailing_blank_frames == CHUNK
+    dec.decode_streams(lp[:, CHUNK:], states)  # a decode in between: stats read again
+    assert [s.num_frames for s in dec.frame_stats(states)] == [2 * CHUNK, 2 * CHUNK, CHUNK + 5]
+    dec.partials(states)
+    dec.reset_state(states[0], 1, VOCAB)  # so does a reset
+    assert dec.frame_stats(states)[0].num_frames == 0
+    dec.partials(states[:2])
+    assert [s.num_frames for s in dec.frame_stats(states)] == [0, 2 * CHUNK, CHUNK + 5]
