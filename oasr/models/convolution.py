@@ -55,22 +55,22 @@ class ConvolutionModule(nn.Module):
         Returns:
             y (B, T, C), new_cache (B, C, kernel - 1) (empty (0, 0, 0) when not causal).
         """
-        x = x.transpose(1, 2)  # (B, C, T)
-        pad = ~mask_pad if mask_pad is not None and mask_pad.size(-1) > 0 else None
+        has_pad = mask_pad is not None and mask_pad.size(-1) > 0
+        pad = ~mask_pad.transpose(1, 2) if mask_pad is not None and has_pad else None  # (B, T, 1)
         if pad is not None:
             x = x.masked_fill(pad, 0.0)
         if self.lorder > 0:
             if cache is None or cache.size(-1) == 0:
-                x = F.pad(x, (self.lorder, 0), "constant", 0.0)
+                x = F.pad(x, (0, 0, self.lorder, 0), "constant", 0.0)  # (B, k - 1 + T, C)
             else:
-                x = torch.cat([cache.to(x.dtype), x], dim=2)  # (B, C, k - 1 + T)
-            new_cache = x[:, :, -self.lorder :]
+                x = torch.cat([cache.transpose(1, 2).to(x.dtype), x], dim=1)
+            new_cache = x[:, -self.lorder :, :].transpose(1, 2)  # (B, C, k - 1)
         else:
             new_cache = x.new_zeros((0, 0, 0))
-        y = self._convolve(x)  # (B, C, T)
+        y = self._convolve_channels_last(x)  # (B, T, C)
         if pad is not None:
             y = y.masked_fill(pad, 0.0)
-        return y.transpose(1, 2), new_cache
+        return y, new_cache
 
     def forward_slot(self, x: Tensor, lengths: Tensor, cache: Tensor) -> tuple[Tensor, Tensor]:
         """Causal chunk forward for B streams, cache in the slot layout.
@@ -94,11 +94,12 @@ class ConvolutionModule(nn.Module):
         return y.masked_fill(~real.unsqueeze(-1), 0.0), new_cache
 
     def _convolve_channels_last(self, x: Tensor) -> Tensor:
-        """(B, T + lorder, C) left-padded input -> (B, T, C).
+        """(B, T + lorder, C) left-padded input -> (B, T, C): pointwise conv, GLU, depthwise
+        conv, norm, activation, pointwise conv.
 
-        `_convolve` in the (B, T, C) layout: the pointwise convolutions are linears over the
-        channels and only the depthwise one sees (B, C, T), so no transpose copies around them
-        (2.6x faster than `_convolve` at 64 streams on a CPU; equal to float32 rounding).
+        The pointwise convolutions run as linears over the channels and only the depthwise one
+        sees (B, C, T), so no layout copies around them (2.6x faster than Conv1d on (B, C, T)
+        at 64 streams on a CPU; equal to float32 rounding).
         """
         w1, w2 = self.pointwise_conv1.weight, self.pointwise_conv2.weight  # (out, in, 1)
         x = F.glu(F.linear(x, w1.squeeze(-1), self.pointwise_conv1.bias), dim=-1)
@@ -108,13 +109,3 @@ class ConvolutionModule(nn.Module):
         else:
             x = self.activation(self.norm(x)).transpose(1, 2)
         return F.linear(x, w2.squeeze(-1), self.pointwise_conv2.bias)  # (B, T, C)
-
-    def _convolve(self, x: Tensor) -> Tensor:
-        """(B, C, T + lorder) left-padded input -> (B, C, T)."""
-        x = F.glu(self.pointwise_conv1(x), dim=1)  # (B, C, T + lorder)
-        x = self.depthwise_conv(x)  # (B, C, T)
-        if self.use_layer_norm:
-            x = self.activation(self.norm(x.transpose(1, 2))).transpose(1, 2)
-        else:
-            x = self.activation(self.norm(x))
-        return self.pointwise_conv2(x)
