@@ -127,9 +127,11 @@ def evaluate(source: Path, sets: dict[str, list[Utterance]], beam: int = 1) -> d
 def markdown_rows(report: dict) -> list[str]:
     """One row per test set: WER (CER) of each mode."""
     rows = []
+    source = Path(report["source"])
+    label = f"{source.parent.name}/{source.name}"
     for name, modes in report["sets"].items():
         cells = " | ".join(f"{m} {v['wer']:.1f} ({v['cer']:.1f})" for m, v in modes.items())
-        rows.append(f"| {report['time'][11:19]} | step {report['step']} | {name} | {cells} |")
+        rows.append(f"| {report['time'][11:19]} | {label} step {report['step']} | {name} | {cells} |")
     return rows
 
 
