@@ -22,6 +22,12 @@ class GpuDecoderConfig:
             never extends a prefix (e.g. -10.0). None disables the threshold.
         blank_penalty: subtracted from the blank log-prob of every frame before searching
             (and before the blank/non-blank test endpointing uses); > 0 emits more tokens.
+        lm_weight: shallow fusion with a char LM given to the decoder (beam search only):
+            a prefix ranks by acoustic log-prob + lm_weight * LM log-prob + bonuses. Ignored
+            without an LM; 0 with zero bonuses ranks exactly like plain beam search.
+        lm_unit_bonus: added per emitted unit when an LM is used (counters the LM's bias
+            towards short outputs).
+        lm_word_bonus: added per word boundary unit emitted when an LM is used.
         initial_token_capacity: tokens each hypothesis buffer holds before it grows (it doubles
             when needed, so this only tunes reallocations).
     """
@@ -32,6 +38,9 @@ class GpuDecoderConfig:
     top_k: int | None = None
     min_token_log_prob: float | None = None
     blank_penalty: float = 0.0
+    lm_weight: float = 0.5
+    lm_unit_bonus: float = 0.0
+    lm_word_bonus: float = 0.0
     initial_token_capacity: int = 64
 
     def __post_init__(self) -> None:
@@ -53,6 +62,8 @@ class GpuDecoderConfig:
             )
         if self.blank_penalty < 0.0:
             raise ValueError(f"blank_penalty must be >= 0, got {self.blank_penalty}")
+        if self.lm_weight < 0.0:
+            raise ValueError(f"lm_weight must be >= 0, got {self.lm_weight}")
         if self.initial_token_capacity < 1:
             raise ValueError(
                 f"initial_token_capacity must be >= 1, got {self.initial_token_capacity}"

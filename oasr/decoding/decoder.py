@@ -5,10 +5,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from oasr.decoding.config import GpuDecoderConfig, Hypothesis
+from oasr.decoding.lm_fusion import LmFusion
 from oasr.decoding.search import beam_chunk, greedy_chunk, prepare_chunk, update_frame_stats
 from oasr.decoding.state import (
     HOST_FIELDS,
@@ -23,6 +25,11 @@ from oasr.decoding.state import (
 )
 from oasr.decoding.state_rows import StateRows
 from oasr.decoding.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from oasr.lm import CharNgramLm
+
+WORD_BOUNDARY = "\u2581"
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,10 @@ class GpuStreamingDecoder:
     storage (`StateRows`), so a batched step gathers the cohort's rows, searches and writes
     them back: a fixed number of kernels per step, whatever the number of streams. States
     from elsewhere (``new_state``, multi-row states) are stacked and split instead.
+
+    With a char LM (beam search only) hypotheses rank by acoustic + fused LM score (see
+    `oasr.decoding.lm_fusion`); `finalize_stream` also scores the sentence end, and the
+    hypotheses' ``score`` is that fused score.
     """
 
     def __init__(
@@ -82,6 +93,7 @@ class GpuStreamingDecoder:
         config: GpuDecoderConfig | None = None,
         tokenizer: Tokenizer | None = None,
         device: torch.device | str | None = None,
+        lm: CharNgramLm | None = None,
     ) -> None:
         self._config = config if config is not None else GpuDecoderConfig()
         self.tokenizer = tokenizer
@@ -94,6 +106,16 @@ class GpuStreamingDecoder:
                 f"config.blank_id {self._config.blank_id}"
             )
         cfg = self._config
+        self._fusion: LmFusion | None = None
+        if lm is not None:
+            if cfg.is_greedy:
+                raise ValueError("a char LM needs beam search: set beam_size > 1 (or drop the LM)")
+            units = lm.header.units
+            if lm.header.blank_id != cfg.blank_id:
+                raise ValueError(f"LM blank id {lm.header.blank_id} != config.blank_id "
+                                 f"{cfg.blank_id}")
+            boundary = units.index(WORD_BOUNDARY) if WORD_BOUNDARY in units else None
+            self._fusion = LmFusion.build(lm, cfg, self.device, boundary)
         self._rows = StateRows(cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id,
                                self.device)
         # Bumped by every call that changes a state; the frame stats a read-back brought to
@@ -104,6 +126,10 @@ class GpuStreamingDecoder:
     @property
     def config(self) -> GpuDecoderConfig:
         return self._config
+
+    @property
+    def has_lm(self) -> bool:
+        return self._fusion is not None
 
     def create_state(self, batch: int, vocab_size: int) -> DecoderState:
         """A fresh state of ``batch`` rows for a ``vocab_size``-token model (a batch-1 state
@@ -216,7 +242,7 @@ class GpuStreamingDecoder:
         if self._config.is_greedy:
             greedy_chunk(chunk, state, self._config.blank_id)
         else:
-            beam_chunk(chunk, state, self._config)
+            beam_chunk(chunk, state, self._config, self._fusion)
         update_frame_stats(chunk, state, self._config.blank_id)
         state.max_len_bound += log_probs.shape[1]
 
@@ -263,6 +289,8 @@ class GpuStreamingDecoder:
         self._check_row(states, row)
         read = self._stacked_rows(states, row)
         total = torch.logaddexp(read("log_pb"), read("log_pnb"))  # (N, K) float32
+        if self._fusion is not None:
+            total = total + read("lm_score")
         best = total.argmax(dim=1, keepdim=True)  # (N, 1)
         width = max(1, max(s.max_len_bound for s in states))
         pick = best[:, :, None].expand(-1, 1, width)  # (N, 1, width)
@@ -296,7 +324,10 @@ class GpuStreamingDecoder:
         the first one is returned with that score.
         """
         self._check_row([state], row)
-        total = torch.logaddexp(state.log_pb[row], state.log_pnb[row]).cpu().tolist()
+        total_t = torch.logaddexp(state.log_pb[row], state.log_pnb[row])  # (K,)
+        if self._fusion is not None:
+            total_t = total_t + state.lm_score[row] + self._fusion.end_scores(state.lm_state[row])
+        total = total_t.cpu().tolist()
         lengths = state.prefix_len[row].cpu().tolist()
         tokens = state.tokens[row].cpu().tolist()
         frames = state.token_frames[row].cpu().tolist()
@@ -337,6 +368,9 @@ class GpuStreamingDecoder:
         return Hypothesis(tokens=tokens, text=text, score=float(score), timestamps=times)
 
     def _check_vocab(self, vocab_size: int) -> None:
+        if self._fusion is not None and self._fusion.vocab_size != vocab_size:
+            raise ValueError(f"the LM has {self._fusion.vocab_size} units, the model "
+                             f"{vocab_size}")
         if not 0 <= self._config.blank_id < vocab_size:
             raise ValueError(
                 f"blank_id {self._config.blank_id} is outside a vocabulary of {vocab_size}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from oasr.decoding.config import GpuDecoderConfig
+from oasr.decoding.lm_fusion import LmFusion
 from oasr.decoding.state import NEG_INF, NO_TOKEN, DecoderState, hash_append
 
 
@@ -194,12 +195,14 @@ def beam_frame(
     cand_lp: torch.Tensor,
     cand_tok: torch.Tensor,
     blank_id: int,
+    fusion: LmFusion | None = None,
 ) -> FrameChoice:
     """One frame of CTC prefix beam search on every row; updates the (B, K) score fields.
 
     Args:
         lp: (B, V) the frame's log-probs.
         cand_lp, cand_tok: (B, C) the non-blank tokens allowed to extend a prefix.
+        fusion: an LM to rank by acoustic + fused LM score (the stored scores stay acoustic).
     """
     k = state.beam_size
     num_cand = cand_tok.shape[1]
@@ -219,12 +222,18 @@ def beam_frame(
     dup = torch.zeros_like(ext).scatter_add_(1, to_parent, child_hits) > 0  # (B, Kp, C)
     ext = ext.masked_fill(dup, NEG_INF).flatten(1)  # (B, K * C)
     scores = torch.cat([torch.logaddexp(stay_pb, stay_pnb), ext], dim=1)  # (B, K + K * C)
+    lm_ext = None
+    if fusion is not None:
+        lm_ext = fusion.extension_scores(state, cand_tok).flatten(1)  # (B, K * C)
+        scores = scores + torch.cat([state.lm_score, lm_ext], dim=1)  # ranking only
     index = scores.topk(k, dim=1).indices  # (B, K)
     is_ext = index >= k
     ext_index = (index - k).clamp(min=0)
     parent = torch.where(is_ext, ext_index // num_cand, index)
     token = cand_tok.gather(1, ext_index % num_cand)
     parent_hash = state.prefix_hash.gather(1, parent)
+    if fusion is not None and lm_ext is not None:
+        fusion.advance(state, parent, is_ext, token, lm_ext.gather(1, ext_index))
     state.log_pb = torch.where(is_ext, NEG_INF, stay_pb.gather(1, parent))
     state.log_pnb = torch.where(is_ext, ext.gather(1, ext_index), stay_pnb.gather(1, parent))
     state.prefix_len = state.prefix_len.gather(1, parent) + is_ext
@@ -279,11 +288,14 @@ def _apply_backtrace(
     state.tokens, state.token_frames = tokens, frames
 
 
-_SCORE_FIELDS = ("log_pb", "log_pnb", "prefix_len", "last_token", "prefix_hash")
+_SCORE_FIELDS = ("log_pb", "log_pnb", "prefix_len", "last_token", "prefix_hash", "lm_state",
+                 "lm_score")
 
 
-def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig) -> None:
-    """CTC prefix beam search over one chunk for every row of ``state``."""
+def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig,
+               fusion: LmFusion | None = None) -> None:
+    """CTC prefix beam search over one chunk for every row of ``state`` (``fusion``: an LM
+    to fuse into the ranking, see `beam_frame`)."""
     lp = chunk.log_probs  # (B, T, V)
     cand_lp, cand_tok = chunk.top_log_probs, chunk.top_tokens  # (B, T, C + 1), blank included
     assert cand_lp is not None and cand_tok is not None, "prepare_chunk skips top-k for greedy"
@@ -298,7 +310,8 @@ def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig
     choices = []
     for t in range(lp.shape[1]):
         before = {} if chunk.all_valid else {n: getattr(state, n) for n in _SCORE_FIELDS}
-        choice = beam_frame(state, lp[:, t], cand_lp[:, t], cand_tok[:, t], config.blank_id)
+        choice = beam_frame(state, lp[:, t], cand_lp[:, t], cand_tok[:, t], config.blank_id,
+                            fusion)
         if before:
             choice = _keep_padded_rows(state, before, choice, chunk.valid[:, t])
         choices.append(choice)

@@ -47,6 +47,10 @@ class DecoderState:
         num_frames: (B,) int64 frames decoded since reset.
         num_trailing_blank_frames: (B,) int64 frames since the last non-blank argmax frame.
         has_speech: (B,) bool whether any frame since reset had a non-blank argmax.
+        lm_state: (B, K) int64 the LM automaton state after the prefix (0 = sentence start;
+            stays 0 without an LM).
+        lm_score: (B, K) float32 the prefix's fused LM score: lm_weight * its LM log-prob plus
+            its insertion bonuses (0 without an LM). Ranking uses log_pb/log_pnb + lm_score.
         max_len_bound: host int, upper bound of ``prefix_len``.
         pool_row: the row of a `StateRows` storage this state's tensors are views of (a
             batch-1 state made by `GpuStreamingDecoder.create_state`); None for a state that
@@ -64,6 +68,8 @@ class DecoderState:
     num_frames: torch.Tensor
     num_trailing_blank_frames: torch.Tensor
     has_speech: torch.Tensor
+    lm_state: torch.Tensor
+    lm_score: torch.Tensor
     max_len_bound: int = 0
     pool_row: int | None = field(default=None, compare=False)
 
@@ -111,6 +117,8 @@ def new_state(
         num_frames=full((batch,), 0, torch.int64),
         num_trailing_blank_frames=full((batch,), 0, torch.int64),
         has_speech=full((batch,), False, torch.bool),
+        lm_state=full(bk, 0, torch.int64),
+        lm_score=full(bk, 0.0, torch.float32),
     )
     state.log_pb[:, 0].fill_(0.0)
     return state
@@ -129,6 +137,8 @@ def reset_in_place(state: DecoderState, blank_id: int) -> None:
     state.num_frames.zero_()
     state.num_trailing_blank_frames.zero_()
     state.has_speech.fill_(False)
+    state.lm_state.zero_()
+    state.lm_score.zero_()
     state.max_len_bound = 0
 
 
