@@ -16,9 +16,39 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from oasr.benchmarks.drivers import RunnerDriver, bench_engine_config, sync
+from oasr.benchmarks.drivers import (
+    RunnerDriver,
+    bench_engine_config,
+    restore_states,
+    snapshot_states,
+    sync,
+)
 from oasr.benchmarks.history import speech_windows
 from oasr.benchmarks.workload import BenchModel
+from oasr.models.checkpoint import WHISPER_CTC
+from oasr.models.whisper_ctc import WhisperCtcConfig
+
+
+def whisper_ctc_flops(config: WhisperCtcConfig, chunk_frames: int, history_frames: int) -> int:
+    """FLOPs (2 per multiply-add) of one Whisper-CTC stream-chunk: ``chunk_frames`` = C
+    encoder frames (2C log-mel frames) attending to ``history_frames`` = S cached frames.
+
+    With width W, mel bins M, layers L, vocabulary V (matmuls, linears and convolutions only;
+    norms, GELU and softmax are not counted)::
+
+        conv1 (k 3, 2C outputs):           2 * 2C * W * M * 3
+        conv2 (k 3, stride 2, C outputs):  2 * C * W * W * 3
+        per layer: qkv 2C*W*3W + out 2C*W*W + FFN 2C*W*4W*2   = 24 C W^2
+                   Q K^T and A V over S + C keys                = 4 C (S + C) W
+        CTC head:                          2 * C * W * V
+
+    ``WhisperCtcConfig()`` (W 384, M 80, L 4, V 30), C 32: 0.507 GFLOP at S = 0, 0.524 at
+    S = 128 (num_left_chunks 4), 0.585 at S = 1,440 (the last chunk of 30 s).
+    """
+    c, s, w = chunk_frames, history_frames, config.width
+    conv = 2 * (2 * c) * w * config.n_mels * 3 + 2 * c * w * w * 3
+    layers = config.layers * (24 * c * w * w + 4 * c * (s + c) * w)
+    return conv + layers + 2 * c * w * config.vocab_size
 
 
 @dataclass(frozen=True)
@@ -32,6 +62,8 @@ class ComputeResult:
         step_ms: best wall ms of that forward.
         peak_gflops: measured matmul peak (GFLOP/s).
         matmul_size: n of the n x n x n matmuls that gave the peak.
+        formula_gflop_per_step: the same forward's GFLOP from the family's formula
+            (`whisper_ctc_flops`; None for the Conformer, whose count is the counter's alone).
     """
 
     num_streams: int
@@ -40,6 +72,7 @@ class ComputeResult:
     step_ms: float
     peak_gflops: float
     matmul_size: int
+    formula_gflop_per_step: float | None = None
 
     @property
     def gflops(self) -> float:
@@ -73,9 +106,9 @@ def measure_compute(bench: BenchModel, audio_dir: Path, num_streams: int, histor
                     repeats: int, device: str = "auto") -> ComputeResult:
     """Count and time one batched forward of ``num_streams`` streams after ``history_chunks``
     chunks; best of ``repeats`` forwards, each followed by a peak measurement."""
-    feats = speech_windows(audio_dir, num_streams, history_chunks + 1)
+    feats = speech_windows(bench, audio_dir, num_streams, history_chunks + 1)
     config = bench_engine_config(num_streams, history_chunks + 2, device=device)
-    driver = RunnerDriver(bench.model, feats, config)
+    driver = RunnerDriver(bench, feats, config)
     runner = driver.runner
     size = 1024 if runner.device.type == "cpu" else 4096
     with torch.inference_mode():
@@ -83,15 +116,20 @@ def measure_compute(bench: BenchModel, audio_dir: Path, num_streams: int, histor
             driver.advance()
         plan = driver.plan()
         runner.prepare(plan)
-        saved = driver.resources.cnn.buffer.clone()
+        saved = snapshot_states(driver.resources)
         counter = FlopCounterMode(display=False)
         with counter:
             runner.forward(plan)
         seconds, peak = math.inf, 0.0
         for _ in range(repeats):  # forward and peak alternate: both see the same load
-            driver.resources.cnn.buffer.copy_(saved)
+            restore_states(driver.resources, saved)
             seconds = min(seconds, driver.time_forward(plan))
             peak = max(peak, measure_matmul_peak(runner.device, runner.dtype, size, repeats=2))
-        driver.resources.cnn.buffer.copy_(saved)
+        restore_states(driver.resources, saved)
+    formula = None
+    if bench.family_name == WHISPER_CTC:
+        chunk = bench.chunk_size
+        per_stream = whisper_ctc_flops(bench.config, chunk, history_chunks * chunk)  # type: ignore[arg-type]
+        formula = num_streams * per_stream / 1e9
     return ComputeResult(num_streams, history_chunks, counter.get_total_flops() / 1e9,
-                         1e3 * seconds, peak, size)
+                         1e3 * seconds, peak, size, formula)

@@ -4,8 +4,9 @@
   one chunk of audio and runs `ASREngine.step` (features, ONE batched paged encoder call, one
   batched CTC decode).
 - `DenseLoop`: one stream at a time with dense caches, the way WeNet's runtime serves streams:
-  per stream and chunk, `forward_chunk` concatenates the K/V cache with the new frames, then
-  the CTC head and a batch-1 decoder call. Same model, same features, same decoder.
+  per stream and chunk, the family's dense chunk call (`oasr.benchmarks.dense`) concatenates
+  the K/V cache with the new frames, then the CTC head and a batch-1 decoder call. Same model,
+  same features, same decoder.
 
 Both consume exactly one chunk of audio per stream per step, so their audio-seconds-per-
 wall-second figures are comparable.
@@ -16,12 +17,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from oasr.audio import ChunkGeometry, ChunkWindower, FeatureWindow, StreamingFbank, split_windows
-from oasr.benchmarks.workload import CHUNK_SECONDS_PER_FRAME, chunk_seconds, samples_for_frames
+from oasr.audio import ChunkWindower, FeatureSource, FeatureWindow
+from oasr.benchmarks.dense import dense_model_for
+from oasr.benchmarks.workload import BenchModel
 from oasr.decoding import DecoderState, GpuDecoderConfig, GpuStreamingDecoder
 from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
@@ -29,9 +32,6 @@ from oasr.engine.engine import ASREngine
 from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.model_runner import BatchPlan
 from oasr.engine.streams import StreamResources
-from oasr.models import AsrModel
-
-SAMPLE_RATE = 16000
 
 
 def sync(device: torch.device) -> None:
@@ -40,16 +40,14 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-BENCH_CHUNK_SIZE = 16  # encoder frames per chunk (640 ms): the bundled model's trained chunk
-
-
 def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int = -1,
-                        chunk_size: int = BENCH_CHUNK_SIZE, device: str = "auto",
+                        chunk_size: int | None = None, device: str = "auto",
                         dtype: str = "auto") -> EngineConfig:
     """An engine for ``num_streams`` streams of up to ``num_chunks`` chunks each.
 
     The pool is sized exactly (every stream's history plus one in-flight block), not derived
-    from free memory; endpointing is off so both ways keep the same history; no timeouts.
+    from free memory; endpointing is off so both ways keep the same history; no timeouts;
+    ``chunk_size`` None = the model's trained chunk.
     """
     per_stream = num_left_chunks + 2 if num_left_chunks >= 0 else num_chunks + 2
     return EngineConfig(
@@ -61,21 +59,32 @@ def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int 
 
 
 @dataclass
+@dataclass
 class StreamFeed:
-    """Hands each stream its audio one chunk at a time (the first slice fills one window)."""
+    """Hands each stream its audio one chunk at a time (the first slice fills one window).
+
+    Attributes:
+        speech: per stream (N,) float32 samples.
+        first_samples: samples of a stream's first slice (what its first chunk needs).
+        step_samples: samples of every later slice (one chunk of audio).
+    """
 
     speech: list[np.ndarray]
-    chunk_size: int
+    first_samples: int
+    step_samples: int
     position: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.position = [0] * len(self.speech)
 
+    @staticmethod
+    def for_model(bench: BenchModel, speech: list[np.ndarray]) -> StreamFeed:
+        return StreamFeed(speech, bench.samples_for_frames(bench.chunk_size), bench.chunk_samples)
+
     def next_slice(self, stream: int) -> np.ndarray:
         """The stream's next chunk of samples (empty once its audio is used up)."""
         start = self.position[stream]
-        step = (samples_for_frames(self.chunk_size) if start == 0
-                else int(chunk_seconds(self.chunk_size) * SAMPLE_RATE))
+        step = self.first_samples if start == 0 else self.step_samples
         self.position[stream] = start + step
         return self.speech[stream][start : start + step]
 
@@ -83,11 +92,11 @@ class StreamFeed:
 class EngineDriver:
     """N streams in one ASREngine, fed one chunk of audio per stream per step."""
 
-    def __init__(self, model: AsrModel, speech: list[np.ndarray], config: EngineConfig) -> None:
+    def __init__(self, bench: BenchModel, speech: list[np.ndarray], config: EngineConfig) -> None:
         self.config = config
-        self.resources = StreamResources.build(config, model)
+        self.resources = StreamResources.build(config, bench.model)
         self.engine = ASREngine(config, self.resources)
-        self.feed = StreamFeed(speech, config.resolve_chunk_size(BENCH_CHUNK_SIZE))
+        self.feed = StreamFeed.for_model(bench, speech)
         self.events: list[StreamEvent] = []
         for stream in range(len(speech)):
             self.engine.submit(OpenStream(stream, self._sink))
@@ -120,35 +129,36 @@ class EngineDriver:
 
 @dataclass
 class _DenseStream:
-    """One stream's state in the dense loop: features, caches in WeNet's layout, decoder."""
+    """One stream's state in the dense loop: features, windows, dense caches, decoder."""
 
-    fbank: StreamingFbank
+    features: FeatureSource
     windower: ChunkWindower
     decoder_state: DecoderState
-    att_cache: torch.Tensor
-    cnn_cache: torch.Tensor
+    cache: Any
     offset: int = 0
     text: str = ""
 
 
 class DenseLoop:
-    """Streams served one at a time with dense caches concatenated every chunk."""
+    """Streams served one at a time with dense caches concatenated every chunk, the model's
+    family's baseline (`oasr.benchmarks.dense`); same features and decoder as the engine."""
 
-    def __init__(self, model: AsrModel, speech: list[np.ndarray], chunk_size: int = 16,
-                 num_left_chunks: int = -1, device: torch.device | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(self, bench: BenchModel, speech: list[np.ndarray], num_left_chunks: int = -1,
+                 device: torch.device | None = None, dtype: torch.dtype | None = None) -> None:
         self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
         default = torch.float16 if self.device.type == "cuda" else torch.float32
         self.dtype = dtype or default
-        self.model = model.to(self.device, self.dtype).eval()
-        self.required_cache_size = num_left_chunks * chunk_size if num_left_chunks >= 0 else -1
-        self.feed = StreamFeed(speech, chunk_size)
-        self.decoder = GpuStreamingDecoder(GpuDecoderConfig(), model.tokenizer, device=self.device)
-        geometry = ChunkGeometry(chunk_size=chunk_size)
-        empty = torch.zeros(0, 0, 0, 0, device=self.device, dtype=self.dtype)
+        self.model = bench.model.to(self.device, self.dtype).eval()
+        self.frame_seconds = bench.frame_seconds
+        self.dense = dense_model_for(self.model, bench.family_name, bench.chunk_size,
+                                     num_left_chunks)
+        self.feed = StreamFeed.for_model(bench, speech)
+        family = bench.family
+        self.decoder = GpuStreamingDecoder(GpuDecoderConfig(), family.tokenizer,
+                                           device=self.device)
         self.streams = [
-            _DenseStream(StreamingFbank(), ChunkWindower(geometry),
-                         self.decoder.create_state(1, model.config.vocab_size), empty, empty)
+            _DenseStream(family.new_features(), ChunkWindower(bench.chunk_geometry),
+                         self.decoder.create_state(1, family.vocab_size), self.dense.empty_cache())
             for _ in speech
         ]
 
@@ -158,18 +168,16 @@ class DenseLoop:
         stream = self.streams[index]
         samples = self.feed.next_slice(index)
         if samples.size:
-            stream.fbank.accept_waveform(samples)
-        window = stream.windower.pop_window(stream.fbank)
+            stream.features.accept_waveform(samples)
+        window = stream.windower.pop_window(stream.features)
         if window is None:
             return 0.0
         xs = torch.from_numpy(window.feats).to(self.device, self.dtype).unsqueeze(0)  # (1, T, F)
-        ys, stream.att_cache, stream.cnn_cache = self.model.encoder.forward_chunk(
-            xs, stream.offset, self.required_cache_size, stream.att_cache, stream.cnn_cache)
-        log_probs = self.model.ctc_log_probs(ys)  # (1, T', V)
-        self.decoder.decode_chunk(log_probs.float(), stream.decoder_state)
+        log_probs, stream.cache = self.dense.forward(xs, stream.offset, stream.cache)
+        self.decoder.decode_chunk(log_probs.float(), stream.decoder_state)  # (1, T', V)
         stream.text = self.decoder.partial(stream.decoder_state).text
-        stream.offset += ys.size(1)
-        return ys.size(1) * CHUNK_SECONDS_PER_FRAME
+        stream.offset += log_probs.size(1)
+        return log_probs.size(1) * self.frame_seconds
 
     def step(self) -> float:
         """One chunk of every stream, one stream after the other."""
@@ -184,26 +192,36 @@ class DenseLoop:
         return time.perf_counter() - start, audio
 
 
+def snapshot_states(resources: StreamResources) -> dict[str, torch.Tensor]:
+    """A copy of every fixed-extent state buffer (conv caches / conv-stem tails)."""
+    return {name: buf.clone() for name, buf in resources.states.buffers.items()}
+
+
+def restore_states(resources: StreamResources, saved: dict[str, torch.Tensor]) -> None:
+    """Put `snapshot_states`' copy back in place (same storage)."""
+    for name, buf in resources.states.buffers.items():
+        buf.copy_(saved[name])
+
+
 class RunnerDriver:
     """The engine's model call alone (`ModelRunner` prepare / forward / commit) on fixed
     feature windows: for per-chunk cost and FLOP counts, without features or decoding."""
 
-    def __init__(self, model: AsrModel, feats: list[np.ndarray], config: EngineConfig) -> None:
-        self.resources = StreamResources.build(config, model)
+    def __init__(self, bench: BenchModel, feats: list[np.ndarray], config: EngineConfig) -> None:
+        self.resources = StreamResources.build(config, bench.model)
         self.runner = self.resources.runner
-        self.chunk_size = config.resolve_chunk_size(BENCH_CHUNK_SIZE)
-        self.windows = [split_windows(f, ChunkGeometry(chunk_size=self.chunk_size))
-                        for f in feats]  # per stream: (67, F) windows
+        self.chunk_size = self.resources.chunk_size
+        self.stride = bench.family.chunk_geometry(self.chunk_size).stride_frames
+        self.windows = [bench.windows(f) for f in feats]  # per stream: (window, F) each
         self.stream_ids = list(range(len(feats)))
-        slots = [self.resources.open_stream(s) for s in self.stream_ids]
-        self.slots = slots
+        self.slots = [self.resources.open_stream(s) for s in self.stream_ids]
         self.num_chunks_done = 0
 
     def plan(self) -> BatchPlan:
         """The cohort's next chunk (every stream at the same chunk index)."""
         k = self.num_chunks_done
         windows = [FeatureWindow(feats=np.ascontiguousarray(w[k]), index=k,
-                                 start_frame=k * 4 * self.chunk_size,
+                                 start_frame=k * self.stride,
                                  num_output_frames=self.chunk_size, is_last=False)
                    for w in self.windows]
         offsets = [k * self.chunk_size] * len(self.stream_ids)
@@ -221,15 +239,15 @@ class RunnerDriver:
     def time_forward(self, plan: BatchPlan, repeats: int = 1) -> float:
         """Best wall seconds of ``repeats`` forwards of ``plan`` (prepared, not committed).
 
-        Each forward rewrites the same pool slots; the conv state is restored after each
-        extra run so the stream continues exactly as if it ran once.
+        Each forward rewrites the same pool slots; the fixed-extent state is restored after
+        each extra run so the stream continues exactly as if it ran once.
         """
         device = self.runner.device
-        saved = self.resources.cnn.buffer.clone() if repeats > 1 else None
+        saved = snapshot_states(self.resources) if repeats > 1 else None
         best = math.inf
         for _ in range(repeats):
             if saved is not None:
-                self.resources.cnn.buffer.copy_(saved)
+                restore_states(self.resources, saved)
             sync(device)
             start = time.perf_counter()
             self.runner.forward(plan)

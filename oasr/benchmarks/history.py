@@ -4,9 +4,11 @@ One stream (or a small batch for the paged path) runs chunks of real speech. One
 checkpoint is advanced to just before its checkpoint chunk; then every checkpoint's chunk is
 timed round-robin for a number of rounds and the fastest run of each is kept (the machine is
 shared: the minimum is the least disturbed run, and round-robin spreads load bursts evenly).
-Dense: `ConformerEncoder.forward_chunk` + CTC head with WeNet-layout caches (history kept by
-concatenation, ``required_cache_size`` = 16 * num_left_chunks). Paged: the engine's
-`ModelRunner` forward (pool writes, gathers through block tables) + CTC head.
+Dense: the family's one-stream chunk call with dense caches concatenated every chunk
+(`oasr.benchmarks.dense`; history kept up to ``chunk_size * num_left_chunks`` frames) + CTC
+head. Paged: the engine's `ModelRunner` forward (pool writes, gathers through block tables) +
+CTC head. A Whisper-CTC stream has at most ``max_positions`` frames (1500 = 46 chunks of 32):
+its curves stop at the last full chunk (`history_checkpoints`).
 """
 
 from __future__ import annotations
@@ -16,14 +18,35 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from oasr.audio import ChunkGeometry, compute_fbank, split_windows
-from oasr.benchmarks.drivers import RunnerDriver, bench_engine_config, sync
-from oasr.benchmarks.workload import BenchModel, chunk_seconds, load_speech
-from oasr.models import AsrModel
+from oasr.benchmarks.dense import dense_model_for
+from oasr.benchmarks.drivers import (
+    RunnerDriver,
+    bench_engine_config,
+    restore_states,
+    snapshot_states,
+    sync,
+)
+from oasr.benchmarks.workload import BenchModel, load_speech
+
+
+def history_checkpoints(checkpoints: tuple[int, ...], max_chunks: int | None) -> tuple[int, ...]:
+    """``checkpoints`` a stream can reach: those past ``max_chunks`` give way to ``max_chunks``
+    itself and, when none lies between, the midpoint of the last kept one and it.
+
+    ``(1, 10, 50, 100, 200)`` with 46 chunks -> ``(1, 10, 28, 46)``; None keeps all.
+    """
+    if max_chunks is None or max(checkpoints) <= max_chunks:
+        return tuple(checkpoints)
+    kept = sorted(c for c in checkpoints if c < max_chunks)
+    if len(kept) < len(checkpoints) - 1 and kept and max_chunks - kept[-1] > 2:
+        kept.append((kept[-1] + max_chunks) // 2)
+    return (*kept, max_chunks)
 
 
 @dataclass(frozen=True)
@@ -57,26 +80,27 @@ class HistoryCurve:
         return statistics.median(ratios)
 
 
-def speech_windows(audio_dir: Path, num_streams: int, num_chunks: int,
-                   chunk_size: int = 16) -> list[np.ndarray]:
-    """Fbank of each stream's speech, long enough for ``num_chunks`` full windows."""
-    seconds = chunk_seconds(chunk_size) * (num_chunks + 1)
-    return [compute_fbank(s) for s in load_speech(audio_dir, num_streams, seconds)]
+def speech_windows(bench: BenchModel, audio_dir: Path, num_streams: int,
+                   num_chunks: int) -> list[np.ndarray]:
+    """The family's features of each stream's speech, long enough for ``num_chunks`` full
+    windows."""
+    seconds = bench.chunk_seconds * (num_chunks + 1)
+    return [bench.features(s) for s in load_speech(audio_dir, num_streams, seconds)]
 
 
 class DenseTrack:
-    """One stream through ``forward_chunk`` + CTC head, WeNet-layout caches concatenated."""
+    """One stream through the family's dense chunk call, caches concatenated every chunk."""
 
-    def __init__(self, model: AsrModel, feats: np.ndarray, num_left_chunks: int) -> None:
-        self.model = model
+    def __init__(self, bench: BenchModel, model: nn.Module, feats: np.ndarray,
+                 num_left_chunks: int) -> None:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.windows = split_windows(feats, ChunkGeometry())
-        self.required = 16 * num_left_chunks if num_left_chunks >= 0 else -1
-        self.att = torch.zeros(0, 0, 0, 0, device=self.device, dtype=self.dtype)
-        self.cnn = self.att
+        self.chunk_size = bench.chunk_size
+        self.dense = dense_model_for(model, bench.family_name, bench.chunk_size, num_left_chunks)
+        self.windows = bench.windows(feats)
+        self.cache: Any = self.dense.empty_cache()
         self.num_chunks_done = 0
-        self._next: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._next: Any = None
 
     def run_once(self) -> float:
         """Wall seconds of the current chunk's call (caches not advanced)."""
@@ -84,34 +108,32 @@ class DenseTrack:
         xs = xs.to(self.device, self.dtype)[None]  # (1, T, F)
         sync(self.device)
         start = time.perf_counter()
-        ys, att, cnn = self.model.encoder.forward_chunk(
-            xs, 16 * self.num_chunks_done, self.required, self.att, self.cnn)
-        self.model.ctc_log_probs(ys)
+        _, self._next = self.dense.forward(xs, self.chunk_size * self.num_chunks_done,
+                                           self.cache)
         sync(self.device)
-        self._next = (att, cnn)
         return time.perf_counter() - start
 
     def commit(self) -> None:
         assert self._next is not None, "run_once before commit"
-        self.att, self.cnn = self._next
+        self.cache = self._next
         self.num_chunks_done += 1
 
 
 class PagedTrack:
-    """A batch of streams through the engine's `ModelRunner` (paged pool, slot conv state)."""
+    """A batch of streams through the engine's `ModelRunner` (paged pool, slot state)."""
 
-    def __init__(self, model: AsrModel, feats: list[np.ndarray], num_left_chunks: int,
+    def __init__(self, bench: BenchModel, feats: list[np.ndarray], num_left_chunks: int,
                  num_chunks: int, device: str) -> None:
         config = bench_engine_config(len(feats), num_chunks + 1, num_left_chunks, device=device)
-        self.driver = RunnerDriver(model, feats, config)
+        self.driver = RunnerDriver(bench, feats, config)
         self.plan = self.driver.plan()
         self.driver.runner.prepare(self.plan)
-        self._cnn_before = self.driver.resources.cnn.buffer.clone()
+        self._state_before = snapshot_states(self.driver.resources)
 
     def run_once(self) -> float:
-        """Wall seconds of the current chunk's forward. The conv state is put back first, so
-        every repeat starts from the state the chunk began with."""
-        self.driver.resources.cnn.buffer.copy_(self._cnn_before)
+        """Wall seconds of the current chunk's forward. The fixed-extent state is put back
+        first, so every repeat starts from the state the chunk began with."""
+        restore_states(self.driver.resources, self._state_before)
         return self.driver.time_forward(self.plan)
 
     @property
@@ -123,7 +145,7 @@ class PagedTrack:
         self.driver.num_chunks_done += 1
         self.plan = self.driver.plan()
         self.driver.runner.prepare(self.plan)
-        self._cnn_before.copy_(self.driver.resources.cnn.buffer)
+        self._state_before = snapshot_states(self.driver.resources)
 
 
 def measure_history(bench: BenchModel, audio_dir: Path, variants: list[tuple[str, int]],
@@ -137,15 +159,15 @@ def measure_history(bench: BenchModel, audio_dir: Path, variants: list[tuple[str
     warm-up run (so no checkpoint always runs first after a switch); every run is kept.
     """
     num_chunks = max(checkpoints)
-    feats = speech_windows(audio_dir, max(1, paged_streams), num_chunks)
+    feats = speech_windows(bench, audio_dir, max(1, paged_streams), num_chunks)
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available()
                        else ("cpu" if device == "auto" else device))
     model = bench.model.to(dev, torch.float16 if dev.type == "cuda" else torch.float32).eval()
 
     def make(path: str, left: int) -> DenseTrack | PagedTrack:
         if path == "dense":
-            return DenseTrack(model, feats[0], left)
-        return PagedTrack(model, feats, left, num_chunks, device)
+            return DenseTrack(bench, model, feats[0], left)
+        return PagedTrack(bench, feats, left, num_chunks, device)
 
     tracks = [[make(path, left) for _ in checkpoints] for path, left in variants]
     samples: list[list[list[float]]] = [[[] for _ in checkpoints] for _ in variants]

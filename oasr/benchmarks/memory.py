@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 
 from oasr.benchmarks.drivers import EngineDriver, bench_engine_config
-from oasr.benchmarks.workload import BenchModel, chunk_seconds, load_speech
+from oasr.benchmarks.workload import BenchModel, load_speech
 from oasr.cache import BlockPool
 from oasr.engine.memory import bytes_per_kv_block
 from oasr.engine.streams import StreamResources
 
-FRAMES_PER_MINUTE = 1500  # encoder frames of 40 ms
+HISTORY_SECONDS = 60.0  # the unlimited-history figure: a minute, or the model's position limit
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,9 @@ class KvBytes:
         bytes_per_stream_left: the most a stream holds with ``num_left_chunks`` (retained
             window plus the in-flight block).
         num_left_chunks: the window used for ``bytes_per_stream_left``.
-        bytes_per_stream_minute: one minute of unlimited history, in whole blocks.
+        history_seconds: the unlimited-history span of ``bytes_per_stream_history``: 60 s, or
+            less when the model's positions end sooner (Whisper-CTC: 1500 x 20 ms = 30 s).
+        bytes_per_stream_history: ``history_seconds`` of unlimited history, in whole blocks.
         dense_new_cache_bytes_per_chunk: bytes of the fresh att_cache tensor the dense path
             allocates every chunk at that window (WeNet's concatenation).
     """
@@ -49,7 +51,8 @@ class KvBytes:
     allocator_bytes_per_block: int
     bytes_per_stream_left: int
     num_left_chunks: int
-    bytes_per_stream_minute: int
+    history_seconds: float
+    bytes_per_stream_history: int
     dense_new_cache_bytes_per_chunk: int
 
 
@@ -57,7 +60,8 @@ def kv_bytes(bench: BenchModel, num_left_chunks: int = 4, device: str = "auto") 
     """The formula's numbers, and one real pool allocation to check them against."""
     config = bench_engine_config(2, 4, num_left_chunks, device=device)
     dev = config.resolve_device()
-    cache = config.build_cache_config(bench.config, dev, config.resolve_dtype(dev))
+    cache = config.build_cache_config(bench.family.kv_geometry(), dev,
+                                      config.resolve_dtype(dev), bench.chunk_size)
     element = torch.empty((), dtype=cache.dtype).element_size()
     per_frame = 2 * cache.num_layers * cache.n_kv_head * cache.head_dim * element
     per_block = bytes_per_kv_block(cache)
@@ -65,9 +69,13 @@ def kv_bytes(bench: BenchModel, num_left_chunks: int = 4, device: str = "auto") 
     measured = (pool.k_pool.nbytes + pool.v_pool.nbytes) // pool.num_physical_blocks
     held_blocks = (cache.max_logical_blocks or 0) + 1
     window_frames = cache.chunk_size * (num_left_chunks + 1)
-    minute_blocks = math.ceil(FRAMES_PER_MINUTE / cache.block_size_frames)
+    history_frames = round(HISTORY_SECONDS / bench.frame_seconds)
+    if bench.family.max_positions is not None:
+        history_frames = min(history_frames, bench.family.max_positions)
+    history_blocks = math.ceil(history_frames / cache.block_size_frames)
     return KvBytes(str(cache.dtype).replace("torch.", ""), per_frame, per_block, measured,
-                   held_blocks * per_block, num_left_chunks, minute_blocks * per_block,
+                   held_blocks * per_block, num_left_chunks,
+                   round(history_frames * bench.frame_seconds, 2), history_blocks * per_block,
                    window_frames * per_frame)
 
 
@@ -98,8 +106,9 @@ class SteadyStateCheck:
     Attributes:
         num_streams, num_left_chunks: the run's geometry.
         steps: steady-state steps checked (after the warm-up that fills every window).
-        same_storage: every cache tensor (K pool, V pool, block table, cache lengths, conv
-            state) kept its storage address and shape.
+        same_storage: every cache tensor (K pool, V pool, block table, cache lengths, the
+            family's fixed-extent state: conv cache / conv-stem tails) kept its storage
+            address and shape.
         used_blocks: pool blocks in use after each checked step.
         live_tensor_delta: live tensors after minus before.
         new_storages: tensor storages alive after the steps that were not before, other than
@@ -135,7 +144,7 @@ class SteadyStateCheck:
 
 def _cache_tensors(resources: StreamResources) -> list[tuple[int, tuple[int, ...]]]:
     tensors = [resources.pool.k_pool, resources.pool.v_pool, resources.attention.block_table,
-               resources.attention.cache_seqlens, resources.cnn.buffer]
+               resources.attention.cache_seqlens, *resources.states.buffers.values()]
     return [(t.data_ptr(), tuple(t.shape)) for t in tensors]
 
 
@@ -156,9 +165,9 @@ def check_steady_state(bench: BenchModel, audio_dir: Path, num_streams: int,
                        device: str = "auto") -> SteadyStateCheck:
     """Run the engine past its warm-up, then watch ``steps`` more steps."""
     warmup = num_left_chunks + 3
-    speech = load_speech(audio_dir, num_streams, chunk_seconds(16) * (warmup + steps + 2))
+    speech = load_speech(audio_dir, num_streams, bench.chunk_seconds * (warmup + steps + 2))
     config = bench_engine_config(num_streams, warmup + steps + 1, num_left_chunks, device=device)
-    driver = EngineDriver(bench.model, speech, config)
+    driver = EngineDriver(bench, speech, config)
     resources = driver.resources
     driver.run(warmup)
     before_tensors = _cache_tensors(resources)

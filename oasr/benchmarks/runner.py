@@ -1,8 +1,11 @@
 """``oasr bench``: every benchmark in one run on the same machine and model.
 
 ``--quick`` runs the four headline measurements small enough to finish in about a minute;
-the full run adds every stream count, the dense and unlimited-history curves and the server
-load. ``--json`` prints one JSON object on stdout (tables and progress go to stderr).
+the full run adds every stream count, the dense and unlimited-history curves, the step
+profile, the frontends' cost, the second pass and the server load. ``--json`` prints one JSON
+object on stdout (tables and progress go to stderr). Both encoder families are measured the
+same way; the family comes from the model (``--model``), or ``--family`` picks a bundled
+architecture (the bundled checkpoint when it is of that family, else seeded random weights).
 """
 
 from __future__ import annotations
@@ -22,12 +25,18 @@ from typing import Any
 import torch
 
 from oasr.benchmarks.compute import measure_compute
-from oasr.benchmarks.history import measure_history
+from oasr.benchmarks.features import measure_frontends
+from oasr.benchmarks.history import history_checkpoints, measure_history
 from oasr.benchmarks.memory import check_steady_state, kv_bytes
 from oasr.benchmarks.profile import profile_engine_step
 from oasr.benchmarks.report import format_markdown, machine_description
 from oasr.benchmarks.throughput import find_max_realtime_streams, measure_throughput
-from oasr.benchmarks.workload import BenchModel, default_audio_dir, load_bench_model
+from oasr.benchmarks.workload import (
+    FAMILY_CHOICES,
+    BenchModel,
+    default_audio_dir,
+    load_bench_model,
+)
 
 HEADLINE_STREAMS = 64
 SPEED_DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -40,6 +49,8 @@ class BenchConfig:
     Attributes:
         quick: the headline numbers only, small.
         model: model directory; None = bundled model (or a seeded random one of its shape).
+        family: ``conformer`` / ``whisper_ctc`` without ``model``: that family's bundled
+            architecture; None = the bundled model's family.
         tiny_model: a tiny random model (tests of this machinery; numbers mean nothing).
         audio_dir: real speech (.wav); None = the shared dev set.
         device: auto | cpu | cuda[:N].
@@ -53,7 +64,8 @@ class BenchConfig:
         stream_counts: stream counts of the throughput comparison.
         steps: timed steps per throughput point (after ``warmup``).
         warmup: untimed steps first.
-        checkpoints: chunk numbers of the per-chunk cost curves (must hold 10 and 200).
+        checkpoints: chunk numbers of the per-chunk cost curves (must hold 10 and 200; a
+            model with a position limit stops at its last full chunk, `history_checkpoints`).
         rounds: timed rounds per curve checkpoint.
         realtime_probes: most engine runs spent finding the real-time stream count.
         server_levels: websocket client counts (empty: no server load).
@@ -62,6 +74,7 @@ class BenchConfig:
 
     quick: bool = False
     model: str | None = None
+    family: str | None = None
     tiny_model: bool = False
     audio_dir: Path | None = None
     device: str = "auto"
@@ -86,6 +99,8 @@ class BenchConfig:
                 raise ValueError(f"BenchConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.dtype not in SPEED_DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(SPEED_DTYPES)}, got {self.dtype!r}")
+        if self.family is not None and self.family not in FAMILY_CHOICES:
+            raise ValueError(f"family must be conformer or whisper_ctc, got {self.family!r}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0 = torch's default), got {self.threads}")
         if self.warmup < 1:
@@ -114,17 +129,18 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
     """Run every benchmark ``config`` asks for; returns the JSON-ready result."""
     if config.threads:
         torch.set_num_threads(config.threads)
-    bench = load_bench_model(config.model, tiny=config.tiny_model)
+    bench = load_bench_model(config.model, tiny=config.tiny_model, family=config.family)
     audio_dir = config.audio_dir or default_audio_dir()
     started = time.perf_counter()
     result: dict[str, Any] = {
         "model_source": bench.source,
+        "family": bench.family_name,
         "machine": machine_description(torch.device(compute_device(config.device))),
         "started_utc": _utc_now(),
         "quick": config.quick,
         "dtype": config.dtype,
     }
-    _log(f"model: {bench.source}")
+    _log(f"model: {bench.source} ({bench.family_name})")
     result.update(_engine_benchmarks(config, bench, audio_dir))
     if not config.quick:
         _log("second pass: Whisper on a 5 s segment")
@@ -154,11 +170,7 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
         _log(f"throughput: {n} streams, engine vs dense loop ({config.dtype})")
         rows.append(measure_throughput(speed, audio_dir, n, config.warmup, config.steps,
                                        config.device, config.dtype))
-    variants = [("paged", 4)] if config.quick else [
-        ("dense", -1), ("paged", -1), ("dense", 4), ("paged", 4)]
-    _log(f"per-chunk cost up to chunk {max(config.checkpoints)}: {variants}")
-    curves = measure_history(bench, audio_dir, variants, config.checkpoints, config.rounds,
-                             device=config.device)
+    history = _history(config, bench, audio_dir)
     biggest = max(rows, key=lambda r: r.num_streams)
     estimate = max(1, int(biggest.engine_rate * 0.9))
     _log(f"real-time streams: search from {estimate}")
@@ -169,28 +181,53 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
     compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 5, config.device)
     steady = check_steady_state(bench, audio_dir, min(16, biggest.num_streams),
                                 device=config.device)
-    profile = None
+    profile = frontends = None
     if not config.quick:
         n = min(HEADLINE_STREAMS, biggest.num_streams)
         _log(f"profile: {n} streams")
         profile = profile_engine_step(bench, audio_dir, n, device=config.device)
+        frontends = measure_frontends(audio_dir)
     headline_row = next((r for r in rows if r.num_streams == HEADLINE_STREAMS), biggest)
-    left4 = next(c for c in curves if c.path == "paged" and c.num_left_chunks == 4)
     return {
         "headline": {
             "speedup_batched_vs_sequential": headline_row.speedup,
             "speedup_num_streams": headline_row.num_streams,
             "max_realtime_streams": max_rt,
-            "paged_cost_ratio_chunk200_vs_chunk10_left4": left4.ratio(200, 10),
+            **history.pop("headline"),
             "gflops_fraction_of_peak": compute.fraction_of_peak,
         },
         "throughput": [_record(r, "speedup") for r in rows],
-        "history": [_record(c, "ms") | {"ratio_200_vs_10": c.ratio(200, 10)} for c in curves],
+        **history,
         "realtime_probes": [_record(p, "is_realtime") for p in probes],
         "compute": _record(compute, "gflops", "fraction_of_peak"),
         "kv_bytes": _record(kv_bytes(bench, device=config.device)),
         "steady_state": _record(steady, "allocates_no_cache_tensors"),
         "profile": _record(profile, "shares") if profile is not None else None,
+        "frontends": _record(frontends, "log_mel_vs_fbank") if frontends is not None else None,
+    }
+
+
+def _history(config: BenchConfig, bench: BenchModel, audio_dir: Path) -> dict[str, Any]:
+    """The per-chunk cost curves up to the last chunk the model allows, and their headline:
+    paged left-4 cost at that chunk over chunk 10 (``..._chunk200_...`` only when it is 200)."""
+    checkpoints = history_checkpoints(config.checkpoints, bench.max_chunks)
+    late = max(checkpoints)
+    variants = [("paged", 4)] if config.quick else [
+        ("dense", -1), ("paged", -1), ("dense", 4), ("paged", 4)]
+    limit = "" if late == max(config.checkpoints) else f" (the model's positions end at {late})"
+    _log(f"per-chunk cost up to chunk {late}{limit}: {variants}")
+    curves = measure_history(bench, audio_dir, variants, checkpoints, config.rounds,
+                             device=config.device)
+    left4 = next(c for c in curves if c.path == "paged" and c.num_left_chunks == 4)
+    ratio = left4.ratio(late, 10)
+    return {
+        "headline": {
+            "paged_cost_ratio_chunk200_vs_chunk10_left4": ratio if late == 200 else None,
+            "paged_cost_ratio_late_vs_chunk10_left4": ratio,
+            "history_late_chunk": late,
+        },
+        "history_late_chunk": late,
+        "history": [_record(c, "ms") | {"ratio_late_vs_10": c.ratio(late, 10)} for c in curves],
     }
 
 
@@ -212,6 +249,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
     p.add_argument("--model", default=None, help="model dir; default: the bundled model")
+    p.add_argument("--family", default=None, choices=("conformer", "whisper_ctc"),
+                   help="without --model: this family's bundled architecture (the bundled "
+                        "checkpoint when it is of this family, else seeded random weights); "
+                        "default: the bundled model's family")
     p.add_argument("--tiny-model", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--audio-dir", type=Path, default=None, help="directory of speech .wav files")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -231,7 +272,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    overrides: dict[str, Any] = dict(model=args.model, tiny_model=args.tiny_model,
+    overrides: dict[str, Any] = dict(model=args.model, family=args.family,
+                                     tiny_model=args.tiny_model,
                                      audio_dir=args.audio_dir, device=args.device,
                                      dtype=args.dtype, threads=args.threads)
     if args.streams:

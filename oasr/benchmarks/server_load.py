@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import torch
 
-from oasr.benchmarks.workload import BenchModel, load_speech, samples_for_frames
+from oasr.benchmarks.workload import BenchModel, load_speech
 from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.engine import ASREngine
@@ -73,7 +74,8 @@ def expected_partials(bench: BenchModel, audio_dir: Path, num_streams: int,
     """Each stream's partials as the server will emit them, with the samples each needed.
 
     One offline engine run with every stream's whole audio, the server's endpoint and chunk
-    settings; a partial after ``n`` decoded encoder frames needed ``samples_for_frames(n)``.
+    settings; a partial after ``n`` decoded encoder frames needed
+    ``bench.samples_for_frames(n)``.
     """
     resources = StreamResources.build(config, bench.model)
     engine = ASREngine(config, resources)
@@ -83,7 +85,7 @@ def expected_partials(bench: BenchModel, audio_dir: Path, num_streams: int,
         def sink(event: StreamEvent) -> None:
             if event.type is EventType.PARTIAL:
                 frames = engine.requests[stream].num_frames_decoded
-                timelines[stream].append((event.text, samples_for_frames(frames)))
+                timelines[stream].append((event.text, bench.samples_for_frames(frames)))
         return sink
 
     for stream, audio in enumerate(load_speech(audio_dir, num_streams, seconds)):
@@ -168,16 +170,27 @@ def run_load_level(address: str, num_clients: int, audio_dir: Path, seconds: flo
         sum(1 for c in clients if c["errors"]), tuple(errors[:3]))
 
 
+def save_bench_model(bench: BenchModel, out_dir: Path) -> Path:
+    """Write the benchmark's model where ``oasr-server --model`` loads it, weights exact
+    (float32), so the server runs the very model the expected partials come from."""
+    if bench.family_name == "whisper_ctc":
+        from oasr.models.whisper_ctc import save_whisper_ctc
+
+        return save_whisper_ctc(bench.model, out_dir, dtype=torch.float32)  # type: ignore[arg-type]
+    return save_model(bench.model, out_dir)  # type: ignore[arg-type]
+
+
 def measure_server_load(bench: BenchModel, audio_dir: Path, levels: list[int],
                         seconds: float, threads: int | None,
                         model_path: str | None = None) -> list[ServerLoadRow]:
     """Start one server sized for the largest level, run each level, stop the server."""
     top = max(levels)
-    chunks = math.ceil(seconds / 0.64) + 4
+    chunks = math.ceil(seconds / bench.chunk_seconds) + 4
     with tempfile.TemporaryDirectory(prefix="oasr-bench-") as tmp:
         workdir = Path(tmp)
         # the server loads exactly the model the expected partials come from
-        model_dir = Path(model_path) if model_path else save_model(bench.model, workdir / "model")
+        model_dir = (Path(model_path) if model_path
+                     else save_bench_model(bench, workdir / "model"))
         config = EngineConfig(max_batch_size=top, max_num_blocks=top * chunks,
                               max_wait_time_s=math.inf, idle_timeout_s=math.inf,
                               max_session_s=math.inf, max_pending_audio_s=math.inf)

@@ -14,14 +14,8 @@ from pathlib import Path
 
 import torch
 
-from oasr.benchmarks.drivers import (
-    BENCH_CHUNK_SIZE,
-    DenseLoop,
-    EngineDriver,
-    bench_engine_config,
-    sync,
-)
-from oasr.benchmarks.workload import BenchModel, chunk_seconds, load_speech
+from oasr.benchmarks.drivers import DenseLoop, EngineDriver, bench_engine_config, sync
+from oasr.benchmarks.workload import BenchModel, load_speech
 
 
 @dataclass(frozen=True)
@@ -53,11 +47,11 @@ def measure_throughput(bench: BenchModel, audio_dir: Path, num_streams: int, war
     ``steps`` timed steps, alternating one engine step with one dense step. Both run the
     model in ``dtype`` (an `EngineConfig.dtype` name; they share the model object)."""
     total = warmup + steps
-    speech = load_speech(audio_dir, num_streams, chunk_seconds(16) * (total + 2))
+    speech = load_speech(audio_dir, num_streams, bench.chunk_seconds * (total + 2))
     config = bench_engine_config(num_streams, total + 1, device=device, dtype=dtype)
-    engine = EngineDriver(bench.model, speech, config)
+    engine = EngineDriver(bench, speech, config)
     torch_device = config.resolve_device()
-    dense = DenseLoop(bench.model, speech, device=torch_device,
+    dense = DenseLoop(bench, speech, device=torch_device,
                       dtype=config.resolve_dtype(torch_device))
     for _ in range(warmup):
         engine.step()
@@ -103,14 +97,13 @@ def probe_realtime(bench: BenchModel, audio_dir: Path, num_streams: int, warmup:
                    dtype: str = "auto") -> RealtimeProbe:
     """Run ``num_streams`` streams through the engine; time ``steps`` steps after ``warmup``."""
     total = warmup + steps
-    speech = load_speech(audio_dir, num_streams, chunk_seconds(16) * (total + 2))
+    speech = load_speech(audio_dir, num_streams, bench.chunk_seconds * (total + 2))
     config = bench_engine_config(num_streams, total + 1, num_left_chunks, device=device,
                                  dtype=dtype)
-    driver = EngineDriver(bench.model, speech, config)
+    driver = EngineDriver(bench, speech, config)
     driver.run(warmup)
     times = sorted(driver.run(1)[0] for _ in range(steps))
-    return RealtimeProbe(num_streams, 1e3 * times[len(times) // 2],
-                         1e3 * chunk_seconds(config.resolve_chunk_size(BENCH_CHUNK_SIZE)))
+    return RealtimeProbe(num_streams, 1e3 * times[len(times) // 2], 1e3 * bench.chunk_seconds)
 
 
 def search_max_realtime(probe: Callable[[int], RealtimeProbe], estimate: int,

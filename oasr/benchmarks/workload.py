@@ -1,30 +1,43 @@
-"""What every benchmark runs on: one model, real speech, and the engine configs built from them.
+"""What every benchmark runs on: one model, real speech, and the per-family facts built from them.
 
-The model is the bundled default when it exists, else a seeded random model of the bundled
-model's architecture (the config ``recipes/train.py`` trains): speed does not depend on trained
-weights, and the report says which one ran. Input audio is real speech from the dev set, each
-stream a different rotation of its files so no two streams carry identical samples.
+The model is the bundled default when it exists (its family picked from its ``config.json``),
+else a seeded random model of that family's bundled architecture: speed does not depend on
+trained weights, and the report says which one ran. Both encoder families are served: the
+Conformer-CTC (fbank, 40 ms frames, chunk 16) and the Whisper-CTC (causal log-mel, 20 ms frames,
+chunk 32, at most ``max_positions`` frames per stream). Input audio is real speech from the dev
+set, each stream a different rotation of its files so no two streams carry identical samples.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
-from oasr.audio import MODEL_SAMPLE_RATE, read_audio
+from oasr.audio import MODEL_SAMPLE_RATE, ChunkGeometry, compute_fbank, read_audio, split_windows
+from oasr.engine.family import ModelFamily, family_for
 from oasr.models import AsrModel, ConformerConfig, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
-from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+from oasr.models.checkpoint import CONFORMER_CTC, DEFAULT_MODEL_DIR, WHISPER_CTC, model_family_of
+from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, causal_log_mel
 
 AUDIO_DIR_ENV = "OASR_BENCH_AUDIO"
-CHUNK_SECONDS_PER_FRAME = 0.04  # one encoder frame: 4x subsampling of 10 ms fbank frames
-# The bundled model's units (recipes/train.py UNITS): blank, unk, apostrophe, a-z, word marker.
+FAMILIES = (CONFORMER_CTC, WHISPER_CTC)
+FAMILY_CHOICES = {"conformer": CONFORMER_CTC, CONFORMER_CTC: CONFORMER_CTC,
+                  WHISPER_CTC: WHISPER_CTC}
+HOP_SAMPLES = 160  # both frontends: one feature frame every 10 ms
+# feature frame i of a stream is complete once 160 i + this many samples have arrived:
+# kaldi fbank frames span [160 i, 160 i + 400); causal log-mel frames [160 i - 200, 160 i + 200)
+FRAME_COMPLETE_SAMPLES = {CONFORMER_CTC: 400, WHISPER_CTC: 200}
+
+
 def tiny_architecture() -> ConformerConfig:
-    """A 2-block, 32-wide model: for tests of the benchmark machinery, never for numbers."""
+    """A 2-block, 32-wide Conformer: for tests of the benchmark machinery, never for numbers."""
     return ConformerConfig(
         input_dim=80, vocab_size=len(BUNDLED_UNITS), output_size=32, attention_heads=2,
         linear_units=64, num_blocks=2, dropout_rate=0.0, positional_dropout_rate=0.0,
@@ -33,49 +46,151 @@ def tiny_architecture() -> ConformerConfig:
     )
 
 
+def tiny_whisper_architecture() -> WhisperCtcConfig:
+    """A 2-layer, 32-wide Whisper-CTC (chunk 32, 1500 positions): tests only."""
+    return WhisperCtcConfig(width=32, heads=2, layers=2)
+
+
 @dataclass(frozen=True)
 class BenchModel:
-    """The model under test and a sentence saying where it came from."""
+    """The model under test, a sentence saying where it came from, and its family's facts."""
 
-    model: AsrModel
+    model: nn.Module
     source: str
 
+    @functools.cached_property
+    def family(self) -> ModelFamily:
+        """The engine's adapter for this model (`family_for`)."""
+        return family_for(self.model)
+
     @property
-    def config(self) -> ConformerConfig:
-        return self.model.config
+    def family_name(self) -> str:
+        """``"conformer_ctc"`` or ``"whisper_ctc"``."""
+        return self.family.name
+
+    @property
+    def config(self) -> ConformerConfig | WhisperCtcConfig:
+        return self.model.config  # type: ignore[return-value]
+
+    @property
+    def chunk_size(self) -> int:
+        """Encoder frames per chunk: the model's trained chunk (640 ms in both families)."""
+        return self.family.default_chunk_size
+
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds per encoder frame (0.04 Conformer, 0.02 Whisper-CTC)."""
+        return self.family.timing.frame_shift_s
+
+    @property
+    def chunk_seconds(self) -> float:
+        """Audio seconds one chunk covers (0.64 s for both bundled architectures)."""
+        return self.chunk_size * self.frame_seconds
+
+    @property
+    def chunk_samples(self) -> int:
+        """16 kHz samples per chunk (10,240)."""
+        return round(self.chunk_seconds * MODEL_SAMPLE_RATE)
+
+    @property
+    def max_chunks(self) -> int | None:
+        """Full chunks a stream can run before its positions run out (46 for 1500 positions
+        and chunk 32); None: no limit (the Conformer's relative positions)."""
+        limit = self.family.max_positions
+        return None if limit is None else limit // self.chunk_size
+
+    @property
+    def chunk_geometry(self) -> ChunkGeometry:
+        """How a chunk maps onto feature frames (67 every 64 Conformer; 64 every 64 Whisper)."""
+        return self.family.chunk_geometry(self.chunk_size)
+
+    def samples_for_frames(self, num_encoder_frames: int) -> int:
+        """Audio samples a stream needs before it can yield ``num_encoder_frames`` frames
+        (Conformer: 400 + 160 (4n + 2); Whisper-CTC: 200 + 160 (2n - 1))."""
+        geometry = self.chunk_geometry
+        last = (num_encoder_frames - 1) * geometry.subsampling + geometry.right_context
+        return FRAME_COMPLETE_SAMPLES[self.family_name] + HOP_SAMPLES * last
+
+    def features(self, samples: np.ndarray) -> np.ndarray:
+        """The family's features of a whole utterance: (N,) float32 -> (F, 80) float32."""
+        if self.family_name == WHISPER_CTC:
+            return causal_log_mel(samples, self.config.n_mels)  # type: ignore[union-attr]
+        return compute_fbank(samples)
+
+    def windows(self, feats: np.ndarray) -> list[np.ndarray]:
+        """Every chunk window of an utterance's features, (window, F) each."""
+        return split_windows(feats, self.chunk_geometry)
 
 
-def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0) -> BenchModel:
+def _random_model(family: str, tiny: bool, seed: int) -> nn.Module:
+    """A seeded random model of ``family``'s bundled (or tiny) architecture, eval mode. The
+    Whisper-CTC position table is random too, so a stream's offset changes its output."""
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    model: nn.Module
+    if family == WHISPER_CTC:
+        model = WhisperCtcModel(tiny_whisper_architecture() if tiny else WhisperCtcConfig())
+        with torch.no_grad():
+            model.positions.normal_(0.0, 0.5)
+        model.units = BUNDLED_UNITS  # type: ignore[assignment]
+    else:
+        model = AsrModel(tiny_architecture() if tiny else bundled_architecture(),
+                         units=list(BUNDLED_UNITS))
+    torch.random.set_rng_state(generator_state)
+    return model.eval()
+
+
+def bundled_family() -> str:
+    """The bundled default model's family (its config.json), Conformer-CTC when it is absent."""
+    if (DEFAULT_MODEL_DIR / "config.json").is_file():
+        return model_family_of(DEFAULT_MODEL_DIR)
+    return CONFORMER_CTC
+
+
+def resolve_family(name: str | None) -> str:
+    """A ``--family`` value as a family id; None = the bundled model's family.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name is None:
+        return bundled_family()
+    if name not in FAMILY_CHOICES:
+        raise ValueError(f"unknown model family {name!r}: choose conformer or whisper_ctc")
+    return FAMILY_CHOICES[name]
+
+
+def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0,
+                     family: str | None = None) -> BenchModel:
     """The model to benchmark.
 
     Args:
-        path: a model directory; None = the bundled model, or a seeded random model of its
-            architecture when it is not there yet.
-        tiny: a seeded random tiny model (tests only).
+        path: a model directory (its family comes from the model); None = the bundled model
+            when it is of ``family``, else a seeded random model of ``family``'s architecture.
+        tiny: a seeded random tiny model of ``family`` (tests only).
         seed: seed of a random model's weights.
+        family: ``conformer`` / ``conformer_ctc`` / ``whisper_ctc``; None = the bundled
+            model's family.
+    Raises:
+        ValueError: ``path`` holds a model of another family than ``family``.
     """
     if path is not None:
-        return BenchModel(_conformer(load_model(path), path), f"model from {path}")
-    if not tiny and (DEFAULT_MODEL_DIR / "config.json").is_file():
-        return BenchModel(_conformer(load_model(None), str(DEFAULT_MODEL_DIR)),
-                          f"bundled default model ({DEFAULT_MODEL_DIR.name})")
-    config = tiny_architecture() if tiny else bundled_architecture()
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    model = AsrModel(config, units=list(BUNDLED_UNITS)).eval()
-    torch.random.set_rng_state(generator_state)
-    what = "tiny test model" if tiny else "bundled model's architecture (recipes/train.py)"
-    return BenchModel(model, f"seeded random weights (seed {seed}), {what}; "
-                             "the bundled checkpoint was not present")
-
-
-def _conformer(model: object, path: str) -> AsrModel:
-    """``model`` if it is a Conformer-CTC ``AsrModel`` (the dense baseline loop and the FLOP
-    accounting are written for it)."""
-    if not isinstance(model, AsrModel):
-        raise ValueError(f"oasr bench measures Conformer-CTC models; {path} holds a "
-                         f"{type(model).__name__}")
-    return model
+        bench = BenchModel(load_model(path), f"model from {path}")
+        if family is not None and bench.family_name != resolve_family(family):
+            raise ValueError(f"{path} holds a {bench.family_name} model, not --family {family}")
+        return bench
+    wanted = resolve_family(family)
+    if not tiny and (DEFAULT_MODEL_DIR / "config.json").is_file() and bundled_family() == wanted:
+        return BenchModel(load_model(None), f"bundled default model ({DEFAULT_MODEL_DIR.name})")
+    if tiny:
+        what = f"tiny {wanted} test model"
+    elif wanted == WHISPER_CTC:
+        what = "Whisper-CTC architecture (WhisperCtcConfig(): tiny.en encoder, 4 x 384)"
+    else:
+        what = "bundled Conformer architecture (recipes/train.py)"
+    why = "" if tiny else f"; the bundled checkpoint is not a {wanted} model"
+    return BenchModel(_random_model(wanted, tiny, seed),
+                      f"seeded random weights (seed {seed}), {what}{why}")
 
 
 def default_audio_dir() -> Path:
@@ -111,15 +226,3 @@ def load_speech(audio_dir: Path, num_streams: int, seconds: float) -> list[np.nd
             k += 1
         streams.append(np.concatenate(parts)[:needed].astype(np.float32))
     return streams
-
-
-def chunk_seconds(chunk_size: int) -> float:
-    """Audio seconds one encoder chunk of ``chunk_size`` frames covers (0.64 s for 16)."""
-    return chunk_size * CHUNK_SECONDS_PER_FRAME
-
-
-def samples_for_frames(num_encoder_frames: int) -> int:
-    """Audio samples a stream needs before it can yield ``num_encoder_frames`` encoder frames
-    (conv2d 4x stem: 7 fbank frames for the first, 4 more each; fbank 25 ms / 10 ms)."""
-    fbank_frames = (num_encoder_frames - 1) * 4 + 7
-    return 400 + (fbank_frames - 1) * 160

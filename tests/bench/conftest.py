@@ -23,4 +23,11 @@ def audio_dir() -> Path:
 
 @pytest.fixture()
 def tiny() -> BenchModel:
-    return load_bench_model(tiny=True)
+    """A tiny random Conformer-CTC (named: the bundled model's family may change)."""
+    return load_bench_model(tiny=True, family="conformer")
+
+
+@pytest.fixture()
+def tiny_whisper() -> BenchModel:
+    """A tiny random Whisper-CTC (2 layers x 32, chunk 32, 1500 positions)."""
+    return load_bench_model(tiny=True, family="whisper_ctc")

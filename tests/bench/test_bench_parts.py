@@ -14,14 +14,14 @@ from oasr.benchmarks.memory import check_steady_state, kv_bytes
 from oasr.benchmarks.runner import BenchConfig
 from oasr.benchmarks.server_load import percentile
 from oasr.benchmarks.throughput import RealtimeProbe, search_max_realtime
-from oasr.benchmarks.workload import BenchModel, load_speech, samples_for_frames
+from oasr.benchmarks.workload import BenchModel, load_speech
 
 
 def test_engine_and_dense_loop_decode_the_same_audio_to_the_same_text(
         tiny: BenchModel, audio_dir: Path) -> None:
     speech = load_speech(audio_dir, 3, 4.0)
-    engine = EngineDriver(tiny.model, speech, bench_engine_config(3, 8, device="cpu"))
-    dense = DenseLoop(tiny.model, speech, device=torch.device("cpu"))
+    engine = EngineDriver(tiny, speech, bench_engine_config(3, 8, device="cpu"))
+    dense = DenseLoop(tiny, speech, device=torch.device("cpu"))
     assert engine.step() == 0.0  # the first step admits the streams; they run from the next
     engine_audio = sum(engine.step() for _ in range(5))
     dense_audio = sum(dense.step() for _ in range(5))
@@ -54,9 +54,9 @@ def test_speech_streams_are_distinct_real_audio(audio_dir: Path) -> None:
     assert float(abs(a).max()) > 0.01
 
 
-def test_samples_for_frames_matches_the_67_frame_first_window() -> None:
-    assert samples_for_frames(16) == 400 + 66 * 160
-    assert samples_for_frames(32) - samples_for_frames(16) == 64 * 160
+def test_samples_for_frames_matches_the_67_frame_first_window(tiny: BenchModel) -> None:
+    assert tiny.samples_for_frames(16) == 400 + 66 * 160
+    assert tiny.samples_for_frames(32) - tiny.samples_for_frames(16) == 64 * 160
 
 
 def test_kv_bytes_formula(tiny: BenchModel) -> None:
@@ -66,7 +66,8 @@ def test_kv_bytes_formula(tiny: BenchModel) -> None:
     assert kv.bytes_per_frame == per_frame
     assert kv.bytes_per_block == kv.allocator_bytes_per_block == 16 * per_frame
     assert kv.bytes_per_stream_left == 5 * 16 * per_frame
-    assert kv.bytes_per_stream_minute == 94 * 16 * per_frame  # ceil(1500 / 16) blocks
+    assert kv.history_seconds == 60.0
+    assert kv.bytes_per_stream_history == 94 * 16 * per_frame  # ceil(1500 / 16) blocks
 
 
 def test_steady_state_reuses_the_pool(tiny: BenchModel, audio_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""``oasr bench --quick --json`` runs end to end on a tiny model and reports its keys."""
+"""``oasr bench --quick --json`` runs end to end on a tiny model of each family and reports its
+keys."""
 
 from __future__ import annotations
 
@@ -10,34 +11,47 @@ import pytest
 from oasr.cli import main
 
 HEADLINE_KEYS = {"speedup_batched_vs_sequential", "max_realtime_streams",
-                 "paged_cost_ratio_chunk200_vs_chunk10_left4", "gflops_fraction_of_peak"}
+                 "paged_cost_ratio_chunk200_vs_chunk10_left4",
+                 "paged_cost_ratio_late_vs_chunk10_left4", "history_late_chunk",
+                 "gflops_fraction_of_peak"}
 
 
+@pytest.mark.parametrize(("family", "family_id", "late", "chunk_frames"), [
+    ("conformer", "conformer_ctc", 200, 16),
+    ("whisper_ctc", "whisper_ctc", 46, 32),  # 1500 positions / 32 frames: 46 full chunks
+])
 def test_quick_json_has_the_headline_keys(audio_dir: Path, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+                                          capsys: pytest.CaptureFixture[str], family: str,
+                                          family_id: str, late: int, chunk_frames: int) -> None:
     markdown = tmp_path / "bench.md"
-    code = main(["bench", "--quick", "--json", "--tiny-model", "--streams", "2",
-                 "--realtime-probes", "1", "--threads", "1", "--audio-dir", str(audio_dir),
-                 "--markdown", str(markdown)])
+    code = main(["bench", "--quick", "--json", "--tiny-model", "--family", family,
+                 "--streams", "2", "--realtime-probes", "1", "--threads", "1",
+                 "--audio-dir", str(audio_dir), "--markdown", str(markdown)])
     assert code == 0
     out = capsys.readouterr().out
     result = json.loads(out)  # stdout holds exactly one JSON object
+    assert result["family"] == family_id
+    assert f"tiny {family_id} test model" in result["model_source"]
     headline = result["headline"]
     assert set(headline) >= HEADLINE_KEYS
     assert headline["speedup_batched_vs_sequential"] > 0
     assert headline["speedup_num_streams"] == 2
     assert isinstance(headline["max_realtime_streams"], int)
-    assert headline["paged_cost_ratio_chunk200_vs_chunk10_left4"] > 0
+    assert headline["history_late_chunk"] == late
+    assert headline["paged_cost_ratio_late_vs_chunk10_left4"] > 0
+    if late == 200:
+        assert headline["paged_cost_ratio_chunk200_vs_chunk10_left4"] > 0
+    else:  # a chunk 200 this model cannot reach is not reported as one
+        assert headline["paged_cost_ratio_chunk200_vs_chunk10_left4"] is None
     assert headline["gflops_fraction_of_peak"] > 0
-    assert "tiny test model" in result["model_source"]
-    # each throughput point decoded the same audio both ways: 2 streams x 2 chunks x 0.64 s
     row = result["throughput"][0]
     assert row["engine_rate"] > 0 and row["dense_rate"] > 0
-    assert [c["checkpoints"] for c in result["history"]] == [[10, 200]]
+    assert [c["checkpoints"] for c in result["history"]] == [[10, late]]
     assert len(result["realtime_probes"]) == 1
     # the K/V formula agrees with a real pool, and steady-state steps reuse every cache tensor
     kv = result["kv_bytes"]
     assert kv["bytes_per_block"] == kv["allocator_bytes_per_block"]
-    assert kv["bytes_per_block"] == 16 * kv["bytes_per_frame"]
+    assert kv["bytes_per_block"] == chunk_frames * kv["bytes_per_frame"]
     assert result["steady_state"]["allocates_no_cache_tensors"] is True
-    assert "| streams |" in markdown.read_text()
+    text = markdown.read_text()
+    assert "| streams |" in text and f"chunk {late} / chunk 10" in text
