@@ -1,10 +1,11 @@
 """`CharNgramLm`: a character n-gram LM compiled to dense tables, and its file format.
 
 On disk, next to a model's ``config.json``: ``char_lm.safetensors`` holds ``codes`` (S,) int64
-context codes and ``log_probs`` (S, V) float16 per-context log-probabilities over the model's
-units (back-off already resolved); ``char_lm.json`` is the header (format, order, units,
-smoothing, pruning, the build text and its licence). The next-state table is recomputed at
-load (it is a function of the codes), which keeps the file at 2 bytes per (state, unit).
+context codes and ``neg_log_probs`` (S, V) uint8, each context's distribution over the model's
+units (back-off already resolved) as -log-prob in steps of ``LOG_PROB_STEP`` nats (255: never,
+the blank); ``char_lm.json`` is the header (format, order, units, smoothing, pruning, the
+build text and its licence). Loading dequantises and renormalises each row, and recomputes the
+next-state table (a function of the codes): the file holds 1 byte per (state, unit).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ HEADER_FILE = "char_lm.json"
 # Log-prob of units the model never predicts (the blank): finite, so a weight of 0 times it
 # is 0 and not NaN.
 LOG_PROB_FLOOR = -99.0
+LOG_PROB_STEP = 0.1  # nats per quantisation level on disk (levels 0..254; 255 = never)
 
 
 @dataclass(frozen=True)
@@ -134,11 +136,13 @@ class CharNgramLm:
         tensors file."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        levels = (-self.log_probs.cpu() / LOG_PROB_STEP).round().clamp(max=254)
+        levels[self.log_probs.cpu() <= LOG_PROB_FLOOR] = 255
         tensors = {"codes": self.codes.cpu().contiguous(),
-                   "log_probs": self.log_probs.cpu().to(torch.float16).contiguous()}
+                   "neg_log_probs": levels.to(torch.uint8).contiguous()}
         save_file(tensors, str(directory / TENSORS_FILE))
         header = {"format": LM_FORMAT, "version": LM_VERSION, "num_states": self.num_states,
-                  **asdict(self.header)}
+                  "log_prob_step": LOG_PROB_STEP, **asdict(self.header)}
         (directory / HEADER_FILE).write_text(json.dumps(header, indent=1) + "\n")
         return directory / TENSORS_FILE
 
@@ -168,8 +172,18 @@ def load_char_lm(directory: str | Path, device: torch.device | str = "cpu") -> C
         end_id=int(raw["end_id"]), smoothing=str(raw["smoothing"]),
         min_context_count=tuple(raw["min_context_count"]), text=str(raw["text"]))
     tensors = load_file(str(d / TENSORS_FILE))
-    lm = CharNgramLm(header, tensors["codes"], tensors["log_probs"])
+    lm = CharNgramLm(header, tensors["codes"],
+                     dequantize(tensors["neg_log_probs"], float(raw["log_prob_step"])))
     return lm.to(device)
+
+
+def dequantize(levels: torch.Tensor, step: float) -> torch.Tensor:
+    """(S, V) uint8 levels -> (S, V) float32 log-probs, each row renormalised (level 255 is
+    the floor and carries no probability)."""
+    never = levels == 255
+    log_probs = levels.float() * -step
+    log_probs = log_probs - log_probs.masked_fill(never, float("-inf")).logsumexp(1, keepdim=True)
+    return log_probs.masked_fill(never, LOG_PROB_FLOOR)
 
 
 def lm_from_dense(header: CharLmHeader, codes: np.ndarray, probs: np.ndarray) -> CharNgramLm:
