@@ -16,6 +16,8 @@ from oasr.engine.config import EngineConfig
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every command that builds an engine."""
+    from oasr.decoding import GpuDecoderConfig
+
     g = parser.add_argument_group("engine")
     g.add_argument("--model", default=None,
                    help="model dir (oasr format: Conformer-CTC or Whisper-CTC; or a WeNet "
@@ -32,6 +34,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-blocks", type=int, default=None,
                    help="K/V pool size in blocks; default: derived from free memory")
     g.add_argument("--beam-size", type=int, default=1, help="1 = greedy CTC, >1 = prefix beam")
+    g.add_argument("--lm", default="auto",
+                   help="char LM fused into beam search: auto (the model dir's char_lm.* when "
+                   "present), none, or a directory holding char_lm.safetensors + char_lm.json")
+    g.add_argument("--lm-weight", type=float, default=GpuDecoderConfig.lm_weight,
+                   help="LM weight of shallow fusion (beam search with an LM only)")
+    g.add_argument("--lm-unit-bonus", type=float, default=GpuDecoderConfig.lm_unit_bonus,
+                   help="score added per emitted unit when an LM is used")
+    g.add_argument("--lm-word-bonus", type=float, default=GpuDecoderConfig.lm_word_bonus,
+                   help="score added per word boundary when an LM is used")
     g.add_argument("--second-pass", choices=("whisper", "none"), default="whisper",
                    help="re-decode each finished segment with Whisper tiny.en for accurate finals")
     g.add_argument("--threads", type=int, default=None,
@@ -49,7 +60,10 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         chunk_size=args.chunk_size,
         num_left_chunks=args.num_left_chunks,
         max_num_blocks=args.max_num_blocks,
-        decoder=GpuDecoderConfig(beam_size=args.beam_size),
+        decoder=GpuDecoderConfig(beam_size=args.beam_size, lm_weight=args.lm_weight,
+                                 lm_unit_bonus=args.lm_unit_bonus,
+                                 lm_word_bonus=args.lm_word_bonus),
+        lm=args.lm,
         num_threads=args.threads,
         second_pass=args.second_pass,
     )

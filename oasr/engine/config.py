@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -40,7 +41,12 @@ class EngineConfig:
             pool may take.
         max_wait_time_s: how long a new stream may wait for a slot before it is refused "busy";
             0 refuses at once.
-        decoder: CTC decoding settings (beam_size 1 = greedy).
+        decoder: CTC decoding settings (beam_size 1 = greedy; lm_weight and the LM bonuses
+            apply when a char LM is used).
+        lm: the char LM fused into beam search: "auto" uses the model directory's
+            ``char_lm.safetensors`` + ``char_lm.json`` when it has them and beam_size > 1;
+            "none" never uses one; any other value is a directory holding those files (an
+            error when it has none, or when beam_size is 1).
         endpoint: trailing-silence endpoint rules; None disables endpointing.
         idle_timeout_s: a stream that sends no audio for this long ends with "timeout".
         max_session_s: a stream older than this ends with "timeout".
@@ -69,6 +75,7 @@ class EngineConfig:
     max_wait_time_s: float = 2.0
     decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)
     endpoint: EndpointConfig | None = field(default_factory=EndpointConfig)
+    lm: str = "auto"
     idle_timeout_s: float = 30.0
     max_session_s: float = 3600.0
     max_pending_audio_s: float = 120.0
@@ -101,6 +108,9 @@ class EngineConfig:
         if self.second_pass_max_backlog < 1:
             raise ValueError(
                 f"second_pass_max_backlog must be >= 1, got {self.second_pass_max_backlog}")
+        if self.lm not in ("auto", "none") and self.decoder.is_greedy:
+            raise ValueError(f"lm {self.lm!r} needs beam search: set decoder beam_size > 1 "
+                             "(or lm 'none')")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
@@ -121,6 +131,24 @@ class EngineConfig:
         if self.dtype == "auto":
             return torch.float16 if device.type == "cuda" else torch.float32
         return _DTYPES[self.dtype]
+
+    def resolve_lm_dir(self, model_dir: Path) -> Path | None:
+        """The directory whose char LM the decoder fuses, or None for no LM.
+
+        Args:
+            model_dir: the loaded model's directory (``model``, or the bundled model's).
+        Raises:
+            FileNotFoundError: ``lm`` names a directory without LM files.
+        """
+        from oasr.lm import has_char_lm
+
+        if self.lm == "none" or self.decoder.is_greedy:
+            return None
+        if self.lm == "auto":
+            return model_dir if has_char_lm(model_dir) else None
+        if not has_char_lm(self.lm):
+            raise FileNotFoundError(f"lm {self.lm!r} has no char_lm.safetensors + char_lm.json")
+        return Path(self.lm)
 
     def resolve_chunk_size(self, model_default: int) -> int:
         """``chunk_size``, or the model's trained chunk when it is None."""

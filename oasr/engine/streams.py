@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -26,7 +27,9 @@ from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.model_runner import ModelRunner, StepOutput
+from oasr.lm import CharNgramLm, load_char_lm
 from oasr.models import load_model
+from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +76,8 @@ class StreamResources:
         pool = BlockPool(cache_config)
         attention = AttentionCacheManager(pool, cache_config)
         states = family.build_states(cache_config)
-        decoder = GpuStreamingDecoder(config.decoder, family.tokenizer, device=device)
+        lm = _decoder_lm(config, family.tokenizer, device)
+        decoder = GpuStreamingDecoder(config.decoder, family.tokenizer, device=device, lm=lm)
         ctc = CtcStateCacheManager(decoder)
         runner = ModelRunner(family, attention, states, device, dtype)
         endpointer = None
@@ -82,10 +86,12 @@ class StreamResources:
                 config.endpoint, frame_shift_s=family.timing.frame_shift_s))
         logger.info(
             "engine: %s (%s) on %s/%s, %d slots, chunk %d frames, %d blocks of %d frames "
-            "(%.1f MiB K/V), per-stream ceiling %d frames",
+            "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, char LM: %s",
             type(model).__name__, family.name, device, dtype, cache_config.max_batch_size,
             chunk, cache_config.max_num_blocks, cache_config.block_size_frames,
             pool.k_pool.nbytes * 2 / 2**20, cache_config.max_stream_frames,
+            config.decoder.beam_size,
+            "none" if lm is None else f"{lm.num_states} states, weight {config.decoder.lm_weight}",
         )
         return cls(config, family, cache_config, pool, attention, states, ctc, runner, endpointer)
 
@@ -159,6 +165,21 @@ class StreamResources:
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
         """The best hypothesis of the stream's current segment."""
         return self.ctc.decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
+
+
+def _decoder_lm(config: EngineConfig, tokenizer: object,
+                device: torch.device) -> CharNgramLm | None:
+    """The char LM the config selects (see `EngineConfig.lm`), checked against the model's
+    units; None for none."""
+    model_dir = DEFAULT_MODEL_DIR if config.model is None else Path(config.model)
+    directory = config.resolve_lm_dir(model_dir)
+    if directory is None:
+        return None
+    lm = load_char_lm(directory, device)
+    units = getattr(tokenizer, "units", None)
+    if units is not None:
+        lm.check_units(units)
+    return lm
 
 
 @dataclass(frozen=True)
