@@ -42,8 +42,8 @@ def whisper_ctc_flops(config: WhisperCtcConfig, chunk_frames: int, history_frame
                    Q K^T and A V over S + C keys                = 4 C (S + C) W
         CTC head:                          2 * C * W * V
 
-    ``WhisperCtcConfig()`` (W 384, M 80, L 4, V 30), C 32: 0.507 GFLOP at S = 0, 0.524 at
-    S = 128 (num_left_chunks 4), 0.585 at S = 1,440 (the last chunk of 30 s).
+    ``WhisperCtcConfig()`` (W 384, M 80, L 4, V 31), C 32: 0.500 GFLOP at S = 0, 0.525 at
+    S = 128 (num_left_chunks 4), 0.783 at S = 1,440 (the last chunk of 30 s).
     """
     c, s, w = chunk_frames, history_frames, config.width
     conv = 2 * (2 * c) * w * config.n_mels * 3 + 2 * c * w * w * 3

@@ -136,11 +136,14 @@ def test_bench_config_refuses_curves_without_the_headline_chunks() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_server_load_runs_real_clients_against_a_real_server(tiny: BenchModel,
-                                                             audio_dir: Path) -> None:
+@pytest.mark.parametrize("family", ["conformer", "whisper_ctc"])
+def test_server_load_runs_real_clients_against_a_real_server(audio_dir: Path,
+                                                             family: str) -> None:
     from oasr.benchmarks.server_load import measure_server_load
+    from oasr.benchmarks.workload import load_bench_model
 
-    rows = measure_server_load(tiny, audio_dir, [1, 2], seconds=2.0, threads=1)
+    bench = load_bench_model(tiny=True, family=family)
+    rows = measure_server_load(bench, audio_dir, [1, 2], seconds=2.0, threads=1)
     assert [r.num_clients for r in rows] == [1, 2]
     for row in rows:
         assert row.num_errors == 0, row.error_samples
