@@ -67,13 +67,13 @@ def wordnet_lemmas(wordnet_dir: Path = Path("/usr/share/wordnet")) -> list[str]:
 
 
 def build(order: int, min_context_count: int, smoothing: str, with_lemmas: bool,
-          out: Path) -> Path:
-    """Build the LM from the training text (+ WordNet lemmas) and write it to ``out``."""
+          out: Path, text: Path = TRAIN_TEXT) -> Path:
+    """Build the LM from ``text`` (+ WordNet lemmas) and write it to ``out``."""
     from oasr.lm import LmBuildConfig, build_char_lm, encode_sentences
     from oasr.models.bundled import BUNDLED_UNITS
 
-    texts = read_lines(TRAIN_TEXT)
-    source = f"{TRAIN_TEXT.name}: {len(texts)} WordNet example sentences"
+    texts = read_lines(text)
+    source = f"{text.name}: {len(texts)} WordNet example sentences"
     if with_lemmas:
         lemmas = wordnet_lemmas()
         texts += lemmas
@@ -107,3 +107,131 @@ def decode_set(rows: list, beam: int, lm: object | None = None, lm_weight: float
     for b, (_, _, ref) in enumerate(rows):
         counts.add(ref, decoder.finalize_stream(state, b)[0].text)
     return counts.wer, counts.cer
+
+
+def measure_cost(rows: list, lm: object, num_streams: int = 64, chunk: int = 32,
+                 num_steps: int = 8, rounds: int = 5) -> dict[str, float]:
+    """Median milliseconds of one engine decode step (``decode_streams`` + ``partials``) of
+    ``num_streams`` pooled streams x ``chunk`` frames: greedy, beam 4/8, beam 4/8 + LM.
+
+    Configurations take turns within each round, so a busy machine slows them alike.
+    """
+    import statistics
+
+    from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
+    from oasr.decoding.tokenizer import CharTokenizer
+    from oasr.models.bundled import BUNDLED_UNITS
+
+    frames = chunk * num_steps
+    long_rows = [lp for _, lp, _ in rows if len(lp) >= frames][:num_streams]
+    if len(long_rows) < num_streams:
+        long_rows += [lp.repeat(-(-frames // len(lp)), 1) for _, lp, _ in rows]
+    log_probs = torch.stack([lp[:frames] for lp in long_rows[:num_streams]])  # (B, T, V)
+    tokenizer = CharTokenizer.from_units(list(BUNDLED_UNITS))
+    setups = {"greedy": (1, None), "beam4": (4, None), "beam8": (8, None),
+              "beam4+lm": (4, lm), "beam8+lm": (8, lm)}
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    for _ in range(rounds):
+        for name, (beam, model) in setups.items():
+            decoder = GpuStreamingDecoder(GpuDecoderConfig(beam_size=beam), tokenizer,
+                                          device="cpu", lm=model)  # type: ignore[arg-type]
+            states = [decoder.create_state(1, log_probs.shape[-1]) for _ in range(num_streams)]
+            for step in range(num_steps):
+                start = time.perf_counter()
+                decoder.decode_streams(log_probs[:, step * chunk:(step + 1) * chunk], states)
+                decoder.partials(states)
+                times[name].append((time.perf_counter() - start) * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def tune(dump: Path, lm_dir: Path, beams: tuple[int, ...], weights: tuple[float, ...],
+         unit_bonuses: tuple[float, ...], word_bonuses: tuple[float, ...]) -> list[dict]:
+    """WER / CER of every (beam, weight, unit bonus, word bonus) on heldout_sentences only,
+    best first."""
+    from oasr.lm import load_char_lm
+
+    rows = torch.load(dump, weights_only=False)["sets"]["heldout_sentences"]
+    lm = load_char_lm(lm_dir)
+    results = []
+    for beam in beams:
+        for weight in weights:
+            for unit_bonus in unit_bonuses:
+                for word_bonus in word_bonuses:
+                    wer, cer = decode_set(rows, beam, lm, weight, unit_bonus, word_bonus)
+                    results.append({"beam": beam, "lm_weight": weight, "unit_bonus": unit_bonus,
+                                    "word_bonus": word_bonus, "wer": wer, "cer": cer})
+                    print(json.dumps(results[-1]), flush=True)
+    return sorted(results, key=lambda r: (r["wer"], r["cer"]))
+
+
+def report(dump: Path, lm_dir: Path, beam: int, weight: float, unit_bonus: float,
+           word_bonus: float) -> str:
+    """Markdown table: greedy / beam / beam + LM WER (CER) on every dumped set."""
+    from oasr.lm import load_char_lm
+
+    payload = torch.load(dump, weights_only=False)
+    lm = load_char_lm(lm_dir)
+    lines = [f"checkpoint {payload['ckpt']} step {payload['step']}, chunk 32 streaming; LM "
+             f"{lm_dir} (lm_weight {weight}, unit bonus {unit_bonus}, word bonus {word_bonus})",
+             "", f"| set | utts | greedy | beam {beam} | beam {beam} + LM |", "|---|---|---|---|---|"]
+    for name in SETS:
+        rows = payload["sets"][name]
+        cells = [decode_set(rows, 1), decode_set(rows, beam),
+                 decode_set(rows, beam, lm, weight, unit_bonus, word_bonus)]
+        text = " | ".join(f"{wer:.1f} ({cer:.1f})" for wer, cer in cells)
+        lines.append(f"| {name} | {len(rows)} | {text} |")
+    return "\n".join(lines)
+
+
+def floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(","))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="stage", required=True)
+    b = sub.add_parser("build", help="build the LM from the training text")
+    b.add_argument("--order", type=int, default=6)
+    b.add_argument("--min-context-count", type=int, default=2)
+    b.add_argument("--smoothing", default="kneser_ney", choices=("kneser_ney", "witten_bell"))
+    b.add_argument("--lemmas", action="store_true", help="add WordNet lemmas to the text")
+    b.add_argument("--out", type=Path, default=LM_DIR / "char_lm")
+    d = sub.add_parser("dump", help="chunk-32 log-probs of a checkpoint on the test sets")
+    d.add_argument("--ckpt", type=Path, required=True, help="a copy of a training .pt")
+    d.add_argument("--out", type=Path, default=LM_DIR / "logprobs.pt")
+    for name in ("tune", "report", "cost"):
+        p = sub.add_parser(name)
+        p.add_argument("--dump", type=Path, default=LM_DIR / "logprobs.pt")
+        p.add_argument("--lm", type=Path, default=LM_DIR / "char_lm")
+        p.add_argument("--beam", default="8")
+        p.add_argument("--lm-weight", default="1.0")
+        p.add_argument("--unit-bonus", default="2.0")
+        p.add_argument("--word-bonus", default="0.0")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    start = time.time()
+    if args.stage == "build":
+        build(args.order, args.min_context_count, args.smoothing, args.lemmas, args.out)
+    elif args.stage == "dump":
+        dump_log_probs(args.ckpt, args.out)
+    elif args.stage == "tune":
+        best = tune(args.dump, args.lm, tuple(int(x) for x in args.beam.split(",")),
+                    floats(args.lm_weight), floats(args.unit_bonus), floats(args.word_bonus))
+        print("best:", json.dumps(best[:5], indent=1))
+    elif args.stage == "report":
+        print(report(args.dump, args.lm, int(args.beam), float(args.lm_weight),
+                     float(args.unit_bonus), float(args.word_bonus)))
+    else:
+        from oasr.lm import load_char_lm
+
+        sets = torch.load(args.dump, weights_only=False)["sets"]
+        costs = measure_cost(sets["heldout_sentences"] + sets["heldout_voices"],
+                             load_char_lm(args.lm))
+        for name, ms in costs.items():
+            print(f"{name}: {ms:.1f} ms per step of 64 streams x 32 frames, "
+                  f"{ms / costs['greedy']:.1f}x greedy")
+    print(f"{args.stage}: {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
