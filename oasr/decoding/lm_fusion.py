@@ -26,19 +26,17 @@ class LmFusion:
     """The LM tables on the decoder's device and the fusion weights.
 
     Attributes:
-        log_probs: (S, V) float32 LM log-prob of each unit after each state.
+        gains: (S, V) float32 what emitting each unit after each state adds to a prefix's
+            fused score: lm_weight * LM log-prob + lm_unit_bonus (+ lm_word_bonus on the word
+            boundary), folded into one table so scoring a candidate is one gather.
         next_state: (S, V) int64 the state after each unit.
-        unit_bonus: (V,) float32 per emitted unit: lm_unit_bonus, + lm_word_bonus on the word
-            boundary.
-        weight: lm_weight.
-        end_id: the sentence-end unit (scored when a hypothesis is finalised).
+        end_gains: (S,) float32 lm_weight * LM log-prob of the sentence end after each state
+            (scored when a hypothesis is finalised).
     """
 
-    log_probs: torch.Tensor
+    gains: torch.Tensor
     next_state: torch.Tensor
-    unit_bonus: torch.Tensor
-    weight: float
-    end_id: int
+    end_gains: torch.Tensor
 
     @classmethod
     def build(cls, lm: CharNgramLm, config: GpuDecoderConfig, device: torch.device,
@@ -48,18 +46,18 @@ class LmFusion:
         bonus = torch.full((lm.vocab_size,), config.lm_unit_bonus, device=device)
         if boundary_id is not None:
             bonus[boundary_id] += config.lm_word_bonus
-        return cls(log_probs=lm.log_probs, next_state=lm.next_state, unit_bonus=bonus,
-                   weight=config.lm_weight, end_id=lm.header.end_id)
+        weighted = lm.log_probs * config.lm_weight  # (S, V)
+        return cls(gains=weighted + bonus, next_state=lm.next_state,
+                   end_gains=weighted[:, lm.header.end_id].contiguous())
 
     @property
     def vocab_size(self) -> int:
-        return self.log_probs.shape[1]
+        return self.gains.shape[1]
 
     def extension_scores(self, state: DecoderState, cand_tok: torch.Tensor) -> torch.Tensor:
         """(B, K, C) fused score of each hypothesis extended by each candidate."""
         flat = state.lm_state[:, :, None] * self.vocab_size + cand_tok[:, None, :]  # (B, K, C)
-        gain = self.log_probs.view(-1)[flat] * self.weight + self.unit_bonus[cand_tok][:, None, :]
-        return state.lm_score[:, :, None] + gain
+        return state.lm_score[:, :, None] + self.gains.view(-1)[flat]
 
     def advance(self, state: DecoderState, parent: torch.Tensor, is_ext: torch.Tensor,
                 token: torch.Tensor, ext_score: torch.Tensor) -> None:
@@ -76,4 +74,4 @@ class LmFusion:
 
     def end_scores(self, lm_state: torch.Tensor) -> torch.Tensor:
         """(...) fused score of ending the sentence after each state in ``lm_state``."""
-        return self.log_probs[:, self.end_id][lm_state] * self.weight
+        return self.end_gains[lm_state]
