@@ -1,9 +1,11 @@
-"""Paste a benchmark run's tables into docs/benchmarks.md (between the results markers).
+"""Paste a benchmark run's tables into docs/benchmarks.md (between its family's markers).
 
-    python bench/update_docs.py bench/results.json
+    python bench/update_docs.py bench/results_whisper_ctc.json bench/results_conformer.json
 
-The header lines (date, machine, model) come from the JSON; the tables are
-``oasr.benchmarks.report.format_markdown`` of it, exactly as ``oasr bench`` printed them.
+Each JSON goes between ``<!-- results:<family>:begin -->`` and ``<!-- results:<family>:end -->``
+(``family`` from the JSON; a run without one is a Conformer run). The header lines (date,
+machine, model) come from the JSON; the tables are ``oasr.benchmarks.report.format_markdown``
+of it, exactly as ``oasr bench`` printed them.
 """
 
 import json
@@ -12,15 +14,19 @@ from pathlib import Path
 
 from oasr.benchmarks.report import format_markdown
 
-BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def markers(family: str) -> tuple[str, str]:
+    return f"<!-- results:{family}:begin -->", f"<!-- results:{family}:end -->"
 
 
 def section(result: dict) -> str:
     m = result["machine"]
+    begin, end = markers(result.get("family", "conformer_ctc"))
     tables = format_markdown(result).split("\n", 2)[2]  # drop the "Model:" line
     return "\n".join([
-        BEGIN,
+        begin,
         f"- Date: {result['date_utc']} UTC, when the run finished "
         f"({'quick' if result['quick'] else 'full'} run, {result['elapsed_s']:.0f} s).",
         f"- Machine: {m['cpu_count']} vCPU {m['cpu']} (shared), device {m['device']}, torch "
@@ -29,16 +35,19 @@ def section(result: dict) -> str:
         f"- Model: {result['model_source']}.",
         "",
         tables.strip(),
-        END,
+        end,
     ])
 
 
 def main() -> int:
-    result = json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results.json")
-                        .read_text())
+    paths = sys.argv[1:] or ["bench/results_conformer.json"]
     text = DOC.read_text()
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    DOC.write_text(text[:start] + section(result) + text[end:])
+    for path in paths:
+        result = json.loads(Path(path).read_text())
+        begin, end = markers(result.get("family", "conformer_ctc"))
+        start, stop = text.index(begin), text.index(end) + len(end)
+        text = text[:start] + section(result) + text[stop:]
+    DOC.write_text(text)
     print(f"updated {DOC}")
     return 0
 

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from oasr.models.whisper_ctc.model import WhisperCtcBlock, WhisperCtcModel
 from oasr.models.whisper_ctc.streaming import conv_stem
 
 
@@ -74,9 +75,9 @@ class WhisperDenseCache:
 class WhisperDense:
     """A Whisper-CTC stream chunk by chunk with dense per-layer K/V, concatenated per chunk."""
 
-    def __init__(self, model: nn.Module, chunk_size: int, num_left_chunks: int) -> None:
+    def __init__(self, model: WhisperCtcModel, chunk_size: int, num_left_chunks: int) -> None:
         self.model = model
-        self.config = model.config  # type: ignore[assignment]
+        self.config = model.config
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.keep_frames = chunk_size * num_left_chunks if num_left_chunks >= 0 else -1
@@ -99,21 +100,20 @@ class WhisperDense:
         if offset + frames > self.config.max_positions:
             raise ValueError(f"positions {offset}..{offset + frames - 1} requested; the model "
                              f"has {self.config.max_positions}")
-        x = x + model.positions[offset : offset + frames].to(x.dtype)  # type: ignore[index]
+        x = x + model.positions[offset : offset + frames].to(x.dtype)
         keys, values = [], []
-        for block, k_old, v_old in zip(model.blocks, cache.keys, cache.values,  # type: ignore[arg-type]
-                                       strict=True):
-            x, k_all, v_all = self._block(block, x, k_old, v_old)
+        for block, k_old, v_old in zip(model.blocks, cache.keys, cache.values, strict=True):
+            x, k_all, v_all = self._block(block, x, k_old, v_old)  # type: ignore[arg-type]
             if self.keep_frames >= 0:
                 k_all = k_all[:, :, max(0, k_all.size(2) - self.keep_frames):]
                 v_all = v_all[:, :, max(0, v_all.size(2) - self.keep_frames):]
             keys.append(k_all)
             values.append(v_all)
-        log_probs = model.ctc_log_probs(x)  # type: ignore[operator]
+        log_probs = model.ctc_log_probs(x)
         return log_probs, WhisperDenseCache(tuple(keys), tuple(values), conv1, conv2)
 
     @staticmethod
-    def _block(block: nn.Module, x: Tensor, k_old: Tensor,
+    def _block(block: WhisperCtcBlock, x: Tensor, k_old: Tensor,
                v_old: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (1, T', W), history (1, H, S, D) -> x (1, T', W), K and V (1, H, S + T', D)."""
         _, frames, width = x.shape
@@ -131,5 +131,5 @@ def dense_model_for(model: nn.Module, family: str, chunk_size: int,
                     num_left_chunks: int) -> DenseChunkModel:
     """The dense baseline of ``model``'s family (``conformer_ctc`` / ``whisper_ctc``)."""
     if family == "whisper_ctc":
-        return WhisperDense(model, chunk_size, num_left_chunks)
+        return WhisperDense(model, chunk_size, num_left_chunks)  # type: ignore[arg-type]
     return ConformerDense(model, chunk_size, num_left_chunks)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from oasr.benchmarks.compute import measure_compute
-from oasr.benchmarks.features import measure_frontends
+from oasr.benchmarks.features import blas_threads, measure_frontends
 from oasr.benchmarks.history import history_checkpoints, measure_history
 from oasr.benchmarks.memory import check_steady_state, kv_bytes
 from oasr.benchmarks.profile import profile_engine_step
@@ -126,16 +126,27 @@ def _log(message: str) -> None:
 
 
 def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
-    """Run every benchmark ``config`` asks for; returns the JSON-ready result."""
+    """Run every benchmark ``config`` asks for; returns the JSON-ready result.
+
+    ``config.threads`` caps torch's intra-op pool and numpy's BLAS pool alike (the causal
+    log-mel's filterbank matmul runs in numpy; the server subprocess gets the same cap
+    through ``OMP_NUM_THREADS``).
+    """
     if config.threads:
         torch.set_num_threads(config.threads)
+    with blas_threads(config.threads or None) as blas:
+        return _run(config, blas)
+
+
+def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
     bench = load_bench_model(config.model, tiny=config.tiny_model, family=config.family)
     audio_dir = config.audio_dir or default_audio_dir()
     started = time.perf_counter()
     result: dict[str, Any] = {
         "model_source": bench.source,
         "family": bench.family_name,
-        "machine": machine_description(torch.device(compute_device(config.device))),
+        "machine": machine_description(torch.device(compute_device(config.device)))
+        | {"blas_threads": blas},
         "started_utc": _utc_now(),
         "quick": config.quick,
         "dtype": config.dtype,
