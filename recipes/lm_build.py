@@ -110,9 +110,10 @@ def decode_set(rows: list, beam: int, lm: object | None = None, lm_weight: float
 
 
 def measure_cost(rows: list, lm: object, num_streams: int = 64, chunk: int = 32,
-                 num_steps: int = 8, rounds: int = 5) -> dict[str, float]:
+                 num_steps: int = 8, rounds: int = 5,
+                 beams: tuple[int, ...] = (4, 8, 16)) -> dict[str, float]:
     """Median milliseconds of one engine decode step (``decode_streams`` + ``partials``) of
-    ``num_streams`` pooled streams x ``chunk`` frames: greedy, beam 4/8, beam 4/8 + LM.
+    ``num_streams`` pooled streams x ``chunk`` frames: greedy, each beam, each beam + LM.
 
     Configurations take turns within each round, so a busy machine slows them alike.
     """
@@ -128,8 +129,10 @@ def measure_cost(rows: list, lm: object, num_streams: int = 64, chunk: int = 32,
         long_rows += [lp.repeat(-(-frames // len(lp)), 1) for _, lp, _ in rows]
     log_probs = torch.stack([lp[:frames] for lp in long_rows[:num_streams]])  # (B, T, V)
     tokenizer = CharTokenizer.from_units(list(BUNDLED_UNITS))
-    setups = {"greedy": (1, None), "beam4": (4, None), "beam8": (8, None),
-              "beam4+lm": (4, lm), "beam8+lm": (8, lm)}
+    setups: dict[str, tuple[int, object]] = {"greedy": (1, None)}
+    for beam in beams:
+        setups[f"beam{beam}"] = (beam, None)
+        setups[f"beam{beam}+lm"] = (beam, lm)
     times: dict[str, list[float]] = {name: [] for name in setups}
     for _ in range(rounds):
         for name, (beam, model) in setups.items():
@@ -203,8 +206,8 @@ def main(argv: list[str] | None = None) -> None:
         p = sub.add_parser(name)
         p.add_argument("--dump", type=Path, default=LM_DIR / "logprobs.pt")
         p.add_argument("--lm", type=Path, default=LM_DIR / "char_lm")
-        p.add_argument("--beam", default="8")
-        p.add_argument("--lm-weight", default="1.0")
+        p.add_argument("--beam", default="16")
+        p.add_argument("--lm-weight", default="1.0")  # defaults: the tuned settings
         p.add_argument("--unit-bonus", default="2.0")
         p.add_argument("--word-bonus", default="0.0")
     args = parser.parse_args(argv)

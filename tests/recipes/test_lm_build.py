@@ -64,6 +64,6 @@ def test_measure_cost_times_every_setup(lm_dir: Path) -> None:
     rows = [(f"u{i}", torch.randn(12, len(UNITS), generator=g).log_softmax(-1), "x")
             for i in range(3)]
     costs = measure_cost(rows, load_char_lm(lm_dir), num_streams=3, chunk=4, num_steps=3,
-                         rounds=1)
+                         rounds=1, beams=(4, 8))
     assert set(costs) == {"greedy", "beam4", "beam8", "beam4+lm", "beam8+lm"}
     assert all(ms > 0 for ms in costs.values())
