@@ -57,7 +57,7 @@ class LmFusion:
     def extension_scores(self, state: DecoderState, cand_tok: torch.Tensor) -> torch.Tensor:
         """(B, K, C) fused score of each hypothesis extended by each candidate."""
         flat = state.lm_state[:, :, None] * self.vocab_size + cand_tok[:, None, :]  # (B, K, C)
-        return state.lm_score[:, :, None] + self.gains.view(-1)[flat]
+        return state.lm_score[:, :, None] + torch.take(self.gains, flat)
 
     def advance(self, state: DecoderState, parent: torch.Tensor, is_ext: torch.Tensor,
                 token: torch.Tensor, ext_score: torch.Tensor) -> None:
@@ -68,7 +68,7 @@ class LmFusion:
             ext_score: (B, K) the chosen extension's fused score (meaningless when not one).
         """
         parent_state = state.lm_state.gather(1, parent)
-        moved = self.next_state.view(-1)[parent_state * self.vocab_size + token.clamp(min=0)]
+        moved = torch.take(self.next_state, parent_state * self.vocab_size + token)
         state.lm_state = torch.where(is_ext, moved, parent_state)
         state.lm_score = torch.where(is_ext, ext_score, state.lm_score.gather(1, parent))
 

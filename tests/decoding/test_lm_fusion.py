@@ -49,7 +49,7 @@ def test_lm_prefers_the_in_vocabulary_spelling(lm) -> None:
     lp = spelled([{"k": 0.55, "c": 0.4}, {}, {"a": 0.9}, {}, {"t": 0.9}, {}])
     assert best_text(decoder(1), lp) == "kat"
     assert best_text(decoder(4), lp) == "kat"
-    assert best_text(decoder(4, lm, lm_weight=0.5), lp) == "cat"
+    assert best_text(decoder(4, lm, lm_weight=0.5, lm_unit_bonus=0.0), lp) == "cat"
 
 
 def random_log_probs(batch: int, frames: int, seed: int) -> torch.Tensor:
@@ -62,7 +62,7 @@ def random_log_probs(batch: int, frames: int, seed: int) -> torch.Tensor:
 def test_weight_zero_equals_plain_beam_bit_for_bit(lm) -> None:
     lp = random_log_probs(3, 40, 0)
     lengths = torch.tensor([40, 17, 33])
-    plain, fused = decoder(6), decoder(6, lm, lm_weight=0.0)
+    plain, fused = decoder(6), decoder(6, lm, lm_weight=0.0, lm_unit_bonus=0.0)
     results = []
     for dec in (plain, fused):
         state = dec.create_state(3, V)
