@@ -59,3 +59,17 @@ def test_cli_flags_reach_the_config() -> None:
     assert config.lm == "none"
     assert (config.decoder.beam_size, config.decoder.lm_weight, config.decoder.lm_unit_bonus,
             config.decoder.lm_word_bonus) == (8, 0.9, 1.5, 0.5)
+
+
+def test_default_beam_is_8_with_an_lm_else_greedy(model_dir, tmp_path) -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+
+    def beam(*argv: str) -> int:
+        return engine_config_from_args(parser.parse_args(list(argv))).decoder.beam_size
+
+    assert beam("--model", str(model_dir)) == 8
+    assert beam("--model", str(model_dir), "--lm", "none") == 1
+    assert beam("--model", str(tmp_path)) == 1  # no LM files there
+    assert beam("--model", str(tmp_path), "--lm", str(model_dir)) == 8
+    assert beam("--model", str(model_dir), "--beam-size", "4") == 4
