@@ -13,6 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
+from oasr.audio.chunking import check_accept_waveform
+
 
 class IncrementalExtractor(Protocol):
     """One stream's extractor that returns the frames each call completes."""
@@ -53,17 +55,7 @@ class BufferedFeatures:
             ValueError: ``samples`` is not a 1-D float32 array.
             RuntimeError: called after `input_finished`.
         """
-        if self.is_finished:
-            raise RuntimeError(
-                f"cannot accept audio after input_finished ({self.num_samples_accepted} samples "
-                f"accepted, {self.num_frames_ready} frames)"
-            )
-        if not isinstance(samples, np.ndarray) or samples.dtype != np.float32 or samples.ndim != 1:
-            raise ValueError(
-                f"expected a 1-D float32 array of samples, got "
-                f"{getattr(samples, 'dtype', type(samples).__name__)} of shape "
-                f"{getattr(samples, 'shape', '?')}"
-            )
+        check_accept_waveform(self, samples)
         if samples.shape[0] == 0:
             return
         self._append(self.extractor.accept(samples))

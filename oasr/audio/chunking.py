@@ -122,9 +122,32 @@ class FeatureSource(FrameSource, Protocol):
     @property
     def num_frames_retained(self) -> int: ...
 
+    @property
+    def num_samples_accepted(self) -> int: ...
+
     def accept_waveform(self, samples: np.ndarray) -> None: ...
 
     def input_finished(self) -> None: ...
+
+
+def check_accept_waveform(source: FeatureSource, samples: np.ndarray) -> None:
+    """What every `FeatureSource.accept_waveform` refuses, with the same messages.
+
+    Raises:
+        ValueError: ``samples`` is not a 1-D float32 array.
+        RuntimeError: the source's input is already finished.
+    """
+    if source.is_finished:
+        raise RuntimeError(
+            f"cannot accept audio after input_finished ({source.num_samples_accepted} samples "
+            f"accepted, {source.num_frames_ready} frames)"
+        )
+    if not isinstance(samples, np.ndarray) or samples.dtype != np.float32 or samples.ndim != 1:
+        raise ValueError(
+            f"expected a 1-D float32 array of samples, got "
+            f"{getattr(samples, 'dtype', type(samples).__name__)} of shape "
+            f"{getattr(samples, 'shape', '?')}"
+        )
 
 
 class ChunkWindower:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import kaldi_native_fbank as knf
 import numpy as np
 
+from oasr.audio.chunking import check_accept_waveform
 from oasr.audio.resample import MODEL_SAMPLE_RATE
 
 
@@ -146,17 +147,7 @@ class StreamingFbank:
             ValueError: ``samples`` is not a 1-D float32 array.
             RuntimeError: called after `input_finished`.
         """
-        if self.is_finished:
-            raise RuntimeError(
-                f"cannot accept audio after input_finished ({self.num_samples_accepted} samples "
-                f"accepted, {self.num_frames_ready} frames)"
-            )
-        if not isinstance(samples, np.ndarray) or samples.dtype != np.float32 or samples.ndim != 1:
-            raise ValueError(
-                f"expected a 1-D float32 array of samples, got "
-                f"{getattr(samples, 'dtype', type(samples).__name__)} of shape "
-                f"{getattr(samples, 'shape', '?')}"
-            )
+        check_accept_waveform(self, samples)
         if samples.shape[0] == 0:
             return
         self._fbank.accept_waveform(self.config.sample_rate, samples * self._scale)

@@ -63,12 +63,12 @@ class EncoderBlock(nn.Module):
         self.out = nn.Linear(width, width)
         self.ffn = FeedForward(width)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, d) -> (B, T, d)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, d), optional mask (B, 1, T, T) bool (True = may attend) -> (B, T, d)."""
         batch, frames, width = x.shape
         qkv = self.qkv(self.attn_norm(x)).view(batch, frames, 3, self.heads, -1)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, D)
-        att = F.scaled_dot_product_attention(q, k, v)  # (B, H, T, D)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
         x = x + self.out(att.transpose(1, 2).reshape(batch, frames, width))
         return x + self.ffn(x)
 

@@ -13,31 +13,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oasr.models.whisper.model import FeedForward
+from oasr.models.whisper.model import EncoderBlock
 from oasr.models.whisper_ctc.config import WhisperCtcConfig
 
 CONV_CONTEXT = 2  # left frames each conv needs (kernel 3, no right context)
 
 
-class WhisperCtcBlock(nn.Module):
-    """Pre-norm self-attention (fused QKV, plain scaled dot product) then feed-forward."""
-
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.attn_norm = nn.LayerNorm(width)
-        self.qkv = nn.Linear(width, 3 * width)
-        self.out = nn.Linear(width, width)
-        self.ffn = FeedForward(width)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, T, d), mask (B, 1, T, T) bool (True = may attend) -> (B, T, d)."""
-        batch, frames, width = x.shape
-        qkv = self.qkv(self.attn_norm(x)).view(batch, frames, 3, self.heads, -1)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, D)
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
-        x = x + self.out(att.transpose(1, 2).reshape(batch, frames, width))
-        return x + self.ffn(x)
+class WhisperCtcBlock(EncoderBlock):
+    """Whisper's encoder block (pre-norm fused-QKV self-attention, then feed-forward; the same
+    parameter names); ``forward(x, mask)`` takes the chunk-causal mask (B, 1, T, T)."""
 
 
 def chunk_mask(lengths: torch.Tensor, frames: int, chunk_frames: int,
@@ -73,8 +57,11 @@ class WhisperCtcModel(nn.Module):
     """Chunk-causal Whisper encoder + CTC head. Holds no stream state.
 
     Attributes (the streaming path reads them): ``conv1``, ``conv2`` (causal, no built-in
-    padding), ``positions`` (max_positions, width), ``blocks``, ``norm``, ``ctc``, ``config``.
+    padding), ``positions`` (max_positions, width), ``blocks``, ``norm``, ``ctc``, ``config``;
+    ``units`` (one string per CTC output) once loaded from a model dir.
     """
+
+    units: tuple[str, ...]
 
     def __init__(self, config: WhisperCtcConfig | None = None) -> None:
         super().__init__()
