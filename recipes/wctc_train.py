@@ -30,6 +30,7 @@ from oasr.metrics import ErrorCounts
 from oasr.models.bundled import BUNDLED_UNITS
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, init_from_whisper
 from recipes.data import Batch, FeatureSet, SpecAugmentConfig
+from recipes.train import TrainState as ConformerTrainState
 from recipes.wer import greedy_ctc
 
 UNITS = list(BUNDLED_UNITS)
@@ -82,15 +83,9 @@ class WctcTrainConfig:
 
 
 @dataclass
-class TrainState:
-    """Where training is: saved with the weights so a restart continues exactly."""
+class TrainState(ConformerTrainState):
+    """The Conformer recipe's training state plus when the last step snapshot was kept."""
 
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    audio_seconds: float = 0.0
-    train_seconds: float = 0.0
-    best_wer: float = float("inf")
     last_snapshot_step: int = 0
 
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from oasr.audio.chunking import check_accept_waveform
+from oasr.audio.chunking import check_accept_waveform, check_drop_index, check_frame_range
 
 
 class IncrementalExtractor(Protocol):
@@ -97,11 +97,7 @@ class BufferedFeatures:
         Raises:
             IndexError: the range is reversed, already dropped or not ready yet.
         """
-        if not self.num_frames_dropped <= start <= end <= self.num_frames_ready:
-            raise IndexError(
-                f"frames [{start}, {end}) not available: retained are "
-                f"[{self.num_frames_dropped}, {self.num_frames_ready})"
-            )
+        check_frame_range(self, start, end)
         base = self.num_frames_dropped
         return self._joined()[start - base : end - base].copy()
 
@@ -111,11 +107,7 @@ class BufferedFeatures:
         Raises:
             IndexError: ``index`` is beyond `num_frames_ready`.
         """
-        if index > self.num_frames_ready:
-            raise IndexError(
-                f"cannot drop frames before {index}: only {self.num_frames_ready} are ready"
-            )
-        if index > self.num_frames_dropped:
+        if check_drop_index(self, index):
             kept = self._joined()[index - self.num_frames_dropped :]
             self._pieces = [kept] if kept.shape[0] else []
             self.num_frames_dropped = index

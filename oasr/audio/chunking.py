@@ -125,6 +125,9 @@ class FeatureSource(FrameSource, Protocol):
     @property
     def num_samples_accepted(self) -> int: ...
 
+    @property
+    def num_frames_dropped(self) -> int: ...
+
     def accept_waveform(self, samples: np.ndarray) -> None: ...
 
     def input_finished(self) -> None: ...
@@ -148,6 +151,28 @@ def check_accept_waveform(source: FeatureSource, samples: np.ndarray) -> None:
             f"{getattr(samples, 'dtype', type(samples).__name__)} of shape "
             f"{getattr(samples, 'shape', '?')}"
         )
+
+
+def check_frame_range(source: FeatureSource, start: int, end: int) -> None:
+    """Raise IndexError unless frames ``[start, end)`` are retained by ``source``."""
+    if not source.num_frames_dropped <= start <= end <= source.num_frames_ready:
+        raise IndexError(
+            f"frames [{start}, {end}) not available: retained are "
+            f"[{source.num_frames_dropped}, {source.num_frames_ready})"
+        )
+
+
+def check_drop_index(source: FeatureSource, index: int) -> bool:
+    """Whether dropping the frames before ``index`` drops anything.
+
+    Raises:
+        IndexError: ``index`` is beyond ``source.num_frames_ready``.
+    """
+    if index > source.num_frames_ready:
+        raise IndexError(
+            f"cannot drop frames before {index}: only {source.num_frames_ready} are ready"
+        )
+    return index > source.num_frames_dropped
 
 
 class ChunkWindower:

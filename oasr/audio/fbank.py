@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import kaldi_native_fbank as knf
 import numpy as np
 
-from oasr.audio.chunking import check_accept_waveform
+from oasr.audio.chunking import check_accept_waveform, check_drop_index, check_frame_range
 from oasr.audio.resample import MODEL_SAMPLE_RATE
 
 
@@ -173,11 +173,7 @@ class StreamingFbank:
         Raises:
             IndexError: the range is empty-reversed, already dropped or not ready yet.
         """
-        if not self.num_frames_dropped <= start <= end <= self.num_frames_ready:
-            raise IndexError(
-                f"frames [{start}, {end}) not available: retained are "
-                f"[{self.num_frames_dropped}, {self.num_frames_ready})"
-            )
+        check_frame_range(self, start, end)
         out = np.empty((end - start, self.dim), dtype=np.float32)  # (T, F)
         for row, index in enumerate(range(start, end)):
             out[row] = self._fbank.get_frame(index)
@@ -189,11 +185,7 @@ class StreamingFbank:
         Raises:
             IndexError: ``index`` is beyond `num_frames_ready`.
         """
-        if index > self.num_frames_ready:
-            raise IndexError(
-                f"cannot drop frames before {index}: only {self.num_frames_ready} are ready"
-            )
-        if index > self.num_frames_dropped:
+        if check_drop_index(self, index):
             self._fbank.pop(index - self.num_frames_dropped)
             self.num_frames_dropped = index
 
