@@ -23,6 +23,7 @@ from torch import Tensor
 
 from oasr.cache.state import StreamStateSpec
 from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
+from oasr.models.whisper_ctc.model import CONV_CONTEXT
 
 if TYPE_CHECKING:
     from oasr.models.whisper_ctc.config import WhisperCtcConfig
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 CONV1_STATE = "conv1"
 CONV2_STATE = "conv2"
-CONV_CONTEXT = 2  # both stem convs have kernel 3: two frames of left context each
 SUBSAMPLING = 2  # log-mel frames per encoder frame (conv2's stride)
 
 
