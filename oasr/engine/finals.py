@@ -19,13 +19,6 @@ from oasr.engine.family import FrameTiming
 from oasr.engine.request import PendingFinal, Request
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 
-VOICE_RMS = 10 ** (-45 / 20)  # -45 dBFS: quieter segments are silence, not worth a second pass
-
-
-def has_voice(audio: np.ndarray) -> bool:
-    """True when the segment is loud enough to hold speech (RMS above -45 dBFS)."""
-    return float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) > VOICE_RMS
-
 
 class FinalPublisher:
     """Turns a finished segment into its final event, through the second pass when it is on.
@@ -52,9 +45,11 @@ class FinalPublisher:
         With the second pass on, a segment the CTC pass heard nothing in still goes to Whisper
         when its audio is loud enough to hold speech (a weak first pass must not lose it).
         """
-        audio = self._segment_audio(request) if self.worker is not None else None
-        if audio is not None and not hyp.text and not has_voice(audio):
-            audio = None
+        audio = None
+        if self.worker is not None:
+            audio = self._segment_audio(request)
+            if audio is not None and not hyp.text and not self.worker.no_speech.has_voice(audio):
+                audio = None  # the worker's own voice rule: it would answer "" undecoded
         if audio is None and not hyp.text:
             return
         base = request.segment_start_frame
