@@ -132,7 +132,7 @@ def _random_model(family: str, tiny: bool, seed: int) -> nn.Module:
         model = WhisperCtcModel(tiny_whisper_architecture() if tiny else WhisperCtcConfig())
         with torch.no_grad():
             model.positions.normal_(0.0, 0.5)
-        model.units = BUNDLED_UNITS  # type: ignore[assignment]
+        model.units = BUNDLED_UNITS
     else:
         model = AsrModel(tiny_architecture() if tiny else bundled_architecture(),
                          units=list(BUNDLED_UNITS))
