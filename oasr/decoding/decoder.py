@@ -148,7 +148,7 @@ class GpuStreamingDecoder:
         self._check_vocab(vocab_size)
         self._generation += 1
         if state.batch_size != batch or state.beam_size != self._config.beam_size:
-            if self._rows.rows_of([state]) is not None:
+            if self._rows.holds(state):
                 self._rows.detach(state)
             cfg = self._config
             fresh = new_state(
@@ -170,7 +170,7 @@ class GpuStreamingDecoder:
                 valid. A CPU tensor is best, even when decoding on CUDA: it is checked on the
                 host and lets the search skip padding masks when every row is full.
         """
-        if self._rows.rows_of([state]) is not None:
+        if self._rows.holds(state):
             self.decode_streams(log_probs, [state], lengths)
         else:
             self._generation += 1
