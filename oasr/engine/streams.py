@@ -154,13 +154,11 @@ class StreamResources:
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
-        decoder.decode_streams(output.log_probs.float(), states, lengths)
-        texts = [h.text for h in decoder.partials(states)]
-        if self.endpointer is None:
-            return [ChunkResult(text, None) for text in texts]
-        stats = decoder.frame_stats(states)
-        return [ChunkResult(text, self.endpointer.detect(st))
-                for text, st in zip(texts, stats, strict=True)]
+        steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
+        endpointer = self.endpointer
+        return [ChunkResult(step.hypothesis.text,
+                            None if endpointer is None else endpointer.detect(step.stats))
+                for step in steps]
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
         """The best hypothesis of the stream's current segment."""
