@@ -218,7 +218,7 @@ class WhisperCtcFamily(ModelFamily):
     @property
     def timing(self) -> FrameTiming:
         # encoder frame j reads log-mel frames 2j, 2j + 1; frame i ends at sample 160 i + 200
-        return FrameTiming(frame_shift_s=0.02, right_context_samples=40)
+        return FrameTiming(frame_shift_s=self.model.config.frame_shift_s, right_context_samples=40)
 
     @property
     def default_chunk_size(self) -> int:
@@ -239,11 +239,12 @@ class WhisperCtcFamily(ModelFamily):
     def kv_geometry(self) -> KVGeometry:
         cfg = self.model.config
         return KVGeometry(num_layers=cfg.layers, n_kv_head=cfg.heads,
-                          head_dim=cfg.width // cfg.heads, hidden_dim=cfg.width, kernel_size=3)
+                          head_dim=cfg.head_dim, hidden_dim=cfg.width, kernel_size=3)
 
     def chunk_geometry(self, chunk_size: int) -> ChunkGeometry:
         # 2 frames per encoder frame, no overlap: right_context 1 makes the window 2 * chunk
-        return ChunkGeometry(chunk_size=chunk_size, subsampling=2, right_context=1)
+        return ChunkGeometry(chunk_size=chunk_size, subsampling=self.model.config.subsampling,
+                             right_context=1)
 
     def new_features(self) -> FeatureSource:
         from oasr.audio import BufferedFeatures
