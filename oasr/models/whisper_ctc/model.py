@@ -101,7 +101,7 @@ class WhisperCtcModel(nn.Module):
         if frames > self.config.max_positions:
             raise ValueError(
                 f"{mel.size(1)} mel frames give {frames} encoder frames; the model has "
-                f"{self.config.max_positions} positions ({self.config.max_positions * 0.02:.0f} s):"
+                f"{self.config.max_positions} positions ({self.config.max_positions * self.config.frame_shift_s:.0f} s):"
                 " split or reset the stream"
             )
         x = self.conv_stem(mel[:, : 2 * frames].to(self.conv1.weight.dtype))  # (B, T', d)

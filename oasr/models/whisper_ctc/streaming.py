@@ -23,15 +23,15 @@ from torch import Tensor
 
 from oasr.cache.state import StreamStateSpec
 from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
+from oasr.models.whisper_ctc.config import WhisperCtcConfig
 from oasr.models.whisper_ctc.model import CONV_CONTEXT
 
 if TYPE_CHECKING:
-    from oasr.models.whisper_ctc.config import WhisperCtcConfig
     from oasr.models.whisper_ctc.model import WhisperCtcBlock, WhisperCtcModel
 
 CONV1_STATE = "conv1"
 CONV2_STATE = "conv2"
-SUBSAMPLING = 2  # log-mel frames per encoder frame (conv2's stride)
+SUBSAMPLING = WhisperCtcConfig.subsampling  # log-mel frames per encoder frame
 
 
 def whisper_ctc_state_specs(config: WhisperCtcConfig) -> tuple[StreamStateSpec, ...]:
