@@ -66,7 +66,8 @@ def save_whisper_ctc(model: WhisperCtcModel, out_dir: str | Path,
     if delta_from_whisper:
         base = init_from_whisper(config=model.config).state_dict()
         from_base = sorted(k for k, v in state.items() if k in base and torch.equal(v.float(), base[k]))
-    kept = {k: v.to(dtype).contiguous() for k, v in state.items() if k not in set(from_base)}
+    skip = set(from_base)
+    kept = {k: v.to(dtype).contiguous() for k, v in state.items() if k not in skip}
     save_file(kept, str(out / "model.safetensors"))
     meta: dict = {"format": "oasr", "format_version": FORMAT_VERSION, "model": MODEL_NAME,
                   "config": model.config.to_dict()}
