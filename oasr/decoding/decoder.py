@@ -138,6 +138,10 @@ class GpuStreamingDecoder:
         self._generation += 1  # a new object may reuse a dead one's id
         if batch == 1:
             return self._rows.attach()
+        return self._owned_state(batch)
+
+    def _owned_state(self, batch: int) -> DecoderState:
+        """A fresh ``batch``-row state that owns its tensors (not a row of the storage)."""
         cfg = self._config
         return new_state(
             batch, cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id, self.device
@@ -150,10 +154,7 @@ class GpuStreamingDecoder:
         if state.batch_size != batch or state.beam_size != self._config.beam_size:
             if self._rows.holds(state):
                 self._rows.detach(state)
-            cfg = self._config
-            fresh = new_state(
-                batch, cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id, self.device
-            )
+            fresh = self._owned_state(batch)
             for name in TENSOR_FIELDS + HOST_FIELDS:
                 setattr(state, name, getattr(fresh, name))
             return
