@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
-from oasr.audio import MODEL_SAMPLE_RATE, ChunkGeometry, FeatureSource
+from oasr.audio import (
+    MODEL_SAMPLE_RATE,
+    BufferedFeatures,
+    ChunkGeometry,
+    FeatureSource,
+    StreamingFbank,
+)
 from oasr.cache import CacheConfig, CnnCacheManager, SlotStateCache, SlotStateView
 from oasr.cache.cnn_cache import CNN_STATE
 from oasr.fmha import PagedKVCache
@@ -185,8 +191,6 @@ class ConformerFamily(ModelFamily):
         return ChunkGeometry(chunk_size=chunk_size)
 
     def new_features(self) -> FeatureSource:
-        from oasr.audio import StreamingFbank
-
         return StreamingFbank()
 
     def build_states(self, cache_config: CacheConfig) -> SlotStateCache:
@@ -247,7 +251,6 @@ class WhisperCtcFamily(ModelFamily):
                              right_context=1)
 
     def new_features(self) -> FeatureSource:
-        from oasr.audio import BufferedFeatures
         from oasr.models.whisper_ctc.frontend import CausalLogMel
 
         return BufferedFeatures(CausalLogMel(self.model.config.n_mels), self.model.config.n_mels)
