@@ -63,19 +63,18 @@ def prepare_chunk(
         lp[:, :, config.blank_id] -= config.blank_penalty
     steps = torch.arange(num_frames, device=state.device)
     all_valid = lengths is None
-    if lengths is None:
-        valid = torch.ones((batch, num_frames), dtype=torch.bool, device=state.device)
-    else:
+    if lengths is not None:
         if tuple(lengths.shape) != (batch,):
             raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
         if lengths.device.type == "cpu":  # host lengths: check them without a device sync
             if bool(((lengths < 0) | (lengths > num_frames)).any()):
                 raise ValueError(f"lengths must be in 0..{num_frames}, got {lengths.tolist()}")
             all_valid = bool((lengths == num_frames).all())
-        if all_valid:  # known on the host: no copy of the lengths to the device
-            valid = torch.ones((batch, num_frames), dtype=torch.bool, device=state.device)
-        else:
-            valid = steps[None, :] < lengths.to(state.device)[:, None]  # (B, T)
+    if all_valid:  # known on the host: no copy of the lengths to the device
+        valid = torch.ones((batch, num_frames), dtype=torch.bool, device=state.device)
+    else:
+        assert lengths is not None
+        valid = steps[None, :] < lengths.to(state.device)[:, None]  # (B, T)
     top_lp = top_tok = None
     if config.is_greedy:
         max_lp, argmax = lp.max(dim=-1)  # (B, T)
