@@ -191,7 +191,7 @@ def lm_from_dense(header: CharLmHeader, codes: np.ndarray, probs: np.ndarray) ->
     with np.errstate(divide="ignore"):
         log_probs = np.log(probs)
     return CharNgramLm(header, torch.from_numpy(codes.astype(np.int64)),
-                       torch.from_numpy(np.maximum(log_probs, LOG_PROB_FLOOR)).float())
+                       torch.from_numpy(log_probs).float())  # the constructor floors them
 
 
 def perplexity(lm: CharNgramLm, sentences: Sequence[Sequence[int]]) -> float:
