@@ -136,8 +136,9 @@ class CharNgramLm:
         tensors file."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        levels = (-self.log_probs.cpu() / LOG_PROB_STEP).round().clamp(max=254)
-        levels[self.log_probs.cpu() <= LOG_PROB_FLOOR] = 255
+        log_probs = self.log_probs.cpu()
+        levels = (-log_probs / LOG_PROB_STEP).round().clamp(max=254)
+        levels[log_probs <= LOG_PROB_FLOOR] = 255
         tensors = {"codes": self.codes.cpu().contiguous(),
                    "neg_log_probs": levels.to(torch.uint8).contiguous()}
         save_file(tensors, str(directory / TENSORS_FILE))
