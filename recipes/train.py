@@ -21,6 +21,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -94,6 +95,9 @@ class TrainState:
     best_wer: float = float("inf")
 
 
+S = TypeVar("S", bound=TrainState)
+
+
 def build_model(data: Path) -> AsrModel:
     """A fresh model with the training set's CMVN statistics."""
     model = AsrModel(default_model_config(), units=UNITS)
@@ -128,16 +132,25 @@ def save_checkpoint(path: Path, model: AsrModel, opt: torch.optim.Optimizer, sta
     os.replace(tmp, path)
 
 
+def resume_latest(ckpt_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer,
+                  state_type: type[S]) -> S | None:
+    """Load model, optimizer and training state from ``ckpt_dir/latest.pt``; None without one."""
+    latest = ckpt_dir / "latest.pt"
+    if not latest.exists():
+        return None
+    payload = torch.load(latest, map_location="cpu", weights_only=False)
+    model.load_state_dict(payload["model"])
+    opt.load_state_dict(payload["optimizer"])
+    state = state_type(**payload["state"])
+    print(f"resumed from {latest} at step {state.step}", flush=True)
+    return state
+
+
 def restore(ckpt_dir: Path, model: AsrModel, opt: torch.optim.Optimizer,
             warm_start: bool = True) -> TrainState:
     """Resume from ``latest.pt``, or warm-start from the bundled model, or start fresh."""
-    latest = ckpt_dir / "latest.pt"
-    if latest.exists():
-        payload = torch.load(latest, map_location="cpu", weights_only=False)
-        model.load_state_dict(payload["model"])
-        opt.load_state_dict(payload["optimizer"])
-        state = TrainState(**payload["state"])
-        print(f"resumed from {latest} at step {state.step}", flush=True)
+    state = resume_latest(ckpt_dir, model, opt, TrainState)
+    if state is not None:
         return state
     if not warm_start:
         return TrainState()

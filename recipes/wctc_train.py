@@ -31,6 +31,7 @@ from oasr.models.bundled import BUNDLED_UNITS
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, init_from_whisper
 from recipes.data import Batch, FeatureSet, SpecAugmentConfig
 from recipes.train import TrainState as ConformerTrainState
+from recipes.train import resume_latest
 from recipes.wer import greedy_ctc
 
 UNITS = list(BUNDLED_UNITS)
@@ -191,15 +192,7 @@ def load_checkpoint_model(path: Path) -> tuple[WhisperCtcModel, dict]:
 
 def restore(ckpt_dir: Path, model: WhisperCtcModel, opt: torch.optim.Optimizer) -> TrainState:
     """Resume model, optimizer and data position from ``latest.pt`` when there is one."""
-    latest = ckpt_dir / "latest.pt"
-    if not latest.exists():
-        return TrainState()
-    payload = torch.load(latest, map_location="cpu", weights_only=False)
-    model.load_state_dict(payload["model"])
-    opt.load_state_dict(payload["optimizer"])
-    state = TrainState(**payload["state"])
-    print(f"resumed from {latest} at step {state.step}", flush=True)
-    return state
+    return resume_latest(ckpt_dir, model, opt, TrainState) or TrainState()
 
 
 class Trainer:
