@@ -17,8 +17,10 @@ from oasr.benchmarks.throughput import RealtimeProbe, search_max_realtime
 from oasr.benchmarks.workload import BenchModel, load_speech
 
 
+@pytest.mark.parametrize("family_fixture", ["tiny", "tiny_whisper"])
 def test_engine_and_dense_loop_decode_the_same_audio_to_the_same_text(
-        tiny: BenchModel, audio_dir: Path) -> None:
+        family_fixture: str, audio_dir: Path, request: pytest.FixtureRequest) -> None:
+    tiny: BenchModel = request.getfixturevalue(family_fixture)
     speech = load_speech(audio_dir, 3, 4.0)
     engine = EngineDriver(tiny, speech, bench_engine_config(3, 8, device="cpu"))
     dense = DenseLoop(tiny, speech, device=torch.device("cpu"))
