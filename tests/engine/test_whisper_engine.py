@@ -79,7 +79,8 @@ class Recorder:
         return torch.cat(self.log_probs[sid])
 
 
-def _run_alone(config: EngineConfig, audio: np.ndarray) -> tuple[Collector, torch.Tensor]:
+def _run_alone(config: EngineConfig, audio: np.ndarray) -> tuple[ASREngine, Collector, Recorder]:
+    """One stream, whole audio then end, through an engine with one slot, run until idle."""
     engine = ASREngine(replace(config, max_batch_size=1))
     recorder = Recorder(engine)
     events = Collector()
@@ -87,7 +88,7 @@ def _run_alone(config: EngineConfig, audio: np.ndarray) -> tuple[Collector, torc
     engine.submit(AppendAudio(1, audio))
     engine.submit(EndStream(1))
     run_until_idle(engine)
-    return events, recorder.stream_log_probs(1)
+    return engine, events, recorder
 
 
 def test_load_model_picks_the_family(whisper_dir: Path) -> None:
@@ -129,11 +130,11 @@ def test_batched_streams_equal_each_stream_alone(whisper_dir: Path,
             engine.step()
     run_until_idle(engine)
     assert max(recorder.batch_sizes) > 1, "the streams never shared a forward"
-    for i, (alone_events, alone_log_probs) in enumerate(alone):
+    for i, (_, alone_events, alone_recorder) in enumerate(alone):
         sid = i + 1
         assert events.done(sid).finish_reason == "stop"
         assert events.finals(sid) == alone_events.finals(1)
-        torch.testing.assert_close(recorder.stream_log_probs(sid), alone_log_probs,
+        torch.testing.assert_close(recorder.stream_log_probs(sid), alone_recorder.stream_log_probs(1),
                                    atol=1e-4, rtol=1e-4)
         assert recorder.stream_log_probs(sid).size(0) == (len(audios[i]) // 160 + 1) // 2
     assert any(events.finals(i + 1) for i in range(len(audios))), "model emitted no text at all"
@@ -163,13 +164,7 @@ def test_abort_and_finish_return_pool_and_state_slots(whisper_dir: Path,
 def test_position_limit_resets_the_stream_without_losing_audio(short_positions_dir: Path,
                                                                speech: list[np.ndarray]) -> None:
     audio = speech[0][:16000 * 2]  # 2 s = 100 encoder frames = 12.5 chunks of 8
-    engine = ASREngine(_config(short_positions_dir))
-    recorder = Recorder(engine)
-    events = Collector()
-    engine.submit(OpenStream(1, events.sink(1)))
-    engine.submit(AppendAudio(1, audio))
-    engine.submit(EndStream(1))
-    run_until_idle(engine)
+    engine, events, recorder = _run_alone(_config(short_positions_dir), audio)
     chunks = recorder.feats[1]
     assert len(chunks) == 13
     assert engine.stats.endpoints["max_length"] == 4  # after chunks 3, 6, 9 and 12
