@@ -28,7 +28,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="model dir (oasr format: Conformer-CTC or Whisper-CTC; or a WeNet "
                    "experiment dir); default: bundled model")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    g.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16")
+    g.add_argument("--dtype", default="auto",
+                   help="auto | float32 | float16 | bfloat16 | int8 (int8 encoder linears)")
     g.add_argument("--max-batch-size", type=int, default=EngineConfig.max_batch_size,
                    help="streams decoded at once (stream slots)")
     g.add_argument("--chunk-size", type=int, default=EngineConfig.chunk_size,

@@ -14,6 +14,7 @@ wall-second figures are comparable.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
 from oasr.engine.engine import ASREngine
 from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.family import family_for
 from oasr.engine.model_runner import BatchPlan
 from oasr.engine.streams import StreamResources
 
@@ -144,11 +146,16 @@ class DenseLoop:
     family's baseline (`oasr.benchmarks.dense`); same features and decoder as the engine."""
 
     def __init__(self, bench: BenchModel, speech: list[np.ndarray], num_left_chunks: int = -1,
-                 device: torch.device | None = None, dtype: torch.dtype | None = None) -> None:
+                 device: torch.device | None = None, dtype: torch.dtype | None = None,
+                 int8: bool = False) -> None:
         self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
         default = torch.float16 if self.device.type == "cuda" else torch.float32
         self.dtype = dtype or default
-        self.model = bench.model.to(self.device, self.dtype).eval()
+        if int8:  # a quantized copy: the engine's copy is quantized the same way
+            self.model = copy.deepcopy(bench.model).to(self.device, self.dtype).eval()
+            family_for(self.model).quantize_int8()
+        else:
+            self.model = bench.model.to(self.device, self.dtype).eval()
         self.frame_seconds = bench.frame_seconds
         self.dense = dense_model_for(self.model, bench.family_name, bench.chunk_size,
                                      num_left_chunks)

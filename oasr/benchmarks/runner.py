@@ -37,9 +37,10 @@ from oasr.benchmarks.workload import (
     default_audio_dir,
     load_bench_model,
 )
+from oasr.engine.config import DTYPE_NAMES
 
 HEADLINE_STREAMS = 64
-SPEED_DTYPES = ("auto", "float32", "float16", "bfloat16")
+SPEED_DTYPES = DTYPE_NAMES  # auto, float32, float16, bfloat16, int8
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
 
         result["server"] = [_record(r, "meets_target") for r in measure_server_load(
             bench, audio_dir, list(config.server_levels), config.server_seconds, config.threads,
-            config.model)]
+            config.model, config.dtype)]
     result["date_utc"] = _utc_now()
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     return result
@@ -268,8 +269,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--audio-dir", type=Path, default=None, help="directory of speech .wav files")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", choices=SPEED_DTYPES,
-                   help="model dtype of the throughput and real-time runs (default auto: "
-                        "float32 on CPU, float16 on CUDA)")
+                   help="model dtype of the throughput and real-time runs and the server "
+                        "load (default auto: float32 on CPU, float16 on CUDA; int8: int8 "
+                        "encoder linears, float32 elsewhere)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1; 0 = torch's default)")
     p.add_argument("--streams", type=int, nargs="+", default=None,

@@ -106,14 +106,15 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def running_server(model_dir: Path | None, max_streams: int, max_num_blocks: int,
-                   log_path: Path, threads: int | None) -> Iterator[str]:
+                   log_path: Path, threads: int | None, dtype: str = "auto") -> Iterator[str]:
     """``oasr-server`` on 127.0.0.1 in a child process; yields its host:port; stops it."""
     port = _free_port()
     cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
            "sys.exit(server_main(sys.argv[1:]))", "--host", "127.0.0.1", "--port", str(port),
            "--max-connections", str(max_streams + 8), "--max-batch-size", str(max_streams),
            "--max-num-blocks", str(max_num_blocks), "--idle-timeout", "30",
-           "--second-pass", "none"]  # the streaming path under test; no Whisper re-decode
+           "--second-pass", "none",  # the streaming path under test; no Whisper re-decode
+           "--dtype", dtype]
     if model_dir is not None:
         cmd += ["--model", str(model_dir)]
     env = dict(os.environ)
@@ -182,8 +183,9 @@ def save_bench_model(bench: BenchModel, out_dir: Path) -> Path:
 
 def measure_server_load(bench: BenchModel, audio_dir: Path, levels: list[int],
                         seconds: float, threads: int | None,
-                        model_path: str | None = None) -> list[ServerLoadRow]:
-    """Start one server sized for the largest level, run each level, stop the server."""
+                        model_path: str | None = None, dtype: str = "auto") -> list[ServerLoadRow]:
+    """Start one server sized for the largest level, run each level, stop the server; both
+    it and the expected partials run the model in ``dtype`` (an `EngineConfig.dtype` name)."""
     top = max(levels)
     chunks = math.ceil(seconds / bench.chunk_seconds) + 4
     with tempfile.TemporaryDirectory(prefix="oasr-bench-") as tmp:
@@ -191,11 +193,11 @@ def measure_server_load(bench: BenchModel, audio_dir: Path, levels: list[int],
         # the server loads exactly the model the expected partials come from
         model_dir = (Path(model_path) if model_path
                      else save_bench_model(bench, workdir / "model"))
-        config = EngineConfig(max_batch_size=top, max_num_blocks=top * chunks,
+        config = EngineConfig(dtype=dtype, max_batch_size=top, max_num_blocks=top * chunks,
                               max_wait_time_s=math.inf, idle_timeout_s=math.inf,
                               max_session_s=math.inf, max_pending_audio_s=math.inf)
         expected = expected_partials(bench, audio_dir, top, seconds, config)
         with running_server(model_dir, top, top * chunks, workdir / "server.log",
-                            threads) as address:
+                            threads, dtype) as address:
             return [run_load_level(address, n, audio_dir, seconds, expected, workdir)
                     for n in levels]

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+INT8 = "int8"  # int8 Linear weights and activations (`oasr.models.int8`), float32 elsewhere
+DTYPE_NAMES = ("auto", *_DTYPES, INT8)
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,10 @@ class EngineConfig:
     Attributes:
         model: a model directory (oasr format or a WeNet experiment dir); None = bundled model.
         device: "auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".
-        dtype: "auto" (float32 on CPU, float16 on CUDA) or a name in float32/float16/bfloat16.
+        dtype: "auto" (float32 on CPU, float16 on CUDA) or a name in float32/float16/bfloat16,
+            or "int8": the encoder's Linear layers in int8 (`oasr.models.int8.Int8Linear`:
+            per-channel weights, per-row activations), everything else (activations, the
+            K/V pool, convs, norms, the CTC head) in float32.
         max_batch_size: stream slots: streams running at once (others wait or are refused).
         chunk_size: encoder frames per chunk; None = the model's trained chunk (640 ms: 16
             Conformer frames of 40 ms, 32 Whisper-CTC frames of 20 ms).
@@ -86,8 +91,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        if self.dtype != "auto" and self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be auto or one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}")
         for name in ("max_batch_size", "chunk_size", "max_blocks_per_seq"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -127,10 +132,18 @@ class EngineConfig:
         return device
 
     def resolve_dtype(self, device: torch.device) -> torch.dtype:
-        """float32 on CPU, float16 on CUDA, unless ``dtype`` names one."""
+        """The float dtype of activations and the K/V pool: float32 on CPU, float16 on CUDA,
+        unless ``dtype`` names one; float32 with "int8"."""
+        if self.dtype == INT8:
+            return torch.float32
         if self.dtype == "auto":
             return torch.float16 if device.type == "cuda" else torch.float32
         return _DTYPES[self.dtype]
+
+    def resolve_int8(self, device: torch.device, family_name: str) -> bool:
+        """Whether the encoder's Linear layers run in int8 (see ``dtype``)."""
+        del device, family_name  # "auto" picks a float dtype on every device and family
+        return self.dtype == INT8
 
     def resolve_lm_dir(self, model_dir: Path) -> Path | None:
         """The directory whose char LM the decoder fuses, or None for no LM.

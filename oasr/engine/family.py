@@ -103,6 +103,8 @@ class ModelFamily(ABC):
     specs, the batched paged chunk forward, frame timing and the position limit."""
 
     name: str = ""
+    # Linear layers (qualified-name suffixes) `quantize_int8` keeps in float
+    float_linears: tuple[str, ...] = ()
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -144,6 +146,18 @@ class ModelFamily(ABC):
     def build_states(self, cache_config: CacheConfig) -> SlotStateCache:
         """The slot-addressed fixed-extent state of every stream (zeroed slots)."""
 
+    def quantize_int8(self) -> list[str]:
+        """Swap the model's Linear layers for `Int8Linear` in place, except ``float_linears``.
+
+        Returns:
+            The qualified names of the layers now in int8.
+        """
+        from oasr.models.int8 import quantize_linears
+
+        keep = self.float_linears
+        return quantize_linears(self.model, skip=lambda name, _: any(
+            name == k or name.endswith("." + k) for k in keep))
+
     @abstractmethod
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
         """Encode one chunk of every row, write K/V into the pool and the new state into
@@ -159,6 +173,10 @@ class ConformerFamily(ModelFamily):
 
     name = "conformer_ctc"
     model: AsrModel
+    # the CTC head (31 outputs: cheap, and it ranks the tokens), the position projection
+    # (applied once to the sinusoid table and cached; the attention reads its weight) and the
+    # conv2d stem's output Linear (the stem stays float: it reads its dtype off that layer)
+    float_linears = ("ctc.ctc_lo", "linear_pos", "embed.out.0")
 
     @property
     def timing(self) -> FrameTiming:
@@ -211,6 +229,7 @@ class WhisperCtcFamily(ModelFamily):
 
     name = "whisper_ctc"
     model: WhisperCtcModel
+    float_linears = ("ctc",)  # the CTC head: 384 x 31, 0.2% of the FLOPs, ranks the tokens
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)

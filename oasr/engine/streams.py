@@ -7,6 +7,7 @@ its step reads as policy, not bookkeeping.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -65,8 +66,12 @@ class StreamResources:
             torch.set_num_threads(config.num_threads)
         if model is None:
             model = load_model(config.model)
+        elif config.resolve_int8(device, family_for(model).name):
+            model = copy.deepcopy(model)  # quantizing in place would change the caller's model
         model = model.to(device=device, dtype=dtype).eval()
         family = family_for(model)
+        if config.resolve_int8(device, family.name):
+            family.quantize_int8()
         chunk = config.resolve_chunk_size(family.default_chunk_size)
         limit = family.max_positions
         if limit is not None and chunk > limit:
@@ -85,9 +90,11 @@ class StreamResources:
             endpointer = Endpointer(dataclasses.replace(
                 config.endpoint, frame_shift_s=family.timing.frame_shift_s))
         logger.info(
-            "engine: %s (%s) on %s/%s, %d slots, chunk %d frames, %d blocks of %d frames "
+            "engine: %s (%s) on %s/%s%s, %d slots, chunk %d frames, %d blocks of %d frames "
             "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, char LM: %s",
-            type(model).__name__, family.name, device, dtype, cache_config.max_batch_size,
+            type(model).__name__, family.name, device, dtype,
+            " + int8 linears" if config.resolve_int8(device, family.name) else "",
+            cache_config.max_batch_size,
             chunk, cache_config.max_num_blocks, cache_config.block_size_frames,
             pool.k_pool.nbytes * 2 / 2**20, cache_config.max_stream_frames,
             config.decoder.beam_size,

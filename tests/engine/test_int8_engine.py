@@ -1,0 +1,72 @@
+"""The engine end to end with ``dtype="int8"`` (int8 encoder Linear layers), both families.
+
+Per-row activation scales and exact int32 accumulation make an int8 forward independent of
+which other streams share the batch, so batched streams must give exactly the text each gives
+alone, like the float engine does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from engine_helpers import Collector, assert_pool_full, run_until_idle, transcribe_alone
+
+from oasr.engine import ASREngine, EngineConfig
+from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.models.int8 import Int8Linear, count_int8_linears
+from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, save_whisper_ctc
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    model = WhisperCtcModel(WhisperCtcConfig(width=32, heads=2, layers=2, chunk_frames=8))
+    with torch.no_grad():
+        model.positions.copy_(torch.randn_like(model.positions) * 0.5)
+    return save_whisper_ctc(model.eval(), tmp_path_factory.mktemp("wctc_int8"),
+                            dtype=torch.float32)
+
+
+def _config(model_dir: Path) -> EngineConfig:
+    return EngineConfig(model=str(model_dir), device="cpu", dtype="int8", max_batch_size=4,
+                        max_num_blocks=256, max_wait_time_s=math.inf, endpoint=None)
+
+
+@pytest.mark.parametrize("family", ["conformer_ctc", "whisper_ctc"])
+def test_int8_engine_serves_batched_streams_like_each_alone(
+        family: str, tiny_model_dir: Path, whisper_dir: Path, speech: list[np.ndarray]) -> None:
+    config = _config(tiny_model_dir if family == "conformer_ctc" else whisper_dir)
+    engine = ASREngine(config)
+    model = engine.resources.model
+    assert engine.resources.family.name == family
+    assert count_int8_linears(model) > 0
+    # the layers the family keeps in float stay float
+    ctc_head = model.ctc.ctc_lo if family == "conformer_ctc" else model.ctc
+    assert not isinstance(ctc_head, Int8Linear)
+    assert engine.resources.cache_config.dtype == torch.float32
+    audios = [a[: 16000 * 2] for a in speech]
+    events = Collector()
+    for sid, audio in enumerate(audios, start=1):
+        engine.submit(OpenStream(sid, events.sink(sid)))
+        engine.submit(AppendAudio(sid, audio))
+        engine.submit(EndStream(sid))
+    run_until_idle(engine)
+    for sid, audio in enumerate(audios, start=1):
+        assert events.done(sid).finish_reason == "stop"
+        assert events.finals(sid) == transcribe_alone(config, audio).finals(1)
+    assert_pool_full(engine)
+
+
+def test_int8_is_a_dtype_choice_with_float32_activations() -> None:
+    config = EngineConfig(dtype="int8")
+    cpu = torch.device("cpu")
+    assert config.resolve_dtype(cpu) == torch.float32
+    assert config.resolve_int8(cpu, "whisper_ctc") and config.resolve_int8(cpu, "conformer_ctc")
+    assert not replace(config, dtype="float32").resolve_int8(cpu, "whisper_ctc")
+    with pytest.raises(ValueError, match="int8"):
+        EngineConfig(dtype="int4")
