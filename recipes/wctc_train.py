@@ -32,6 +32,7 @@ from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, init_from
 from recipes.data import Batch, FeatureSet, SpecAugmentConfig
 from recipes.train import TrainState as ConformerTrainState
 from recipes.train import resume_latest
+from recipes.wctc_augment import FeatureAugmentConfig, augmented_batch
 from recipes.wer import greedy_ctc
 
 UNITS = list(BUNDLED_UNITS)
@@ -64,6 +65,8 @@ class WctcTrainConfig:
     seed: int = 0
     num_threads: int = 1  # one thread is fastest per core on the shared 2-core box
     spec: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
+    # speaker / recording variety on the stored features (recipes.wctc_augment); off by default
+    augment: FeatureAugmentConfig = field(default_factory=FeatureAugmentConfig)
 
     def __post_init__(self) -> None:
         if not 0 < self.warmup_steps < self.total_steps:
@@ -217,7 +220,11 @@ class Trainer:
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
             self.batches = self.train.epoch_batches(cfg.max_frames, cfg.seed, state.epoch)
         rng = np.random.default_rng([cfg.seed, state.epoch, state.batch_in_epoch])
-        batch = self.train.make_batch(self.batches[state.batch_in_epoch], cfg.spec, self.fill, rng)
+        indices = self.batches[state.batch_in_epoch]
+        if cfg.augment.is_enabled:
+            batch = augmented_batch(self.train, indices, cfg.augment, cfg.spec, self.fill, rng)
+        else:  # the default model's run, draw for draw
+            batch = self.train.make_batch(indices, cfg.spec, self.fill, rng)
         state.batch_in_epoch += 1
         return batch, sample_chunking(cfg, rng)
 
@@ -298,6 +305,36 @@ def run(paths: Paths, cfg: WctcTrainConfig, model: WhisperCtcModel | None = None
     return trainer.state
 
 
+def add_augment_args(parser: argparse.ArgumentParser) -> None:
+    """SpecAugment and recipes.wctc_augment flags (defaults: the default model's run)."""
+    spec, aug = SpecAugmentConfig(), FeatureAugmentConfig()
+    parser.add_argument("--freq-masks", type=int, default=spec.num_freq_masks)
+    parser.add_argument("--freq-width", type=int, default=spec.max_freq_width)
+    parser.add_argument("--time-masks", type=int, default=spec.num_time_masks)
+    parser.add_argument("--time-width", type=int, default=spec.max_time_width)
+    parser.add_argument("--warp-prob", type=float, default=aug.warp_prob, help="VTLP mel warp")
+    parser.add_argument("--warp-range", type=float, nargs=2, default=(aug.warp_min, aug.warp_max))
+    parser.add_argument("--band-limit-prob", type=float, default=aug.band_limit_prob)
+    parser.add_argument("--gain-prob", type=float, default=aug.gain_prob)
+    parser.add_argument("--max-gain-db", type=float, default=aug.max_gain_db)
+    parser.add_argument("--lead-silence-prob", type=float, default=aug.lead_silence_prob)
+    parser.add_argument("--trail-silence-prob", type=float, default=aug.trail_silence_prob)
+    parser.add_argument("--max-silence-frames", type=int, default=aug.max_silence_frames)
+    parser.add_argument("--trim-prob", type=float, default=aug.trim_prob)
+
+
+def augment_configs(args: argparse.Namespace) -> tuple[SpecAugmentConfig, FeatureAugmentConfig]:
+    spec = SpecAugmentConfig(num_freq_masks=args.freq_masks, max_freq_width=args.freq_width,
+                             num_time_masks=args.time_masks, max_time_width=args.time_width)
+    aug = FeatureAugmentConfig(
+        warp_prob=args.warp_prob, warp_min=args.warp_range[0], warp_max=args.warp_range[1],
+        band_limit_prob=args.band_limit_prob, gain_prob=args.gain_prob,
+        max_gain_db=args.max_gain_db, lead_silence_prob=args.lead_silence_prob,
+        trail_silence_prob=args.trail_silence_prob, max_silence_frames=args.max_silence_frames,
+        trim_prob=args.trim_prob)
+    return spec, aug
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--feats", type=Path, default=Paths.feats)
@@ -314,12 +351,24 @@ def main(argv: list[str] | None = None) -> None:
                         default=WctcTrainConfig.freeze_stem)
     parser.add_argument("--fp32", action="store_true", help="no bfloat16 autocast")
     parser.add_argument("--seed", type=int, default=WctcTrainConfig.seed)
+    parser.add_argument("--snapshot-interval-s", type=float,
+                        default=WctcTrainConfig.snapshot_interval_s)
+    parser.add_argument("--init-ckpt", type=Path, default=None,
+                        help="start from this checkpoint's weights (fresh optimizer and schedule) "
+                             "when the run dir has no latest.pt; default init_from_whisper()")
+    add_augment_args(parser)
     args = parser.parse_args(argv)
+    spec, aug = augment_configs(args)
     cfg = WctcTrainConfig(max_frames=args.max_frames, body_lr=args.body_lr, head_lr=args.head_lr,
                           warmup_steps=args.warmup_steps, total_steps=args.total_steps,
                           train_layers=args.train_layers, freeze_stem=args.freeze_stem,
-                          bf16=not args.fp32, seed=args.seed)
-    run(Paths(args.feats, args.ckpt), cfg, max_hours=args.max_hours, max_steps=args.max_steps)
+                          bf16=not args.fp32, seed=args.seed,
+                          snapshot_interval_s=args.snapshot_interval_s, spec=spec, augment=aug)
+    model = load_checkpoint_model(args.init_ckpt)[0] if args.init_ckpt is not None else None
+    if model is not None:
+        print(f"initial weights: {args.init_ckpt}", flush=True)
+    run(Paths(args.feats, args.ckpt), cfg, model=model, max_hours=args.max_hours,
+        max_steps=args.max_steps)
 
 
 if __name__ == "__main__":
