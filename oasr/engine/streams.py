@@ -27,8 +27,9 @@ from oasr.cache import (
 from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
+from oasr.engine.host_memory import retain_freed_host_memory
 from oasr.engine.model_runner import ModelRunner, StepOutput
-from oasr.lm import CharNgramLm, load_char_lm
+from oasr.lm import DecoderLm, load_decoder_lm
 from oasr.models import load_model
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 
@@ -64,6 +65,7 @@ class StreamResources:
         dtype = config.resolve_dtype(device)
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
+        retain_freed_host_memory()  # step buffers stay mapped between steps (host_memory.py)
         if model is None:
             model = load_model(config.model)
         elif config.resolve_int8(device, family_for(model).name):
@@ -173,14 +175,14 @@ class StreamResources:
 
 
 def _decoder_lm(config: EngineConfig, tokenizer: object,
-                device: torch.device) -> CharNgramLm | None:
-    """The char LM the config selects (see `EngineConfig.lm`), checked against the model's
-    units; None for none."""
+                device: torch.device) -> DecoderLm | None:
+    """The LMs the config selects (see `EngineConfig.lm`): the directory's char LM and, when
+    it has one, its word LM, checked against the model's units; None for none."""
     model_dir = DEFAULT_MODEL_DIR if config.model is None else Path(config.model)
     directory = config.resolve_lm_dir(model_dir)
     if directory is None:
         return None
-    lm = load_char_lm(directory, device)
+    lm = load_decoder_lm(directory, device)
     units = getattr(tokenizer, "units", None)
     if units is not None:
         lm.check_units(units)
