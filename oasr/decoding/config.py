@@ -30,6 +30,12 @@ class GpuDecoderConfig:
         lm_unit_bonus: added per emitted unit when an LM is used (counters the LM's bias
             towards short outputs).
         lm_word_bonus: added per word boundary unit emitted when an LM is used.
+        word_lm_weight: with a word LM (a lexicon unigram, `oasr.lm.word`): its word
+            log-probs are scaled by this and added to the fused score, spread along each
+            word's spelling by look-ahead. Ignored without a word LM.
+        word_oov_penalty: with a word LM: subtracted once per word outside its lexicon (on
+            top of scoring it like the rarest lexicon word). 0 with ``word_lm_weight`` 0
+            ranks exactly like no word LM.
         initial_token_capacity: tokens each hypothesis buffer holds before it grows (it doubles
             when needed, so this only tunes reallocations).
     """
@@ -43,6 +49,8 @@ class GpuDecoderConfig:
     lm_weight: float = 1.0
     lm_unit_bonus: float = 2.0
     lm_word_bonus: float = 0.0
+    word_lm_weight: float = 0.3
+    word_oov_penalty: float = 5.0
     initial_token_capacity: int = 64
 
     def __post_init__(self) -> None:
@@ -66,6 +74,9 @@ class GpuDecoderConfig:
             raise ValueError(f"blank_penalty must be >= 0, got {self.blank_penalty}")
         if self.lm_weight < 0.0:
             raise ValueError(f"lm_weight must be >= 0, got {self.lm_weight}")
+        if self.word_lm_weight < 0.0 or self.word_oov_penalty < 0.0:
+            raise ValueError(f"word_lm_weight and word_oov_penalty must be >= 0, got "
+                             f"{self.word_lm_weight} and {self.word_oov_penalty}")
         if self.initial_token_capacity < 1:
             raise ValueError(
                 f"initial_token_capacity must be >= 1, got {self.initial_token_capacity}"

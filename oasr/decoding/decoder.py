@@ -27,7 +27,7 @@ from oasr.decoding.state_rows import StateRows
 from oasr.decoding.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
-    from oasr.lm import CharNgramLm
+    from oasr.lm import CharNgramLm, DecoderLm
 
 WORD_BOUNDARY = "\u2581"
 
@@ -93,7 +93,7 @@ class GpuStreamingDecoder:
         config: GpuDecoderConfig | None = None,
         tokenizer: Tokenizer | None = None,
         device: torch.device | str | None = None,
-        lm: CharNgramLm | None = None,
+        lm: CharNgramLm | DecoderLm | None = None,
     ) -> None:
         self._config = config if config is not None else GpuDecoderConfig()
         self.tokenizer = tokenizer
@@ -108,12 +108,14 @@ class GpuStreamingDecoder:
         cfg = self._config
         self._fusion: LmFusion | None = None
         if lm is not None:
+            from oasr.lm import as_decoder_lm
+
             if cfg.is_greedy:
                 raise ValueError("a char LM needs beam search: set beam_size > 1 (or drop the LM)")
-            units = lm.header.units
-            if lm.header.blank_id != cfg.blank_id:
-                raise ValueError(f"LM blank id {lm.header.blank_id} != config.blank_id "
-                                 f"{cfg.blank_id}")
+            lm = as_decoder_lm(lm)
+            units = lm.units
+            if lm.blank_id != cfg.blank_id:
+                raise ValueError(f"LM blank id {lm.blank_id} != config.blank_id {cfg.blank_id}")
             boundary = units.index(WORD_BOUNDARY) if WORD_BOUNDARY in units else None
             self._fusion = LmFusion.build(lm, cfg, self.device, boundary)
         self._rows = StateRows(cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id,
@@ -130,6 +132,10 @@ class GpuStreamingDecoder:
     @property
     def has_lm(self) -> bool:
         return self._fusion is not None
+
+    @property
+    def has_word_lm(self) -> bool:
+        return self._fusion is not None and self._fusion.word is not None
 
     def create_state(self, batch: int, vocab_size: int) -> DecoderState:
         """A fresh state of ``batch`` rows for a ``vocab_size``-token model (a batch-1 state
@@ -327,7 +333,8 @@ class GpuStreamingDecoder:
         self._check_row([state], row)
         total_t = torch.logaddexp(state.log_pb[row], state.log_pnb[row])  # (K,)
         if self._fusion is not None:
-            total_t = total_t + state.lm_score[row] + self._fusion.end_scores(state.lm_state[row])
+            total_t = total_t + state.lm_score[row] + self._fusion.end_scores(
+                state.lm_state[row], state.word_state[row])
         total = total_t.cpu().tolist()
         lengths = state.prefix_len[row].cpu().tolist()
         tokens = state.tokens[row].cpu().tolist()

@@ -1,9 +1,10 @@
-"""Shallow fusion of a char n-gram LM into CTC prefix beam search.
+"""Shallow fusion of a char n-gram LM and a word lexicon LM into CTC prefix beam search.
 
-A hypothesis's LM history is one automaton state id (`DecoderState.lm_state`), so the LM
-score of every candidate extension of every hypothesis of every stream is one gather from the
-LM's dense (S, V) tables. The stored CTC scores stay acoustic; the fused score of a prefix is
-carried beside them (`DecoderState.lm_score`) and only the ranking adds the two. Merging two
+A hypothesis's LM history is two automaton state ids (`DecoderState.lm_state` for the char
+n-gram, `DecoderState.word_state` for the word lexicon trie), so the LM score of every
+candidate extension of every hypothesis of every stream is one gather from each LM's dense
+(S, V) gain table. The stored CTC scores stay acoustic; the fused score of a prefix is carried
+beside them (`DecoderState.lm_score`) and only the ranking adds the two. Merging two
 alignments of the same prefix keeps one LM score: the LM score is a function of the prefix.
 """
 
@@ -18,7 +19,7 @@ from oasr.decoding.config import GpuDecoderConfig
 from oasr.decoding.state import DecoderState
 
 if TYPE_CHECKING:
-    from oasr.lm import CharNgramLm
+    from oasr.lm import CharNgramLm, DecoderLm, WordGains
 
 
 @dataclass(frozen=True)
@@ -26,29 +27,46 @@ class LmFusion:
     """The LM tables on the decoder's device and the fusion weights.
 
     Attributes:
-        gains: (S, V) float32 what emitting each unit after each state adds to a prefix's
+        gains: (S, V) float32 what emitting each unit after each char state adds to a prefix's
             fused score: lm_weight * LM log-prob + lm_unit_bonus (+ lm_word_bonus on the word
-            boundary), folded into one table so scoring a candidate is one gather.
-        next_state: (S, V) int64 the state after each unit.
+            boundary), folded into one table so scoring a candidate is one gather. Without a
+            char LM, one state carrying only the bonuses.
+        next_state: (S, V) int64 the char state after each unit.
         end_gains: (S,) float32 lm_weight * LM log-prob of the sentence end after each state
             (scored when a hypothesis is finalised).
+        word: the word LM's tables (weight and OOV penalty folded in; see `oasr.lm.word`),
+            None without a word LM.
     """
 
     gains: torch.Tensor
     next_state: torch.Tensor
     end_gains: torch.Tensor
+    word: WordGains | None = None
 
     @classmethod
-    def build(cls, lm: CharNgramLm, config: GpuDecoderConfig, device: torch.device,
+    def build(cls, lm: CharNgramLm | DecoderLm, config: GpuDecoderConfig, device: torch.device,
               boundary_id: int | None) -> LmFusion:
         """Tables of ``lm`` on ``device`` with ``config``'s weights."""
-        lm = lm.to(device)
-        bonus = torch.full((lm.vocab_size,), config.lm_unit_bonus, device=device)
+        from oasr.lm import as_decoder_lm
+
+        both = as_decoder_lm(lm)
+        vocab = len(both.units)
+        bonus = torch.full((vocab,), config.lm_unit_bonus, device=device)
         if boundary_id is not None:
             bonus[boundary_id] += config.lm_word_bonus
-        weighted = lm.log_probs * config.lm_weight  # (S, V)
-        return cls(gains=weighted + bonus, next_state=lm.next_state,
-                   end_gains=weighted[:, lm.header.end_id].contiguous())
+        if both.char is not None:
+            char = both.char.to(device)
+            weighted = char.log_probs * config.lm_weight  # (S, V)
+            gains, next_state = weighted + bonus, char.next_state
+            end_gains = weighted[:, char.header.end_id].contiguous()
+        else:
+            gains = bonus[None, :].clone()  # (1, V)
+            next_state = torch.zeros((1, vocab), dtype=torch.int64, device=device)
+            end_gains = torch.zeros(1, device=device)
+        word = None
+        if both.word is not None:
+            word = both.word.gains_for(config.word_lm_weight, config.word_oov_penalty, device)
+        return cls(gains=gains, next_state=next_state, end_gains=end_gains, word=word)
 
     @property
     def vocab_size(self) -> int:
@@ -57,11 +75,15 @@ class LmFusion:
     def extension_scores(self, state: DecoderState, cand_tok: torch.Tensor) -> torch.Tensor:
         """(B, K, C) fused score of each hypothesis extended by each candidate."""
         flat = state.lm_state[:, :, None] * self.vocab_size + cand_tok[:, None, :]  # (B, K, C)
-        return state.lm_score[:, :, None] + torch.take(self.gains, flat)
+        scores = state.lm_score[:, :, None] + torch.take(self.gains, flat)
+        if self.word is not None:
+            flat_w = state.word_state[:, :, None] * self.vocab_size + cand_tok[:, None, :]
+            scores = scores + torch.take(self.word.gains, flat_w)  # (B, K, C)
+        return scores
 
     def advance(self, state: DecoderState, parent: torch.Tensor, is_ext: torch.Tensor,
                 token: torch.Tensor, ext_score: torch.Tensor) -> None:
-        """Carry the (B, K) chosen hypotheses' LM state and score forward.
+        """Carry the (B, K) chosen hypotheses' LM states and score forward.
 
         Args:
             parent, is_ext, token: (B, K) the frame's choice (see `FrameChoice`).
@@ -71,7 +93,14 @@ class LmFusion:
         moved = torch.take(self.next_state, parent_state * self.vocab_size + token)
         state.lm_state = torch.where(is_ext, moved, parent_state)
         state.lm_score = torch.where(is_ext, ext_score, state.lm_score.gather(1, parent))
+        if self.word is not None:
+            parent_word = state.word_state.gather(1, parent)
+            moved_w = torch.take(self.word.next_state, parent_word * self.vocab_size + token)
+            state.word_state = torch.where(is_ext, moved_w, parent_word)
 
-    def end_scores(self, lm_state: torch.Tensor) -> torch.Tensor:
-        """(...) fused score of ending the sentence after each state in ``lm_state``."""
-        return self.end_gains[lm_state]
+    def end_scores(self, lm_state: torch.Tensor, word_state: torch.Tensor) -> torch.Tensor:
+        """(...) fused score of ending the sentence after each (char, word) state pair."""
+        scores = self.end_gains[lm_state]
+        if self.word is not None:
+            scores = scores + self.word.end_gains[word_state]
+        return scores

@@ -51,6 +51,8 @@ class DecoderState:
             stays 0 without an LM).
         lm_score: (B, K) float32 the prefix's fused LM score: lm_weight * its LM log-prob plus
             its insertion bonuses (0 without an LM). Ranking uses log_pb/log_pnb + lm_score.
+        word_state: (B, K) int64 the word LM's lexicon-trie state after the prefix (0 = between
+            words; stays 0 without a word LM). Its scores are part of ``lm_score``.
         max_len_bound: host int, upper bound of ``prefix_len``.
         pool_row: the row of a `StateRows` storage this state's tensors are views of (a
             batch-1 state made by `GpuStreamingDecoder.create_state`); None for a state that
@@ -70,6 +72,7 @@ class DecoderState:
     has_speech: torch.Tensor
     lm_state: torch.Tensor
     lm_score: torch.Tensor
+    word_state: torch.Tensor
     max_len_bound: int = 0
     pool_row: int | None = field(default=None, compare=False)
 
@@ -119,6 +122,7 @@ def new_state(
         has_speech=full((batch,), False, torch.bool),
         lm_state=full(bk, 0, torch.int64),
         lm_score=full(bk, 0.0, torch.float32),
+        word_state=full(bk, 0, torch.int64),
     )
     state.log_pb[:, 0].fill_(0.0)
     return state
@@ -139,6 +143,7 @@ def reset_in_place(state: DecoderState, blank_id: int) -> None:
     state.has_speech.fill_(False)
     state.lm_state.zero_()
     state.lm_score.zero_()
+    state.word_state.zero_()
     state.max_len_bound = 0
 
 

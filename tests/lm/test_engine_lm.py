@@ -11,7 +11,7 @@ from oasr.cli import add_engine_arguments, engine_config_from_args
 from oasr.decoding import GpuDecoderConfig
 from oasr.engine.config import EngineConfig
 from oasr.engine.streams import StreamResources
-from oasr.lm import LmBuildConfig, build_char_lm, encode_sentences
+from oasr.lm import LmBuildConfig, WordLm, WordLmHeader, build_char_lm, encode_sentences
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 
 
@@ -40,6 +40,16 @@ def test_model_dir_lm_is_used_with_beam_search(model_dir) -> None:
     assert build(model_dir, 4).ctc.decoder.has_lm
     assert not build(model_dir, 4, lm="none").ctc.decoder.has_lm
     assert not build(model_dir, 1).ctc.decoder.has_lm  # greedy: auto means no LM
+
+
+def test_model_dir_word_lm_is_loaded_beside_the_char_lm(model_dir, tmp_path) -> None:
+    assert not build(model_dir, 4).ctc.decoder.has_word_lm
+    with_words = tmp_path / "with_words"
+    shutil.copytree(model_dir, with_words)
+    units = tuple(build(model_dir, 4).family.tokenizer.units)
+    WordLm(WordLmHeader.for_units(units), ["the", "cat"], [-0.5, -1.0]).save(with_words)
+    decoder = build(with_words, 4).ctc.decoder
+    assert decoder.has_lm and decoder.has_word_lm
 
 
 def test_explicit_lm_dir(model_dir, tmp_path) -> None:
