@@ -42,9 +42,11 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     Returns:
         q (M, K) int8 with x ~= q * scale, and scale (M, 1) float32 = absmax(row) / 127.
     """
-    scale = torch.linalg.vector_norm(x, ord=float("inf"), dim=1, keepdim=True, dtype=torch.float32)
-    scale = scale.clamp_min_(_TINY).div_(QMAX)  # (M, 1)
-    return torch.round(x / scale).to(torch.int8), scale
+    # abs().amax(): a vectorised reduction (vector_norm(ord=inf) is ~7x slower on CPU)
+    absmax = x.abs().amax(dim=1, keepdim=True).float()  # (M, 1)
+    scale = absmax.clamp_min_(_TINY).div_(QMAX)
+    q = (x * scale.reciprocal()).round_().to(torch.int8)  # |x / scale| <= 127 up to rounding
+    return q, scale
 
 
 class Int8Linear(nn.Module):
@@ -116,11 +118,11 @@ class Int8Linear(nn.Module):
         acc = torch._int_mm(q, self.weight_t)  # (M', N8) int32
         if pad_rows or acc.size(1) != self.out_features:
             acc = acc[:num_rows, : self.out_features]
-        out = acc.to(torch.float32).mul_(row_scale)  # (M, N)
-        if self.bias is None:
-            out.mul_(self.weight_scale)
-        else:
-            out = torch.addcmul(self.bias, out, self.weight_scale)
+        # in place on one new float32 tensor: a mixed int32 x float multiply is slower than
+        # the conversion followed by same-dtype in-place ops
+        out = acc.to(torch.float32).mul_(row_scale).mul_(self.weight_scale)  # (M, N)
+        if self.bias is not None:
+            out.add_(self.bias)
         return out.to(x.dtype).view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
