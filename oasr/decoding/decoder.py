@@ -334,7 +334,7 @@ class GpuStreamingDecoder:
         total_t = torch.logaddexp(state.log_pb[row], state.log_pnb[row])  # (K,)
         if self._fusion is not None:
             total_t = total_t + state.lm_score[row] + self._fusion.end_scores(
-                state.lm_state[row], state.word_state[row])
+                state.lm_state[row], state.word_state[row], state.prev_word[row])
         total = total_t.cpu().tolist()
         lengths = state.prefix_len[row].cpu().tolist()
         tokens = state.tokens[row].cpu().tolist()

@@ -1,7 +1,8 @@
 """Shallow fusion of a char n-gram LM and a word lexicon LM into CTC prefix beam search.
 
 A hypothesis's LM history is two automaton state ids (`DecoderState.lm_state` for the char
-n-gram, `DecoderState.word_state` for the word lexicon trie), so the LM score of every
+n-gram, `DecoderState.word_state` for the word lexicon trie, plus `DecoderState.prev_word`
+for a word bigram), so the LM score of every
 candidate extension of every hypothesis of every stream is one gather from each LM's dense
 (S, V) gain table. The stored CTC scores stay acoustic; the fused score of a prefix is carried
 beside them (`DecoderState.lm_score`) and only the ranking adds the two. Merging two
@@ -76,9 +77,14 @@ class LmFusion:
         """(B, K, C) fused score of each hypothesis extended by each candidate."""
         flat = state.lm_state[:, :, None] * self.vocab_size + cand_tok[:, None, :]  # (B, K, C)
         scores = state.lm_score[:, :, None] + torch.take(self.gains, flat)
-        if self.word is not None:
+        word = self.word
+        if word is not None:
             flat_w = state.word_state[:, :, None] * self.vocab_size + cand_tok[:, None, :]
-            scores = scores + torch.take(self.word.gains, flat_w)  # (B, K, C)
+            scores = scores + torch.take(word.gains, flat_w)  # (B, K, C)
+            if word.bigram is not None:
+                closing = word.bigram.closing_gains(state.prev_word, state.word_state)  # (B, K)
+                closes = word.closers[cand_tok][:, None, :]  # (B, 1, C)
+                scores = scores + torch.where(closes, closing[:, :, None], 0.0)
         return scores
 
     def advance(self, state: DecoderState, parent: torch.Tensor, is_ext: torch.Tensor,
@@ -93,14 +99,23 @@ class LmFusion:
         moved = torch.take(self.next_state, parent_state * self.vocab_size + token)
         state.lm_state = torch.where(is_ext, moved, parent_state)
         state.lm_score = torch.where(is_ext, ext_score, state.lm_score.gather(1, parent))
-        if self.word is not None:
+        word = self.word
+        if word is not None:
             parent_word = state.word_state.gather(1, parent)
-            moved_w = torch.take(self.word.next_state, parent_word * self.vocab_size + token)
+            moved_w = torch.take(word.next_state, parent_word * self.vocab_size + token)
             state.word_state = torch.where(is_ext, moved_w, parent_word)
+            if word.bigram is not None:  # a closed word becomes the previous word
+                closes = is_ext & word.closers[token] & (parent_word != 0)
+                state.prev_word = torch.where(closes, word.bigram.node_code[parent_word],
+                                              state.prev_word.gather(1, parent))
 
-    def end_scores(self, lm_state: torch.Tensor, word_state: torch.Tensor) -> torch.Tensor:
-        """(...) fused score of ending the sentence after each (char, word) state pair."""
+    def end_scores(self, lm_state: torch.Tensor, word_state: torch.Tensor,
+                   prev_word: torch.Tensor) -> torch.Tensor:
+        """(...) fused score of ending the sentence after each (char state, word state,
+        previous word) triple."""
         scores = self.end_gains[lm_state]
         if self.word is not None:
             scores = scores + self.word.end_gains[word_state]
+            if self.word.bigram is not None:
+                scores = scores + self.word.bigram.closing_gains(prev_word, word_state)
         return scores

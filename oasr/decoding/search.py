@@ -288,7 +288,7 @@ def _apply_backtrace(
 
 
 _SCORE_FIELDS = ("log_pb", "log_pnb", "prefix_len", "last_token", "prefix_hash", "lm_state",
-                 "lm_score", "word_state")
+                 "lm_score", "word_state", "prev_word")
 
 
 def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig,

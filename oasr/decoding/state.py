@@ -53,6 +53,8 @@ class DecoderState:
             its insertion bonuses (0 without an LM). Ranking uses log_pb/log_pnb + lm_score.
         word_state: (B, K) int64 the word LM's lexicon-trie state after the prefix (0 = between
             words; stays 0 without a word LM). Its scores are part of ``lm_score``.
+        prev_word: (B, K) int64 the code of the prefix's last closed word for a word bigram
+            (0 = sentence start; see `oasr.lm.bigram`; stays 0 without one).
         max_len_bound: host int, upper bound of ``prefix_len``.
         pool_row: the row of a `StateRows` storage this state's tensors are views of (a
             batch-1 state made by `GpuStreamingDecoder.create_state`); None for a state that
@@ -73,6 +75,7 @@ class DecoderState:
     lm_state: torch.Tensor
     lm_score: torch.Tensor
     word_state: torch.Tensor
+    prev_word: torch.Tensor
     max_len_bound: int = 0
     pool_row: int | None = field(default=None, compare=False)
 
@@ -123,6 +126,7 @@ def new_state(
         lm_state=full(bk, 0, torch.int64),
         lm_score=full(bk, 0.0, torch.float32),
         word_state=full(bk, 0, torch.int64),
+        prev_word=full(bk, 0, torch.int64),
     )
     state.log_pb[:, 0].fill_(0.0)
     return state
@@ -144,6 +148,7 @@ def reset_in_place(state: DecoderState, blank_id: int) -> None:
     state.lm_state.zero_()
     state.lm_score.zero_()
     state.word_state.zero_()
+    state.prev_word.zero_()
     state.max_len_bound = 0
 
 

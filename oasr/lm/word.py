@@ -31,11 +31,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.numpy import load_file, save_file
+
+from oasr.lm.bigram import SENTENCE_START, BigramTables, WordBigrams
 
 WORD_LM_FORMAT = "oasr-word-unigram"
 WORD_LM_VERSION = 1
 WORDS_FILE = "word_lm.txt"
 WORD_HEADER_FILE = "word_lm.json"
+BIGRAM_FILE = "word_lm.safetensors"
 WORD_BOUNDARY = "\u2581"
 ROOT_STATE = 0
 
@@ -83,11 +87,15 @@ class WordGains:
         gains: (S, V) float32 what each unit adds to a prefix's fused score after each state.
         next_state: (S, V) int64 the state after each unit.
         end_gains: (S,) float32 what closing the sentence after each state adds.
+        closers: (V,) bool the units that close a word (boundary, sentence end).
+        bigram: the bigram corrections added when a word is closed (None: a unigram).
     """
 
     gains: torch.Tensor
     next_state: torch.Tensor
     end_gains: torch.Tensor
+    closers: torch.Tensor
+    bigram: BigramTables | None = None
 
 
 class WordLm:
@@ -106,16 +114,24 @@ class WordLm:
         next_state: (S, V) int64 (letters: child or OOV; boundary / end: the root).
         mass: (S,) float64 log lexicon mass below each node (0 at the root; OOV: -inf).
         word_log_prob: (S,) float64.
+        node_code: (S,) int64 the code (lexicon index + 1) of the word each state closes;
+            W + 1 where none (root, prefixes that are no word, OOV).
+        bigrams: `WordBigrams` corrections, or None for a unigram.
     """
 
     def __init__(self, header: WordLmHeader, words: Sequence[str],
-                 log_probs: Sequence[float] | np.ndarray) -> None:
+                 log_probs: Sequence[float] | np.ndarray,
+                 bigrams: WordBigrams | None = None) -> None:
         if len(words) != len(log_probs) or not words:
             raise ValueError(f"need one log-prob per word, got {len(words)} words and "
                              f"{len(log_probs)} log-probs")
+        if bigrams is not None and bigrams.num_words != len(words):
+            raise ValueError(f"bigrams are over {bigrams.num_words} words, the lexicon has "
+                             f"{len(words)}")
         self.header = header
         self.words = tuple(words)
         self.log_probs = np.asarray(log_probs, dtype=np.float64)
+        self.bigrams = bigrams
         self._build_trie()
 
     @property
@@ -168,7 +184,10 @@ class WordLm:
         mass[ROOT_STATE] = 0.0
         word_log_prob = np.full(num_states, -np.inf)
         word_log_prob[node_of_word] = self.log_probs  # a duplicate word keeps its last entry
+        node_code = np.full(num_states, len(self.words) + 1, dtype=np.int64)
+        node_code[node_of_word] = np.arange(1, len(self.words) + 1)
         self.next_state, self.mass, self.word_log_prob = next_state, mass, word_log_prob
+        self.node_code = node_code
 
     def gains_for(self, weight: float, oov_penalty: float,
                   device: torch.device | str = "cpu") -> WordGains:
@@ -193,11 +212,16 @@ class WordLm:
         closers = self.next_state[0] == ROOT_STATE  # boundary, end (and the blank: fixed below)
         gains[:, closers] = closing[:, None]
         gains[:, self.header.blank_id] = 0.0
+        closers[self.header.blank_id] = False
         gains[oov, :] = 0.0  # the OOV state absorbs letters for free
+        bigram = None
+        if self.bigrams is not None:
+            bigram = BigramTables.build(self.bigrams, self.node_code, weight, device)
         return WordGains(
             gains=torch.from_numpy(gains).float().to(device),
             next_state=torch.from_numpy(self.next_state).to(device),
-            end_gains=torch.from_numpy(closing).float().to(device))
+            end_gains=torch.from_numpy(closing).float().to(device),
+            closers=torch.from_numpy(closers).to(device), bigram=bigram)
 
     def sentence_score(self, text: str, weight: float = 1.0, oov_penalty: float = 0.0) -> float:
         """The fused word score of ``text`` (words separated by spaces) walked unit by unit
@@ -205,11 +229,19 @@ class WordLm:
         tables = self.gains_for(weight, oov_penalty)
         units = {u: i for i, u in enumerate(self.header.units)}
         ids = [self.header.boundary_id if ch == " " else units[ch] for ch in text.strip()]
-        state, total = ROOT_STATE, 0.0
-        for unit in ids:
-            total += float(tables.gains[state, unit])
+        state, prev, total = ROOT_STATE, SENTENCE_START, 0.0
+        for unit in [*ids, self.header.end_id]:
+            if unit == self.header.end_id:
+                total += float(tables.end_gains[state])
+            else:
+                total += float(tables.gains[state, unit])
+            if bool(tables.closers[unit]) and state != ROOT_STATE:
+                code = int(self.node_code[state])
+                if self.bigrams is not None:
+                    total += weight * self.bigrams.correction(prev, code)
+                prev = code
             state = int(tables.next_state[state, unit])
-        return total + float(tables.end_gains[state])
+        return total
 
     def check_units(self, units: Sequence[str]) -> None:
         """Raises ValueError unless ``units`` are the LM's, in the same order."""
@@ -222,11 +254,19 @@ class WordLm:
         """Write ``word_lm.txt`` + ``word_lm.json`` into ``directory``; returns the word file."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        order = np.argsort(-self.log_probs, kind="stable")
-        lines = [f"{self.words[i]}\t{self.log_probs[i]:.4f}" for i in order]
+        lines = [f"{w}\t{p:.4f}" for w, p in zip(self.words, self.log_probs, strict=True)]
         (directory / WORDS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        if self.bigrams is not None:
+            b = self.bigrams
+            save_file({"prev": b.prev.astype(np.int32), "word": b.word.astype(np.int32),
+                       "log_ratio": b.log_ratio.astype(np.float16),
+                       "backoff": b.backoff.astype(np.float32)}, str(directory / BIGRAM_FILE))
+        else:
+            (directory / BIGRAM_FILE).unlink(missing_ok=True)
         header = {"format": WORD_LM_FORMAT, "version": WORD_LM_VERSION,
-                  "num_words": len(self.words), **asdict(self.header)}
+                  "num_words": len(self.words),
+                  "num_bigrams": 0 if self.bigrams is None else len(self.bigrams.prev),
+                  **asdict(self.header)}
         (directory / WORD_HEADER_FILE).write_text(json.dumps(header, indent=1) + "\n")
         return directory / WORDS_FILE
 
@@ -261,7 +301,13 @@ def load_word_lm(directory: str | Path) -> WordLm:
             raise ValueError(f"{d / WORDS_FILE} line {number}: expected word<TAB>log-prob")
         words.append(parts[0])
         log_probs.append(float(parts[1]))
-    return WordLm(header, words, log_probs)
+    bigrams = None
+    if (d / BIGRAM_FILE).is_file():
+        t = load_file(str(d / BIGRAM_FILE))
+        bigrams = WordBigrams(prev=t["prev"].astype(np.int64), word=t["word"].astype(np.int64),
+                              log_ratio=t["log_ratio"].astype(np.float32),
+                              backoff=t["backoff"].astype(np.float32))
+    return WordLm(header, words, log_probs, bigrams)
 
 
 def unigram_from_counts(counts: dict[str, float]) -> tuple[list[str], np.ndarray]:

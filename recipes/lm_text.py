@@ -1,0 +1,121 @@
+"""Text for the LMs: sources with clear licences, and the filter that keeps test material out.
+
+Sources (all offline, through Debian packages or PyPI):
+
+- WordNet 3.0 example sentences (``/work/data/text/train.txt``, the acoustic training text) and
+  WordNet 3.0 glosses (the definitions, Debian ``wordnet-base``); WordNet 3.0 licence
+  (Princeton University: free use, copying and distribution with the copyright notice kept).
+- SCOWL word list (Debian ``wamerican``, ``/usr/share/dict/american-english``): permissive
+  (Kevin Atkinson et al.; use, copy, modify, distribute and sell with the notice kept).
+- wordfreq 3.1 (PyPI ``wordfreq``): English word frequencies; code Apache-2.0, data CC BY-SA 4.0
+  (Robyn Speer et al.). The word LM's frequency column derives from it.
+
+Test material never enters LM text: every transcript under ``/work/shared/audio`` (any
+``manifest.tsv``), ``/work/data/text/heldout_*.txt``; no text of Jane Austen's "Sense and
+Sensibility" nor the JFK inaugural address is used as a source. `ExclusionFilter` additionally
+drops every sentence that shares any 6-word sequence with those transcripts or held-out files
+(or equals a shorter one).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from recipes.text import normalize
+
+AUDIO_ROOT = Path("/work/shared/audio")
+TEXT_DIR = Path("/work/data/text")
+WORDNET_DIR = Path("/usr/share/wordnet")
+DICT_WORDS = Path("/usr/share/dict/american-english")
+EXCLUDE_NGRAM = 6
+_WORD = re.compile(r"^[a-z']+$")
+
+
+@dataclass
+class ExclusionFilter:
+    """Drops sentences that overlap test material.
+
+    A sentence is excluded when it shares any ``n``-word sequence with a test text, or when a
+    test text shorter than ``n`` words equals it. Comparison is on normalised text (lowercase
+    a-z and apostrophes, single spaces).
+
+    Attributes:
+        n: the shared-sequence length that excludes (6).
+        ngrams: every n-word sequence of the test texts.
+        short: the test texts shorter than n words.
+    """
+
+    n: int = EXCLUDE_NGRAM
+    ngrams: set[tuple[str, ...]] = field(default_factory=set)
+    short: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str], n: int = EXCLUDE_NGRAM) -> ExclusionFilter:
+        """A filter against ``texts`` (raw or normalised)."""
+        excluder = cls(n=n)
+        for text in texts:
+            words = normalize(text).split()
+            if 0 < len(words) < n:
+                excluder.short.add(" ".join(words))
+            excluder.ngrams.update(_ngrams(words, n))
+        return excluder
+
+    def allows(self, sentence: str) -> bool:
+        """Whether ``sentence`` shares nothing with the test texts."""
+        words = normalize(sentence).split()
+        if " ".join(words) in self.short:
+            return False
+        return not any(gram in self.ngrams for gram in _ngrams(words, self.n))
+
+    def filter(self, sentences: Sequence[str]) -> tuple[list[str], int]:
+        """The allowed sentences (in order) and how many were dropped."""
+        kept = [s for s in sentences if self.allows(s)]
+        return kept, len(sentences) - len(kept)
+
+
+def _ngrams(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def forbidden_texts(audio_root: Path = AUDIO_ROOT, text_dir: Path = TEXT_DIR) -> list[str]:
+    """Every test transcript: the manifests under ``audio_root`` and the held-out files."""
+    texts = []
+    for manifest in sorted(audio_root.rglob("manifest.tsv")):
+        for line in manifest.read_text(encoding="utf-8").splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 2 and parts[1].strip():
+                texts.append(parts[1])
+    for path in sorted(text_dir.glob("heldout_*.txt")):
+        texts += [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return texts
+
+
+def wordnet_glosses(wordnet_dir: Path = WORDNET_DIR, min_words: int = 3) -> list[str]:
+    """The definitions of WordNet's synsets (the gloss text outside its quoted examples, split
+    at semicolons), normalised; those with digits or fewer than ``min_words`` words dropped."""
+    out: list[str] = []
+    for pos in ("noun", "verb", "adj", "adv"):
+        for line in (wordnet_dir / f"data.{pos}").read_text(encoding="latin-1").splitlines():
+            if line.startswith(" ") or " | " not in line:
+                continue
+            gloss = re.sub(r'"[^"]*"', " ", line.split(" | ", 1)[1])
+            for part in gloss.split(";"):
+                if re.search(r"[0-9]", part):
+                    continue
+                text = normalize(re.sub(r"\([^)]*\)", " ", part))
+                if len(text.split()) >= min_words:
+                    out.append(text)
+    return out
+
+
+def dictionary_words(path: Path = DICT_WORDS) -> list[str]:
+    """The lowercase entries of a /usr/share/dict word list (a-z and apostrophes only)."""
+    words = (w.strip() for w in path.read_text(encoding="utf-8").splitlines())
+    return sorted({w for w in words if _WORD.match(w)})
