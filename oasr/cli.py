@@ -43,14 +43,20 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="1 = greedy CTC, >1 = prefix beam; default: "
                    f"{DEFAULT_LM_BEAM_SIZE} when a char LM is used (see --lm), else 1")
     g.add_argument("--lm", default="auto",
-                   help="char LM fused into beam search: auto (the model dir's char_lm.* when "
-                   "present), none, or a directory holding char_lm.safetensors + char_lm.json")
+                   help="LMs fused into beam search: auto (the model dir's char_lm.* and, when "
+                   "present, word_lm.*), none, or a directory holding char_lm.safetensors + "
+                   "char_lm.json (+ word_lm.txt + word_lm.json)")
     g.add_argument("--lm-weight", type=float, default=GpuDecoderConfig.lm_weight,
-                   help="LM weight of shallow fusion (beam search with an LM only)")
+                   help="char LM weight of shallow fusion (beam search with an LM only); "
+                   "default: the value tuned with the LM files")
     g.add_argument("--lm-unit-bonus", type=float, default=GpuDecoderConfig.lm_unit_bonus,
-                   help="score added per emitted unit when an LM is used")
+                   help="score added per emitted unit when an LM is used; default: tuned")
     g.add_argument("--lm-word-bonus", type=float, default=GpuDecoderConfig.lm_word_bonus,
                    help="score added per word boundary when an LM is used")
+    g.add_argument("--lm-word-weight", type=float, default=GpuDecoderConfig.word_lm_weight,
+                   help="word LM weight (with a word_lm.*); default: tuned")
+    g.add_argument("--lm-oov-penalty", type=float, default=GpuDecoderConfig.word_oov_penalty,
+                   help="penalty per word outside the word LM's lexicon; default: tuned")
     g.add_argument("--second-pass", choices=("whisper", "none"), default="whisper",
                    help="re-decode each finished segment with Whisper tiny.en for accurate finals")
     g.add_argument("--threads", type=int, default=None,
@@ -88,7 +94,9 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         max_num_blocks=args.max_num_blocks,
         decoder=GpuDecoderConfig(beam_size=beam_size, lm_weight=args.lm_weight,
                                  lm_unit_bonus=args.lm_unit_bonus,
-                                 lm_word_bonus=args.lm_word_bonus),
+                                 lm_word_bonus=args.lm_word_bonus,
+                                 word_lm_weight=args.lm_word_weight,
+                                 word_oov_penalty=args.lm_oov_penalty),
         lm=args.lm,
         num_threads=args.threads,
         second_pass=args.second_pass,
