@@ -33,11 +33,20 @@ the size; a per-word bonus did not help; beam 4 / 6 / 8 / 12 / 16 + LM gave 30.4
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+from recipes.lm_text import WordLmConfig
+
+if TYPE_CHECKING:
+    from oasr.decoding import GpuDecoderConfig
 
 LM_DIR = Path("/work/data/lm")
 TRAIN_TEXT = Path("/work/data/text/train.txt")
@@ -84,38 +93,101 @@ def wordnet_lemmas(wordnet_dir: Path = Path("/usr/share/wordnet")) -> list[str]:
     return sorted(lemmas)
 
 
-def build(order: int, min_context_count: int, smoothing: str, with_lemmas: bool,
-          out: Path, text: Path = TRAIN_TEXT) -> Path:
-    """Build the LM from ``text`` (+ WordNet lemmas) and write it to ``out``."""
-    from oasr.lm import LmBuildConfig, build_char_lm, encode_sentences
-    from oasr.models.bundled import BUNDLED_UNITS
+def lm_sentences(text: Path = TRAIN_TEXT, with_lemmas: bool = False,
+                 with_glosses: bool = False) -> tuple[list[str], str]:
+    """The LM text (``text`` + optional WordNet lemmas and glosses) with every sentence that
+    overlaps test material removed (`recipes.lm_text.ExclusionFilter`), and its provenance."""
+    from recipes.lm_text import ExclusionFilter, forbidden_texts, wordnet_glosses
 
     texts = read_lines(text)
     source = f"{text.name}: {len(texts)} WordNet example sentences"
+    if with_glosses:
+        glosses = wordnet_glosses()
+        texts += glosses
+        source += f" + {len(glosses)} WordNet glosses"
     if with_lemmas:
         lemmas = wordnet_lemmas()
         texts += lemmas
         source += f" + {len(lemmas)} WordNet lemmas"
+    texts, dropped = ExclusionFilter.from_texts(forbidden_texts()).filter(texts)
+    source += (f" (WordNet 3.0 licence, Princeton University); {dropped} sentences sharing a "
+               "6-word sequence with test transcripts removed")
+    return texts, source
+
+
+def build(order: int, min_context_count: int, smoothing: str, with_lemmas: bool,
+          out: Path, text: Path = TRAIN_TEXT, with_glosses: bool = False) -> Path:
+    """Build the char LM from ``text`` (+ WordNet lemmas / glosses) and write it to ``out``."""
+    from oasr.lm import LmBuildConfig, build_char_lm, encode_sentences
+    from oasr.models.bundled import BUNDLED_UNITS
+
+    texts, source = lm_sentences(text, with_lemmas, with_glosses)
     config = LmBuildConfig(order=order, smoothing=smoothing, min_context_count=min_context_count,
-                           text=f"{source} (WordNet 3.0 licence, Princeton University)")
+                           text=source)
     lm = build_char_lm(encode_sentences(texts, BUNDLED_UNITS), BUNDLED_UNITS, config)
     path = lm.save(out)
     print(f"{path}: order {order}, {lm.num_states} states, {path.stat().st_size / 1e6:.2f} MB")
     return path
 
 
+def build_words(config: WordLmConfig, out: Path, text: Path = TRAIN_TEXT,
+                with_glosses: bool = False) -> Path:
+    """Build the word LM (lexicon unigram + optional bigrams) and write it to ``out``."""
+    from oasr.models.bundled import BUNDLED_UNITS
+    from recipes.lm_text import build_word_lm
+
+    texts, source = lm_sentences(text, False, with_glosses)
+    lm = build_word_lm(BUNDLED_UNITS, texts, config)
+    lm = type(lm)(dataclasses.replace(lm.header, text=f"{lm.header.text}; LM text: {source}"),
+                  lm.words, lm.log_probs, lm.bigrams)
+    path = lm.save(out)
+    size = sum(f.stat().st_size for f in out.glob("word_lm.*")) / 1e6
+    print(f"{path}: {len(lm.words)} words, {lm.num_states} trie states, "
+          f"{0 if lm.bigrams is None else len(lm.bigrams.prev)} bigrams, {size:.2f} MB")
+    return path
+
+
+@dataclass(frozen=True)
+class FusionSettings:
+    """The fusion knobs of a decode (see `GpuDecoderConfig`)."""
+
+    lm_weight: float = 1.0
+    unit_bonus: float = 2.0
+    word_bonus: float = 0.0
+    word_weight: float = 0.0
+    oov_penalty: float = 0.0
+    blank_penalty: float = 0.0
+
+    def decoder_config(self, beam: int) -> GpuDecoderConfig:
+        from oasr.decoding import GpuDecoderConfig
+
+        return GpuDecoderConfig(beam_size=beam, lm_weight=self.lm_weight,
+                                lm_unit_bonus=self.unit_bonus, lm_word_bonus=self.word_bonus,
+                                word_lm_weight=self.word_weight,
+                                word_oov_penalty=self.oov_penalty,
+                                blank_penalty=self.blank_penalty)
+
+
+# Tuned on heldout_sentences (see the module docstring): the char LM alone, and char + word.
+CHAR_SETTINGS = FusionSettings(lm_weight=1.0, unit_bonus=2.0)
+WORD_SETTINGS = FusionSettings(lm_weight=1.0, unit_bonus=2.0, word_weight=0.3, oov_penalty=5.0)
+
+
 def decode_set(rows: list, beam: int, lm: object | None = None, lm_weight: float = 0.0,
-               unit_bonus: float = 0.0, word_bonus: float = 0.0) -> tuple[float, float]:
-    """(WER, CER) of one dumped set: greedy (beam 1) or beam search, with an optional LM; all
-    utterances in one batched decoder call."""
-    from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
+               unit_bonus: float = 0.0, word_bonus: float = 0.0,
+               settings: FusionSettings | None = None) -> tuple[float, float]:
+    """(WER, CER) of one dumped set: greedy (beam 1) or beam search, with an optional LM
+    (`CharNgramLm` or `DecoderLm`); all utterances in one batched decoder call. ``settings``
+    replaces the three weights when given."""
+    from oasr.decoding import GpuStreamingDecoder
     from oasr.decoding.tokenizer import CharTokenizer
     from oasr.metrics import ErrorCounts
     from oasr.models.bundled import BUNDLED_UNITS
 
-    config = GpuDecoderConfig(beam_size=beam, lm_weight=lm_weight, lm_unit_bonus=unit_bonus,
-                              lm_word_bonus=word_bonus)
-    decoder = GpuStreamingDecoder(config, CharTokenizer.from_units(list(BUNDLED_UNITS)),
+    if settings is None:
+        settings = FusionSettings(lm_weight, unit_bonus, word_bonus)
+    decoder = GpuStreamingDecoder(settings.decoder_config(beam),
+                                  CharTokenizer.from_units(list(BUNDLED_UNITS)),
                                   device="cpu", lm=lm if beam > 1 else None)  # type: ignore[arg-type]
     lengths = torch.tensor([len(lp) for _, lp, _ in rows])
     padded = torch.nn.utils.rnn.pad_sequence([lp for _, lp, _ in rows], batch_first=True)
@@ -128,10 +200,11 @@ def decode_set(rows: list, beam: int, lm: object | None = None, lm_weight: float
 
 
 def measure_cost(rows: list, lm: object, num_streams: int = 64, chunk: int = 32,
-                 num_steps: int = 8, rounds: int = 5,
-                 beams: tuple[int, ...] = (4, 8, 16)) -> dict[str, float]:
+                 num_steps: int = 8, rounds: int = 5, beams: tuple[int, ...] = (4, 8, 16),
+                 word_lm: object | None = None) -> dict[str, float]:
     """Median milliseconds of one engine decode step (``decode_streams`` + ``partials``) of
-    ``num_streams`` pooled streams x ``chunk`` frames: greedy, each beam, each beam + LM.
+    ``num_streams`` pooled streams x ``chunk`` frames: greedy, each beam, each beam + LM
+    (and each beam + ``word_lm``, a `DecoderLm` with a word LM, at `WORD_SETTINGS`).
 
     Configurations take turns within each round, so a busy machine slows them alike.
     """
@@ -147,15 +220,18 @@ def measure_cost(rows: list, lm: object, num_streams: int = 64, chunk: int = 32,
         long_rows += [lp.repeat(-(-frames // len(lp)), 1) for _, lp, _ in rows]
     log_probs = torch.stack([lp[:frames] for lp in long_rows[:num_streams]])  # (B, T, V)
     tokenizer = CharTokenizer.from_units(list(BUNDLED_UNITS))
-    setups: dict[str, tuple[int, object]] = {"greedy": (1, None)}
+    setups: dict[str, tuple[GpuDecoderConfig, object]] = {
+        "greedy": (GpuDecoderConfig(beam_size=1), None)}
     for beam in beams:
-        setups[f"beam{beam}"] = (beam, None)
-        setups[f"beam{beam}+lm"] = (beam, lm)
+        setups[f"beam{beam}"] = (GpuDecoderConfig(beam_size=beam), None)
+        setups[f"beam{beam}+lm"] = (CHAR_SETTINGS.decoder_config(beam), lm)
+        if word_lm is not None:
+            setups[f"beam{beam}+lm+words"] = (WORD_SETTINGS.decoder_config(beam), word_lm)
     times: dict[str, list[float]] = {name: [] for name in setups}
     for _ in range(rounds):
-        for name, (beam, model) in setups.items():
-            decoder = GpuStreamingDecoder(GpuDecoderConfig(beam_size=beam), tokenizer,
-                                          device="cpu", lm=model)  # type: ignore[arg-type]
+        for name, (config, model) in setups.items():
+            decoder = GpuStreamingDecoder(config, tokenizer, device="cpu",
+                                          lm=model)  # type: ignore[arg-type]
             states = [decoder.create_state(1, log_probs.shape[-1]) for _ in range(num_streams)]
             for step in range(num_steps):
                 start = time.perf_counter()
@@ -165,89 +241,139 @@ def measure_cost(rows: list, lm: object, num_streams: int = 64, chunk: int = 32,
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def tune(dump: Path, lm_dir: Path, beams: tuple[int, ...], weights: tuple[float, ...],
-         unit_bonuses: tuple[float, ...], word_bonuses: tuple[float, ...]) -> list[dict]:
-    """WER / CER of every (beam, weight, unit bonus, word bonus) on heldout_sentences only,
-    best first."""
-    from oasr.lm import load_char_lm
+def tune(dump: Path, lm_dir: Path, beams: tuple[int, ...], grid: dict[str, tuple[float, ...]],
+         samples: int = 0, seed: int = 0) -> list[dict]:
+    """WER / CER of every beam x combination of ``grid`` (`FusionSettings` field -> values)
+    on heldout_sentences only (``samples`` > 0: that many random combinations), best first."""
+    import itertools
+    import random
+
+    from oasr.lm import load_decoder_lm
 
     rows = torch.load(dump, weights_only=False)["sets"]["heldout_sentences"]
-    lm = load_char_lm(lm_dir)
+    lm = load_decoder_lm(lm_dir)
+    names = list(grid)
+    combos = list(itertools.product(beams, *(grid[n] for n in names)))
+    if samples:
+        combos = random.Random(seed).sample(combos, min(samples, len(combos)))
     results = []
-    for beam in beams:
-        for weight in weights:
-            for unit_bonus in unit_bonuses:
-                for word_bonus in word_bonuses:
-                    wer, cer = decode_set(rows, beam, lm, weight, unit_bonus, word_bonus)
-                    results.append({"beam": beam, "lm_weight": weight, "unit_bonus": unit_bonus,
-                                    "word_bonus": word_bonus, "wer": wer, "cer": cer})
-                    print(json.dumps(results[-1]), flush=True)
+    for beam, *values in combos:
+        settings = FusionSettings(**dict(zip(names, values, strict=True)))
+        wer, cer = decode_set(rows, int(beam), lm, settings=settings)
+        results.append({"beam": int(beam), **dataclasses.asdict(settings), "wer": wer, "cer": cer})
+        print(json.dumps(results[-1]), flush=True)
     return sorted(results, key=lambda r: (r["wer"], r["cer"]))
 
 
-def report(dump: Path, lm_dir: Path, beam: int, weight: float, unit_bonus: float,
-           word_bonus: float) -> str:
-    """Markdown table: greedy / beam / beam + LM WER (CER) on every dumped set."""
-    from oasr.lm import load_char_lm
+def report(dump: Path, char_dir: Path, lm_dir: Path, beam: int,
+           settings: FusionSettings) -> str:
+    """Markdown table: greedy / beam / beam + char LM (``char_dir`` at `CHAR_SETTINGS`) /
+    beam + char + word LM (``lm_dir`` at ``settings``) WER (CER) on every dumped set."""
+    from oasr.lm import load_char_lm, load_decoder_lm
 
     payload = torch.load(dump, weights_only=False)
-    lm = load_char_lm(lm_dir)
-    lines = [f"checkpoint {payload['ckpt']} step {payload['step']}, chunk 32 streaming; LM "
-             f"{lm_dir} (lm_weight {weight}, unit bonus {unit_bonus}, word bonus {word_bonus})",
-             "", f"| set | utts | greedy | beam {beam} | beam {beam} + LM |", "|---|---|---|---|---|"]
+    char, both = load_char_lm(char_dir), load_decoder_lm(lm_dir)
+    lines = [f"checkpoint {payload['ckpt']} step {payload['step']}, chunk 32 streaming; char "
+             f"LM {char_dir} at {CHAR_SETTINGS}; char + word LM {lm_dir} at {settings}", "",
+             f"| set | utts | greedy | beam {beam} | beam {beam} + char LM | beam {beam} + "
+             "char + word LM |", "|---|---|---|---|---|---|"]
     for name in SETS:
         rows = payload["sets"][name]
         cells = [decode_set(rows, 1), decode_set(rows, beam),
-                 decode_set(rows, beam, lm, weight, unit_bonus, word_bonus)]
+                 decode_set(rows, beam, char, settings=CHAR_SETTINGS),
+                 decode_set(rows, beam, both, settings=settings)]
         text = " | ".join(f"{wer:.1f} ({cer:.1f})" for wer, cer in cells)
         lines.append(f"| {name} | {len(rows)} | {text} |")
     return "\n".join(lines)
+
+
+def package(lm_dir: Path, out: Path, model_dir: Path | None = None) -> Path:
+    """A model directory the engine loads with ``--lm auto``: the model's files (the bundled
+    model by default) + the char and word LM files of ``lm_dir``."""
+    from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+
+    source = DEFAULT_MODEL_DIR if model_dir is None else model_dir
+    out.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if item.is_file() and not item.name.startswith(("char_lm.", "word_lm.")):
+            shutil.copy(item, out / item.name)
+    for item in sorted(lm_dir.glob("char_lm.*")) + sorted(lm_dir.glob("word_lm.*")):
+        shutil.copy(item, out / item.name)
+    return out
 
 
 def floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(","))
 
 
+def settings_from(args: argparse.Namespace) -> FusionSettings:
+    return FusionSettings(*(float(getattr(args, f.name)) for f in dataclasses.fields(FusionSettings)))
+
+
+def add_settings_arguments(p: argparse.ArgumentParser) -> None:
+    """The fusion knobs (comma lists for tune); defaults: `WORD_SETTINGS`."""
+    for f in dataclasses.fields(FusionSettings):
+        p.add_argument(f"--{f.name.replace('_', '-')}", default=str(getattr(WORD_SETTINGS, f.name)))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="stage", required=True)
-    b = sub.add_parser("build", help="build the LM from the training text")
+    b = sub.add_parser("build", help="build the char LM from the training text")
     b.add_argument("--order", type=int, default=6)
     b.add_argument("--min-context-count", type=int, default=2)
     b.add_argument("--smoothing", default="kneser_ney", choices=("kneser_ney", "witten_bell"))
     b.add_argument("--lemmas", action="store_true", help="add WordNet lemmas to the text")
+    b.add_argument("--glosses", action="store_true", help="add WordNet glosses to the text")
     b.add_argument("--out", type=Path, default=LM_DIR / "char_lm")
+    w = sub.add_parser("words", help="build the word LM (lexicon unigram + bigrams)")
+    for f in dataclasses.fields(WordLmConfig):
+        w.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
+                       type=(lambda x: x.lower() in ("1", "true", "yes")) if f.type == "bool"
+                       else type(f.default))
+    w.add_argument("--glosses", action="store_true", help="add WordNet glosses to the text")
+    w.add_argument("--out", type=Path, default=LM_DIR / "char_lm")
     d = sub.add_parser("dump", help="chunk-32 log-probs of a checkpoint on the test sets")
     d.add_argument("--ckpt", type=Path, required=True, help="a copy of a training .pt")
     d.add_argument("--out", type=Path, default=LM_DIR / "logprobs.pt")
+    k = sub.add_parser("package", help="a model dir with the LM files (--lm auto loads them)")
+    k.add_argument("--lm", type=Path, required=True)
+    k.add_argument("--out", type=Path, required=True)
     for name in ("tune", "report", "cost"):
         p = sub.add_parser(name)
         p.add_argument("--dump", type=Path, default=LM_DIR / "logprobs.pt")
         p.add_argument("--lm", type=Path, default=LM_DIR / "char_lm")
-        p.add_argument("--beam", default="16")
-        p.add_argument("--lm-weight", default="1.0")  # defaults: the tuned settings
-        p.add_argument("--unit-bonus", default="2.0")
-        p.add_argument("--word-bonus", default="0.0")
+        p.add_argument("--char-lm", type=Path, default=LM_DIR / "char_lm")
+        p.add_argument("--beam", default="8")
+        p.add_argument("--samples", type=int, default=0)
+        add_settings_arguments(p)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.time()
     if args.stage == "build":
-        build(args.order, args.min_context_count, args.smoothing, args.lemmas, args.out)
+        build(args.order, args.min_context_count, args.smoothing, args.lemmas, args.out,
+              with_glosses=args.glosses)
+    elif args.stage == "words":
+        config = WordLmConfig(**{f.name: getattr(args, f.name)
+                                 for f in dataclasses.fields(WordLmConfig)})
+        build_words(config, args.out, with_glosses=args.glosses)
     elif args.stage == "dump":
         dump_log_probs(args.ckpt, args.out)
+    elif args.stage == "package":
+        print(package(args.lm, args.out))
     elif args.stage == "tune":
-        best = tune(args.dump, args.lm, tuple(int(x) for x in args.beam.split(",")),
-                    floats(args.lm_weight), floats(args.unit_bonus), floats(args.word_bonus))
+        grid = {f.name: floats(getattr(args, f.name)) for f in dataclasses.fields(FusionSettings)}
+        best = tune(args.dump, args.lm, tuple(int(x) for x in args.beam.split(",")), grid,
+                    args.samples)
         print("best:", json.dumps(best[:5], indent=1))
     elif args.stage == "report":
-        print(report(args.dump, args.lm, int(args.beam), float(args.lm_weight),
-                     float(args.unit_bonus), float(args.word_bonus)))
+        print(report(args.dump, args.char_lm, args.lm, int(args.beam), settings_from(args)))
     else:
-        from oasr.lm import load_char_lm
+        from oasr.lm import load_char_lm, load_decoder_lm
 
         sets = torch.load(args.dump, weights_only=False)["sets"]
         costs = measure_cost(sets["heldout_sentences"] + sets["heldout_voices"],
-                             load_char_lm(args.lm))
+                             load_char_lm(args.char_lm), word_lm=load_decoder_lm(args.lm))
         for name, ms in costs.items():
             print(f"{name}: {ms:.1f} ms per step of 64 streams x 32 frames, "
                   f"{ms / costs['greedy']:.1f}x greedy")

@@ -20,10 +20,14 @@ drops every sentence that shares any 6-word sequence with those transcripts or h
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oasr.lm import WordLm, WordLmHeader
+from oasr.lm.bigram import estimate_bigrams
+from oasr.lm.word import unigram_from_counts
 from recipes.text import normalize
 
 AUDIO_ROOT = Path("/work/shared/audio")
@@ -119,3 +123,67 @@ def dictionary_words(path: Path = DICT_WORDS) -> list[str]:
     """The lowercase entries of a /usr/share/dict word list (a-z and apostrophes only)."""
     words = (w.strip() for w in path.read_text(encoding="utf-8").splitlines())
     return sorted({w for w in words if _WORD.match(w)})
+
+
+@dataclass(frozen=True)
+class WordLmConfig:
+    """How the word LM's lexicon and unigram are made.
+
+    Attributes:
+        top_n: how many of wordfreq's most frequent English words join the lexicon.
+        corpus_share: the unigram is ``corpus_share`` x the LM text's relative word frequency
+            + the rest x wordfreq's (renormalised over the lexicon), + ``floor``.
+        floor: probability added to every lexicon word (dictionary-only words get just this).
+        with_dictionary: add the SCOWL word list (``/usr/share/dict/american-english``).
+        bigram_min_count: keep word pairs of the LM text seen this often (0: no bigrams).
+    """
+
+    top_n: int = 50_000
+    corpus_share: float = 0.8
+    floor: float = 1e-8
+    with_dictionary: bool = False
+    bigram_min_count: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.corpus_share <= 1.0:
+            raise ValueError(f"corpus_share must be in [0, 1], got {self.corpus_share}")
+        if self.top_n < 0 or self.floor <= 0 or self.bigram_min_count < 0:
+            raise ValueError(f"need top_n >= 0, floor > 0, bigram_min_count >= 0; got "
+                             f"{self.top_n}, {self.floor}, {self.bigram_min_count}")
+
+    def describe(self) -> str:
+        """Provenance and licences for the LM header."""
+        parts = [f"word frequencies: {self.corpus_share:.2f} x the LM text (WordNet 3.0 "
+                 f"licence) + {1 - self.corpus_share:.2f} x wordfreq 3.1 English, top "
+                 f"{self.top_n} words (PyPI wordfreq; data CC BY-SA 4.0, code Apache-2.0)"]
+        if self.with_dictionary:
+            parts.append("SCOWL american-english word list (Debian wamerican; permissive, "
+                         "Kevin Atkinson et al.)")
+        if self.bigram_min_count:
+            parts.append(f"bigrams of the LM text seen >= {self.bigram_min_count} times")
+        return "; ".join(parts)
+
+
+def build_word_lm(units: Sequence[str], sentences: Sequence[str],
+                  config: WordLmConfig) -> WordLm:
+    """The word LM of ``sentences`` (normalised LM text) and the configured word lists."""
+    import wordfreq
+
+    counts = Counter(w for s in sentences for w in s.split() if _WORD.match(w))
+    frequent = {w: wordfreq.word_frequency(w, "en") for w in wordfreq.top_n_list("en", config.top_n)
+                if _WORD.match(w)}
+    vocab = set(counts) | set(frequent)
+    if config.with_dictionary:
+        vocab |= set(dictionary_words())
+    corpus_total = max(1, sum(counts.values()))
+    frequent_total = sum(frequent.values()) or 1.0
+    share = config.corpus_share
+    mixed = {w: share * counts.get(w, 0) / corpus_total
+             + (1 - share) * frequent.get(w, 0.0) / frequent_total + config.floor for w in vocab}
+    words, log_probs = unigram_from_counts(mixed)
+    header = WordLmHeader.for_units(units, text=config.describe())
+    bigrams = None
+    if config.bigram_min_count:
+        bigrams = estimate_bigrams([s.split() for s in sentences], words, log_probs,
+                                   config.bigram_min_count)
+    return WordLm(header, words, log_probs, bigrams)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+# The fusion weights a decoder uses when its config leaves them None and its LM files carry
+# no tuned values (the char LM's were tuned for the bundled Whisper-CTC model).
+FUSION_FALLBACKS = {"lm_weight": 1.0, "lm_unit_bonus": 2.0, "word_lm_weight": 0.3,
+                    "word_oov_penalty": 5.0}
 
 
 @dataclass(frozen=True)
@@ -24,9 +31,11 @@ class GpuDecoderConfig:
             (and before the blank/non-blank test endpointing uses); > 0 emits more tokens.
         lm_weight: shallow fusion with a char LM given to the decoder (beam search only):
             a prefix ranks by acoustic log-prob + lm_weight * LM log-prob + bonuses. Ignored
-            without an LM; 0 with zero bonuses ranks exactly like plain beam search. The
-            defaults (1.0, unit bonus 2.0, word bonus 0) were tuned for the bundled
-            Whisper-CTC model and its order-7 char LM on held-out sentences.
+            without an LM; 0 with zero bonuses ranks exactly like plain beam search. None
+            (the default, also for the three below): the value tuned with the LM files
+            (``word_lm.json``'s "fusion"), else `FUSION_FALLBACKS` (1.0, unit bonus 2.0,
+            tuned for the bundled Whisper-CTC model and its char LM alone); the decoder
+            resolves them (`resolved`).
         lm_unit_bonus: added per emitted unit when an LM is used (counters the LM's bias
             towards short outputs).
         lm_word_bonus: added per word boundary unit emitted when an LM is used.
@@ -46,11 +55,11 @@ class GpuDecoderConfig:
     top_k: int | None = None
     min_token_log_prob: float | None = None
     blank_penalty: float = 0.0
-    lm_weight: float = 1.0
-    lm_unit_bonus: float = 2.0
+    lm_weight: float | None = None
+    lm_unit_bonus: float | None = None
     lm_word_bonus: float = 0.0
-    word_lm_weight: float = 0.3
-    word_oov_penalty: float = 5.0
+    word_lm_weight: float | None = None
+    word_oov_penalty: float | None = None
     initial_token_capacity: int = 64
 
     def __post_init__(self) -> None:
@@ -72,15 +81,23 @@ class GpuDecoderConfig:
             )
         if self.blank_penalty < 0.0:
             raise ValueError(f"blank_penalty must be >= 0, got {self.blank_penalty}")
-        if self.lm_weight < 0.0:
-            raise ValueError(f"lm_weight must be >= 0, got {self.lm_weight}")
-        if self.word_lm_weight < 0.0 or self.word_oov_penalty < 0.0:
-            raise ValueError(f"word_lm_weight and word_oov_penalty must be >= 0, got "
-                             f"{self.word_lm_weight} and {self.word_oov_penalty}")
+        for name in ("lm_weight", "word_lm_weight", "word_oov_penalty"):
+            value = getattr(self, name)
+            if value is not None and value < 0.0:
+                raise ValueError(f"{name} must be >= 0 (or None: the LM's tuned value), "
+                                 f"got {value}")
         if self.initial_token_capacity < 1:
             raise ValueError(
                 f"initial_token_capacity must be >= 1, got {self.initial_token_capacity}"
             )
+
+    def resolved(self, tuned: Mapping[str, float] | None = None) -> GpuDecoderConfig:
+        """This config with every None fusion weight set: from ``tuned`` (an LM's tuned
+        values), else `FUSION_FALLBACKS`."""
+        tuned = tuned or {}
+        values: dict[str, Any] = {name: tuned.get(name, fallback) for name, fallback in FUSION_FALLBACKS.items()
+                  if getattr(self, name) is None}
+        return replace(self, **values) if values else self
 
     @property
     def is_greedy(self) -> bool:

@@ -105,19 +105,22 @@ class GpuStreamingDecoder:
                 f"tokenizer blank id {tokenizer.blank_id} != "
                 f"config.blank_id {self._config.blank_id}"
             )
-        cfg = self._config
         self._fusion: LmFusion | None = None
-        if lm is not None:
+        if lm is None:
+            self._config = self._config.resolved()
+        else:
             from oasr.lm import as_decoder_lm
 
-            if cfg.is_greedy:
+            if self._config.is_greedy:
                 raise ValueError("a char LM needs beam search: set beam_size > 1 (or drop the LM)")
             lm = as_decoder_lm(lm)
+            self._config = cfg = self._config.resolved(lm.fusion_defaults)
             units = lm.units
             if lm.blank_id != cfg.blank_id:
                 raise ValueError(f"LM blank id {lm.blank_id} != config.blank_id {cfg.blank_id}")
             boundary = units.index(WORD_BOUNDARY) if WORD_BOUNDARY in units else None
             self._fusion = LmFusion.build(lm, cfg, self.device, boundary)
+        cfg = self._config
         self._rows = StateRows(cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id,
                                self.device)
         # Bumped by every call that changes a state; the frame stats a read-back brought to

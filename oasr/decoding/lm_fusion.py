@@ -51,6 +51,9 @@ class LmFusion:
         from oasr.lm import as_decoder_lm
 
         both = as_decoder_lm(lm)
+        config = config.resolved(both.fusion_defaults)
+        assert config.lm_weight is not None and config.lm_unit_bonus is not None
+        assert config.word_lm_weight is not None and config.word_oov_penalty is not None
         vocab = len(both.units)
         bonus = torch.full((vocab,), config.lm_unit_bonus, device=device)
         if boundary_id is not None:

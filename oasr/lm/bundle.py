@@ -43,6 +43,11 @@ class DecoderLm:
         return source.header.blank_id
 
     @property
+    def fusion_defaults(self) -> dict[str, float]:
+        """The fusion weights tuned with these LMs (the word LM header's), {} when none."""
+        return {} if self.word is None else dict(self.word.header.fusion)
+
+    @property
     def num_states(self) -> int:
         """Automaton states of both LMs together (for logs)."""
         return sum(lm.num_states for lm in (self.char, self.word) if lm is not None)
@@ -56,6 +61,11 @@ class DecoderLm:
     def to(self, device: torch.device | str) -> DecoderLm:
         """The char LM's tables on ``device`` (the word LM's are built on demand there)."""
         return DecoderLm(None if self.char is None else self.char.to(device), self.word)
+
+    def __repr__(self) -> str:
+        parts = [f"char={self.char.num_states} states" if self.char is not None else "char=None",
+                 f"word={len(self.word.words)} words" if self.word is not None else "word=None"]
+        return f"DecoderLm({', '.join(parts)})"
 
 
 def as_decoder_lm(lm: CharNgramLm | DecoderLm) -> DecoderLm:

@@ -54,6 +54,9 @@ class WordLmHeader:
         boundary_id: the word boundary unit (closes a word).
         end_id: the sentence start / end unit (closes a word like the boundary).
         text: where the words and their frequencies came from, with licences.
+        fusion: the decoder fusion weights tuned with this LM, as (name, value) pairs of
+            `GpuDecoderConfig` fields (``lm_weight``, ``lm_unit_bonus``, ``word_lm_weight``,
+            ``word_oov_penalty``); a decoder whose config leaves them None uses these.
     """
 
     units: tuple[str, ...]
@@ -61,6 +64,7 @@ class WordLmHeader:
     boundary_id: int
     end_id: int
     text: str
+    fusion: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("blank_id", "boundary_id", "end_id"):
@@ -68,7 +72,8 @@ class WordLmHeader:
                 raise ValueError(f"{name} {getattr(self, name)} outside {len(self.units)} units")
 
     @classmethod
-    def for_units(cls, units: Sequence[str], text: str = "") -> WordLmHeader:
+    def for_units(cls, units: Sequence[str], text: str = "",
+                  fusion: dict[str, float] | None = None) -> WordLmHeader:
         """A header for ``units`` (they must hold ``<blank>``, the boundary and ``<sos/eos>``)."""
         units = tuple(units)
         for name in ("<blank>", WORD_BOUNDARY, "<sos/eos>"):
@@ -76,7 +81,7 @@ class WordLmHeader:
                 raise ValueError(f"units must contain {name!r} (got {len(units)} units)")
         return cls(units=units, blank_id=units.index("<blank>"),
                    boundary_id=units.index(WORD_BOUNDARY), end_id=units.index("<sos/eos>"),
-                   text=text)
+                   text=text, fusion=tuple(sorted((fusion or {}).items())))
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,7 @@ class WordLm:
         header = {"format": WORD_LM_FORMAT, "version": WORD_LM_VERSION,
                   "num_words": len(self.words),
                   "num_bigrams": 0 if self.bigrams is None else len(self.bigrams.prev),
-                  **asdict(self.header)}
+                  **asdict(self.header), "fusion": dict(self.header.fusion)}
         (directory / WORD_HEADER_FILE).write_text(json.dumps(header, indent=1) + "\n")
         return directory / WORDS_FILE
 
@@ -293,7 +298,9 @@ def load_word_lm(directory: str | Path) -> WordLm:
                          f"{raw.get('version')!r}, expected {WORD_LM_FORMAT!r} {WORD_LM_VERSION}")
     header = WordLmHeader(units=tuple(raw["units"]), blank_id=int(raw["blank_id"]),
                           boundary_id=int(raw["boundary_id"]), end_id=int(raw["end_id"]),
-                          text=str(raw["text"]))
+                          text=str(raw["text"]),
+                          fusion=tuple(sorted((str(k), float(v))
+                                              for k, v in raw.get("fusion", {}).items())))
     words, log_probs = [], []
     for number, line in enumerate((d / WORDS_FILE).read_text(encoding="utf-8").splitlines(), 1):
         parts = line.split("\t")

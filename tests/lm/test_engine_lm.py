@@ -64,11 +64,33 @@ def test_cli_flags_reach_the_config() -> None:
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser)
     args = parser.parse_args(["--beam-size", "8", "--lm", "none", "--lm-weight", "0.9",
-                              "--lm-unit-bonus", "1.5", "--lm-word-bonus", "0.5"])
+                              "--lm-unit-bonus", "1.5", "--lm-word-bonus", "0.5",
+                              "--lm-word-weight", "0.4", "--lm-oov-penalty", "2.5"])
     config = engine_config_from_args(args)
     assert config.lm == "none"
-    assert (config.decoder.beam_size, config.decoder.lm_weight, config.decoder.lm_unit_bonus,
-            config.decoder.lm_word_bonus) == (8, 0.9, 1.5, 0.5)
+    d = config.decoder
+    assert (d.beam_size, d.lm_weight, d.lm_unit_bonus, d.lm_word_bonus, d.word_lm_weight,
+            d.word_oov_penalty) == (8, 0.9, 1.5, 0.5, 0.4, 2.5)
+    defaults = engine_config_from_args(parser.parse_args([])).decoder
+    assert defaults.lm_weight is None and defaults.word_lm_weight is None  # the LM's tuned
+
+
+def test_tuned_weights_travel_with_the_word_lm(model_dir, tmp_path) -> None:
+    directory = tmp_path / "tuned"
+    shutil.copytree(model_dir, directory)
+    units = tuple(build(model_dir, 4).family.tokenizer.units)
+    tuned = {"lm_weight": 0.5, "lm_unit_bonus": 1.5, "word_lm_weight": 0.4,
+             "word_oov_penalty": 1.0}
+    WordLm(WordLmHeader.for_units(units, fusion=tuned), ["a"], [0.0]).save(directory)
+    config = build(directory, 4).ctc.decoder.config
+    assert (config.lm_weight, config.lm_unit_bonus, config.word_lm_weight,
+            config.word_oov_penalty) == (0.5, 1.5, 0.4, 1.0)
+    explicit = EngineConfig(model=str(directory), device="cpu", max_batch_size=2,
+                            max_num_blocks=8, endpoint=None,
+                            decoder=GpuDecoderConfig(beam_size=4, lm_weight=0.9))
+    config = StreamResources.build(explicit).ctc.decoder.config
+    assert (config.lm_weight, config.word_lm_weight) == (0.9, 0.4)  # explicit wins
+    assert build(model_dir, 4).ctc.decoder.config.lm_weight == 1.0  # char LM alone: fallback
 
 
 def test_default_beam_is_8_with_an_lm_else_greedy(model_dir, tmp_path) -> None:

@@ -7,9 +7,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from oasr.lm import has_char_lm, load_char_lm
+from oasr.lm import has_char_lm, has_word_lm, load_char_lm, load_decoder_lm
 from oasr.models.bundled import BUNDLED_UNITS
-from recipes.lm_build import build, decode_set, measure_cost, wordnet_lemmas
+from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+from recipes.lm_build import (
+    FusionSettings,
+    build,
+    build_words,
+    decode_set,
+    measure_cost,
+    package,
+    wordnet_lemmas,
+)
+from recipes.lm_text import WordLmConfig
 
 UNITS = list(BUNDLED_UNITS)
 
@@ -67,3 +77,26 @@ def test_measure_cost_times_every_setup(lm_dir: Path) -> None:
                          rounds=1, beams=(4, 8))
     assert set(costs) == {"greedy", "beam4", "beam8", "beam4+lm", "beam8+lm"}
     assert all(ms > 0 for ms in costs.values())
+
+
+def test_build_words_then_package_a_model_dir(lm_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("wordfreq")
+    build_words(WordLmConfig(top_n=200, bigram_min_count=1), lm_dir, text=lm_dir / "text.txt")
+    assert has_word_lm(lm_dir)
+    out = package(lm_dir, tmp_path / "model", DEFAULT_MODEL_DIR)
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    both = load_decoder_lm(out)
+    assert both.char is not None and both.word is not None
+    assert "cat" in both.word.words and "the" in both.word.words  # LM text + wordfreq
+    assert "wordfreq" in both.word.header.text and "6-word" in both.word.header.text
+    assert both.word.bigrams is not None and len(both.word.bigrams.prev) > 0
+
+
+def test_decode_set_with_word_settings(lm_dir: Path) -> None:
+    pytest.importorskip("wordfreq")
+    build_words(WordLmConfig(top_n=200), lm_dir, text=lm_dir / "text.txt")
+    rows = [("u1", spelled({"k": 0.55, "c": 0.4}), "cat")]
+    words_only = FusionSettings(lm_weight=0.0, unit_bonus=0.0, word_weight=0.0, oov_penalty=3.0)
+    assert decode_set(rows, 4, load_decoder_lm(lm_dir), settings=words_only)[0] == 0.0
+    assert decode_set(rows, 4, load_decoder_lm(lm_dir),
+                      settings=FusionSettings(0.0, 0.0))[0] == 100.0
