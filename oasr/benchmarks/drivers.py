@@ -149,13 +149,14 @@ class DenseLoop:
                  device: torch.device | None = None, dtype: torch.dtype | None = None,
                  int8: bool = False) -> None:
         self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        default = torch.float16 if self.device.type == "cuda" else torch.float32
-        self.dtype = dtype or default
-        if int8:  # a quantized copy: the engine's copy is quantized the same way
-            self.model = copy.deepcopy(bench.model).to(self.device, self.dtype).eval()
+        # None: what the engine's dtype "auto" picks for this model on this device
+        self.dtype = dtype or EngineConfig().resolve_dtype(self.device, bench.family_name)
+        model = bench.model
+        if int8 or next(model.parameters()).dtype != self.dtype:
+            model = copy.deepcopy(model)  # never cast (and round) the shared model in place
+        self.model = model.to(self.device, self.dtype).eval()
+        if int8:  # quantized the way the engine quantizes its copy
             family_for(self.model).quantize_int8()
-        else:
-            self.model = bench.model.to(self.device, self.dtype).eval()
         self.frame_seconds = bench.frame_seconds
         self.dense = dense_model_for(self.model, bench.family_name, bench.chunk_size,
                                      num_left_chunks)

@@ -61,7 +61,8 @@ def kv_bytes(bench: BenchModel, num_left_chunks: int = 4, device: str = "auto") 
     config = bench_engine_config(2, 4, num_left_chunks, device=device)
     dev = config.resolve_device()
     cache = config.build_cache_config(bench.family.kv_geometry(), dev,
-                                      config.resolve_dtype(dev), bench.chunk_size)
+                                      config.resolve_dtype(dev, bench.family_name),
+                                      bench.chunk_size)
     element = torch.empty((), dtype=cache.dtype).element_size()
     per_frame = 2 * cache.num_layers * cache.n_kv_head * cache.head_dim * element
     per_block = bytes_per_kv_block(cache)

@@ -52,7 +52,7 @@ def measure_throughput(bench: BenchModel, audio_dir: Path, num_streams: int, war
     engine = EngineDriver(bench, speech, config)
     torch_device = config.resolve_device()
     dense = DenseLoop(bench, speech, device=torch_device,
-                      dtype=config.resolve_dtype(torch_device),
+                      dtype=config.resolve_dtype(torch_device, bench.family_name),
                       int8=config.resolve_int8(torch_device, bench.family_name))
     for _ in range(warmup):
         engine.step()

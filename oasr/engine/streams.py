@@ -62,17 +62,21 @@ class StreamResources:
             ValueError: a chunk longer than the model's position limit.
         """
         device = config.resolve_device()
-        dtype = config.resolve_dtype(device)
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
         retain_freed_host_memory()  # step buffers stay mapped between steps (host_memory.py)
+        given = model is not None
         if model is None:
             model = load_model(config.model)
-        elif config.resolve_int8(device, family_for(model).name):
-            model = copy.deepcopy(model)  # quantizing in place would change the caller's model
+        family_name = family_for(model).name
+        dtype = config.resolve_dtype(device, family_name)
+        int8 = config.resolve_int8(device, family_name)
+        if given and (int8 or next(model.parameters()).dtype != dtype):
+            model = copy.deepcopy(model)  # casting or quantizing in place would change (and
+            # round) the caller's model
         model = model.to(device=device, dtype=dtype).eval()
         family = family_for(model)
-        if config.resolve_int8(device, family.name):
+        if int8:
             family.quantize_int8()
         chunk = config.resolve_chunk_size(family.default_chunk_size)
         limit = family.max_positions
@@ -95,7 +99,7 @@ class StreamResources:
             "engine: %s (%s) on %s/%s%s, %d slots, chunk %d frames, %d blocks of %d frames "
             "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, char LM: %s",
             type(model).__name__, family.name, device, dtype,
-            " + int8 linears" if config.resolve_int8(device, family.name) else "",
+            " + int8 linears" if int8 else "",
             cache_config.max_batch_size,
             chunk, cache_config.max_num_blocks, cache_config.block_size_frames,
             pool.k_pool.nbytes * 2 / 2**20, cache_config.max_stream_frames,

@@ -22,8 +22,8 @@ def test_engine_and_dense_loop_decode_the_same_audio_to_the_same_text(
         family_fixture: str, audio_dir: Path, request: pytest.FixtureRequest) -> None:
     tiny: BenchModel = request.getfixturevalue(family_fixture)
     speech = load_speech(audio_dir, 3, 4.0)
-    engine = EngineDriver(tiny, speech, bench_engine_config(3, 8, device="cpu"))
-    dense = DenseLoop(tiny, speech, device=torch.device("cpu"))
+    engine = EngineDriver(tiny, speech, bench_engine_config(3, 8, device="cpu", dtype="float32"))
+    dense = DenseLoop(tiny, speech, device=torch.device("cpu"), dtype=torch.float32)
     assert engine.step() == 0.0  # the first step admits the streams; they run from the next
     engine_audio = sum(engine.step() for _ in range(5))
     dense_audio = sum(dense.step() for _ in range(5))
@@ -41,12 +41,29 @@ def test_throughput_in_bfloat16_runs_both_ways_in_bfloat16(tiny: BenchModel,
     row = measure_throughput(tiny, audio_dir, 2, warmup=1, steps=1, device="cpu",
                              dtype="bfloat16")
     assert row.engine_rate > 0 and row.dense_rate > 0
-    assert next(tiny.model.parameters()).dtype == torch.bfloat16  # the shared model, cast once
+    # both ways cast a copy: the shared model keeps its float32 weights for what follows
+    assert next(tiny.model.parameters()).dtype == torch.float32
 
 
 def test_bench_config_refuses_an_unknown_dtype() -> None:
-    with pytest.raises(ValueError, match="dtype must be one of auto, float32, float16, bfloat16"):
-        BenchConfig(dtype="int8")
+    with pytest.raises(ValueError,
+                       match="dtype must be one of auto, float32, float16, bfloat16, int8"):
+        BenchConfig(dtype="int4")
+
+
+def test_throughput_in_int8_quantizes_both_ways_on_copies(tiny_whisper: BenchModel,
+                                                          audio_dir: Path) -> None:
+    from oasr.models.int8 import count_int8_linears
+
+    speech = load_speech(audio_dir, 2, 3.0)
+    config = bench_engine_config(2, 6, device="cpu", dtype="int8")
+    engine = EngineDriver(tiny_whisper, speech, config)
+    dense = DenseLoop(tiny_whisper, speech, device=torch.device("cpu"), int8=True)
+    quantized = count_int8_linears(engine.resources.model)
+    assert quantized > 0 and count_int8_linears(dense.model) == quantized
+    assert count_int8_linears(tiny_whisper.model) == 0
+    engine.step()
+    assert sum(engine.step() for _ in range(3)) == pytest.approx(sum(dense.step() for _ in range(3)))
 
 
 def test_speech_streams_are_distinct_real_audio(audio_dir: Path) -> None:

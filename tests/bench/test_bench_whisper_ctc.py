@@ -17,6 +17,7 @@ from oasr.benchmarks.drivers import RunnerDriver, bench_engine_config
 from oasr.benchmarks.history import history_checkpoints
 from oasr.benchmarks.memory import check_steady_state, kv_bytes
 from oasr.benchmarks.workload import BenchModel, load_bench_model, load_speech
+from oasr.engine import EngineConfig
 
 
 def _dense_log_probs(bench: BenchModel, feats: np.ndarray, num_chunks: int,
@@ -54,7 +55,7 @@ def test_dense_baseline_equals_the_paged_runner(tiny_whisper: BenchModel,
                                                 audio_dir: Path) -> None:
     speech = load_speech(audio_dir, 2, 0.64 * 5)
     feats = [tiny_whisper.features(s) for s in speech]
-    driver = RunnerDriver(tiny_whisper, feats, bench_engine_config(2, 6, device="cpu"))
+    driver = RunnerDriver(tiny_whisper, feats, bench_engine_config(2, 6, device="cpu", dtype="float32"))
     paged = []
     for _ in range(4):
         plan = driver.plan()
@@ -104,7 +105,10 @@ def test_history_stops_at_the_position_limit() -> None:
 
 def test_kv_bytes_of_whisper_ctc(tiny_whisper: BenchModel) -> None:
     kv = kv_bytes(tiny_whisper, num_left_chunks=4, device="cpu")
-    per_frame = 2 * 2 * 32 * 4  # K and V x layers x width x float32
+    # the pool of dtype "auto": bfloat16 for Whisper-CTC on CPUs with native bf16
+    dtype = EngineConfig().resolve_dtype(torch.device("cpu"), "whisper_ctc")
+    assert kv.dtype == str(dtype).removeprefix("torch.")
+    per_frame = 2 * 2 * 32 * dtype.itemsize  # K and V x layers x width x element
     assert kv.bytes_per_frame == per_frame
     assert kv.bytes_per_block == kv.allocator_bytes_per_block == 32 * per_frame
     assert kv.bytes_per_stream_left == 5 * 32 * per_frame

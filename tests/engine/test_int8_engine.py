@@ -70,3 +70,39 @@ def test_int8_is_a_dtype_choice_with_float32_activations() -> None:
     assert not replace(config, dtype="float32").resolve_int8(cpu, "whisper_ctc")
     with pytest.raises(ValueError, match="int8"):
         EngineConfig(dtype="int4")
+
+
+def test_auto_dtype_is_bfloat16_only_for_whisper_ctc_on_native_bf16_cpus(
+        whisper_dir: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import oasr.engine.config as config_module
+
+    cpu = torch.device("cpu")
+    auto = EngineConfig()
+    for native in (True, False):
+        monkeypatch.setattr(config_module, "cpu_has_native_bf16", lambda native=native: native)
+        want = torch.bfloat16 if native else torch.float32
+        assert auto.resolve_dtype(cpu, "whisper_ctc") == want
+        assert auto.resolve_dtype(cpu, "conformer_ctc") == torch.float32
+        assert auto.resolve_dtype(cpu) == torch.float32
+        assert not auto.resolve_int8(cpu, "whisper_ctc")
+        assert replace(auto, dtype="float32").resolve_dtype(cpu, "whisper_ctc") == torch.float32
+    assert auto.resolve_dtype(torch.device("cuda"), "whisper_ctc") == torch.float16
+    monkeypatch.setattr(config_module, "cpu_has_native_bf16", lambda: True)
+    whisper = ASREngine(replace(_config(whisper_dir), dtype="auto")).resources
+    assert whisper.cache_config.dtype == torch.bfloat16
+    assert next(whisper.model.parameters()).dtype == torch.bfloat16
+    conformer = ASREngine(replace(_config(tiny_model_dir), dtype="auto")).resources
+    assert conformer.cache_config.dtype == torch.float32
+
+
+def test_a_given_model_is_cast_and_quantized_on_a_copy(whisper_dir: Path) -> None:
+    from oasr.engine.streams import StreamResources
+    from oasr.models import load_model
+
+    model = load_model(str(whisper_dir))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for dtype in ("bfloat16", "int8"):
+        resources = StreamResources.build(replace(_config(whisper_dir), dtype=dtype), model)
+        assert resources.model is not model
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert count_int8_linears(model) == 0

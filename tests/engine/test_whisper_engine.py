@@ -52,7 +52,9 @@ def short_positions_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(model_dir: Path, **overrides: object) -> EngineConfig:
-    config = EngineConfig(model=str(model_dir), device="cpu", max_batch_size=4, max_num_blocks=256,
+    # float32: these compare log-probs to 1e-4 ("auto" is bfloat16 on CPUs with native bf16)
+    config = EngineConfig(model=str(model_dir), device="cpu", dtype="float32", max_batch_size=4,
+                          max_num_blocks=256,
                           max_wait_time_s=math.inf, endpoint=None)
     return replace(config, **overrides)  # type: ignore[arg-type]
 
