@@ -105,7 +105,7 @@ class LmFusion:
         word = self.word
         if word is not None:
             parent_word = state.word_state.gather(1, parent)
-            moved_w = torch.take(word.next_state, parent_word * self.vocab_size + token)
+            moved_w = torch.take(word.next_state, parent_word * self.vocab_size + token).long()
             state.word_state = torch.where(is_ext, moved_w, parent_word)
             if word.bigram is not None:  # a closed word becomes the previous word
                 closes = is_ext & word.closers[token] & (parent_word != 0)

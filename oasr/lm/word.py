@@ -90,7 +90,8 @@ class WordGains:
 
     Attributes:
         gains: (S, V) float32 what each unit adds to a prefix's fused score after each state.
-        next_state: (S, V) int64 the state after each unit.
+        next_state: (S, V) int32 the state after each unit (int32: half the memory of a
+            lexicon's table).
         end_gains: (S,) float32 what closing the sentence after each state adds.
         closers: (V,) bool the units that close a word (boundary, sentence end).
         bigram: the bigram corrections added when a word is closed (None: a unigram).
@@ -224,7 +225,7 @@ class WordLm:
             bigram = BigramTables.build(self.bigrams, self.node_code, weight, device)
         return WordGains(
             gains=torch.from_numpy(gains).float().to(device),
-            next_state=torch.from_numpy(self.next_state).to(device),
+            next_state=torch.from_numpy(self.next_state.astype(np.int32)).to(device),
             end_gains=torch.from_numpy(closing).float().to(device),
             closers=torch.from_numpy(closers).to(device), bigram=bigram)
 
