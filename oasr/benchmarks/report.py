@@ -45,7 +45,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def format_markdown(result: dict[str, Any]) -> str:
     """Markdown tables of every section present in ``result`` (as ``run_benchmarks`` builds)."""
     dtype = result.get("dtype", "auto")
-    speed_dtype = "" if dtype == "auto" else f" (throughput and real-time runs in {dtype})"
+    resolved = result.get("dtype_resolved", dtype)
+    speed_dtype = (f" (throughput, real-time and server runs: dtype {dtype} = {resolved})"
+                   if dtype != "auto" or resolved != "float32" else "")
     family = result.get("family", "conformer_ctc")
     out = [f"Model: {result['model_source']} [{family}]{speed_dtype}", ""]
     h = result["headline"]

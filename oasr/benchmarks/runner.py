@@ -37,7 +37,7 @@ from oasr.benchmarks.workload import (
     default_audio_dir,
     load_bench_model,
 )
-from oasr.engine.config import DTYPE_NAMES
+from oasr.engine.config import DTYPE_NAMES, EngineConfig
 
 HEADLINE_STREAMS = 64
 SPEED_DTYPES = DTYPE_NAMES  # auto, float32, float16, bfloat16, int8
@@ -116,6 +116,15 @@ class BenchConfig:
         return BenchConfig(**base)  # type: ignore[arg-type]
 
 
+def resolved_dtype_name(config: BenchConfig, family_name: str) -> str:
+    """What ``config.dtype`` runs the speed measurements in on this machine: "bfloat16",
+    "float32 + int8 linears", ... (``auto`` depends on the device, family and CPU)."""
+    engine = EngineConfig(device=config.device, dtype=config.dtype)
+    device = engine.resolve_device()
+    name = str(engine.resolve_dtype(device, family_name)).removeprefix("torch.")
+    return name + (" + int8 linears" if engine.resolve_int8(device, family_name) else "")
+
+
 def _record(obj: Any, *properties: str) -> dict[str, Any]:
     out = dataclasses.asdict(obj)
     out.update({name: getattr(obj, name) for name in properties})
@@ -151,6 +160,7 @@ def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
         "started_utc": _utc_now(),
         "quick": config.quick,
         "dtype": config.dtype,
+        "dtype_resolved": resolved_dtype_name(config, bench.family_name),
     }
     _log(f"model: {bench.source} ({bench.family_name})")
     result.update(_engine_benchmarks(config, bench, audio_dir))
