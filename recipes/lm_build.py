@@ -138,8 +138,9 @@ def build_words(config: WordLmConfig, out: Path, text: Path = TRAIN_TEXT,
 
     texts, source = lm_sentences(text, False, with_glosses)
     lm = build_word_lm(BUNDLED_UNITS, texts, config)
-    lm = type(lm)(dataclasses.replace(lm.header, text=f"{lm.header.text}; LM text: {source}"),
-                  lm.words, lm.log_probs, lm.bigrams)
+    header = dataclasses.replace(lm.header, text=f"{lm.header.text}; LM text: {source}",
+                                 fusion=tuple(sorted(WORD_SETTINGS.header_fusion().items())))
+    lm = type(lm)(header, lm.words, lm.log_probs, lm.bigrams)
     path = lm.save(out)
     size = sum(f.stat().st_size for f in out.glob("word_lm.*")) / 1e6
     print(f"{path}: {len(lm.words)} words, {lm.num_states} trie states, "
@@ -158,6 +159,12 @@ class FusionSettings:
     oov_penalty: float = 0.0
     blank_penalty: float = 0.0
 
+    def header_fusion(self) -> dict[str, float]:
+        """The weights a word LM header carries (`WordLmHeader.fusion`), which a decoder whose
+        config leaves them None uses."""
+        return {"lm_weight": self.lm_weight, "lm_unit_bonus": self.unit_bonus,
+                "word_lm_weight": self.word_weight, "word_oov_penalty": self.oov_penalty}
+
     def decoder_config(self, beam: int) -> GpuDecoderConfig:
         from oasr.decoding import GpuDecoderConfig
 
@@ -170,7 +177,7 @@ class FusionSettings:
 
 # Tuned on heldout_sentences (see the module docstring): the char LM alone, and char + word.
 CHAR_SETTINGS = FusionSettings(lm_weight=1.0, unit_bonus=2.0)
-WORD_SETTINGS = FusionSettings(lm_weight=1.0, unit_bonus=2.0, word_weight=0.3, oov_penalty=5.0)
+WORD_SETTINGS = FusionSettings(lm_weight=0.5, unit_bonus=2.0, word_weight=0.5, oov_penalty=2.0)
 
 
 def decode_set(rows: list, beam: int, lm: object | None = None, lm_weight: float = 0.0,

@@ -8,8 +8,8 @@ from typing import Any
 
 # The fusion weights a decoder uses when its config leaves them None and its LM files carry
 # no tuned values (the char LM's were tuned for the bundled Whisper-CTC model).
-FUSION_FALLBACKS = {"lm_weight": 1.0, "lm_unit_bonus": 2.0, "word_lm_weight": 0.3,
-                    "word_oov_penalty": 5.0}
+FUSION_FALLBACKS = {"lm_weight": 1.0, "lm_unit_bonus": 2.0, "word_lm_weight": 0.5,
+                    "word_oov_penalty": 2.0}
 
 
 @dataclass(frozen=True)
