@@ -1,33 +1,42 @@
-"""Character n-gram LM for the Whisper-CTC model: build it, dump log-probs, tune, report.
+"""LMs for the Whisper-CTC model (a char n-gram and a word lexicon LM): build, dump, tune, report.
 
 Stages (``python -m recipes.lm_build STAGE``):
 
-- ``build``: count the training text (``/work/data/text/train.txt``, the acoustic training
-  sentences; optionally WordNet lemmas), smooth, prune and write ``char_lm.safetensors`` +
-  ``char_lm.json`` (see `oasr.lm`).
+- ``build``: count the LM text (``/work/data/text/train.txt``, the acoustic training sentences;
+  optionally WordNet glosses / lemmas), drop every sentence sharing a 6-word sequence with test
+  material (`recipes.lm_text`), smooth, prune and write ``char_lm.safetensors`` + ``char_lm.json``.
+- ``words``: the word LM (`oasr.lm.word`): a lexicon (the LM text's words + wordfreq's top
+  English words) with a mixed unigram and the LM text's word bigrams, written as ``word_lm.txt``
+  + ``word_lm.safetensors`` + ``word_lm.json`` (with the tuned fusion weights, `WORD_SETTINGS`).
+- ``package``: a model dir (the bundled model's files + both LMs) that ``--lm auto`` loads.
 - ``dump``: chunk-32 streaming log-probs of a checkpoint on the test sets (heldout_sentences,
   heldout_voices, devset tts / real), saved once so tuning never reruns the encoder.
-- ``tune``: greedy / beam / beam + LM WER and CER over a grid of LM weights and bonuses on the
-  dumped ``heldout_sentences`` log-probs (the only set used for choosing settings).
-- ``report``: the chosen settings on every set, as a markdown table.
+- ``tune``: WER / CER over a grid of `FusionSettings` on the dumped ``heldout_sentences``
+  log-probs (the only set used for choosing settings).
+- ``report``: greedy / beam / beam + char LM / beam + char + word LM on every set.
 - ``cost``: one engine decode step of 64 streams x 32 frames, every setup in turns.
 
-Measured (2-core CPU shared with two training jobs; Whisper-CTC checkpoint step 4103, chunk 32
-streaming; LM: order 7, Kneser-Ney, contexts of length >= 2 seen >= 5 times, 118,177 states,
-4.6 MB; lm_weight 1.0, unit bonus 2.0, word bonus 0, tuned on heldout_sentences only). WER (CER):
+The shipped LMs (``/work/data/lm/words_v1``, 9.5 MB), built by
+``build --order 7 --min-context-count 10 --glosses`` (186,738 states, 7.3 MB) and
+``words --bigram-min-count 1`` (57,791 words, 140,950 trie states, 135,022 bigrams, 2.6 MB);
+tuned on heldout_sentences only: lm_weight 0.5, unit bonus 2.0, word weight 0.5, OOV penalty
+2.0. Default model (top-2, step 4,114) log-probs ``/work/data/lm/logprobs_top2.pt``; WER (CER):
 
-| set | greedy | beam 8 | beam 8 + LM | beam 16 | beam 16 + LM |
-|---|---|---|---|---|---|
-| heldout_sentences (300) | 53.4 (15.6) | 52.4 (15.1) | 23.4 (8.0) | 52.3 (15.1) | 22.3 (7.5) |
-| heldout_voices (200) | 68.2 (23.9) | 66.9 (23.1) | 39.8 (15.2) | 66.7 (23.1) | 37.7 (14.5) |
-| devset tts (12) | 50.9 (13.9) | 49.1 (13.3) | 24.5 (8.7) | 48.1 (13.1) | 22.6 (8.3) |
-| devset real (16) | 88.9 (44.6) | 86.3 (43.8) | 59.5 (32.0) | 86.3 (44.3) | 60.8 (32.6) |
+| set | greedy | beam 8 | + char LM (bundled) | + char + word LM | beam 16 + char LM | beam 16 + char + word |
+|---|---|---|---|---|---|---|
+| heldout_sentences (300) | 61.9 (19.4) | 60.3 (18.6) | 30.3 (11.3) | 27.3 (10.7) | 28.9 (10.8) | 25.8 (9.9) |
+| heldout_voices (200) | 72.0 (25.3) | 71.6 (24.5) | 42.0 (16.8) | 42.8 (17.1) | 39.5 (15.9) | 39.2 (15.5) |
+| devset tts (12) | 47.2 (14.5) | 48.1 (13.9) | 19.8 (7.1) | 16.0 (6.2) | 15.1 (5.4) | 16.0 (6.4) |
+| devset real (16) | 79.1 (30.7) | 77.1 (29.4) | 45.1 (20.3) | 43.8 (21.5) | 46.4 (21.2) | 45.1 (20.8) |
 
-Choices, on heldout_sentences (step 3180 log-probs, beam 8): Kneser-Ney beat Witten-Bell in
-held-out perplexity at every order (order 6: 3.89 vs 4.01 per unit); order 5 / 6 / 7 / 8 gave
-29.9 / 26.0 / 25.6 / 26.0 WER; adding the WordNet lemma list did not help (26.5) and doubled
-the size; a per-word bonus did not help; beam 4 / 6 / 8 / 12 / 16 + LM gave 30.4 / 27.3 / 26.2 /
-25.1 / 24.6 WER. The 1-byte quantisation (0.1-nat levels) costs at most ~0.7 WER points there.
+Choices (heldout_sentences, beam 8; about 150 settings in all): the word LM alone as a lexicon
+(weight 0) or unigram gained ~1 point over the char LM at weight 1.0; lowering the char weight
+to 0.5 while the word LM carries 0.5 gained ~3 (27.1-27.5 over a broad plateau); WordNet glosses
+in the char LM text 0.3-1 point (30.0 char-only); a 138k-word lexicon with the SCOWL list, a
+per-unit OOV penalty, a blank penalty or a word bonus changed nothing beyond noise (+-0.5).
+Decode cost (64 streams x 32 frames, one thread, idle-ish machine): beam 8 + char LM ~23 ms,
++ word LM ~31 ms. The earlier char-only choices: Kneser-Ney over Witten-Bell, order 7, contexts
+seen >= 5 (10 with glosses), 1-byte quantisation (<= 0.7 WER points).
 """
 
 from __future__ import annotations
