@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipes.lm_text import ExclusionFilter, dictionary_words, forbidden_texts, wordnet_glosses
+import pytest
+
+from recipes.lm_text import (
+    DICT_WORDS,
+    WORDNET_DIR,
+    ExclusionFilter,
+    dictionary_words,
+    forbidden_texts,
+    wordnet_glosses,
+)
 
 TEST = ["And so, my fellow Americans: ask not what your country can do for you",
         "make an effort"]
@@ -34,9 +43,16 @@ def test_forbidden_texts_reads_manifests_and_heldout_files(tmp_path: Path) -> No
                                                          "one two three"]
 
 
-def test_glosses_and_dictionary_words_are_normalised() -> None:
+@pytest.mark.skipif(not (WORDNET_DIR / "data.noun").is_file(), reason="no WordNet")
+def test_glosses_are_normalised_definitions() -> None:
     glosses = wordnet_glosses()
     assert len(glosses) > 100_000
     assert all(g == g.lower() and '"' not in g and len(g.split()) >= 3 for g in glosses[:1000])
+    assert "an entity that has physical existence" in glosses
+
+
+@pytest.mark.skipif(not DICT_WORDS.is_file(), reason="no /usr/share/dict word list (wamerican)")
+def test_dictionary_words_are_lowercase_letters() -> None:
     words = dictionary_words()
-    assert "cavalryman" in words and all(w == w.lower() for w in words)
+    assert "cavalryman" in words and "aaron" not in words  # proper names ("Aaron") dropped
+    assert all(w == w.lower() for w in words)
