@@ -1,8 +1,11 @@
 """The engine end to end with ``dtype="int8"`` (int8 encoder Linear layers), both families.
 
-Per-row activation scales and exact int32 accumulation make an int8 forward independent of
-which other streams share the batch, so batched streams must give exactly the text each gives
-alone, like the float engine does.
+Per-row activation scales and exact int32 accumulation make each Int8Linear row independent of
+which other streams share the batch; the float parts (attention over padded rows) are as
+batch-dependent as in the float engine, to rounding. So batched streams give the text each
+gives alone, like the float engine does. (Quantization can turn a rounding difference into a
+one-step difference, so on long real speech a rare partial may differ: the server benchmark's
+unmatched partials.)
 """
 
 from __future__ import annotations
