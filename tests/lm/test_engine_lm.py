@@ -17,10 +17,10 @@ from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A copy of the bundled model with a tiny char LM over its units."""
+    """A copy of the bundled model (without its LMs) with a tiny char LM over its units."""
     directory = tmp_path_factory.mktemp("model")
     for item in DEFAULT_MODEL_DIR.iterdir():
-        if item.is_file():
+        if item.is_file() and not item.name.startswith(("char_lm.", "word_lm.")):
             shutil.copy(item, directory / item.name)
     units = (directory / "units.txt").read_text().split("\n")
     units = [line.split()[0] for line in units if line.strip()]
@@ -105,3 +105,9 @@ def test_default_beam_is_8_with_an_lm_else_greedy(model_dir, tmp_path) -> None:
     assert beam("--model", str(tmp_path)) == 1  # no LM files there
     assert beam("--model", str(tmp_path), "--lm", str(model_dir)) == 8
     assert beam("--model", str(model_dir), "--beam-size", "4") == 4
+
+
+def test_bundled_model_ships_char_and_word_lm() -> None:
+    decoder = build(DEFAULT_MODEL_DIR, 8).ctc.decoder
+    assert decoder.has_lm and decoder.has_word_lm
+    assert decoder.config.word_lm_weight is not None and decoder.config.word_lm_weight > 0
