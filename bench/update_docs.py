@@ -32,7 +32,8 @@ def section(result: dict) -> str:
         f"- Machine: {m['cpu_count']} vCPU {m['cpu']} (shared), device {m['device']}, torch "
         f"{m['torch']}, {m['torch_threads']} intra-op thread(s); 1-minute load average "
         f"{m['load_average_1min_at_start']} when the run started.",
-        f"- Model: {result['model_source']}.",
+        f"- Model: {result['model_source']}; speed runs in dtype {result.get('dtype', 'auto')}"
+        f" = {result.get('dtype_resolved', 'float32')}.",
         "",
         tables.strip(),
         end,

@@ -152,9 +152,12 @@ class EngineConfig:
 
         "auto": float16 on CUDA; on CPU bfloat16 for a Whisper-CTC model when the CPU
         multiplies bfloat16 natively (`cpu_has_native_bf16`), else float32. Why: on the
-        devset bfloat16 is within 1 WER point of float32 on real and synthetic speech (44.4 /
-        20.8 against 45.1 / 19.8, docs/benchmarks.md) and a 64-stream step takes 0.57x the
-        CPU time. The Conformer keeps float32 (no trained Conformer to measure it on).
+        devset bfloat16 is within 1 WER point of float32 on real and synthetic speech (43.1 /
+        16.0 against 43.8 / 16.0 with the char + word LM; 44.4 / 20.8 against 45.1 / 19.8
+        with the char LM alone, docs/benchmarks.md), a 64-stream step takes about half the
+        CPU time, and the K/V pool half the bytes. int8 ("int8") is as accurate and as fast
+        per step, but bfloat16 kept more streams real-time and served 64 clients faster.
+        The Conformer keeps float32 (no trained Conformer to measure accuracy on).
 
         Args:
             family_name: the model family ("conformer_ctc" | "whisper_ctc"); None = unknown
