@@ -155,8 +155,9 @@ class EngineConfig:
         devset bfloat16 is within 1 WER point of float32 on real and synthetic speech (43.1 /
         16.0 against 43.8 / 16.0 with the char + word LM; 44.4 / 20.8 against 45.1 / 19.8
         with the char LM alone, docs/benchmarks.md), a 64-stream step takes about half the
-        CPU time, and the K/V pool half the bytes. int8 ("int8") is as accurate and as fast
-        per step, but bfloat16 kept more streams real-time and served 64 clients faster.
+        CPU time, and the K/V pool half the bytes. int8 ("int8") is about as fast and, with
+        the current LM, as accurate, but failed the 1-point rule with the char LM alone, keeps
+        the K/V pool in float32, and its partials do not reproduce across batch compositions.
         The Conformer keeps float32 (no trained Conformer to measure accuracy on).
 
         Args:
