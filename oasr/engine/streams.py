@@ -97,14 +97,15 @@ class StreamResources:
                 config.endpoint, frame_shift_s=family.timing.frame_shift_s))
         logger.info(
             "engine: %s (%s) on %s/%s%s, %d slots, chunk %d frames, %d blocks of %d frames "
-            "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, char LM: %s",
+            "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, LM: %s",
             type(model).__name__, family.name, device, dtype,
             " + int8 linears" if int8 else "",
             cache_config.max_batch_size,
             chunk, cache_config.max_num_blocks, cache_config.block_size_frames,
             pool.k_pool.nbytes * 2 / 2**20, cache_config.max_stream_frames,
             config.decoder.beam_size,
-            "none" if lm is None else f"{lm.num_states} states, weight {config.decoder.lm_weight}",
+            "none" if lm is None else (f"{lm!r}, weight {decoder.config.lm_weight}, "
+                                       f"word weight {decoder.config.word_lm_weight}"),
         )
         return cls(config, family, cache_config, pool, attention, states, ctc, runner, endpointer)
 
