@@ -111,21 +111,25 @@ class FeatureSet:
         feats = [self.features(i) for i in indices]
         if spec is not None:
             feats = [spec_augment(f, spec, fill, rng) for f in feats]
-        lens = [len(f) for f in feats]
-        padded = np.zeros((len(feats), max(lens), feats[0].shape[1]), dtype=np.float32)
-        for b, f in enumerate(feats):
-            padded[b, : len(f)] = f
-        tokens = [self.tokens[i] for i in indices]
-        targets = np.zeros((len(tokens), max(len(t) for t in tokens)), dtype=np.int64)
-        for b, t in enumerate(tokens):
-            targets[b, : len(t)] = t
-        return Batch(
-            feats=torch.from_numpy(padded),
-            feat_lens=torch.tensor(lens, dtype=torch.int64),
-            targets=torch.from_numpy(targets),
-            target_lens=torch.tensor([len(t) for t in tokens], dtype=torch.int64),
-            num_frames=sum(lens),
-        )
+        return collate(feats, [self.tokens[i] for i in indices])
+
+
+def collate(feats: list[np.ndarray], tokens: list) -> Batch:
+    """Zero-pad (T_b, F) features and token sequences into a `Batch`."""
+    lens = [len(f) for f in feats]
+    padded = np.zeros((len(feats), max(lens), feats[0].shape[1]), dtype=np.float32)
+    for b, f in enumerate(feats):
+        padded[b, : len(f)] = f
+    targets = np.zeros((len(tokens), max(len(t) for t in tokens)), dtype=np.int64)
+    for b, t in enumerate(tokens):
+        targets[b, : len(t)] = t
+    return Batch(
+        feats=torch.from_numpy(padded),
+        feat_lens=torch.tensor(lens, dtype=torch.int64),
+        targets=torch.from_numpy(targets),
+        target_lens=torch.tensor([len(t) for t in tokens], dtype=torch.int64),
+        num_frames=sum(lens),
+    )
 
 
 def spec_augment(feats: np.ndarray, cfg: SpecAugmentConfig, fill: np.ndarray,

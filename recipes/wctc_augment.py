@@ -23,9 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from recipes.data import Batch, FeatureSet, SpecAugmentConfig, spec_augment
+from recipes.data import Batch, FeatureSet, SpecAugmentConfig, collate, spec_augment
 
 SAMPLE_RATE = 16000
 SILENCE_VALUE = -1.5  # (log10(1e-10) + 4) / 4: digital zero through the causal log-mel
@@ -205,15 +204,4 @@ def augmented_batch(data: FeatureSet, indices: list[int], cfg: FeatureAugmentCon
     feats = [augment_features(data.features(i), cfg, rng) for i in indices]
     if spec is not None:
         feats = [spec_augment(f, spec, fill, rng) for f in feats]
-    lens = [len(f) for f in feats]
-    padded = np.zeros((len(feats), max(lens), feats[0].shape[1]), dtype=np.float32)
-    for b, f in enumerate(feats):
-        padded[b, : len(f)] = f
-    tokens = [data.tokens[i] for i in indices]
-    targets = np.zeros((len(tokens), max(len(t) for t in tokens)), dtype=np.int64)
-    for b, t in enumerate(tokens):
-        targets[b, : len(t)] = t
-    return Batch(feats=torch.from_numpy(padded), feat_lens=torch.tensor(lens, dtype=torch.int64),
-                 targets=torch.from_numpy(targets),
-                 target_lens=torch.tensor([len(t) for t in tokens], dtype=torch.int64),
-                 num_frames=sum(lens))
+    return collate(feats, [data.tokens[i] for i in indices])

@@ -7,13 +7,18 @@ import math
 import pytest
 import torch
 
-from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.lm import LmBuildConfig, build_char_lm, encode_sentences
-from oasr.models.bundled import BUNDLED_UNITS
 
-UNITS = list(BUNDLED_UNITS)
-V = len(UNITS)
+from .fusion_helpers import (
+    UNITS,
+    V,
+    assert_batched_equals_alone,
+    best,
+    decoder,
+    random_log_probs,
+    spelled,
+)
+
 TEXTS = ["the cat sat", "a cat ran", "the cat is black", "my cat", "cats and dogs",
          "the dog sat", "a kind man"]
 
@@ -23,40 +28,12 @@ def lm():
     return build_char_lm(encode_sentences(TEXTS, UNITS), UNITS, LmBuildConfig(order=4))
 
 
-def decoder(beam: int, lm=None, **kw) -> GpuStreamingDecoder:
-    return GpuStreamingDecoder(GpuDecoderConfig(beam_size=beam, **kw),
-                               CharTokenizer.from_units(UNITS), device="cpu", lm=lm)
-
-
-def spelled(frames: list[dict[str, float]]) -> torch.Tensor:
-    """(1, T, V) log-probs: each frame's listed units get their probability, blank the rest."""
-    probs = torch.full((len(frames), V), 1e-4)
-    for t, frame in enumerate(frames):
-        for unit, p in frame.items():
-            probs[t, UNITS.index(unit)] = p
-        probs[t, 0] = max(1e-4, 1.0 - sum(frame.values()))
-    return (probs / probs.sum(dim=1, keepdim=True)).log()[None]
-
-
-def best_text(dec: GpuStreamingDecoder, log_probs: torch.Tensor) -> str:
-    state = dec.create_state(1, V)
-    dec.decode_chunk(log_probs, state)
-    return dec.finalize_stream(state)[0].text
-
-
 def test_lm_prefers_the_in_vocabulary_spelling(lm) -> None:
     # "kat" is the acoustic argmax path; the LM has only seen "cat"
     lp = spelled([{"k": 0.55, "c": 0.4}, {}, {"a": 0.9}, {}, {"t": 0.9}, {}])
-    assert best_text(decoder(1), lp) == "kat"
-    assert best_text(decoder(4), lp) == "kat"
-    assert best_text(decoder(4, lm, lm_weight=0.5, lm_unit_bonus=0.0), lp) == "cat"
-
-
-def random_log_probs(batch: int, frames: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(batch, frames, V, generator=g) * 3
-    logits[..., 0] += 2.0  # blank-heavy, like a CTC model
-    return logits.log_softmax(dim=-1)
+    assert best(decoder(1), lp).text == "kat"
+    assert best(decoder(4), lp).text == "kat"
+    assert best(decoder(4, lm, lm_weight=0.5, lm_unit_bonus=0.0), lp).text == "cat"
 
 
 def test_weight_zero_equals_plain_beam_bit_for_bit(lm) -> None:
@@ -106,20 +83,7 @@ def test_fused_score_is_acoustic_plus_lm(lm) -> None:
 
 
 def test_batched_streams_equal_one_by_one(lm) -> None:
-    cfg = {"lm_weight": 0.6, "lm_unit_bonus": 1.0, "lm_word_bonus": 0.5}
-    batched, single = decoder(5, lm, **cfg), decoder(5, lm, **cfg)
-    lp = random_log_probs(3, 48, 3)
-    lengths = torch.tensor([48, 30, 41])
-    states = [batched.create_state(1, V) for _ in range(3)]
-    alone = [single.create_state(1, V) for _ in range(3)]
-    for start in range(0, 48, 16):
-        chunk_len = (lengths - start).clamp(0, 16)
-        batched.decode_streams(lp[:, start:start + 16], states, chunk_len)
-        for b in range(3):
-            single.decode_chunk(lp[b:b + 1, start:start + 16], alone[b], chunk_len[b:b + 1])
-        assert batched.partials(states) == single.partials(alone)
-    assert [batched.finalize_stream(s) for s in states] == \
-        [single.finalize_stream(s) for s in alone]
+    assert_batched_equals_alone(lm, {"lm_weight": 0.6, "lm_unit_bonus": 1.0, "lm_word_bonus": 0.5})
 
 
 def test_lm_needs_beam_search_and_the_same_units(lm) -> None:

@@ -7,8 +7,6 @@ import math
 import pytest
 import torch
 
-from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.lm import (
     DecoderLm,
     LmBuildConfig,
@@ -18,10 +16,17 @@ from oasr.lm import (
     encode_sentences,
 )
 from oasr.lm.word import unigram_from_counts
-from oasr.models.bundled import BUNDLED_UNITS
 
-UNITS = list(BUNDLED_UNITS)
-V = len(UNITS)
+from .fusion_helpers import (
+    UNITS,
+    V,
+    assert_batched_equals_alone,
+    best,
+    decoder,
+    random_log_probs,
+    spelled,
+)
+
 TEXTS = ["the cat sat", "a cat ran", "the cat is black", "my cat", "the dog sat"]
 
 
@@ -34,35 +39,6 @@ def word_lm() -> WordLm:
 @pytest.fixture(scope="module")
 def char_lm():
     return build_char_lm(encode_sentences(TEXTS, UNITS), UNITS, LmBuildConfig(order=3))
-
-
-def decoder(beam: int, lm=None, **kw) -> GpuStreamingDecoder:
-    return GpuStreamingDecoder(GpuDecoderConfig(beam_size=beam, **kw),
-                               CharTokenizer.from_units(UNITS), device="cpu", lm=lm)
-
-
-def spelled(frames: list[dict[str, float]]) -> torch.Tensor:
-    """(1, T, V) log-probs: each frame's listed units get their probability, blank the rest."""
-    probs = torch.full((len(frames), V), 1e-4)
-    for t, frame in enumerate(frames):
-        for unit, p in frame.items():
-            probs[t, UNITS.index(unit)] = p
-        probs[t, 0] = max(1e-4, 1.0 - sum(frame.values()))
-    return (probs / probs.sum(dim=1, keepdim=True)).log()[None]
-
-
-def best(dec: GpuStreamingDecoder, log_probs: torch.Tensor):
-    state = dec.create_state(1, V)
-    dec.decode_chunk(log_probs, state)
-    return dec.finalize_stream(state)[0]
-
-
-def random_log_probs(batch: int, frames: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(batch, frames, V, generator=g) * 3
-    logits[..., 0] += 2.0
-    logits[..., UNITS.index("\u2581")] += 1.0  # some word boundaries
-    return logits.log_softmax(dim=-1)
 
 
 def test_lexicon_prefers_the_in_vocabulary_spelling(word_lm) -> None:
@@ -102,7 +78,7 @@ def test_fused_score_adds_the_word_log_probs(word_lm) -> None:
 
 
 def test_zero_word_weight_and_penalty_equal_the_char_lm_alone(char_lm, word_lm) -> None:
-    lp = random_log_probs(3, 40, 0)
+    lp = random_log_probs(3, 40, 0, boundary_boost=1.0)
     lengths = torch.tensor([40, 17, 33])
     cfg = {"lm_weight": 0.7, "lm_unit_bonus": 1.0, "word_lm_weight": 0.0,
            "word_oov_penalty": 0.0}
@@ -117,13 +93,13 @@ def test_zero_word_weight_and_penalty_equal_the_char_lm_alone(char_lm, word_lm) 
 
 def test_reset_restores_the_word_start(char_lm, word_lm) -> None:
     dec = decoder(4, DecoderLm(char_lm, word_lm), word_lm_weight=0.5, word_oov_penalty=2.0)
-    lp = random_log_probs(1, 30, 1)
+    lp = random_log_probs(1, 30, 1, boundary_boost=1.0)
     state = dec.create_state(1, V)
     dec.decode_chunk(lp, state)
     assert bool((state.word_state != 0).any())
     dec.reset_state(state, 1, V)
     assert bool((state.word_state == 0).all()) and bool((state.lm_score == 0).all())
-    second = random_log_probs(1, 30, 2)
+    second = random_log_probs(1, 30, 2, boundary_boost=1.0)
     dec.decode_chunk(second, state)
     fresh = dec.create_state(1, V)
     dec.decode_chunk(second, fresh)
@@ -131,22 +107,9 @@ def test_reset_restores_the_word_start(char_lm, word_lm) -> None:
 
 
 def test_batched_streams_equal_one_by_one(char_lm, word_lm) -> None:
-    cfg = {"lm_weight": 0.6, "lm_unit_bonus": 1.0, "word_lm_weight": 0.4,
-           "word_oov_penalty": 3.0}
     lm = DecoderLm(char_lm, word_lm)
-    batched, single = decoder(5, lm, **cfg), decoder(5, lm, **cfg)
-    lp = random_log_probs(3, 48, 3)
-    lengths = torch.tensor([48, 30, 41])
-    states = [batched.create_state(1, V) for _ in range(3)]
-    alone = [single.create_state(1, V) for _ in range(3)]
-    for start in range(0, 48, 16):
-        chunk_len = (lengths - start).clamp(0, 16)
-        batched.decode_streams(lp[:, start:start + 16], states, chunk_len)
-        for b in range(3):
-            single.decode_chunk(lp[b:b + 1, start:start + 16], alone[b], chunk_len[b:b + 1])
-        assert batched.partials(states) == single.partials(alone)
-    assert [batched.finalize_stream(s) for s in states] == \
-        [single.finalize_stream(s) for s in alone]
+    assert_batched_equals_alone(lm, {"lm_weight": 0.6, "lm_unit_bonus": 1.0, "word_lm_weight": 0.4,
+           "word_oov_penalty": 3.0})
 
 
 def test_units_must_match(char_lm, word_lm) -> None:
