@@ -32,15 +32,25 @@ class _Spectra:
 
     def __init__(self, n_mels: int) -> None:
         self.window = _hann(N_FFT)  # (400,)
-        self.filters_t = mel_filterbank(n_mels).numpy().astype(np.float64).T.copy()  # (201, M)
+        filters = mel_filterbank(n_mels).numpy().astype(np.float64)  # (M, 201)
+        # Each triangular filter covers a few adjacent bins (391 of 80 x 201 weights are
+        # nonzero), so the filterbank is applied sparsely: gather the nonzero bins of every
+        # band (row-major, so each band's run is contiguous), weight them, sum each run.
+        bands, self.bins = np.nonzero(filters)  # (N,), (N,) sorted by band
+        if len(np.unique(bands)) != n_mels:
+            raise ValueError(f"every mel band needs a nonzero weight; {n_mels - len(np.unique(bands))} "
+                             f"of {n_mels} are empty")
+        self.weights = filters[bands, self.bins]  # (N,)
+        self.band_starts = np.searchsorted(bands, np.arange(n_mels))  # (M,)
 
     def log_mel(self, frames: np.ndarray) -> np.ndarray:
         """(F, 400) windows of samples -> (F, n_mels) float64 log10 mel, before the floor."""
         spec = np.fft.rfft(frames * self.window, n=N_FFT, axis=-1)  # (F, 201)
         power = spec.real ** 2 + spec.imag ** 2
-        # einsum's own single-threaded loop, not BLAS: numpy's BLAS pool wakes every thread of
-        # the machine for this small product (measured 24 ms vs 0.8 ms per chunk on 2 cores)
-        mel = np.einsum("fb,bm->fm", power, self.filters_t)  # (F, n_mels)
+        # the sparse product stays in numpy's own loops, off its BLAS pool (which wakes every
+        # thread of the machine for a small product: 24 ms vs 0.8 ms per chunk on 2 cores), and
+        # is 3x faster than a dense einsum (82 vs 263 us per 64-frame chunk)
+        mel = np.add.reduceat(power[:, self.bins] * self.weights, self.band_starts, axis=1)
         return np.log10(np.maximum(mel, LOG_FLOOR))
 
 
