@@ -122,7 +122,7 @@ def resolved_dtype_name(config: BenchConfig, family_name: str) -> str:
     engine = EngineConfig(device=config.device, dtype=config.dtype)
     device = engine.resolve_device()
     name = str(engine.resolve_dtype(device, family_name)).removeprefix("torch.")
-    return name + (" + int8 linears" if engine.resolve_int8(device, family_name) else "")
+    return name + (" + int8 linears" if engine.int8_linears else "")
 
 
 def _record(obj: Any, *properties: str) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def measure_throughput(bench: BenchModel, audio_dir: Path, num_streams: int, war
     torch_device = config.resolve_device()
     dense = DenseLoop(bench, speech, device=torch_device,
                       dtype=config.resolve_dtype(torch_device, bench.family_name),
-                      int8=config.resolve_int8(torch_device, bench.family_name))
+                      int8=config.int8_linears)
     for _ in range(warmup):
         engine.step()
         dense.step()

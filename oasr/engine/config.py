@@ -62,12 +62,13 @@ class EngineConfig:
             pool may take.
         max_wait_time_s: how long a new stream may wait for a slot before it is refused "busy";
             0 refuses at once.
-        decoder: CTC decoding settings (beam_size 1 = greedy; lm_weight and the LM bonuses
-            apply when a char LM is used).
-        lm: the char LM fused into beam search: "auto" uses the model directory's
-            ``char_lm.safetensors`` + ``char_lm.json`` when it has them and beam_size > 1;
-            "none" never uses one; any other value is a directory holding those files (an
-            error when it has none, or when beam_size is 1).
+        decoder: CTC decoding settings (beam_size 1 = greedy; the LM weights and bonuses
+            apply when an LM is used; None weights take the values tuned with the LM files).
+        lm: the LMs fused into beam search: "auto" uses the model directory's char LM
+            (``char_lm.safetensors`` + ``char_lm.json``), with its word LM (``word_lm.*``)
+            when present, when it has them and beam_size > 1; "none" never uses one; any
+            other value is a directory holding them (an error when it has no char LM, or when
+            beam_size is 1).
         endpoint: trailing-silence endpoint rules; None disables endpointing.
         idle_timeout_s: a stream that sends no audio for this long ends with "timeout".
         max_session_s: a stream older than this ends with "timeout".
@@ -174,13 +175,15 @@ class EngineConfig:
             return torch.bfloat16
         return torch.float32
 
-    def resolve_int8(self, device: torch.device, family_name: str) -> bool:
-        """Whether the encoder's Linear layers run in int8 (see ``dtype``)."""
-        del device, family_name  # "auto" picks a float dtype on every device and family
+    @property
+    def int8_linears(self) -> bool:
+        """Whether the encoder's Linear layers run in int8 (only ``dtype="int8"``: "auto" picks
+        a float dtype on every device and family)."""
         return self.dtype == INT8
 
     def resolve_lm_dir(self, model_dir: Path) -> Path | None:
-        """The directory whose char LM the decoder fuses, or None for no LM.
+        """The directory whose LMs (char LM, and word LM when present) the decoder fuses, or
+        None for no LM.
 
         Args:
             model_dir: the loaded model's directory (``model``, or the bundled model's).

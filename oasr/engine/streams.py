@@ -70,7 +70,7 @@ class StreamResources:
             model = load_model(config.model)
         family_name = family_for(model).name
         dtype = config.resolve_dtype(device, family_name)
-        int8 = config.resolve_int8(device, family_name)
+        int8 = config.int8_linears
         if given and (int8 or next(model.parameters()).dtype != dtype):
             model = copy.deepcopy(model)  # casting or quantizing in place would change (and
             # round) the caller's model

@@ -69,8 +69,8 @@ def test_int8_is_a_dtype_choice_with_float32_activations() -> None:
     config = EngineConfig(dtype="int8")
     cpu = torch.device("cpu")
     assert config.resolve_dtype(cpu) == torch.float32
-    assert config.resolve_int8(cpu, "whisper_ctc") and config.resolve_int8(cpu, "conformer_ctc")
-    assert not replace(config, dtype="float32").resolve_int8(cpu, "whisper_ctc")
+    assert config.int8_linears
+    assert not replace(config, dtype="float32").int8_linears
     with pytest.raises(ValueError, match="int8"):
         EngineConfig(dtype="int4")
 
@@ -87,7 +87,7 @@ def test_auto_dtype_is_bfloat16_only_for_whisper_ctc_on_native_bf16_cpus(
         assert auto.resolve_dtype(cpu, "whisper_ctc") == want
         assert auto.resolve_dtype(cpu, "conformer_ctc") == torch.float32
         assert auto.resolve_dtype(cpu) == torch.float32
-        assert not auto.resolve_int8(cpu, "whisper_ctc")
+        assert not auto.int8_linears
         assert replace(auto, dtype="float32").resolve_dtype(cpu, "whisper_ctc") == torch.float32
     assert auto.resolve_dtype(torch.device("cuda"), "whisper_ctc") == torch.float16
     monkeypatch.setattr(config_module, "cpu_has_native_bf16", lambda: True)
