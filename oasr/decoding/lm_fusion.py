@@ -20,7 +20,7 @@ from oasr.decoding.config import GpuDecoderConfig
 from oasr.decoding.state import DecoderState
 
 if TYPE_CHECKING:
-    from oasr.lm import CharNgramLm, DecoderLm, WordGains
+    from oasr.lm import DecoderLm, WordGains
 
 
 @dataclass(frozen=True)
@@ -45,13 +45,10 @@ class LmFusion:
     word: WordGains | None = None
 
     @classmethod
-    def build(cls, lm: CharNgramLm | DecoderLm, config: GpuDecoderConfig, device: torch.device,
+    def build(cls, both: DecoderLm, config: GpuDecoderConfig, device: torch.device,
               boundary_id: int | None) -> LmFusion:
-        """Tables of ``lm`` on ``device`` with ``config``'s weights."""
-        from oasr.lm import as_decoder_lm
-
-        both = as_decoder_lm(lm)
-        config = config.resolved(both.fusion_defaults)
+        """Tables of ``both`` on ``device`` with ``config``'s weights (a config already
+        `GpuDecoderConfig.resolved` against ``both.fusion_defaults``, as the decoder holds)."""
         assert config.lm_weight is not None and config.lm_unit_bonus is not None
         assert config.word_lm_weight is not None and config.word_oov_penalty is not None
         vocab = len(both.units)
