@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from oasr.lm.model import CharNgramLm, has_char_lm, load_char_lm
-from oasr.lm.word import WordLm, has_word_lm, load_word_lm
+from oasr.lm.model import CharLmHeader, CharNgramLm, has_char_lm, load_char_lm
+from oasr.lm.word import WordLm, WordLmHeader, has_word_lm, load_word_lm
 
 
 @dataclass(frozen=True)
@@ -31,16 +31,19 @@ class DecoderLm:
             self.word.check_units(self.char.header.units)
 
     @property
-    def units(self) -> tuple[str, ...]:
+    def _header(self) -> CharLmHeader | WordLmHeader:
+        """The char LM's header, else the word LM's (their units agree: `__post_init__`)."""
         source = self.char if self.char is not None else self.word
         assert source is not None
-        return source.header.units
+        return source.header
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        return self._header.units
 
     @property
     def blank_id(self) -> int:
-        source = self.char if self.char is not None else self.word
-        assert source is not None
-        return source.header.blank_id
+        return self._header.blank_id
 
     @property
     def fusion_defaults(self) -> dict[str, float]:
