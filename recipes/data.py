@@ -53,14 +53,23 @@ class FeatureSet:
 
     Args:
         feats_dir: folder holding ``<split>.npy`` / ``<split>.tsv``.
-        split: split name.
+        split: split name, or several whose utterances are pooled into one set.
         encode: text -> token ids.
         max_utt_frames: utterances longer than this are left out.
     """
 
-    def __init__(self, feats_dir: Path, split: str, encode, max_utt_frames: int = 3000) -> None:
-        index = FeatIndex.read(feats_dir / f"{split}.tsv")
-        self.array = np.load(feats_dir / f"{split}.npy")  # (N, 80) float16, in memory
+    def __init__(self, feats_dir: Path, split: str | tuple[str, ...], encode,
+                 max_utt_frames: int = 3000) -> None:
+        splits = (split,) if isinstance(split, str) else tuple(split)
+        if not splits:
+            raise ValueError("need at least one split")
+        index, arrays = FeatIndex.read(feats_dir / f"{splits[0]}.tsv"), []
+        for k, name in enumerate(splits):
+            arrays.append(np.load(feats_dir / f"{name}.npy"))  # (N, 80) float16, in memory
+            if k:
+                index = index.extend(FeatIndex.read(feats_dir / f"{name}.tsv"),
+                                     sum(len(a) for a in arrays[:-1]))
+        self.array = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         keep = [i for i, n in enumerate(index.num_frames) if 8 <= n <= max_utt_frames]
         self.ids = [index.ids[i] for i in keep]
         self.texts = [index.texts[i] for i in keep]

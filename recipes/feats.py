@@ -47,6 +47,13 @@ class FeatIndex:
             texts.append(text)
         return FeatIndex(ids, np.array(offs, np.int64), np.array(lens, np.int64), texts)
 
+    def extend(self, other: FeatIndex, shift: int) -> FeatIndex:
+        """This index followed by ``other``, whose frames start ``shift`` frames into the
+        joined array."""
+        return FeatIndex(self.ids + other.ids, np.concatenate([self.offsets, other.offsets + shift]),
+                         np.concatenate([self.num_frames, other.num_frames]),
+                         self.texts + other.texts)
+
 
 def _fbank_of(path: str) -> np.ndarray:
     samples, rate = sf.read(path, dtype="float32")

@@ -10,6 +10,7 @@ skipped (delete it to recompute). No CMVN: the log-mel is already normalised to 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import time
 from pathlib import Path
 
@@ -30,10 +31,20 @@ def log_mel_of(path: str) -> np.ndarray:
     return causal_log_mel(samples)
 
 
-def compute_split(manifest: Path, out_dir: Path, split: str) -> int:
-    """Write one split's features and index; returns its number of frames."""
+def _half_log_mel(path: str) -> np.ndarray:
+    return log_mel_of(path).astype(np.float16)
+
+
+def compute_split(manifest: Path, out_dir: Path, split: str, num_workers: int = 1) -> int:
+    """Write one split's features and index (``num_workers`` processes compute them); returns
+    its number of frames."""
     rows = read_manifest(manifest)
-    feats = [log_mel_of(wav).astype(np.float16) for _, wav, _ in rows]
+    wavs = [wav for _, wav, _ in rows]
+    if num_workers > 1:
+        with mp.get_context("spawn").Pool(num_workers) as pool:
+            feats = pool.map(_half_log_mel, wavs, chunksize=32)
+    else:
+        feats = [_half_log_mel(wav) for wav in wavs]
     out_dir.mkdir(parents=True, exist_ok=True)
     np.save(out_dir / f"{split}.npy", np.concatenate(feats, axis=0))
     lines, offset = [], 0
@@ -50,13 +61,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("/work/data"))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--splits", nargs="+", default=list(SPLITS),
+                        help="manifests to featurize (e.g. add train_digits)")
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    for split in SPLITS:
+    for split in args.splits:
         if (args.out / f"{split}.tsv").exists():
             print(f"{split}: present, skipped", flush=True)
             continue
         t0 = time.time()
-        frames = compute_split(args.data / "manifests" / f"{split}.tsv", args.out, split)
+        frames = compute_split(args.data / "manifests" / f"{split}.tsv", args.out, split,
+                               args.workers)
         secs = time.time() - t0
         print(f"{split}: {frames} frames ({frames / 360000:.2f} h) in {secs:.0f} s "
               f"({frames / 100 / secs:.0f} audio-s/s)", flush=True)

@@ -99,6 +99,7 @@ class Paths:
 
     feats: Path = DATA / "feats"
     ckpt: Path = DATA / "ckpt"
+    train_splits: tuple[str, ...] = ("train",)  # pooled into one training set
 
 
 def sample_chunking(cfg: WctcTrainConfig, rng: np.random.Generator) -> tuple[int, int]:
@@ -205,7 +206,7 @@ class Trainer:
         self.paths, self.cfg, self.model = paths, cfg, model
         paths.ckpt.mkdir(parents=True, exist_ok=True)
         encode = CharTokenizer.from_units(UNITS).encode
-        self.train = FeatureSet(paths.feats, "train", encode)
+        self.train = FeatureSet(paths.feats, paths.train_splits, encode)
         self.valid = FeatureSet(paths.feats, "heldout_sentences", encode)
         self.fill = self.train.array[:: 50].astype(np.float32).mean(axis=0)  # (80,) mask value
         self.opt = torch.optim.AdamW(param_groups(model, cfg), betas=(0.9, 0.98))
@@ -339,6 +340,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--feats", type=Path, default=Paths.feats)
     parser.add_argument("--ckpt", type=Path, default=Paths.ckpt)
+    parser.add_argument("--train-splits", nargs="+", default=list(Paths.train_splits),
+                        help="feature splits pooled for training (e.g. train train_digits)")
+    parser.add_argument("--threads", type=int, default=WctcTrainConfig.num_threads)
     parser.add_argument("--max-hours", type=float, default=0.0, help="<= 0: run until killed")
     parser.add_argument("--max-steps", type=int, default=0, help="<= 0: no step limit")
     parser.add_argument("--total-steps", type=int, default=WctcTrainConfig.total_steps)
@@ -362,12 +366,12 @@ def main(argv: list[str] | None = None) -> None:
     cfg = WctcTrainConfig(max_frames=args.max_frames, body_lr=args.body_lr, head_lr=args.head_lr,
                           warmup_steps=args.warmup_steps, total_steps=args.total_steps,
                           train_layers=args.train_layers, freeze_stem=args.freeze_stem,
-                          bf16=not args.fp32, seed=args.seed,
+                          bf16=not args.fp32, seed=args.seed, num_threads=args.threads,
                           snapshot_interval_s=args.snapshot_interval_s, spec=spec, augment=aug)
     model = load_checkpoint_model(args.init_ckpt)[0] if args.init_ckpt is not None else None
     if model is not None:
         print(f"initial weights: {args.init_ckpt}", flush=True)
-    run(Paths(args.feats, args.ckpt), cfg, model=model, max_hours=args.max_hours,
+    run(Paths(args.feats, args.ckpt, tuple(args.train_splits)), cfg, model=model, max_hours=args.max_hours,
         max_steps=args.max_steps)
 
 

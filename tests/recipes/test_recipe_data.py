@@ -36,6 +36,21 @@ def test_index_and_features_round_trip(tmp_path: Path) -> None:
         np.testing.assert_allclose(fs.features(i), u, atol=2e-2)
 
 
+def test_pooled_splits_read_as_one_set(tmp_path: Path) -> None:
+    first = write_split(tmp_path / "a", [50, 20])
+    second = write_split(tmp_path / "b", [30, 90, 10])
+    for name in ("npy", "tsv"):  # both splits in one folder, as train and train_digits
+        (tmp_path / "b" / f"train.{name}").rename(tmp_path / "a" / f"extra.{name}")
+    fs = FeatureSet(tmp_path / "a", ("train", "extra"), encode)
+    assert len(fs) == 5 and fs.ids == ["utt0", "utt1", "utt0", "utt1", "utt2"]
+    assert fs.lengths.tolist() == [50, 20, 30, 90, 10] and fs.offsets.tolist() == [0, 50, 70, 100, 190]
+    for i, u in enumerate(first + second):
+        np.testing.assert_allclose(fs.features(i), u, atol=2e-2)
+    assert FeatureSet(tmp_path / "a", ("train",), encode).ids == FeatureSet(tmp_path / "a", "train", encode).ids
+    with pytest.raises(ValueError, match="split"):
+        FeatureSet(tmp_path / "a", (), encode)
+
+
 def test_buckets_cover_everything_within_the_frame_budget(tmp_path: Path) -> None:
     lengths = [30, 200, 45, 120, 80, 80, 300, 10, 60, 150]
     write_split(tmp_path, lengths)

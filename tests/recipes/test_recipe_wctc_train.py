@@ -72,6 +72,14 @@ def test_features_index_points_into_the_array(feats_dir: Path) -> None:
     assert first.min() > -1.6 and first.max() < 2.5  # (log10 + 4) / 4 scale
 
 
+def test_parallel_features_equal_serial(feats_dir: Path, tmp_path: Path) -> None:
+    manifest = feats_dir.parent / "manifest.tsv"
+    frames = compute_split(manifest, tmp_path, "train", num_workers=2)
+    assert frames == len(np.load(feats_dir / "train.npy"))
+    np.testing.assert_array_equal(np.load(tmp_path / "train.npy"), np.load(feats_dir / "train.npy"))
+    assert (tmp_path / "train.tsv").read_text() == (feats_dir / "train.tsv").read_text()
+
+
 def test_training_lowers_the_loss_and_resumes(feats_dir: Path, tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = WhisperCtcModel(TINY)
