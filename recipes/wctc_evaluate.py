@@ -46,13 +46,16 @@ def load_for_eval(source: Path) -> tuple[WhisperCtcModel, dict]:
     return load_whisper_ctc_dir(source), {}
 
 
-def devset_utterances(devset: Path, prefix: str) -> list[Utterance]:
-    """Devset files whose name starts with ``prefix``, as causal log-mel."""
+def devset_utterances(devset: Path, prefix: str, lead_silence_s: float = 0.0) -> list[Utterance]:
+    """Devset files whose name starts with ``prefix``, as causal log-mel; ``lead_silence_s`` of
+    digital silence goes before each file (it moves every chunk boundary)."""
+    pad = np.zeros(int(round(lead_silence_s * 16000)), np.float32)
     out = []
     for line in (devset / "manifest.tsv").read_text(encoding="utf-8").splitlines():
         name, text = line.split("\t", 1)
         if name.startswith(prefix):
-            out.append((name, causal_log_mel(read_audio(devset / name)), text.strip()))
+            audio = np.concatenate([pad, read_audio(devset / name).astype(np.float32)])
+            out.append((name, causal_log_mel(audio), text.strip()))
     return out
 
 
