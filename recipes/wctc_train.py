@@ -33,6 +33,7 @@ from recipes.data import Batch, FeatureSet, SpecAugmentConfig
 from recipes.train import TrainState as ConformerTrainState
 from recipes.train import resume_latest
 from recipes.wctc_augment import FeatureAugmentConfig, augmented_batch
+from recipes.wctc_distill import DistillConfig, FullContextTeacher, distilled_forward
 from recipes.wer import greedy_ctc
 
 UNITS = list(BUNDLED_UNITS)
@@ -67,6 +68,8 @@ class WctcTrainConfig:
     spec: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
     # speaker / recording variety on the stored features (recipes.wctc_augment); off by default
     augment: FeatureAugmentConfig = field(default_factory=FeatureAugmentConfig)
+    # lower blocks trained towards their own full-context outputs (recipes.wctc_distill); off
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def __post_init__(self) -> None:
         if not 0 < self.warmup_steps < self.total_steps:
@@ -118,7 +121,7 @@ def param_groups(model: WhisperCtcModel, cfg: WctcTrainConfig) -> list[dict]:
     if cfg.freeze_stem:
         frozen += [model.conv1, model.conv2]
     if cfg.train_layers >= 0:
-        frozen += list(model.blocks[: len(model.blocks) - cfg.train_layers])
+        frozen += list(model.blocks[cfg.distill.layers: len(model.blocks) - cfg.train_layers])
     for module in frozen:
         module.requires_grad_(False)
     head = list(model.ctc.parameters())
@@ -132,28 +135,42 @@ def param_groups(model: WhisperCtcModel, cfg: WctcTrainConfig) -> list[dict]:
     ]
 
 
-def ctc_loss(model: WhisperCtcModel, batch: Batch, chunk: int, left: int, bf16: bool) -> torch.Tensor:
-    """Mean CTC loss per utterance of a batch under the (chunk, left) mask."""
+def ctc_loss(model: WhisperCtcModel, batch: Batch, chunk: int, left: int, bf16: bool,
+             teacher: FullContextTeacher | None = None) -> torch.Tensor:
+    """Mean CTC loss per utterance of a batch under the (chunk, left) mask; with a ``teacher``,
+    (CTC loss, the lower blocks' distillation loss) stacked into a (2,) tensor."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        log_probs, out_lens = model(batch.feats, batch.feat_lens, chunk, left)  # (B, T', V)
+        if teacher is None:
+            log_probs, out_lens = model(batch.feats, batch.feat_lens, chunk, left)  # (B, T', V)
+        else:
+            log_probs, out_lens, distill = distilled_forward(model, teacher, batch.feats,
+                                                             batch.feat_lens, chunk, left)
     loss = F.ctc_loss(log_probs.float().transpose(0, 1), batch.targets, out_lens,
                       batch.target_lens, blank=0, reduction="sum", zero_infinity=True)
-    return loss / batch.feats.size(0)
+    loss = loss / batch.feats.size(0)
+    return loss if teacher is None else torch.stack([loss, distill])
 
 
 def train_step(model: WhisperCtcModel, opt: torch.optim.Optimizer, batch: Batch, scale: float,
-               cfg: WctcTrainConfig, chunking: tuple[int, int]) -> tuple[float, float]:
-    """One update; returns (loss per utterance, grad norm). Non-finite gradients skip it."""
+               cfg: WctcTrainConfig, chunking: tuple[int, int],
+               teacher: FullContextTeacher | None = None) -> tuple[float, float, float]:
+    """One update; returns (CTC loss per utterance, grad norm, distillation loss or 0).
+    Non-finite gradients skip it."""
     for group in opt.param_groups:
         group["lr"] = group["peak_lr"] * scale
-    loss = ctc_loss(model, batch, *chunking, cfg.bf16)
+    losses = ctc_loss(model, batch, *chunking, cfg.bf16, teacher)
+    if teacher is None:
+        total, ctc, distill = losses, losses.item(), 0.0
+    else:
+        total = losses[0] + cfg.distill.weight * losses[1]
+        ctc, distill = losses[0].item(), losses[1].item()
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    total.backward()
     params = [p for g in opt.param_groups for p in g["params"]]
     norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     if torch.isfinite(norm):
         opt.step()
-    return loss.item(), norm.item()
+    return ctc, norm.item(), distill
 
 
 @torch.no_grad()
@@ -209,10 +226,13 @@ class Trainer:
         self.train = FeatureSet(paths.feats, paths.train_splits, encode)
         self.valid = FeatureSet(paths.feats, "heldout_sentences", encode)
         self.fill = self.train.array[:: 50].astype(np.float32).mean(axis=0)  # (80,) mask value
+        # the teacher copies the starting weights, before a resume replaces them
+        self.teacher = (FullContextTeacher(model, cfg.distill.layers)
+                        if cfg.distill.layers else None)
         self.opt = torch.optim.AdamW(param_groups(model, cfg), betas=(0.9, 0.98))
         self.state = restore(paths.ckpt, model, self.opt)
         self.batches = self.train.epoch_batches(cfg.max_frames, cfg.seed, self.state.epoch)
-        self.window = {"loss": 0.0, "audio": 0.0, "steps": 0, "t": time.time()}
+        self.window = {"loss": 0.0, "distill": 0.0, "audio": 0.0, "steps": 0, "t": time.time()}
 
     def next_batch(self) -> tuple[Batch, tuple[int, int]]:
         """The next batch of the epoch order (SpecAugmented) and its chunking."""
@@ -232,12 +252,14 @@ class Trainer:
     def step(self) -> tuple[float, float]:
         batch, chunking = self.next_batch()
         t0 = time.time()
-        loss, norm = train_step(self.model, self.opt, batch, self.cfg.lr_scale(self.state.step),
-                                self.cfg, chunking)
+        loss, norm, distill = train_step(self.model, self.opt, batch,
+                                         self.cfg.lr_scale(self.state.step), self.cfg, chunking,
+                                         self.teacher)
         self.state.train_seconds += time.time() - t0
         self.state.step += 1
         self.state.audio_seconds += batch.audio_seconds
         self.window["loss"] += loss
+        self.window["distill"] += distill
         self.window["audio"] += batch.audio_seconds
         self.window["steps"] += 1
         return loss, norm
@@ -247,9 +269,10 @@ class Trainer:
         elapsed = time.time() - w["t"]
         print(f"{time.strftime('%H:%M:%S')} step {s.step} epoch {s.epoch} "
               f"({s.batch_in_epoch}/{len(self.batches)}) loss {w['loss'] / max(w['steps'], 1):.2f} "
-              f"lr x{self.cfg.lr_scale(s.step):.3f} gnorm {norm:.1f} "
+              + (f"distill {w['distill'] / max(w['steps'], 1):.4f} " if self.teacher else "")
+              + f"lr x{self.cfg.lr_scale(s.step):.3f} gnorm {norm:.1f} "
               f"{w['audio'] / elapsed:.1f} audio-s/s seen {s.audio_seconds / 3600:.2f} h", flush=True)
-        self.window.update(loss=0.0, audio=0.0, steps=0, t=time.time())
+        self.window.update(loss=0.0, distill=0.0, audio=0.0, steps=0, t=time.time())
 
     def checkpoint(self) -> None:
         """Validate, write latest.pt (and best.pt when better), append to history.jsonl."""
@@ -360,6 +383,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--init-ckpt", type=Path, default=None,
                         help="start from this checkpoint's weights (fresh optimizer and schedule) "
                              "when the run dir has no latest.pt; default init_from_whisper()")
+    parser.add_argument("--distill-layers", type=int, default=0,
+                        help="lower blocks trained towards their full-context outputs")
+    parser.add_argument("--distill-weight", type=float, default=DistillConfig.weight)
     add_augment_args(parser)
     args = parser.parse_args(argv)
     spec, aug = augment_configs(args)
@@ -367,7 +393,8 @@ def main(argv: list[str] | None = None) -> None:
                           warmup_steps=args.warmup_steps, total_steps=args.total_steps,
                           train_layers=args.train_layers, freeze_stem=args.freeze_stem,
                           bf16=not args.fp32, seed=args.seed, num_threads=args.threads,
-                          snapshot_interval_s=args.snapshot_interval_s, spec=spec, augment=aug)
+                          snapshot_interval_s=args.snapshot_interval_s, spec=spec, augment=aug,
+                          distill=DistillConfig(args.distill_layers, args.distill_weight))
     model = load_checkpoint_model(args.init_ckpt)[0] if args.init_ckpt is not None else None
     if model is not None:
         print(f"initial weights: {args.init_ckpt}", flush=True)

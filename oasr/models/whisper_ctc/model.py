@@ -97,6 +97,16 @@ class WhisperCtcModel(nn.Module):
         Raises:
             ValueError: T // 2 exceeds ``max_positions``.
         """
+        x, out_lengths = self.embed(mel, mel_lengths)
+        mask = chunk_mask(out_lengths.to(x.device), x.size(1), chunk_frames, left_chunks)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.ctc_log_probs(x), out_lengths
+
+    def embed(self, mel: torch.Tensor, mel_lengths: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first block's input: conv stem + positions (B, T // 2, width), and the encoder
+        lengths (B,) = mel_lengths // 2; raises ValueError past ``max_positions``."""
         frames = mel.size(1) // 2
         if frames > self.config.max_positions:
             raise ValueError(
@@ -106,11 +116,7 @@ class WhisperCtcModel(nn.Module):
             )
         x = self.conv_stem(mel[:, : 2 * frames].to(self.conv1.weight.dtype))  # (B, T', d)
         x = x + self.positions[:frames].to(x.dtype)
-        out_lengths = torch.div(mel_lengths, 2, rounding_mode="floor").to(torch.int64)
-        mask = chunk_mask(out_lengths.to(x.device), frames, chunk_frames, left_chunks)
-        for block in self.blocks:
-            x = block(x, mask)
-        return self.ctc_log_probs(x), out_lengths
+        return x, torch.div(mel_lengths, 2, rounding_mode="floor").to(torch.int64)
 
     def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """Last block's output (B, T', width) -> CTC log-probabilities (B, T', V) float32."""
