@@ -37,12 +37,15 @@ class LmFusion:
             (scored when a hypothesis is finalised).
         word: the word LM's tables (weight and OOV penalty folded in; see `oasr.lm.word`),
             None without a word LM.
+        closer_ids: (n,) int64 the units that close a word (``word.closers``' ids) when the
+            word LM has bigrams: their extensions get the bigram correction. None otherwise.
     """
 
     gains: torch.Tensor
     next_state: torch.Tensor
     end_gains: torch.Tensor
     word: WordGains | None = None
+    closer_ids: torch.Tensor | None = None
 
     @classmethod
     def build(cls, both: DecoderLm, config: GpuDecoderConfig, device: torch.device,
@@ -64,28 +67,50 @@ class LmFusion:
             gains = bonus[None, :].clone()  # (1, V)
             next_state = torch.zeros((1, vocab), dtype=torch.int64, device=device)
             end_gains = torch.zeros(1, device=device)
-        word = None
+        word = closer_ids = None
         if both.word is not None:
             word = both.word.gains_for(config.word_lm_weight, config.word_oov_penalty, device)
-        return cls(gains=gains, next_state=next_state, end_gains=end_gains, word=word)
+            if word.bigram is not None:
+                closer_ids = torch.nonzero(word.closers).flatten()  # once, at build time
+        return cls(gains=gains, next_state=next_state, end_gains=end_gains, word=word,
+                   closer_ids=closer_ids)
 
     @property
     def vocab_size(self) -> int:
         return self.gains.shape[1]
 
-    def extension_scores(self, state: DecoderState, cand_tok: torch.Tensor) -> torch.Tensor:
-        """(B, K, C) fused score of each hypothesis extended by each candidate."""
-        flat = state.lm_state[:, :, None] * self.vocab_size + cand_tok[:, None, :]  # (B, K, C)
-        scores = state.lm_score[:, :, None] + torch.take(self.gains, flat)
+    def extension_scores(self, state: DecoderState, cand_tok: torch.Tensor,
+                         closer_slots: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, K * (C + 1)) fused score of each hypothesis extended by each candidate.
+
+        Args:
+            cand_tok: (B, C) the candidate tokens.
+            closer_slots: (B, K * n) flat positions of the `closer_ids` in the result's
+                (K, C + 1) blocks, column C of a block where a closer is no candidate (needed
+                with a word bigram).
+        Returns:
+            flat (K, C + 1) blocks per row: hypothesis k's candidate j at k * (C + 1) + j;
+            column C is scratch (garbage).
+        """
+        batch, k = state.lm_state.shape
+        num_cand = cand_tok.shape[1]
+        pick = cand_tok[:, None, :].expand(batch, k, num_cand)  # (B, K, C)
+        scores = torch.empty((batch, k, num_cand + 1), device=cand_tok.device)
+        candidates = scores[:, :, :num_cand]
+        # one gather of each hypothesis's table row, then one of its candidates' columns
+        rows = self.gains.index_select(0, state.lm_state.flatten()).view(batch, k, -1)
+        torch.add(state.lm_score[:, :, None], rows.gather(2, pick), out=candidates)
         word = self.word
         if word is not None:
-            flat_w = state.word_state[:, :, None] * self.vocab_size + cand_tok[:, None, :]
-            scores = scores + torch.take(word.gains, flat_w)  # (B, K, C)
+            rows = word.gains.index_select(0, state.word_state.flatten()).view(batch, k, -1)
+            candidates.add_(rows.gather(2, pick))
             if word.bigram is not None:
+                assert closer_slots is not None, "a word bigram needs the closers' slots"
                 closing = word.bigram.closing_gains(state.prev_word, state.word_state)  # (B, K)
-                closes = word.closers[cand_tok][:, None, :]  # (B, 1, C)
-                scores = scores + torch.where(closes, closing[:, :, None], 0.0)
-        return scores
+                num_closers = closer_slots.shape[1] // k
+                closing = closing[:, :, None].expand(batch, k, num_closers).reshape(batch, -1)
+                scores.view(batch, -1).scatter_add_(1, closer_slots, closing)
+        return scores.view(batch, -1)
 
     def advance(self, state: DecoderState, parent: torch.Tensor, is_ext: torch.Tensor,
                 token: torch.Tensor, ext_score: torch.Tensor) -> None:
@@ -105,8 +130,9 @@ class LmFusion:
             moved_w = torch.take(word.next_state, parent_word * self.vocab_size + token).long()
             state.word_state = torch.where(is_ext, moved_w, parent_word)
             if word.bigram is not None:  # a closed word becomes the previous word
-                closes = is_ext & word.closers[token] & (parent_word != 0)
-                state.prev_word = torch.where(closes, word.bigram.node_code[parent_word],
+                closes = is_ext & torch.take(word.closers, token) & (parent_word != 0)
+                state.prev_word = torch.where(closes,
+                                              torch.take(word.bigram.node_code, parent_word),
                                               state.prev_word.gather(1, parent))
 
     def end_scores(self, lm_state: torch.Tensor, word_state: torch.Tensor,

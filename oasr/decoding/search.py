@@ -12,7 +12,13 @@ import torch
 
 from oasr.decoding.config import GpuDecoderConfig
 from oasr.decoding.lm_fusion import LmFusion
-from oasr.decoding.state import NEG_INF, NO_TOKEN, DecoderState, hash_append
+from oasr.decoding.state import (
+    HASH_MULTIPLIER,
+    NEG_INF,
+    NO_TOKEN,
+    DecoderState,
+    hash_append,
+)
 
 
 @dataclass(frozen=True)
@@ -167,19 +173,29 @@ class _Children:
     merged: torch.Tensor
 
 
+# Pairing keys (wrapping int64): a parent's key is its prefix hash times the hash multiplier
+# plus its length times _LENGTH_KEY; a child's is its hash minus its last token's term plus
+# (length - 1) times _LENGTH_KEY, so child = parent + last token <=> equal keys (up to a 64-bit
+# hash collision, as for the prefix hash itself). Hypotheses that cannot pair get sentinels.
+_LENGTH_KEY = -0x61C8864680B583EB  # odd 64-bit constant (the golden ratio's bits)
+_NO_PARENT_KEY = 0x5851F42D4C957F2D
+_NO_CHILD_KEY = 0x14057B7EF767814F
+
+
 def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tensor) -> _Children:
     """Pair live hypotheses as parent / child (see `_Children`); ``total`` and ``lp_last`` are
-    (B, K): each hypothesis's log-prob and its last token's log-prob at this frame."""
+    (B, K): each hypothesis's log-prob and its last token's log-prob at this frame.
+
+    One (B, K, K) comparison of pairing keys instead of comparing lengths, hashes and
+    liveness pair by pair: the per-frame cost is dominated by the number of such tensors.
+    """
     alive = total > NEG_INF  # (B, K)
     length, last, h = state.prefix_len, state.last_token, state.prefix_hash
-    child_of = (
-        alive[:, :, None]
-        & alive[:, None, :]
-        & (length[:, None, :] == length[:, :, None] + 1)
-        & (h[:, None, :] == hash_append(h[:, :, None], last[:, None, :]))
-    )  # (B, Kp, Kc)
-    has_parent = child_of.any(dim=1)  # (B, Kc)
-    parent = child_of.to(torch.uint8).argmax(dim=1)  # (B, Kc)
+    parent_key = torch.where(alive, h * HASH_MULTIPLIER + length * _LENGTH_KEY, _NO_PARENT_KEY)
+    child_key = torch.where(alive & (last >= 0), h - (last + 1) + (length - 1) * _LENGTH_KEY,
+                            _NO_CHILD_KEY)  # (B, K)
+    child_of = child_key[:, :, None] == parent_key[:, None, :]  # (B, Kc, Kp)
+    has_parent, parent = child_of.max(dim=2)  # (B, Kc): at most one match per child
     # A repeated token needs a blank in between: only the parent's blank-ending paths count.
     via = torch.where(
         last.gather(1, parent) == last, state.log_pb.gather(1, parent), total.gather(1, parent)
@@ -188,53 +204,134 @@ def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tens
     return _Children(has_parent=has_parent, parent=parent, merged=merged)
 
 
+@dataclass(frozen=True)
+class CandidateFrame:
+    """One frame's candidate extensions, laid out for `beam_frame` (views of a chunk's
+    tables built once per chunk by `candidate_tables`).
+
+    Candidate j of a row sits in column j of a (K, C + 1) block per row; column C is a
+    scratch slot for tokens that are not candidates, so "the slot of token v" needs no mask.
+
+    Attributes:
+        lp: (B, V) the frame's log-probs.
+        lp_blank: (B,) the blank's log-prob.
+        tokens: (B, C) candidate tokens (distinct), best first.
+        log_probs: (B, C + 1) their log-probs, -inf for those that may not extend a prefix
+            and in the scratch column C.
+        slot: (B, V + 1) int64 the column of token v at v + 1 (column 0: the empty prefix's
+            "no token"), C where the token is no candidate.
+        closer_slots: (B, K * n) int64 flat (K, C + 1) positions of the n word-closing units
+            of each hypothesis's block (for `LmFusion.extension_scores`), None without a
+            word bigram.
+    """
+
+    lp: torch.Tensor
+    lp_blank: torch.Tensor
+    tokens: torch.Tensor
+    log_probs: torch.Tensor
+    slot: torch.Tensor
+    closer_slots: torch.Tensor | None = None
+
+
+def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig, beam_size: int,
+                     closer_ids: torch.Tensor | None = None) -> list[CandidateFrame]:
+    """Everything the frames of ``chunk`` need that does not depend on the search, computed
+    for all frames at once (see `CandidateFrame`; ``closer_ids`` (n,) the word-closing units)."""
+    lp = chunk.log_probs  # (B, T, V)
+    cand_lp, cand_tok = chunk.top_log_probs, chunk.top_tokens  # (B, T, C), blank included
+    assert cand_lp is not None and cand_tok is not None, "prepare_chunk skips top-k for greedy"
+    batch, num_frames, vocab = lp.shape
+    num_cand = cand_tok.shape[2]
+    # Keep the best num_candidates non-blank tokens: drop the blank, or the spare last entry
+    # when the blank was not among them.
+    is_blank = cand_tok == config.blank_id
+    drop = is_blank | (is_blank.logical_not().cumsum(dim=-1) > config.num_candidates(vocab))
+    if config.min_token_log_prob is not None:
+        drop = drop | (cand_lp < config.min_token_log_prob)
+    padded_lp = torch.full((batch, num_frames, num_cand + 1), NEG_INF, device=lp.device)
+    padded_lp[..., :num_cand] = cand_lp.masked_fill(drop, NEG_INF)
+    slot = torch.full((batch, num_frames, vocab + 1), num_cand, dtype=torch.int64,
+                      device=lp.device)
+    columns = torch.arange(num_cand, device=lp.device).expand_as(cand_tok)
+    slot.scatter_(2, cand_tok + 1, columns)  # (B, T, V + 1)
+    lp_blank = lp[:, :, config.blank_id]  # (B, T)
+    closer_slots = None
+    if closer_ids is not None:
+        blocks = torch.arange(beam_size, device=lp.device) * (num_cand + 1)  # (K,)
+        closers = slot.index_select(2, closer_ids + 1)  # (B, T, n)
+        closer_slots = (blocks[:, None] + closers[:, :, None, :]).flatten(2)  # (B, T, K * n)
+    return [
+        CandidateFrame(lp=lp[:, t], lp_blank=lp_blank[:, t], tokens=cand_tok[:, t],
+                       log_probs=padded_lp[:, t], slot=slot[:, t],
+                       closer_slots=None if closer_slots is None else closer_slots[:, t])
+        for t in range(num_frames)
+    ]
+
+
+def _extension_scores(state: DecoderState, frame: CandidateFrame, total: torch.Tensor,
+                      last_slot: torch.Tensor, children: _Children) -> torch.Tensor:
+    """(B, K * (C + 1)) acoustic log-prob of each hypothesis extended by each candidate (flat
+    (K, C + 1) blocks; the scratch columns hold garbage)."""
+    k = state.beam_size
+    width = frame.log_probs.shape[1]  # C + 1
+    ext = (total[:, :, None] + frame.log_probs[:, None, :]).flatten(1)  # (B, K * (C + 1))
+    blocks = torch.arange(0, k * width, width, device=total.device)  # (K,)
+    # A repeated token extends only the blank-ending paths.
+    repeat = state.log_pb + frame.log_probs.gather(1, last_slot)  # (B, K)
+    ext.scatter_(1, blocks + last_slot, repeat)
+    # An extension that equals a live hypothesis was already merged into it: parent p's
+    # candidate c is a duplicate when some child of p has last token c.
+    dup = torch.where(children.has_parent, children.parent * width + last_slot,
+                      blocks + (width - 1))  # (B, K)
+    return ext.scatter_(1, dup, NEG_INF)
+
+
 def beam_frame(
     state: DecoderState,
-    lp: torch.Tensor,
-    cand_lp: torch.Tensor,
-    cand_tok: torch.Tensor,
-    blank_id: int,
+    frame: CandidateFrame,
     fusion: LmFusion | None = None,
 ) -> FrameChoice:
     """One frame of CTC prefix beam search on every row; updates the (B, K) score fields.
 
     Args:
-        lp: (B, V) the frame's log-probs.
-        cand_lp, cand_tok: (B, C) the non-blank tokens allowed to extend a prefix.
+        frame: the frame's log-probs and candidate tokens (see `candidate_tables`).
         fusion: an LM to rank by acoustic + fused LM score (the stored scores stay acoustic).
     """
     k = state.beam_size
-    num_cand = cand_tok.shape[1]
+    num_cand = frame.tokens.shape[1]
+    width = num_cand + 1
     pb, pnb, last = state.log_pb, state.log_pnb, state.last_token
     total = torch.logaddexp(pb, pnb)  # (B, K)
-    lp_last = lp.gather(1, last.clamp(min=0))  # (B, K)
-    stay_pb = total + lp[:, blank_id, None]
+    lp_last = frame.lp.gather(1, last.clamp(min=0))  # (B, K)
+    stay_pb = total + frame.lp_blank[:, None]
     stay_pnb = torch.where(last >= 0, pnb + lp_last, NEG_INF)
     children = _find_children(state, total, lp_last)
     stay_pnb = torch.logaddexp(stay_pnb, children.merged)
-    is_last = cand_tok[:, None, :] == last[:, :, None]  # (B, K, C): candidate c == last of k
-    ext = torch.where(is_last, pb[:, :, None], total[:, :, None]) + cand_lp[:, None, :]
-    # An extension that equals a live hypothesis was already merged into it above:
-    # parent k's candidate c is a duplicate when some child j of k has last token c.
-    child_hits = (is_last & children.has_parent[:, :, None]).to(ext.dtype)  # (B, Kc, C)
-    to_parent = children.parent[:, :, None].expand_as(child_hits)
-    dup = torch.zeros_like(ext).scatter_add_(1, to_parent, child_hits) > 0  # (B, Kp, C)
-    ext = ext.masked_fill(dup, NEG_INF).flatten(1)  # (B, K * C)
-    scores = torch.cat([torch.logaddexp(stay_pb, stay_pnb), ext], dim=1)  # (B, K + K * C)
+    last_slot = frame.slot.gather(1, last + 1)  # (B, K) column of each last token
+    ext = _extension_scores(state, frame, total, last_slot, children)  # (B, K * (C + 1))
+    scores = torch.empty((state.batch_size, k + k * num_cand), device=total.device)
+    stay, moves = scores[:, :k], scores[:, k:].view(-1, k, num_cand)
+    ext_blocks = ext.view(-1, k, width)[:, :, :num_cand]  # (B, K, C)
     lm_ext = None
-    if fusion is not None:
-        lm_ext = fusion.extension_scores(state, cand_tok).flatten(1)  # (B, K * C)
-        scores = scores + torch.cat([state.lm_score, lm_ext], dim=1)  # ranking only
+    if fusion is not None:  # ranking only: stored scores stay acoustic
+        lm_ext = fusion.extension_scores(state, frame.tokens, frame.closer_slots)
+        torch.add(torch.logaddexp(stay_pb, stay_pnb), state.lm_score, out=stay)
+        torch.add(ext_blocks, lm_ext.view(-1, k, width)[:, :, :num_cand], out=moves)
+    else:
+        torch.logaddexp(stay_pb, stay_pnb, out=stay)
+        moves.copy_(ext_blocks)
     index = scores.topk(k, dim=1).indices  # (B, K)
     is_ext = index >= k
     ext_index = (index - k).clamp(min=0)
-    parent = torch.where(is_ext, ext_index // num_cand, index)
-    token = cand_tok.gather(1, ext_index % num_cand)
+    ext_parent = ext_index.div(num_cand, rounding_mode="floor")
+    parent = torch.where(is_ext, ext_parent, index)
+    token = frame.tokens.gather(1, ext_index - ext_parent * num_cand)
+    slot = ext_index + ext_parent  # flat (K, C + 1) position of the chosen extension
     parent_hash = state.prefix_hash.gather(1, parent)
     if fusion is not None and lm_ext is not None:
-        fusion.advance(state, parent, is_ext, token, lm_ext.gather(1, ext_index))
+        fusion.advance(state, parent, is_ext, token, lm_ext.gather(1, slot))
     state.log_pb = torch.where(is_ext, NEG_INF, stay_pb.gather(1, parent))
-    state.log_pnb = torch.where(is_ext, ext.gather(1, ext_index), stay_pnb.gather(1, parent))
+    state.log_pnb = torch.where(is_ext, ext.gather(1, slot), stay_pnb.gather(1, parent))
     state.prefix_len = state.prefix_len.gather(1, parent) + is_ext
     state.last_token = torch.where(is_ext, token, last.gather(1, parent))
     state.prefix_hash = torch.where(is_ext, hash_append(parent_hash, token), parent_hash)
@@ -295,22 +392,13 @@ def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig
                fusion: LmFusion | None = None) -> None:
     """CTC prefix beam search over one chunk for every row of ``state`` (``fusion``: an LM
     to fuse into the ranking, see `beam_frame`)."""
-    lp = chunk.log_probs  # (B, T, V)
-    cand_lp, cand_tok = chunk.top_log_probs, chunk.top_tokens  # (B, T, C + 1), blank included
-    assert cand_lp is not None and cand_tok is not None, "prepare_chunk skips top-k for greedy"
-    # Keep the best num_cand non-blank tokens: drop the blank, or the spare last entry when
-    # the blank was not among them.
-    is_blank = cand_tok == config.blank_id
-    drop = is_blank | (is_blank.logical_not().cumsum(dim=-1) > config.num_candidates(lp.shape[2]))
-    if config.min_token_log_prob is not None:
-        drop = drop | (cand_lp < config.min_token_log_prob)
-    cand_lp = cand_lp.masked_fill(drop, NEG_INF)
+    closer_ids = fusion.closer_ids if fusion is not None else None
+    frames = candidate_tables(chunk, config, state.beam_size, closer_ids)
     start_len = state.prefix_len
     choices = []
-    for t in range(lp.shape[1]):
+    for t, frame in enumerate(frames):
         before = {} if chunk.all_valid else {n: getattr(state, n) for n in _SCORE_FIELDS}
-        choice = beam_frame(state, lp[:, t], cand_lp[:, t], cand_tok[:, t], config.blank_id,
-                            fusion)
+        choice = beam_frame(state, frame, fusion)
         if before:
             choice = _keep_padded_rows(state, before, choice, chunk.valid[:, t])
         choices.append(choice)
