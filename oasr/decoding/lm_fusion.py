@@ -112,28 +112,22 @@ class LmFusion:
                 scores.view(batch, -1).scatter_add_(1, closer_slots, closing)
         return scores.view(batch, -1)
 
-    def advance(self, state: DecoderState, parent: torch.Tensor, is_ext: torch.Tensor,
-                token: torch.Tensor, ext_score: torch.Tensor) -> None:
-        """Carry the (B, K) chosen hypotheses' LM states and score forward.
-
-        Args:
-            parent, is_ext, token: (B, K) the frame's choice (see `FrameChoice`).
-            ext_score: (B, K) the chosen extension's fused score (meaningless when not one).
-        """
-        parent_state = state.lm_state.gather(1, parent)
-        moved = torch.take(self.next_state, parent_state * self.vocab_size + token)
-        state.lm_state = torch.where(is_ext, moved, parent_state)
-        state.lm_score = torch.where(is_ext, ext_score, state.lm_score.gather(1, parent))
+    def extended_states(self, lm_state: torch.Tensor, word_state: torch.Tensor,
+                        prev_word: torch.Tensor, token: torch.Tensor) -> list[torch.Tensor]:
+        """The LM states of prefixes in states (``lm_state``, ``word_state``, ``prev_word``)
+        extended by ``token`` (all (...) int64, same shape): [char state, word state, previous
+        word] after the token."""
+        flat = lm_state * self.vocab_size + token
+        moved = [torch.take(self.next_state, flat), word_state, prev_word]
         word = self.word
         if word is not None:
-            parent_word = state.word_state.gather(1, parent)
-            moved_w = torch.take(word.next_state, parent_word * self.vocab_size + token).long()
-            state.word_state = torch.where(is_ext, moved_w, parent_word)
+            flat_w = word_state * self.vocab_size + token
+            moved[1] = torch.take(word.next_state, flat_w).long()
             if word.bigram is not None:  # a closed word becomes the previous word
-                closes = is_ext & torch.take(word.closers, token) & (parent_word != 0)
-                state.prev_word = torch.where(closes,
-                                              torch.take(word.bigram.node_code, parent_word),
-                                              state.prev_word.gather(1, parent))
+                closes = torch.take(word.closers, token) & (word_state != 0)
+                moved[2] = torch.where(closes, torch.take(word.bigram.node_code, word_state),
+                                       prev_word)
+        return moved
 
     def end_scores(self, lm_state: torch.Tensor, word_state: torch.Tensor,
                    prev_word: torch.Tensor) -> torch.Tensor:

@@ -173,27 +173,27 @@ class _Children:
     merged: torch.Tensor
 
 
-# Pairing keys (wrapping int64): a parent's key is its prefix hash times the hash multiplier
-# plus its length times _LENGTH_KEY; a child's is its hash minus its last token's term plus
-# (length - 1) times _LENGTH_KEY, so child = parent + last token <=> equal keys (up to a 64-bit
-# hash collision, as for the prefix hash itself). Hypotheses that cannot pair get sentinels.
-_LENGTH_KEY = -0x61C8864680B583EB  # odd 64-bit constant (the golden ratio's bits)
+# Pairing keys (wrapping int64): a parent's key is its prefix hash times the hash multiplier,
+# a child's is its hash minus its last token's term, so child = parent + last token <=> equal
+# keys, up to a 64-bit hash collision as for the prefix hash itself (below 2**64 the hash is the
+# prefix's base-P digits, injective across lengths). Hypotheses that cannot pair get sentinels.
 _NO_PARENT_KEY = 0x5851F42D4C957F2D
 _NO_CHILD_KEY = 0x14057B7EF767814F
 
 
-def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tensor) -> _Children:
-    """Pair live hypotheses as parent / child (see `_Children`); ``total`` and ``lp_last`` are
-    (B, K): each hypothesis's log-prob and its last token's log-prob at this frame.
+def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tensor,
+                   last1: torch.Tensor) -> _Children:
+    """Pair live hypotheses as parent / child (see `_Children`); ``total``, ``lp_last`` and
+    ``last1`` are (B, K): each hypothesis's log-prob, its last token's log-prob at this frame
+    and its last token + 1 (0 for the empty prefix).
 
     One (B, K, K) comparison of pairing keys instead of comparing lengths, hashes and
     liveness pair by pair: the per-frame cost is dominated by the number of such tensors.
     """
     alive = total > NEG_INF  # (B, K)
-    length, last, h = state.prefix_len, state.last_token, state.prefix_hash
-    parent_key = torch.where(alive, h * HASH_MULTIPLIER + length * _LENGTH_KEY, _NO_PARENT_KEY)
-    child_key = torch.where(alive & (last >= 0), h - (last + 1) + (length - 1) * _LENGTH_KEY,
-                            _NO_CHILD_KEY)  # (B, K)
+    last, h = state.last_token, state.prefix_hash
+    parent_key = torch.where(alive, h * HASH_MULTIPLIER, _NO_PARENT_KEY)
+    child_key = torch.where(alive & (last1 > 0), h - last1, _NO_CHILD_KEY)  # (B, K)
     child_of = child_key[:, :, None] == parent_key[:, None, :]  # (B, Kc, Kp)
     has_parent, parent = child_of.max(dim=2)  # (B, Kc): at most one match per child
     # A repeated token needs a blank in between: only the parent's blank-ending paths count.
@@ -205,24 +205,56 @@ def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tens
 
 
 @dataclass(frozen=True)
-class CandidateFrame:
-    """One frame's candidate extensions, laid out for `beam_frame` (views of a chunk's
-    tables built once per chunk by `candidate_tables`).
+class ScoreLayout:
+    """Where things sit in one frame's score tensors, for K hypotheses and C candidates.
 
-    Candidate j of a row sits in column j of a (K, C + 1) block per row; column C is a
-    scratch slot for tokens that are not candidates, so "the slot of token v" needs no mask.
+    The ranked scores are (B, K + K * C): the K hypotheses staying, then hypothesis k extended
+    by candidate j at K + k * C + j (the layout the ranking's tie order depends on). Extension
+    tensors are (B, K * (C + 1)): a block of C + 1 columns per hypothesis whose last column is
+    scratch, so a token that is no candidate has a slot too and fixes need no masks.
 
     Attributes:
-        lp: (B, V) the frame's log-probs.
+        blocks: (K,) int64 the first column of each hypothesis's block, k * (C + 1).
+        parent: (K + K * C,) int64 the hypothesis each ranked entry continues.
+        column: (K + K * C,) int64 its candidate column (0 for a stay).
+        slot: (K + K * C,) int64 its position in the extension tensors (0 for a stay).
+    """
+
+    blocks: torch.Tensor
+    parent: torch.Tensor
+    column: torch.Tensor
+    slot: torch.Tensor
+
+    @classmethod
+    def build(cls, beam_size: int, num_cand: int, device: torch.device) -> ScoreLayout:
+        hyps = torch.arange(beam_size, device=device)
+        cols = torch.arange(num_cand, device=device)
+        zeros = torch.zeros_like(hyps)
+        return cls(
+            blocks=hyps * (num_cand + 1),
+            parent=torch.cat([hyps, hyps.repeat_interleave(num_cand)]),
+            column=torch.cat([zeros, cols.repeat(beam_size)]),
+            slot=torch.cat([zeros, (hyps[:, None] * (num_cand + 1) + cols).flatten()]),
+        )
+
+
+@dataclass(frozen=True)
+class CandidateFrame:
+    """One frame's candidate extensions (views of a chunk's tables built once per chunk by
+    `candidate_tables`); columns as in `ScoreLayout`.
+
+    Attributes:
+        lp: (B, V + 1) the frame's log-probs of token v at v + 1 (column 0: the empty
+            prefix's "no token", 0.0).
         lp_blank: (B,) the blank's log-prob.
         tokens: (B, C) candidate tokens (distinct), best first.
         log_probs: (B, C + 1) their log-probs, -inf for those that may not extend a prefix
             and in the scratch column C.
-        slot: (B, V + 1) int64 the column of token v at v + 1 (column 0: the empty prefix's
-            "no token"), C where the token is no candidate.
-        closer_slots: (B, K * n) int64 flat (K, C + 1) positions of the n word-closing units
-            of each hypothesis's block (for `LmFusion.extension_scores`), None without a
-            word bigram.
+        slot: (B, V + 1) int64 the column of token v at v + 1 (column 0: "no token"), C where
+            the token is no candidate.
+        closer_slots: (B, K * n) int64 flat block positions of the n word-closing units in
+            each hypothesis's block (for `LmFusion.extension_scores`), None without a word
+            bigram.
     """
 
     lp: torch.Tensor
@@ -233,10 +265,11 @@ class CandidateFrame:
     closer_slots: torch.Tensor | None = None
 
 
-def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig, beam_size: int,
+def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig, layout_k: int,
                      closer_ids: torch.Tensor | None = None) -> list[CandidateFrame]:
     """Everything the frames of ``chunk`` need that does not depend on the search, computed
-    for all frames at once (see `CandidateFrame`; ``closer_ids`` (n,) the word-closing units)."""
+    for all frames at once (see `CandidateFrame`; ``layout_k`` the beam width, ``closer_ids``
+    (n,) the word-closing units)."""
     lp = chunk.log_probs  # (B, T, V)
     cand_lp, cand_tok = chunk.top_log_probs, chunk.top_tokens  # (B, T, C), blank included
     assert cand_lp is not None and cand_tok is not None, "prepare_chunk skips top-k for greedy"
@@ -254,103 +287,132 @@ def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig, beam_size: in
                       device=lp.device)
     columns = torch.arange(num_cand, device=lp.device).expand_as(cand_tok)
     slot.scatter_(2, cand_tok + 1, columns)  # (B, T, V + 1)
+    shifted = torch.nn.functional.pad(lp, (1, 0))  # (B, T, V + 1)
     lp_blank = lp[:, :, config.blank_id]  # (B, T)
     closer_slots = None
     if closer_ids is not None:
-        blocks = torch.arange(beam_size, device=lp.device) * (num_cand + 1)  # (K,)
+        blocks = torch.arange(layout_k, device=lp.device) * (num_cand + 1)  # (K,)
         closers = slot.index_select(2, closer_ids + 1)  # (B, T, n)
         closer_slots = (blocks[:, None] + closers[:, :, None, :]).flatten(2)  # (B, T, K * n)
     return [
-        CandidateFrame(lp=lp[:, t], lp_blank=lp_blank[:, t], tokens=cand_tok[:, t],
+        CandidateFrame(lp=shifted[:, t], lp_blank=lp_blank[:, t], tokens=cand_tok[:, t],
                        log_probs=padded_lp[:, t], slot=slot[:, t],
                        closer_slots=None if closer_slots is None else closer_slots[:, t])
         for t in range(num_frames)
     ]
 
 
-def _extension_scores(state: DecoderState, frame: CandidateFrame, total: torch.Tensor,
-                      last_slot: torch.Tensor, children: _Children) -> torch.Tensor:
-    """(B, K * (C + 1)) acoustic log-prob of each hypothesis extended by each candidate (flat
-    (K, C + 1) blocks; the scratch columns hold garbage)."""
-    k = state.beam_size
+def _extension_scores(state: DecoderState, frame: CandidateFrame, layout: ScoreLayout,
+                      total: torch.Tensor, last_slot: torch.Tensor,
+                      children: _Children) -> torch.Tensor:
+    """(B, K * (C + 1)) acoustic log-prob of each hypothesis extended by each candidate
+    (`ScoreLayout` blocks; the scratch columns hold garbage)."""
     width = frame.log_probs.shape[1]  # C + 1
     ext = (total[:, :, None] + frame.log_probs[:, None, :]).flatten(1)  # (B, K * (C + 1))
-    blocks = torch.arange(0, k * width, width, device=total.device)  # (K,)
     # A repeated token extends only the blank-ending paths.
     repeat = state.log_pb + frame.log_probs.gather(1, last_slot)  # (B, K)
-    ext.scatter_(1, blocks + last_slot, repeat)
+    ext.scatter_(1, layout.blocks + last_slot, repeat)
     # An extension that equals a live hypothesis was already merged into it: parent p's
     # candidate c is a duplicate when some child of p has last token c.
     dup = torch.where(children.has_parent, children.parent * width + last_slot,
-                      blocks + (width - 1))  # (B, K)
+                      layout.blocks + (width - 1))  # (B, K)
     return ext.scatter_(1, dup, NEG_INF)
+
+
+# The integer (B, K) fields, searched packed as one (B, 6, K) tensor whose rows the state's
+# fields are views of: one gather and one select per frame carry all of them forward.
+INT_FIELDS = ("prefix_len", "last_token", "prefix_hash", "lm_state", "word_state", "prev_word")
+
+
+def pack_ints(state: DecoderState) -> torch.Tensor:
+    """(B, 6, K) the state's `INT_FIELDS` stacked; the state's fields become its row views."""
+    ints = torch.stack([getattr(state, name) for name in INT_FIELDS], dim=1)
+    _point_ints(state, ints)
+    return ints
+
+
+def _point_ints(state: DecoderState, ints: torch.Tensor) -> None:
+    for name, row in zip(INT_FIELDS, ints.unbind(1), strict=True):
+        setattr(state, name, row)
 
 
 def beam_frame(
     state: DecoderState,
+    ints: torch.Tensor,
     frame: CandidateFrame,
+    layout: ScoreLayout,
     fusion: LmFusion | None = None,
-) -> FrameChoice:
+) -> tuple[FrameChoice, torch.Tensor]:
     """One frame of CTC prefix beam search on every row; updates the (B, K) score fields.
 
     Args:
+        ints: (B, 6, K) the state's `INT_FIELDS`, packed (`pack_ints`).
         frame: the frame's log-probs and candidate tokens (see `candidate_tables`).
+        layout: `ScoreLayout` of the state's beam width and the frame's candidates.
         fusion: an LM to rank by acoustic + fused LM score (the stored scores stay acoustic).
+    Returns:
+        the frame's choice and the new packed ints (the state's fields are its views).
     """
     k = state.beam_size
     num_cand = frame.tokens.shape[1]
-    width = num_cand + 1
     pb, pnb, last = state.log_pb, state.log_pnb, state.last_token
+    last1 = last + 1  # (B, K) column of the last token in the frame's tables
     total = torch.logaddexp(pb, pnb)  # (B, K)
-    lp_last = frame.lp.gather(1, last.clamp(min=0))  # (B, K)
+    lp_last = frame.lp.gather(1, last1)  # (B, K)
     stay_pb = total + frame.lp_blank[:, None]
-    stay_pnb = torch.where(last >= 0, pnb + lp_last, NEG_INF)
-    children = _find_children(state, total, lp_last)
+    stay_pnb = pnb + lp_last  # the empty prefix's log_pnb is -inf: it stays -inf
+    children = _find_children(state, total, lp_last, last1)
     stay_pnb = torch.logaddexp(stay_pnb, children.merged)
-    last_slot = frame.slot.gather(1, last + 1)  # (B, K) column of each last token
-    ext = _extension_scores(state, frame, total, last_slot, children)  # (B, K * (C + 1))
+    last_slot = frame.slot.gather(1, last1)  # (B, K)
+    ext = _extension_scores(state, frame, layout, total, last_slot, children)
     scores = torch.empty((state.batch_size, k + k * num_cand), device=total.device)
     stay, moves = scores[:, :k], scores[:, k:].view(-1, k, num_cand)
-    ext_blocks = ext.view(-1, k, width)[:, :, :num_cand]  # (B, K, C)
+    ext_blocks = ext.view(-1, k, num_cand + 1)[:, :, :num_cand]  # (B, K, C)
     lm_ext = None
     if fusion is not None:  # ranking only: stored scores stay acoustic
         lm_ext = fusion.extension_scores(state, frame.tokens, frame.closer_slots)
         torch.add(torch.logaddexp(stay_pb, stay_pnb), state.lm_score, out=stay)
-        torch.add(ext_blocks, lm_ext.view(-1, k, width)[:, :, :num_cand], out=moves)
+        torch.add(ext_blocks, lm_ext.view(-1, k, num_cand + 1)[:, :, :num_cand], out=moves)
     else:
         torch.logaddexp(stay_pb, stay_pnb, out=stay)
         moves.copy_(ext_blocks)
     index = scores.topk(k, dim=1).indices  # (B, K)
     is_ext = index >= k
-    ext_index = (index - k).clamp(min=0)
-    ext_parent = ext_index.div(num_cand, rounding_mode="floor")
-    parent = torch.where(is_ext, ext_parent, index)
-    token = frame.tokens.gather(1, ext_index - ext_parent * num_cand)
-    slot = ext_index + ext_parent  # flat (K, C + 1) position of the chosen extension
-    parent_hash = state.prefix_hash.gather(1, parent)
-    if fusion is not None and lm_ext is not None:
-        fusion.advance(state, parent, is_ext, token, lm_ext.gather(1, slot))
+    parent = torch.take(layout.parent, index)
+    token = frame.tokens.gather(1, torch.take(layout.column, index))
+    slot = torch.take(layout.slot, index)  # the chosen extension's position in ``ext``
+    if lm_ext is not None:
+        state.lm_score = torch.where(is_ext, lm_ext.gather(1, slot),
+                                     state.lm_score.gather(1, parent))
     state.log_pb = torch.where(is_ext, NEG_INF, stay_pb.gather(1, parent))
     state.log_pnb = torch.where(is_ext, ext.gather(1, slot), stay_pnb.gather(1, parent))
-    state.prefix_len = state.prefix_len.gather(1, parent) + is_ext
-    state.last_token = torch.where(is_ext, token, last.gather(1, parent))
-    state.prefix_hash = torch.where(is_ext, hash_append(parent_hash, token), parent_hash)
-    return FrameChoice(parent=parent, is_extension=is_ext, token=token)
+    inherited = ints.gather(2, parent[:, None, :].expand(-1, ints.shape[1], -1))  # (B, 6, K)
+    p_len, _, p_hash, p_lm, p_word, p_prev = inherited.unbind(1)
+    extended = [p_len + 1, token, hash_append(p_hash, token)]
+    extended += fusion.extended_states(p_lm, p_word, p_prev, token) if fusion is not None \
+        else [p_lm, p_word, p_prev]
+    ints = torch.where(is_ext[:, None, :], torch.stack(extended, dim=1), inherited)
+    _point_ints(state, ints)
+    return FrameChoice(parent=parent, is_extension=is_ext, token=token), ints
 
 
-def _keep_padded_rows(
-    state: DecoderState, before: dict[str, torch.Tensor], choice: FrameChoice, valid: torch.Tensor
-) -> FrameChoice:
-    """Undo a frame's update on rows whose frame is padding (``valid`` (B,) False)."""
+def _keep_padded_rows(state: DecoderState, before: dict[str, torch.Tensor], ints: torch.Tensor,
+                      choice: FrameChoice, valid: torch.Tensor) -> tuple[FrameChoice, torch.Tensor]:
+    """Undo a frame's update on rows whose frame is padding (``valid`` (B,) False): the float
+    fields from ``before``, the packed ints from ``before["ints"]``."""
     keep = valid[:, None]  # (B, 1)
     for name, old in before.items():
-        setattr(state, name, torch.where(keep, getattr(state, name), old))
+        if name != "ints":
+            setattr(state, name, torch.where(keep, getattr(state, name), old))
+    ints = torch.where(keep[:, :, None], ints, before["ints"])
+    _point_ints(state, ints)
     identity = torch.arange(state.beam_size, device=valid.device).expand_as(choice.parent)
-    return FrameChoice(
+    choice = FrameChoice(
         parent=torch.where(keep, choice.parent, identity),
         is_extension=choice.is_extension & keep,
         token=choice.token,
     )
+    return choice, ints
 
 
 def _apply_backtrace(
@@ -384,8 +446,7 @@ def _apply_backtrace(
     state.tokens, state.token_frames = tokens, frames
 
 
-_SCORE_FIELDS = ("log_pb", "log_pnb", "prefix_len", "last_token", "prefix_hash", "lm_state",
-                 "lm_score", "word_state", "prev_word")
+_FLOAT_FIELDS = ("log_pb", "log_pnb", "lm_score")
 
 
 def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig,
@@ -394,13 +455,19 @@ def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig
     to fuse into the ranking, see `beam_frame`)."""
     closer_ids = fusion.closer_ids if fusion is not None else None
     frames = candidate_tables(chunk, config, state.beam_size, closer_ids)
+    layout = ScoreLayout.build(state.beam_size, frames[0].tokens.shape[1], state.device) \
+        if frames else None
     start_len = state.prefix_len
+    ints = pack_ints(state)
     choices = []
     for t, frame in enumerate(frames):
-        before = {} if chunk.all_valid else {n: getattr(state, n) for n in _SCORE_FIELDS}
-        choice = beam_frame(state, frame, fusion)
+        assert layout is not None
+        before = {} if chunk.all_valid else {n: getattr(state, n) for n in _FLOAT_FIELDS}
+        before_ints = ints
+        choice, ints = beam_frame(state, ints, frame, layout, fusion)
         if before:
-            choice = _keep_padded_rows(state, before, choice, chunk.valid[:, t])
+            choice, ints = _keep_padded_rows(state, {**before, "ints": before_ints}, ints,
+                                             choice, chunk.valid[:, t])
         choices.append(choice)
     if choices:
         _apply_backtrace(state, choices, start_len, chunk.frame_index)

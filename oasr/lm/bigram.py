@@ -102,9 +102,14 @@ def estimate_bigrams(sentences: Sequence[Sequence[str]], words: Sequence[str],
 class BigramTables:
     """`WordBigrams` on a device with the word LM weight folded in.
 
+    The lookup is one ``searchsorted`` over sorted pair keys. Besides the bigram pairs the keys
+    hold a (v, W + 1) entry of gain 0 for every previous-word code v (closing no lexicon word
+    corrects nothing) and an int64-max sentinel at the end (every key is below it), so a
+    lookup needs no mask for "no word" and no clamp of the insertion index.
+
     Attributes:
-        keys: (N,) int64 sorted pair keys ``prev * (W + 2) + word``.
-        gains: (N,) float32 weight * log ratio of each key.
+        keys: (M,) int64 sorted keys ``prev * (W + 2) + word``.
+        gains: (M,) float32 weight * log ratio of each key (0 for the added entries).
         backoff_gains: (W + 2,) float32 weight * log alpha per previous-word code.
         node_code: (S,) int64 the code of the word each trie state closes (W + 1 when none:
             the root, a prefix that is no word, the OOV state).
@@ -120,10 +125,11 @@ class BigramTables:
               device: torch.device | str) -> BigramTables:
         base = bigrams.num_words + 2
         keys = bigrams.prev.astype(np.int64) * base + bigrams.word.astype(np.int64)
-        # a sentinel key -1 (matches nothing) keeps the table non-empty for searchsorted
-        keys = np.concatenate([[-1], keys])
-        ratios = np.concatenate([[0.0], bigrams.log_ratio.astype(np.float64)])
-        order = np.argsort(keys)
+        no_word = np.arange(base, dtype=np.int64) * base + (base - 1)  # (v, W + 1)
+        keys = np.concatenate([keys, no_word, [np.iinfo(np.int64).max]])
+        ratios = np.concatenate([bigrams.log_ratio.astype(np.float64),
+                                 np.zeros(len(no_word) + 1)])
+        order = np.argsort(keys, kind="stable")
         return cls(keys=torch.from_numpy(keys[order]).to(device),
                    gains=torch.from_numpy(weight * ratios[order]).float().to(device),
                    backoff_gains=torch.from_numpy(weight * bigrams.backoff).float().to(device),
@@ -136,9 +142,9 @@ class BigramTables:
     def closing_gains(self, prev_word: torch.Tensor, word_state: torch.Tensor) -> torch.Tensor:
         """(...) the correction for closing each state's word after ``prev_word`` (same shape:
         previous-word codes and trie states); 0 where no lexicon word is closed."""
-        code = self.node_code[word_state]  # (...)
-        key = prev_word * self.oov_code + prev_word + code  # prev * (W + 2) + code
-        index = torch.searchsorted(self.keys, key).clamp(max=self.keys.shape[0] - 1)
-        found = self.keys[index] == key
-        gains = torch.where(found, self.gains[index], self.backoff_gains[prev_word])
-        return torch.where(code < self.oov_code, gains, 0.0)
+        code = torch.take(self.node_code, word_state)  # (...)
+        key = prev_word * (self.oov_code + 1) + code  # prev * (W + 2) + code
+        index = torch.searchsorted(self.keys, key)  # < len(keys): the sentinel is above all
+        found = torch.take(self.keys, index) == key
+        return torch.where(found, torch.take(self.gains, index),
+                           torch.take(self.backoff_gains, prev_word))

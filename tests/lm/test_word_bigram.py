@@ -102,3 +102,21 @@ def test_batched_streams_with_bigrams_equal_one_by_one(lm: WordLm) -> None:
     assert bool((torch.cat([s.prev_word for s in states]) != 0).any())
     assert [batched.finalize_stream(s) for s in states] == \
         [single.finalize_stream(s) for s in alone]
+
+
+def test_closing_gains_are_the_weighted_corrections_of_every_pair(lm: WordLm) -> None:
+    assert lm.bigrams is not None
+    weight = 0.7
+    tables = lm.gains_for(weight, 1.0).bigram
+    assert tables is not None
+    num_words = len(lm.words)
+    codes = list(range(num_words + 2))  # sentence start, the words, OOV
+    states = list(range(lm.num_states))  # root, trie nodes (words or not), OOV state
+    prev = torch.tensor([[p for p in codes for _ in states]])
+    state = torch.tensor([[s for _ in codes for s in states]])
+    got = tables.closing_gains(prev, state)
+    assert got.shape == prev.shape
+    for p, s, value in zip(prev[0].tolist(), state[0].tolist(), got[0].tolist(), strict=True):
+        code = int(lm.node_code[s])
+        want = weight * lm.bigrams.correction(p, code) if code <= num_words else 0.0
+        assert value == pytest.approx(want, abs=1e-5), (p, s)
