@@ -80,37 +80,38 @@ class LmFusion:
         return self.gains.shape[1]
 
     def extension_scores(self, state: DecoderState, cand_tok: torch.Tensor,
-                         closer_slots: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, K * (C + 1)) fused score of each hypothesis extended by each candidate.
+                         closer_slots: torch.Tensor | None = None,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, K, C + 1) fused score of each hypothesis extended by each candidate: column j
+        < C of hypothesis k's block is candidate j; column C is scratch (garbage).
 
         Args:
             cand_tok: (B, C) the candidate tokens.
             closer_slots: (B, K * n) flat positions of the `closer_ids` in the result's
                 (K, C + 1) blocks, column C of a block where a closer is no candidate (needed
                 with a word bigram).
-        Returns:
-            flat (K, C + 1) blocks per row: hypothesis k's candidate j at k * (C + 1) + j;
-            column C is scratch (garbage).
+            out: a (B, K, C + 1) float32 tensor to write the result to.
         """
         batch, k = state.lm_state.shape
         num_cand = cand_tok.shape[1]
-        pick = cand_tok[:, None, :].expand(batch, k, num_cand)  # (B, K, C)
-        scores = torch.empty((batch, k, num_cand + 1), device=cand_tok.device)
-        candidates = scores[:, :, :num_cand]
-        # one gather of each hypothesis's table row, then one of its candidates' columns
-        rows = self.gains.index_select(0, state.lm_state.flatten()).view(batch, k, -1)
-        torch.add(state.lm_score[:, :, None], rows.gather(2, pick), out=candidates)
+        if out is None:
+            out = torch.empty((batch, k, num_cand + 1), device=cand_tok.device)
+        candidates = out[:, :, :num_cand]
+        pick = cand_tok.unsqueeze(1).expand(batch, k, num_cand)  # (B, K, C)
+        # one lookup of each hypothesis's table row, then one gather of its candidates
+        rows = torch.nn.functional.embedding(state.lm_state, self.gains)  # (B, K, V)
+        torch.add(state.lm_score.unsqueeze(2), rows.gather(2, pick), out=candidates)
         word = self.word
         if word is not None:
-            rows = word.gains.index_select(0, state.word_state.flatten()).view(batch, k, -1)
+            rows = torch.nn.functional.embedding(state.word_state, word.gains)
             candidates.add_(rows.gather(2, pick))
             if word.bigram is not None:
                 assert closer_slots is not None, "a word bigram needs the closers' slots"
                 closing = word.bigram.closing_gains(state.prev_word, state.word_state)  # (B, K)
                 num_closers = closer_slots.shape[1] // k
-                closing = closing[:, :, None].expand(batch, k, num_closers).reshape(batch, -1)
-                scores.view(batch, -1).scatter_add_(1, closer_slots, closing)
-        return scores.view(batch, -1)
+                closing = closing.unsqueeze(2).expand(batch, k, num_closers).reshape(batch, -1)
+                out.view(batch, -1).scatter_add_(1, closer_slots, closing)
+        return out
 
     def extended_states(self, lm_state: torch.Tensor, word_state: torch.Tensor,
                         prev_word: torch.Tensor, token: torch.Tensor) -> list[torch.Tensor]:

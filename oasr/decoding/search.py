@@ -194,7 +194,7 @@ def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tens
     last, h = state.last_token, state.prefix_hash
     parent_key = torch.where(alive, h * HASH_MULTIPLIER, _NO_PARENT_KEY)
     child_key = torch.where(alive & (last1 > 0), h - last1, _NO_CHILD_KEY)  # (B, K)
-    child_of = child_key[:, :, None] == parent_key[:, None, :]  # (B, Kc, Kp)
+    child_of = child_key.unsqueeze(2) == parent_key.unsqueeze(1)  # (B, Kc, Kp)
     has_parent, parent = child_of.max(dim=2)  # (B, Kc): at most one match per child
     # A repeated token needs a blank in between: only the parent's blank-ending paths count.
     via = torch.where(
@@ -215,12 +215,14 @@ class ScoreLayout:
 
     Attributes:
         blocks: (K,) int64 the first column of each hypothesis's block, k * (C + 1).
+        scratch: (K,) int64 the last (scratch) column of each block.
         parent: (K + K * C,) int64 the hypothesis each ranked entry continues.
         column: (K + K * C,) int64 its candidate column (0 for a stay).
         slot: (K + K * C,) int64 its position in the extension tensors (0 for a stay).
     """
 
     blocks: torch.Tensor
+    scratch: torch.Tensor
     parent: torch.Tensor
     column: torch.Tensor
     slot: torch.Tensor
@@ -232,6 +234,7 @@ class ScoreLayout:
         zeros = torch.zeros_like(hyps)
         return cls(
             blocks=hyps * (num_cand + 1),
+            scratch=hyps * (num_cand + 1) + num_cand,
             parent=torch.cat([hyps, hyps.repeat_interleave(num_cand)]),
             column=torch.cat([zeros, cols.repeat(beam_size)]),
             slot=torch.cat([zeros, (hyps[:, None] * (num_cand + 1) + cols).flatten()]),
@@ -293,29 +296,63 @@ def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig, layout_k: int
     if closer_ids is not None:
         blocks = torch.arange(layout_k, device=lp.device) * (num_cand + 1)  # (K,)
         closers = slot.index_select(2, closer_ids + 1)  # (B, T, n)
-        closer_slots = (blocks[:, None] + closers[:, :, None, :]).flatten(2)  # (B, T, K * n)
-    return [
-        CandidateFrame(lp=shifted[:, t], lp_blank=lp_blank[:, t], tokens=cand_tok[:, t],
-                       log_probs=padded_lp[:, t], slot=slot[:, t],
-                       closer_slots=None if closer_slots is None else closer_slots[:, t])
-        for t in range(num_frames)
-    ]
+        closer_slots = (blocks.unsqueeze(1) + closers.unsqueeze(2)).flatten(2)  # (B, T, K * n)
+    tables = [_by_frame(x) for x in (shifted, lp_blank, cand_tok, padded_lp, slot)]
+    closers_by_frame = [None] * num_frames if closer_slots is None else _by_frame(closer_slots)
+    return [CandidateFrame(*parts) for parts in zip(*tables, closers_by_frame, strict=True)]
+
+
+def _by_frame(table: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(B, T, ...) -> T contiguous (B, ...) tensors, with one copy and one unbind."""
+    return table.transpose(0, 1).contiguous().unbind(0)
+
+
+@dataclass(frozen=True)
+class FrameBuffers:
+    """Score tensors of one frame, allocated once per chunk and overwritten by every frame
+    (each frame reads what it needs from them before the next one runs); shapes as in
+    `ScoreLayout`.
+
+    Attributes:
+        scores: (B, K + K * C) the ranked scores; ``stay`` (B, K) and ``moves`` (B, K, C)
+            are its two parts.
+        ext: (B, K * (C + 1)) acoustic extension log-probs; ``ext_blocks`` (B, K, C + 1).
+        lm_ext: (B, K, C + 1) fused LM scores of the extensions (None without an LM).
+    """
+
+    scores: torch.Tensor
+    stay: torch.Tensor
+    moves: torch.Tensor
+    ext: torch.Tensor
+    ext_blocks: torch.Tensor
+    lm_ext: torch.Tensor | None
+
+    @classmethod
+    def build(cls, batch: int, beam_size: int, num_cand: int, with_lm: bool,
+              device: torch.device) -> FrameBuffers:
+        k = beam_size
+        scores = torch.empty((batch, k + k * num_cand), device=device)
+        ext = torch.empty((batch, k * (num_cand + 1)), device=device)
+        lm_ext = torch.empty((batch, k, num_cand + 1), device=device) if with_lm else None
+        return cls(scores=scores, stay=scores[:, :k], moves=scores[:, k:].view(batch, k, -1),
+                   ext=ext, ext_blocks=ext.view(batch, k, -1), lm_ext=lm_ext)
 
 
 def _extension_scores(state: DecoderState, frame: CandidateFrame, layout: ScoreLayout,
-                      total: torch.Tensor, last_slot: torch.Tensor,
+                      buffers: FrameBuffers, total: torch.Tensor, last_slot: torch.Tensor,
                       children: _Children) -> torch.Tensor:
     """(B, K * (C + 1)) acoustic log-prob of each hypothesis extended by each candidate
-    (`ScoreLayout` blocks; the scratch columns hold garbage)."""
+    (`ScoreLayout` blocks, in ``buffers.ext``; the scratch columns hold garbage)."""
     width = frame.log_probs.shape[1]  # C + 1
-    ext = (total[:, :, None] + frame.log_probs[:, None, :]).flatten(1)  # (B, K * (C + 1))
+    ext = buffers.ext
+    torch.add(total.unsqueeze(2), frame.log_probs.unsqueeze(1), out=buffers.ext_blocks)
     # A repeated token extends only the blank-ending paths.
     repeat = state.log_pb + frame.log_probs.gather(1, last_slot)  # (B, K)
     ext.scatter_(1, layout.blocks + last_slot, repeat)
     # An extension that equals a live hypothesis was already merged into it: parent p's
     # candidate c is a duplicate when some child of p has last token c.
     dup = torch.where(children.has_parent, children.parent * width + last_slot,
-                      layout.blocks + (width - 1))  # (B, K)
+                      layout.scratch)  # (B, K)
     return ext.scatter_(1, dup, NEG_INF)
 
 
@@ -341,6 +378,7 @@ def beam_frame(
     ints: torch.Tensor,
     frame: CandidateFrame,
     layout: ScoreLayout,
+    buffers: FrameBuffers,
     fusion: LmFusion | None = None,
 ) -> tuple[FrameChoice, torch.Tensor]:
     """One frame of CTC prefix beam search on every row; updates the (B, K) score fields.
@@ -348,7 +386,8 @@ def beam_frame(
     Args:
         ints: (B, 6, K) the state's `INT_FIELDS`, packed (`pack_ints`).
         frame: the frame's log-probs and candidate tokens (see `candidate_tables`).
-        layout: `ScoreLayout` of the state's beam width and the frame's candidates.
+        layout, buffers: `ScoreLayout` and `FrameBuffers` of the state's beam width and the
+            frame's candidates.
         fusion: an LM to rank by acoustic + fused LM score (the stored scores stay acoustic).
     Returns:
         the frame's choice and the new packed ints (the state's fields are its views).
@@ -359,39 +398,37 @@ def beam_frame(
     last1 = last + 1  # (B, K) column of the last token in the frame's tables
     total = torch.logaddexp(pb, pnb)  # (B, K)
     lp_last = frame.lp.gather(1, last1)  # (B, K)
-    stay_pb = total + frame.lp_blank[:, None]
+    stay_pb = total + frame.lp_blank.unsqueeze(1)
     stay_pnb = pnb + lp_last  # the empty prefix's log_pnb is -inf: it stays -inf
     children = _find_children(state, total, lp_last, last1)
     stay_pnb = torch.logaddexp(stay_pnb, children.merged)
     last_slot = frame.slot.gather(1, last1)  # (B, K)
-    ext = _extension_scores(state, frame, layout, total, last_slot, children)
-    scores = torch.empty((state.batch_size, k + k * num_cand), device=total.device)
-    stay, moves = scores[:, :k], scores[:, k:].view(-1, k, num_cand)
-    ext_blocks = ext.view(-1, k, num_cand + 1)[:, :, :num_cand]  # (B, K, C)
-    lm_ext = None
-    if fusion is not None:  # ranking only: stored scores stay acoustic
-        lm_ext = fusion.extension_scores(state, frame.tokens, frame.closer_slots)
-        torch.add(torch.logaddexp(stay_pb, stay_pnb), state.lm_score, out=stay)
-        torch.add(ext_blocks, lm_ext.view(-1, k, num_cand + 1)[:, :, :num_cand], out=moves)
+    ext = _extension_scores(state, frame, layout, buffers, total, last_slot, children)
+    ext_blocks = buffers.ext_blocks[:, :, :num_cand]  # (B, K, C)
+    lm_ext = buffers.lm_ext
+    if fusion is not None and lm_ext is not None:  # ranking only: stored scores stay acoustic
+        fusion.extension_scores(state, frame.tokens, frame.closer_slots, out=lm_ext)
+        torch.add(torch.logaddexp(stay_pb, stay_pnb), state.lm_score, out=buffers.stay)
+        torch.add(ext_blocks, lm_ext[:, :, :num_cand], out=buffers.moves)
     else:
-        torch.logaddexp(stay_pb, stay_pnb, out=stay)
-        moves.copy_(ext_blocks)
-    index = scores.topk(k, dim=1).indices  # (B, K)
+        torch.logaddexp(stay_pb, stay_pnb, out=buffers.stay)
+        buffers.moves.copy_(ext_blocks)
+    index = buffers.scores.topk(k, dim=1).indices  # (B, K)
     is_ext = index >= k
     parent = torch.take(layout.parent, index)
     token = frame.tokens.gather(1, torch.take(layout.column, index))
     slot = torch.take(layout.slot, index)  # the chosen extension's position in ``ext``
-    if lm_ext is not None:
-        state.lm_score = torch.where(is_ext, lm_ext.gather(1, slot),
+    if fusion is not None and lm_ext is not None:
+        state.lm_score = torch.where(is_ext, lm_ext.view(lm_ext.shape[0], -1).gather(1, slot),
                                      state.lm_score.gather(1, parent))
     state.log_pb = torch.where(is_ext, NEG_INF, stay_pb.gather(1, parent))
     state.log_pnb = torch.where(is_ext, ext.gather(1, slot), stay_pnb.gather(1, parent))
-    inherited = ints.gather(2, parent[:, None, :].expand(-1, ints.shape[1], -1))  # (B, 6, K)
+    inherited = ints.gather(2, parent.unsqueeze(1).expand(-1, ints.shape[1], -1))  # (B, 6, K)
     p_len, _, p_hash, p_lm, p_word, p_prev = inherited.unbind(1)
     extended = [p_len + 1, token, hash_append(p_hash, token)]
     extended += fusion.extended_states(p_lm, p_word, p_prev, token) if fusion is not None \
         else [p_lm, p_word, p_prev]
-    ints = torch.where(is_ext[:, None, :], torch.stack(extended, dim=1), inherited)
+    ints = torch.where(is_ext.unsqueeze(1), torch.stack(extended, dim=1), inherited)
     _point_ints(state, ints)
     return FrameChoice(parent=parent, is_extension=is_ext, token=token), ints
 
@@ -455,19 +492,21 @@ def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig
     to fuse into the ranking, see `beam_frame`)."""
     closer_ids = fusion.closer_ids if fusion is not None else None
     frames = candidate_tables(chunk, config, state.beam_size, closer_ids)
-    layout = ScoreLayout.build(state.beam_size, frames[0].tokens.shape[1], state.device) \
-        if frames else None
+    if not frames:
+        return
+    num_cand = frames[0].tokens.shape[1]
+    layout = ScoreLayout.build(state.beam_size, num_cand, state.device)
+    buffers = FrameBuffers.build(state.batch_size, state.beam_size, num_cand,
+                                 fusion is not None, state.device)
     start_len = state.prefix_len
     ints = pack_ints(state)
     choices = []
     for t, frame in enumerate(frames):
-        assert layout is not None
         before = {} if chunk.all_valid else {n: getattr(state, n) for n in _FLOAT_FIELDS}
         before_ints = ints
-        choice, ints = beam_frame(state, ints, frame, layout, fusion)
+        choice, ints = beam_frame(state, ints, frame, layout, buffers, fusion)
         if before:
             choice, ints = _keep_padded_rows(state, {**before, "ints": before_ints}, ints,
                                              choice, chunk.valid[:, t])
         choices.append(choice)
-    if choices:
-        _apply_backtrace(state, choices, start_len, chunk.frame_index)
+    _apply_backtrace(state, choices, start_len, chunk.frame_index)
