@@ -2,6 +2,15 @@
 
 Everything here is vectorised over rows (streams), hypotheses and candidate tokens; the only
 Python loop is over the frames of a chunk, because each frame's beam depends on the last.
+
+On a CPU the beam search's cost is the number of small tensor operations per frame, not their
+arithmetic, so a frame is kept to a fixed, small set of them: whatever does not depend on the
+previous frame (candidate tokens and log-probs, each token's candidate column, the closers'
+slots) is computed once per chunk (`candidate_tables`); index tables of the score layout once
+per chunk (`ScoreLayout`); score tensors are written in place into per-chunk buffers
+(`FrameBuffers`); corrections that touch one entry per hypothesis are (B, K) scatters into
+per-hypothesis blocks with a scratch column instead of (B, K, C) masks; the six integer fields
+travel packed (`pack_ints`), so one gather and one select carry them all forward.
 """
 
 from __future__ import annotations
@@ -195,7 +204,8 @@ def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tens
     parent_key = torch.where(alive, h * HASH_MULTIPLIER, _NO_PARENT_KEY)
     child_key = torch.where(alive & (last1 > 0), h - last1, _NO_CHILD_KEY)  # (B, K)
     child_of = child_key.unsqueeze(2) == parent_key.unsqueeze(1)  # (B, Kc, Kp)
-    has_parent, parent = child_of.max(dim=2)  # (B, Kc): at most one match per child
+    found, parent = child_of.view(torch.uint8).max(dim=2)  # (B, Kc): at most one match each
+    has_parent = found.view(torch.bool)
     # A repeated token needs a blank in between: only the parent's blank-ending paths count.
     via = torch.where(
         last.gather(1, parent) == last, state.log_pb.gather(1, parent), total.gather(1, parent)
