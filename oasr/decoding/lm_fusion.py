@@ -80,38 +80,27 @@ class LmFusion:
         return self.gains.shape[1]
 
     def extension_scores(self, state: DecoderState, cand_tok: torch.Tensor,
-                         closer_slots: torch.Tensor | None = None,
                          out: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, K, C + 1) fused score of each hypothesis extended by each candidate: column j
-        < C of hypothesis k's block is candidate j; column C is scratch (garbage).
+        """(B, K, C) fused score of each hypothesis extended by each candidate ``cand_tok``
+        (B, C) (written to ``out`` when given).
 
-        Args:
-            cand_tok: (B, C) the candidate tokens.
-            closer_slots: (B, K * n) flat positions of the `closer_ids` in the result's
-                (K, C + 1) blocks, column C of a block where a closer is no candidate (needed
-                with a word bigram).
-            out: a (B, K, C + 1) float32 tensor to write the result to.
+        Every hypothesis's table rows are summed over the whole vocabulary first (the same
+        additions, in the same order, as per candidate), the word-closing units' columns get
+        the bigram correction, and one gather picks the candidates.
         """
         batch, k = state.lm_state.shape
-        num_cand = cand_tok.shape[1]
-        if out is None:
-            out = torch.empty((batch, k, num_cand + 1), device=cand_tok.device)
-        candidates = out[:, :, :num_cand]
-        pick = cand_tok.unsqueeze(1).expand(batch, k, num_cand)  # (B, K, C)
-        # one lookup of each hypothesis's table row, then one gather of its candidates
         rows = torch.nn.functional.embedding(state.lm_state, self.gains)  # (B, K, V)
-        torch.add(state.lm_score.unsqueeze(2), rows.gather(2, pick), out=candidates)
+        rows.add_(state.lm_score.unsqueeze(2))
         word = self.word
         if word is not None:
-            rows = torch.nn.functional.embedding(state.word_state, word.gains)
-            candidates.add_(rows.gather(2, pick))
+            rows.add_(torch.nn.functional.embedding(state.word_state, word.gains))
             if word.bigram is not None:
-                assert closer_slots is not None, "a word bigram needs the closers' slots"
+                assert self.closer_ids is not None
                 closing = word.bigram.closing_gains(state.prev_word, state.word_state)  # (B, K)
-                num_closers = closer_slots.shape[1] // k
-                closing = closing.unsqueeze(2).expand(batch, k, num_closers).reshape(batch, -1)
-                out.view(batch, -1).scatter_add_(1, closer_slots, closing)
-        return out
+                closers = closing.unsqueeze(2).expand(batch, k, self.closer_ids.shape[0])
+                rows.index_add_(2, self.closer_ids, closers)
+        pick = cand_tok.unsqueeze(1).expand(batch, k, cand_tok.shape[1])  # (B, K, C)
+        return torch.gather(rows, 2, pick, out=out) if out is not None else rows.gather(2, pick)
 
     def extended_states(self, lm_state: torch.Tensor, word_state: torch.Tensor,
                         prev_word: torch.Tensor, token: torch.Tensor) -> list[torch.Tensor]:

@@ -5,8 +5,8 @@ Python loop is over the frames of a chunk, because each frame's beam depends on 
 
 On a CPU the beam search's cost is the number of small tensor operations per frame, not their
 arithmetic, so a frame is kept to a fixed, small set of them: whatever does not depend on the
-previous frame (candidate tokens and log-probs, each token's candidate column, the closers'
-slots) is computed once per chunk (`candidate_tables`); index tables of the score layout once
+previous frame (candidate tokens and log-probs, each token's candidate column) is computed
+once per chunk (`candidate_tables`); index tables of the score layout once
 per chunk (`ScoreLayout`); score tensors are written in place into per-chunk buffers
 (`FrameBuffers`); corrections that touch one entry per hypothesis are (B, K) scatters into
 per-hypothesis blocks with a scratch column instead of (B, K, C) masks; the six integer fields
@@ -229,6 +229,7 @@ class ScoreLayout:
         parent: (K + K * C,) int64 the hypothesis each ranked entry continues.
         column: (K + K * C,) int64 its candidate column (0 for a stay).
         slot: (K + K * C,) int64 its position in the extension tensors (0 for a stay).
+        moved: (K + K * C,) int64 its position among the K * C extensions (0 for a stay).
     """
 
     blocks: torch.Tensor
@@ -236,6 +237,7 @@ class ScoreLayout:
     parent: torch.Tensor
     column: torch.Tensor
     slot: torch.Tensor
+    moved: torch.Tensor
 
     @classmethod
     def build(cls, beam_size: int, num_cand: int, device: torch.device) -> ScoreLayout:
@@ -248,6 +250,7 @@ class ScoreLayout:
             parent=torch.cat([hyps, hyps.repeat_interleave(num_cand)]),
             column=torch.cat([zeros, cols.repeat(beam_size)]),
             slot=torch.cat([zeros, (hyps[:, None] * (num_cand + 1) + cols).flatten()]),
+            moved=torch.cat([zeros, torch.arange(beam_size * num_cand, device=device)]),
         )
 
 
@@ -265,9 +268,6 @@ class CandidateFrame:
             and in the scratch column C.
         slot: (B, V + 1) int64 the column of token v at v + 1 (column 0: "no token"), C where
             the token is no candidate.
-        closer_slots: (B, K * n) int64 flat block positions of the n word-closing units in
-            each hypothesis's block (for `LmFusion.extension_scores`), None without a word
-            bigram.
     """
 
     lp: torch.Tensor
@@ -275,14 +275,11 @@ class CandidateFrame:
     tokens: torch.Tensor
     log_probs: torch.Tensor
     slot: torch.Tensor
-    closer_slots: torch.Tensor | None = None
 
 
-def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig, layout_k: int,
-                     closer_ids: torch.Tensor | None = None) -> list[CandidateFrame]:
+def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig) -> list[CandidateFrame]:
     """Everything the frames of ``chunk`` need that does not depend on the search, computed
-    for all frames at once (see `CandidateFrame`; ``layout_k`` the beam width, ``closer_ids``
-    (n,) the word-closing units)."""
+    for all frames at once (see `CandidateFrame`)."""
     lp = chunk.log_probs  # (B, T, V)
     cand_lp, cand_tok = chunk.top_log_probs, chunk.top_tokens  # (B, T, C), blank included
     assert cand_lp is not None and cand_tok is not None, "prepare_chunk skips top-k for greedy"
@@ -301,15 +298,8 @@ def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig, layout_k: int
     columns = torch.arange(num_cand, device=lp.device).expand_as(cand_tok)
     slot.scatter_(2, cand_tok + 1, columns)  # (B, T, V + 1)
     shifted = torch.nn.functional.pad(lp, (1, 0))  # (B, T, V + 1)
-    lp_blank = lp[:, :, config.blank_id]  # (B, T)
-    closer_slots = None
-    if closer_ids is not None:
-        blocks = torch.arange(layout_k, device=lp.device) * (num_cand + 1)  # (K,)
-        closers = slot.index_select(2, closer_ids + 1)  # (B, T, n)
-        closer_slots = (blocks.unsqueeze(1) + closers.unsqueeze(2)).flatten(2)  # (B, T, K * n)
-    tables = [_by_frame(x) for x in (shifted, lp_blank, cand_tok, padded_lp, slot)]
-    closers_by_frame = [None] * num_frames if closer_slots is None else _by_frame(closer_slots)
-    return [CandidateFrame(*parts) for parts in zip(*tables, closers_by_frame, strict=True)]
+    tables = [_by_frame(x) for x in (shifted, lp[:, :, config.blank_id], cand_tok, padded_lp, slot)]
+    return [CandidateFrame(*parts) for parts in zip(*tables, strict=True)]
 
 
 def _by_frame(table: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -327,7 +317,7 @@ class FrameBuffers:
         scores: (B, K + K * C) the ranked scores; ``stay`` (B, K) and ``moves`` (B, K, C)
             are its two parts.
         ext: (B, K * (C + 1)) acoustic extension log-probs; ``ext_blocks`` (B, K, C + 1).
-        lm_ext: (B, K, C + 1) fused LM scores of the extensions (None without an LM).
+        lm_ext: (B, K, C) fused LM scores of the extensions (None without an LM).
     """
 
     scores: torch.Tensor
@@ -343,7 +333,7 @@ class FrameBuffers:
         k = beam_size
         scores = torch.empty((batch, k + k * num_cand), device=device)
         ext = torch.empty((batch, k * (num_cand + 1)), device=device)
-        lm_ext = torch.empty((batch, k, num_cand + 1), device=device) if with_lm else None
+        lm_ext = torch.empty((batch, k, num_cand), device=device) if with_lm else None
         return cls(scores=scores, stay=scores[:, :k], moves=scores[:, k:].view(batch, k, -1),
                    ext=ext, ext_blocks=ext.view(batch, k, -1), lm_ext=lm_ext)
 
@@ -417,9 +407,9 @@ def beam_frame(
     ext_blocks = buffers.ext_blocks[:, :, :num_cand]  # (B, K, C)
     lm_ext = buffers.lm_ext
     if fusion is not None and lm_ext is not None:  # ranking only: stored scores stay acoustic
-        fusion.extension_scores(state, frame.tokens, frame.closer_slots, out=lm_ext)
+        fusion.extension_scores(state, frame.tokens, out=lm_ext)
         torch.add(torch.logaddexp(stay_pb, stay_pnb), state.lm_score, out=buffers.stay)
-        torch.add(ext_blocks, lm_ext[:, :, :num_cand], out=buffers.moves)
+        torch.add(ext_blocks, lm_ext, out=buffers.moves)
     else:
         torch.logaddexp(stay_pb, stay_pnb, out=buffers.stay)
         buffers.moves.copy_(ext_blocks)
@@ -429,7 +419,8 @@ def beam_frame(
     token = frame.tokens.gather(1, torch.take(layout.column, index))
     slot = torch.take(layout.slot, index)  # the chosen extension's position in ``ext``
     if fusion is not None and lm_ext is not None:
-        state.lm_score = torch.where(is_ext, lm_ext.view(lm_ext.shape[0], -1).gather(1, slot),
+        moved = torch.take(layout.moved, index)
+        state.lm_score = torch.where(is_ext, lm_ext.view(lm_ext.shape[0], -1).gather(1, moved),
                                      state.lm_score.gather(1, parent))
     state.log_pb = torch.where(is_ext, NEG_INF, stay_pb.gather(1, parent))
     state.log_pnb = torch.where(is_ext, ext.gather(1, slot), stay_pnb.gather(1, parent))
@@ -500,8 +491,7 @@ def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig
                fusion: LmFusion | None = None) -> None:
     """CTC prefix beam search over one chunk for every row of ``state`` (``fusion``: an LM
     to fuse into the ranking, see `beam_frame`)."""
-    closer_ids = fusion.closer_ids if fusion is not None else None
-    frames = candidate_tables(chunk, config, state.beam_size, closer_ids)
+    frames = candidate_tables(chunk, config)
     if not frames:
         return
     num_cand = frames[0].tokens.shape[1]

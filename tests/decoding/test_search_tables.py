@@ -41,11 +41,12 @@ def test_score_layout_maps_each_ranked_entry_to_its_hypothesis_and_candidate() -
     k, c = 3, 4
     layout = ScoreLayout.build(k, c, torch.device("cpu"))
     assert layout.blocks.tolist() == [0, 5, 10]
+    assert layout.scratch.tolist() == [4, 9, 14]
     for i in range(k):  # a stay continues its own hypothesis
-        assert (layout.parent[i], layout.column[i], layout.slot[i]) == (i, 0, 0)
+        assert (layout.parent[i], layout.column[i], layout.slot[i], layout.moved[i]) == (i, 0, 0, 0)
     for i in range(k, k + k * c):
         hyp, col = divmod(i - k, c)
-        assert (layout.parent[i], layout.column[i]) == (hyp, col)
+        assert (layout.parent[i], layout.column[i], layout.moved[i]) == (hyp, col, i - k)
         assert layout.slot[i] == hyp * (c + 1) + col  # never a block's scratch column
 
 
@@ -58,8 +59,7 @@ def chunk_of(lp: torch.Tensor, beam: int):
 def test_candidate_tables_give_each_token_its_column_and_a_scratch_slot() -> None:
     lp = random_log_probs(2, 5, 0)
     chunk, config = chunk_of(lp, 3)
-    closers = torch.tensor([BOUNDARY, V - 1])
-    frames = candidate_tables(chunk, config, 3, closers)
+    frames = candidate_tables(chunk, config)
     assert len(frames) == 5
     for t, frame in enumerate(frames):
         num_cand = frame.tokens.shape[1]
@@ -77,11 +77,6 @@ def test_candidate_tables_give_each_token_its_column_and_a_scratch_slot() -> Non
             for j, v in enumerate(tokens):
                 want = lp[b, t, v].item() if j in allowed else NEG
                 assert frame.log_probs[b, j].item() == want
-            assert frame.closer_slots is not None
-            slots = frame.closer_slots[b].view(3, 2)
-            for hyp in range(3):
-                for n, unit in enumerate(closers.tolist()):
-                    assert slots[hyp, n] == hyp * (num_cand + 1) + frame.slot[b, unit + 1]
 
 
 def state_with_prefixes(prefixes: list[tuple[int, ...]], alive: list[bool]):
@@ -221,11 +216,10 @@ def test_extension_scores_and_states_follow_the_tables(both: DecoderLm) -> None:
     state.lm_score = torch.randn(2, 3, generator=g)
     cand = torch.stack([torch.randperm(V, generator=g)[:7] for _ in range(2)])  # (B, C)
     cand[0, 2], cand[1, 5] = BOUNDARY, V - 1  # closers among the candidates
-    slot = torch.full((2, V), 7)
-    slot.scatter_(1, cand, torch.arange(7).expand(2, 7))
-    blocks = torch.arange(3) * 8
-    closer_slots = (blocks[:, None] + slot[:, fusion.closer_ids][:, None, :]).flatten(1)
-    scores = fusion.extension_scores(state, cand, closer_slots).view(2, 3, 8)
+    scores = fusion.extension_scores(state, cand)
+    assert scores.shape == (2, 3, 7)
+    out = torch.empty(2, 3, 7)
+    assert fusion.extension_scores(state, cand, out=out) is out and out.equal(scores)
     closing = word.bigram.closing_gains(state.prev_word, state.word_state)
     for b in range(2):
         for k in range(3):
