@@ -30,10 +30,13 @@ class DecoderState:
     ``max_len_bound >= prefix_len.max()`` (host-side, so growth checks need no device sync).
     Frame counters count encoder frames decoded since the last reset.
 
-    Two live hypotheses are recognised as "prefix + one token" of each other by length, last
-    token and rolling hash rather than by comparing token buffers, which keeps the per-frame
-    work O(K^2) per row; a false match needs a 64-bit hash collision between prefixes of the
-    same length.
+    Two live hypotheses are recognised as "prefix + one token" of each other by rolling hash
+    rather than by comparing token buffers, which keeps the per-frame work O(K^2) per row; a
+    false match needs a 64-bit hash collision between two prefixes.
+
+    After a beam search the six integer (B, K) fields are row views of one packed (B, 6, K)
+    tensor (`oasr.decoding.search.pack_ints`): disjoint, so writing one never touches another,
+    but not contiguous.
 
     Attributes:
         log_pb: (B, K) float32 log-prob of the prefix over alignments ending in blank.
