@@ -7,15 +7,9 @@ import pytest
 import torch
 
 from oasr.decoding import GpuDecoderConfig
+from oasr.decoding.beam_tables import ScoreLayout, candidate_tables
 from oasr.decoding.lm_fusion import LmFusion
-from oasr.decoding.search import (
-    INT_FIELDS,
-    ScoreLayout,
-    _find_children,
-    candidate_tables,
-    pack_ints,
-    prepare_chunk,
-)
+from oasr.decoding.search import INT_FIELDS, _find_children, pack_ints, prepare_chunk
 from oasr.decoding.state import hash_append, new_state
 from oasr.lm import DecoderLm, LmBuildConfig, WordLm, WordLmHeader, build_char_lm, encode_sentences
 from oasr.lm.bigram import estimate_bigrams
