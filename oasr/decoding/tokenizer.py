@@ -9,8 +9,7 @@ returns clean text: boundaries become single spaces, the result is stripped and 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 WORD_BOUNDARY = "\u2581"
@@ -18,9 +17,6 @@ BLANK = "<blank>"
 UNK = "<unk>"
 SOS_EOS = "<sos/eos>"
 SPACE = "<space>"
-
-_SPACES = re.compile(r"\s+")
-
 
 def read_units(units_path: str | Path) -> list[str]:
     """Read a WeNet ``units.txt`` into a list where ``units[i]`` is the token with id ``i``.
@@ -62,6 +58,21 @@ def _is_special(token: str) -> bool:
     return len(token) > 2 and token.startswith("<") and token.endswith(">")
 
 
+def _piece_table(units: Sequence[str], spaces: tuple[str, ...]) -> list[str]:
+    """Each unit's text in a decoded string (``table[i]`` for id ``i``): a space for the units
+    in ``spaces``, nothing for other special tokens, else the unit with every "▁" a space."""
+    return [
+        " " if token in spaces else "" if _is_special(token) else token.replace(WORD_BOUNDARY, " ")
+        for token in units
+    ]
+
+
+def _clean(text: str) -> str:
+    """Runs of whitespace -> one space, stripped (``str.split`` and the ``\\s`` of a str
+    regex both split at exactly the characters for which ``str.isspace`` holds)."""
+    return " ".join(text.split())
+
+
 class _UnitTable:
     """The id <-> token mapping shared by both tokenizers.
 
@@ -98,14 +109,31 @@ class _UnitTable:
     def unk_id(self) -> int | None:
         return self.index.get(UNK)
 
-    def tokens(self, ids: Iterable[int]) -> list[str]:
-        out = []
+    def join(self, ids: Iterable[int], pieces: Sequence[str]) -> str:
+        """``pieces[int(i)]`` of every id ``i``, concatenated.
+
+        With a table of `vocab_size` pieces built once (`_piece_table`), integer ids in range
+        take a few C-level passes (min, max, join), not a Python loop; anything else (ids out
+        of range, floats, ...) takes the loop, which converts with ``int`` and raises at the
+        first id out of range.
+
+        Raises:
+            ValueError: an id outside 0..vocab_size-1.
+        """
+        ids = ids if isinstance(ids, list) else list(ids)
+        try:
+            if not ids or (min(ids) >= 0 and max(ids) < len(self.units)):
+                return "".join(map(pieces.__getitem__, ids))
+        except Exception:  # not all integers: the loop converts them (or raises as it did)
+            pass
+        return "".join([pieces[i] for i in self._checked(ids)])
+
+    def _checked(self, ids: Iterable[int]) -> Iterator[int]:
         for i in ids:
             i = int(i)
             if not 0 <= i < len(self.units):
                 raise ValueError(f"token id {i} out of range for a vocabulary of {len(self.units)}")
-            out.append(self.units[i])
-        return out
+            yield i
 
     def lookup(self, token: str, strict: bool) -> int:
         idx = self.index.get(token)
@@ -154,6 +182,7 @@ class CharTokenizer(_UnitTableTokenizer):
         self._boundary = (
             WORD_BOUNDARY if WORD_BOUNDARY in index else (SPACE if SPACE in index else None)
         )
+        self._pieces = _piece_table(self._table.units, (WORD_BOUNDARY, SPACE))
 
     @classmethod
     def from_units(cls, units: Sequence[str]) -> CharTokenizer:
@@ -183,14 +212,12 @@ class CharTokenizer(_UnitTableTokenizer):
         return ids
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Token ids -> clean text (single spaces, stripped, no special tokens)."""
-        pieces = []
-        for token in self._table.tokens(ids):
-            if token in (WORD_BOUNDARY, SPACE):
-                pieces.append(" ")
-            elif not _is_special(token):
-                pieces.append(token.replace(WORD_BOUNDARY, " "))
-        return _SPACES.sub(" ", "".join(pieces)).strip()
+        """Token ids -> clean text (single spaces, stripped, no special tokens).
+
+        Raises:
+            ValueError: an id outside 0..vocab_size-1.
+        """
+        return _clean(self._table.join(ids, self._pieces))
 
 
 class BpeTokenizer(_UnitTableTokenizer):
@@ -208,6 +235,7 @@ class BpeTokenizer(_UnitTableTokenizer):
         if not Path(bpe_model).is_file():
             raise FileNotFoundError(f"sentencepiece model {bpe_model} does not exist")
         self._sp.Load(str(bpe_model))
+        self._pieces = _piece_table(self._table.units, ())
 
     @classmethod
     def from_file(cls, units_path: str | Path, bpe_model: str | Path) -> BpeTokenizer:
@@ -224,10 +252,12 @@ class BpeTokenizer(_UnitTableTokenizer):
         return [self._table.lookup(p, strict) for p in pieces]
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Unit ids -> clean text (single spaces, stripped, no special tokens)."""
-        pieces = [t for t in self._table.tokens(ids) if not _is_special(t)]
-        text = "".join(pieces).replace(WORD_BOUNDARY, " ")
-        return _SPACES.sub(" ", text).strip()
+        """Unit ids -> clean text (single spaces, stripped, no special tokens).
+
+        Raises:
+            ValueError: an id outside 0..vocab_size-1.
+        """
+        return _clean(self._table.join(ids, self._pieces))
 
 
 Tokenizer = CharTokenizer | BpeTokenizer

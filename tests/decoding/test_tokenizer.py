@@ -1,7 +1,14 @@
+import re
 import string
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oasr.decoding.tokenizer import (
     BpeTokenizer,
@@ -118,3 +125,109 @@ def test_bpe_unknown_piece(bpe_dir: Path) -> None:
         tok.encode("HELLO Z", strict=True)
     with pytest.raises(FileNotFoundError, match="missing.model"):
         load_tokenizer(bpe_dir / "units.txt", bpe_dir / "missing.model")
+
+
+# decode through a per-unit piece table must give exactly what the per-token loop it replaced
+# gave (text, and error type and message): these are that loop, as reference.
+def _loop_ids(units: list[str], ids: object) -> list[str]:
+    out = []
+    for i in ids:  # type: ignore[attr-defined]
+        i = int(i)
+        if not 0 <= i < len(units):
+            raise ValueError(f"token id {i} out of range for a vocabulary of {len(units)}")
+        out.append(units[i])
+    return out
+
+
+def _special(token: str) -> bool:
+    return len(token) > 2 and token.startswith("<") and token.endswith(">")
+
+
+def loop_char_decode(units: list[str], ids: object) -> str:
+    pieces = []
+    for token in _loop_ids(units, ids):
+        if token in ("\u2581", "<space>"):
+            pieces.append(" ")
+        elif not _special(token):
+            pieces.append(token.replace("\u2581", " "))
+    return re.sub(r"\s+", " ", "".join(pieces)).strip()
+
+
+def loop_bpe_decode(units: list[str], ids: object) -> str:
+    text = "".join(t for t in _loop_ids(units, ids) if not _special(t)).replace("\u2581", " ")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def outcome(decode: Callable[[object], str], ids: object) -> tuple[str, str]:
+    """("ok", text) or (exception type, message)."""
+    try:
+        return "ok", decode(ids)
+    except Exception as e:  # the comparison is of the errors themselves
+        return type(e).__name__, str(e)
+
+
+# Boundaries as "▁" and "<space>", units with "▁" inside, specials and near-specials ("<>",
+# "<x", "x>"), an apostrophe, units that are themselves whitespace (U+3000, U+001C, U+0085).
+ODD_UNITS = ["<blank>", "<unk>", "<space>", "\u2581", "a", "'", "\u2581b", "c\u2581", "<>", "<x",
+             "x>", "<a>", "\u3000", "\u2581\u2581", "d", "\x1c", "\x85", "<sos/eos>"]
+
+
+def tricky_ids(units: list[str]) -> list[object]:
+    """Id sequences whose text is easy to get wrong, plus ids that must raise."""
+    n, b = len(units), units.index("\u2581")
+    unk, sp = units.index("<unk>"), units.index("<space>") if "<space>" in units else b
+    letters = [i for i, u in enumerate(units) if not _special(u) and u.strip("\u2581")]
+    a, c = letters[0], letters[-1]
+    seqs: list[object] = [
+        [], [b], [b, b, b], [sp, b, sp], [b, a, b], [b, b, a, b, b, c, b, b], [a, unk, c],
+        [unk, b, unk], [0, a, 0, 0, c, n - 1], [a, b, 0, b, c], list(range(n)),
+        list(range(n))[::-1], (a, b, c), iter([a, b, c]), np.array([a, b, c]),
+        torch.tensor([a, b, c]), [float(a), True, np.int64(c)],
+        [-1], [a, -1], [n], [a, n, -1], iter([a, n]), [n + 5, "x"], ["x", n], [None], [a, 2.5], [1e30],
+    ]
+    return seqs
+
+
+def twice(ids: object) -> tuple[object, object]:
+    """Two uses of ``ids``: an iterator is replayed as two iterators over the same ids."""
+    if isinstance(ids, Iterator):
+        items = list(ids)
+        return iter(items), iter(items)
+    return ids, ids
+
+
+@pytest.mark.parametrize("units", [EN_UNITS, ODD_UNITS])
+def test_char_decode_matches_the_per_token_loop(units: list[str]) -> None:
+    tok = CharTokenizer.from_units(units)
+    for ids in tricky_ids(units):
+        mine, ref = twice(ids)
+        assert outcome(tok.decode, mine) == outcome(partial(loop_char_decode, units), ref), ids
+
+
+def test_char_decode_of_odd_units() -> None:
+    tok = CharTokenizer.from_units(ODD_UNITS)
+    assert tok.decode(range(6, 15)) == "bc <><xx> d"
+    assert tok.decode([3, 5, 4, 1, 2, 5, 2]) == "'a '"
+    assert CharTokenizer.from_units(EN_UNITS).decode([29, 2, 9, 2, 29, 29]) == "'g'"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-2, len(ODD_UNITS) + 1), max_size=40))
+def test_char_decode_matches_the_loop_on_random_ids(ids: list[int]) -> None:
+    tok = CharTokenizer.from_units(ODD_UNITS)
+    assert outcome(tok.decode, ids) == outcome(partial(loop_char_decode, ODD_UNITS), ids)
+
+
+def test_bpe_decode_matches_the_per_token_loop(bpe_dir: Path) -> None:
+    tok = load_tokenizer(bpe_dir / "units.txt", bpe_dir / "bpe.model")
+    assert "\u2581" in tok.units
+    units = [*tok.units[:-1], "<space>", "<x", tok.units[-1]]  # units a BPE may not have
+    tok = BpeTokenizer(units, bpe_dir / "bpe.model")
+    for ids in [*tricky_ids(units), tok.encode("HELLO THE  CAT "), [1, 1, *tok.encode("CAT")]]:
+        mine, ref = twice(ids)
+        assert outcome(tok.decode, mine) == outcome(partial(loop_bpe_decode, units), ref), ids
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        ids = torch.randint(-1, len(units) + 1, (int(torch.randint(0, 30, (1,), generator=g)),),
+                            generator=g).tolist()
+        assert outcome(tok.decode, ids) == outcome(partial(loop_bpe_decode, units), ids), ids
