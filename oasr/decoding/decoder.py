@@ -11,6 +11,7 @@ import torch
 
 from oasr.decoding.config import GpuDecoderConfig, Hypothesis
 from oasr.decoding.lm_fusion import LmFusion
+from oasr.decoding.partial_text import PartialTexts
 from oasr.decoding.search import beam_chunk, greedy_chunk, prepare_chunk, update_frame_stats
 from oasr.decoding.state import (
     HOST_FIELDS,
@@ -75,8 +76,9 @@ def _cols(buffer: torch.Tensor, width: int) -> torch.Tensor:
 class GpuStreamingDecoder:
     """Decodes CTC log-probs chunk by chunk for many streams at once, on any torch device.
 
-    The decoder holds only its config and tokenizer; all search state lives in `DecoderState`
-    objects it creates, so one decoder serves every stream (the cache layer pools the states).
+    The decoder holds only its config, tokenizer and a memo of the partials' texts
+    (`PartialTexts`); all search state lives in `DecoderState` objects it creates, so one
+    decoder serves every stream (the cache layer pools the states).
     A state created with ``batch`` rows is decoded by `decode_chunk`; many batch-1 states are
     decoded together by `decode_streams`. Batch-1 states live as rows of one persistent
     storage (`StateRows`), so a batched step gathers the cohort's rows, searches and writes
@@ -127,6 +129,7 @@ class GpuStreamingDecoder:
         # the host are valid while it is unchanged (see `frame_stats`).
         self._generation = 0
         self._read_stats: tuple[int, tuple[int, ...], list[FrameStats]] | None = None
+        self._texts = PartialTexts()  # each stream's last partial text, extended as it grows
 
     @property
     def config(self) -> GpuDecoderConfig:
@@ -320,7 +323,8 @@ class GpuStreamingDecoder:
             if state.batch_size == 1:
                 state.max_len_bound = line[2]
             score = _FLOAT32.unpack(_INT32.pack(line[0]))[0]
-            hyp = self._hypothesis(line[6 : 6 + n], score, line[6 + width : 6 + width + n])
+            hyp = self._hypothesis(line[6 : 6 + n], score, line[6 + width : 6 + width + n],
+                                   (state, row))
             steps.append(StreamStep(hyp, FrameStats(line[3], line[4], bool(line[5]))))
         if row == 0 and all(state.batch_size == 1 for state in states):
             ids = tuple(id(state) for state in states)
@@ -374,8 +378,12 @@ class GpuStreamingDecoder:
             )  # (rows, 3)
         return [FrameStats(n, t, bool(h)) for n, t, h in packed.tolist()]
 
-    def _hypothesis(self, tokens: list[int], score: float, times: list[int]) -> Hypothesis:
-        text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""
+    def _hypothesis(self, tokens: list[int], score: float, times: list[int],
+                    partial_of: tuple[DecoderState, int] | None = None) -> Hypothesis:
+        """``partial_of``: the (state, row) of a partial, whose text is memoised."""
+        text, tok = "", self.tokenizer
+        if tok is not None:
+            text = self._texts.text(tok, *partial_of, tokens) if partial_of else tok.decode(tokens)
         return Hypothesis(tokens=tokens, text=text, score=float(score), timestamps=times)
 
     def _check_vocab(self, vocab_size: int) -> None:

@@ -67,8 +67,8 @@ def _piece_table(units: Sequence[str], spaces: tuple[str, ...]) -> list[str]:
     ]
 
 
-def _clean(text: str) -> str:
-    """Runs of whitespace -> one space, stripped (``str.split`` and the ``\\s`` of a str
+def clean_text(text: str) -> str:
+    """Runs of whitespace -> one space, stripped: `decode`'s last step (``str.split`` and the ``\\s`` of a str
     regex both split at exactly the characters for which ``str.isspace`` holds)."""
     return " ".join(text.split())
 
@@ -145,9 +145,29 @@ class _UnitTable:
 
 
 class _UnitTableTokenizer:
-    """What every tokenizer over a WeNet unit table shares: the table and its facts."""
+    """What every tokenizer over a WeNet unit table shares: the table and its facts, and
+    decoding through a table of each unit's text (``_pieces``, built once by the subclass)."""
 
     _table: _UnitTable
+    _pieces: list[str]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Token ids -> clean text (single spaces, stripped, no special tokens).
+
+        Raises:
+            ValueError: an id outside 0..vocab_size-1.
+        """
+        return clean_text(self.raw_text(ids))
+
+    def raw_text(self, ids: Iterable[int]) -> str:
+        """The text of ``ids`` before `clean_text`: ``decode(ids) == clean_text(raw_text(ids))``
+        and ``raw_text(a + b) == raw_text(a) + raw_text(b)``, so the text of a growing
+        hypothesis can be extended instead of rebuilt.
+
+        Raises:
+            ValueError: an id outside 0..vocab_size-1.
+        """
+        return self._table.join(ids, self._pieces)
 
     def write_units(self, units_path: str | Path) -> None:
         """Write this vocabulary as ``units.txt``."""
@@ -211,14 +231,6 @@ class CharTokenizer(_UnitTableTokenizer):
             ids.extend(self._table.lookup(ch, strict) for ch in word)
         return ids
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """Token ids -> clean text (single spaces, stripped, no special tokens).
-
-        Raises:
-            ValueError: an id outside 0..vocab_size-1.
-        """
-        return _clean(self._table.join(ids, self._pieces))
-
 
 class BpeTokenizer(_UnitTableTokenizer):
     """Sentencepiece BPE units (WeNet English models): the units.txt ids, sentencepiece's pieces.
@@ -250,14 +262,6 @@ class BpeTokenizer(_UnitTableTokenizer):
         text = " ".join(text.split())
         pieces = self._sp.EncodeAsPieces(text) if text else []
         return [self._table.lookup(p, strict) for p in pieces]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Unit ids -> clean text (single spaces, stripped, no special tokens).
-
-        Raises:
-            ValueError: an id outside 0..vocab_size-1.
-        """
-        return _clean(self._table.join(ids, self._pieces))
 
 
 Tokenizer = CharTokenizer | BpeTokenizer
