@@ -2,11 +2,12 @@
 the char LM and with the char + word LM, for N pooled streams x one chunk of frames.
 
 A step is what the engine does per chunk: ``decode_streams`` of N batch-1 states plus
-``partials`` (one read-back). Log-probs come from a dump (``python -m recipes.lm_build dump``:
-``{"sets": {name: [(utt, (T, V) log-probs, reference)]}}``) or, without one, from the bundled
-model run over the devset wavs (chunk-causal at its trained chunk), so a clean checkout can run
-it. Configurations take turns within each round, so a busy machine slows them alike; each prints
-the median over rounds x steps.
+``partials`` (one read-back and the texts; its share is printed too, and grows with the
+transcripts: more ``--steps``). Log-probs come from a dump (``python -m recipes.lm_build
+dump``: ``{"sets": {name: [(utt, (T, V) log-probs, reference)]}}``) or, without one, from the
+bundled model run over the devset wavs (chunk-causal at its trained chunk), so a clean checkout
+can run it. Configurations take turns within each round, so a busy machine slows them alike;
+each prints the median over rounds x steps.
 
     nice -n 10 python bench/decode_cost.py [--dump logprobs.pt] [--beams 8 16 32] [--rounds 3]
 """
@@ -92,8 +93,9 @@ class StepTimer:
                          for name, (config, lm) in setups.items()}
         self.device = torch.device(device)
 
-    def run(self, name: str, log_probs: torch.Tensor, chunk: int) -> list[float]:
-        """Milliseconds of each step of ``log_probs`` (B, steps * chunk, V) with setup ``name``."""
+    def run(self, name: str, log_probs: torch.Tensor, chunk: int) -> list[tuple[float, float]]:
+        """Milliseconds of each step of ``log_probs`` (B, steps * chunk, V) with setup
+        ``name``: (whole step, its ``partials``)."""
         decoder = self.decoders[name]
         batch, frames, vocab = log_probs.shape
         states = [decoder.create_state(1, vocab) for _ in range(batch)]
@@ -102,19 +104,23 @@ class StepTimer:
             piece = log_probs[:, start:start + chunk].to(self.device)
             began = time.perf_counter()
             decoder.decode_streams(piece, states)
+            decoded = time.perf_counter()
             decoder.partials(states)
-            times.append((time.perf_counter() - began) * 1000)
+            ended = time.perf_counter()
+            times.append(((ended - began) * 1000, (ended - decoded) * 1000))
         return times
 
 
 def measure(timer: StepTimer, log_probs: torch.Tensor, chunk: int,
-            rounds: int) -> dict[str, float]:
-    """Median ms per step of every setup, setups taking turns within each round."""
-    times: dict[str, list[float]] = {name: [] for name in timer.decoders}
+            rounds: int) -> dict[str, tuple[float, float]]:
+    """Median ms per step and of its ``partials``, for every setup, setups taking turns
+    within each round."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in timer.decoders}
     for _ in range(rounds):
         for name in times:
             times[name] += timer.run(name, log_probs, chunk)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return {name: (statistics.median(t[0] for t in values),
+                   statistics.median(t[1] for t in values)) for name, values in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,11 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     costs = measure(timer, log_probs, args.chunk, args.rounds)
     print(f"{args.streams} streams x {args.chunk} frames per step, {args.rounds} rounds x "
           f"{args.steps} steps, {args.threads} thread(s), {args.device}")
-    for name, ms in costs.items():
-        print(f"{name:>18}: {ms:7.1f} ms per step ({ms / costs['greedy']:5.1f}x greedy)")
+    greedy = costs["greedy"][0]
+    for name, (ms, partials) in costs.items():
+        print(f"{name:>18}: {ms:7.1f} ms per step ({ms / greedy:5.1f}x greedy), "
+              f"partials {partials:5.2f} ms")
     if args.json is not None:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "ms_per_step": costs}, indent=1) + "\n")
+                                         "ms_per_step": {k: v[0] for k, v in costs.items()},
+                                         "partials_ms": {k: v[1] for k, v in costs.items()}},
+                                        indent=1) + "\n")
     return 0
 
 

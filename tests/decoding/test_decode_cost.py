@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +57,10 @@ def test_a_tiny_run_reports_every_setup(tmp_path: Path) -> None:
                          check=True).stdout
     names = ["greedy", "beam2", "beam2+lm", "beam2+lm+words", "beam3", "beam3+lm",
              "beam3+lm+words"]
-    reported = [line.split(":")[0].strip() for line in out.splitlines() if "ms per step" in line]
-    assert reported == names
+    lines = [line for line in out.splitlines() if "ms per step" in line]
+    assert [line.split(":")[0].strip() for line in lines] == names
+    assert all(", partials " in line and line.endswith(" ms") for line in lines)
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert set(saved["ms_per_step"]) == set(saved["partials_ms"]) == set(names)
+    assert all(0 < saved["partials_ms"][n] < saved["ms_per_step"][n] for n in names)
     assert "2 streams x 4 frames per step" in out
