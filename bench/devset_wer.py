@@ -2,7 +2,7 @@
 
 Each dtype runs ``python -m oasr.cli transcribe --json --no-progress --threads 1
 --second-pass none --dtype X`` over ``devset/{real,tts}_*.wav`` (the bundled model and its
-default decoding: beam 8 + the char LM when the model has one), and the text is scored
+default decoding: beam 16 + the model dir's LMs when it has them), and the text is scored
 against ``manifest.tsv`` with `oasr.metrics.ErrorCounts` after `normalize_transcript`, real
 recordings and synthetic speech apart.
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from oasr.engine.config import EngineConfig
 
-# Beam width used with a char LM unless --beam-size says otherwise: on the bundled Whisper-CTC
-# model, beam 8 + LM took held-out WER from 53% (greedy) to 23% for ~36 ms of one CPU thread
-# per 64-stream step (beam 16 + LM: 22%, ~62 ms); see recipes/lm_build.py.
-DEFAULT_LM_BEAM_SIZE = 8
+# Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
+# model with both LMs, held-out-sentence WER is 54.8% greedy, 22.5% at beam 8, 20.8% at beam 16
+# and 20.1% at beam 32; the search costs ~22 / 36 / 55 ms of one CPU thread per 64-stream x
+# 640 ms step at beam 8 / 16 / 32 (bench/decode_cost.py), beside ~240 ms for the encoder.
+DEFAULT_LM_BEAM_SIZE = 16
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

@@ -93,17 +93,17 @@ def test_tuned_weights_travel_with_the_word_lm(model_dir, tmp_path) -> None:
     assert build(model_dir, 4).ctc.decoder.config.lm_weight == 1.0  # char LM alone: fallback
 
 
-def test_default_beam_is_8_with_an_lm_else_greedy(model_dir, tmp_path) -> None:
+def test_default_beam_is_16_with_an_lm_else_greedy(model_dir, tmp_path) -> None:
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser)
 
     def beam(*argv: str) -> int:
         return engine_config_from_args(parser.parse_args(list(argv))).decoder.beam_size
 
-    assert beam("--model", str(model_dir)) == 8
+    assert beam("--model", str(model_dir)) == 16
     assert beam("--model", str(model_dir), "--lm", "none") == 1
     assert beam("--model", str(tmp_path)) == 1  # no LM files there
-    assert beam("--model", str(tmp_path), "--lm", str(model_dir)) == 8
+    assert beam("--model", str(tmp_path), "--lm", str(model_dir)) == 16
     assert beam("--model", str(model_dir), "--beam-size", "4") == 4
 
 
