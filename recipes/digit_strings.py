@@ -33,6 +33,7 @@ import soundfile as sf
 import soxr
 
 from recipes.augment import SAMPLE_RATE, apply_augment, draw_plan
+from recipes.synth import write_wav
 from recipes.text import DIGIT_WORDS, forbidden_sentences
 from recipes.voices import SynthRequest, Voice, sample_voice, synthesize_batch
 
@@ -169,13 +170,8 @@ def run_voice(args: tuple[Path, DigitStringConfig, int, Voice, list[DigitString]
                 plan = dataclasses.replace(plan, via_8k=True)
             joined = join_digits([clips[d] for d in item.digits], list(item.gaps_s),
                                  list(item.gains_db))
-            out = apply_augment(joined, SAMPLE_RATE, plan, item.seed, tmp)
-            path = wav_path(data, item)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".part.wav")
-            sf.write(str(partial), out, SAMPLE_RATE, subtype="PCM_16")
-            partial.rename(path)
-            seconds += len(out) / SAMPLE_RATE
+            seconds += write_wav(wav_path(data, item),
+                                 apply_augment(joined, SAMPLE_RATE, plan, item.seed, tmp))
     return len(todo), seconds
 
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import soundfile as sf
 
 from recipes.augment import SAMPLE_RATE, AugmentPlan, apply_augment, draw_plan
@@ -121,13 +122,18 @@ def run_task(args: tuple[Path, list[Item]]) -> tuple[int, float]:
         requests = [SynthRequest(it.voice, it.text, it.seed) for it in todo]
         for item, audio in zip(todo, synthesize_batch(requests, tmp), strict=True):
             out = apply_augment(audio.samples, audio.sample_rate, item.augment, item.seed, tmp)
-            path = wav_path(data, item)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".part.wav")
-            sf.write(str(partial), out, SAMPLE_RATE, subtype="PCM_16")
-            partial.rename(path)
-            seconds += len(out) / SAMPLE_RATE
+            seconds += write_wav(wav_path(data, item), out)
     return len(todo), seconds
+
+
+def write_wav(path: Path, samples: np.ndarray) -> float:
+    """Write (N,) float ``samples`` as 16 kHz 16-bit ``path`` through a temporary name (a killed
+    run never leaves a partial file under the final name); returns the seconds written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part.wav")
+    sf.write(str(partial), samples, SAMPLE_RATE, subtype="PCM_16")
+    partial.rename(path)
+    return len(samples) / SAMPLE_RATE
 
 
 def write_manifests(data: Path, items: list[Item]) -> dict[str, tuple[int, float]]:
