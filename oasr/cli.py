@@ -14,8 +14,8 @@ from pathlib import Path
 from oasr.engine.config import EngineConfig
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
-# model with both LMs, held-out-sentence WER is 54.8% greedy, 22.5% at beam 8, 20.8% at beam 16
-# and 20.1% at beam 32; the search costs ~22 / 36 / 55 ms of one CPU thread per 64-stream x
+# model with both LMs, held-out-sentence WER is 52.2% greedy, 21.8% at beam 8, 19.8% at beam 16
+# and 18.6% at beam 32; the search costs ~22 / 36 / 55 ms of one CPU thread per 64-stream x
 # 640 ms step at beam 8 / 16 / 32 (bench/decode_cost.py), beside ~240 ms for the encoder.
 DEFAULT_LM_BEAM_SIZE = 16
 
