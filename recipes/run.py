@@ -3,6 +3,11 @@
     nice -n 10 python -m recipes.run                       # everything, resuming what exists
     python -m recipes.run --stages evaluate,export         # just score and export the best ckpt
     python -m recipes.run --train-hours 1.5                # bound this run's training time
+    python -m recipes.run --model-out oasr/assets/default_model   # replace the bundled model
+
+This is the Conformer-CTC recipe; the bundled default is now Whisper-CTC (``recipes.wctc_run``).
+``--model-out`` defaults to ``<data>/export``, outside the repository, so a run never overwrites
+the bundled model unless asked to.
 
 Every stage resumes: text is rebuilt only when missing, synthesis skips finished wavs, features
 skip finished splits, training resumes from ``<data>/ckpt/latest.pt``. Each stage's wall time is
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 STAGES = ("text", "synth", "feats", "train", "evaluate", "export")
@@ -61,9 +67,46 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(markdown_table(report))
 
 
-def main(argv: list[str] | None = None) -> None:
-    from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+def parse_stages(text: str, allowed: Sequence[str]) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]`` in the given order; SystemExit naming unknown or no stages."""
+    stages = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in allowed]
+    if unknown:
+        raise SystemExit(f"unknown stages {unknown}; choose from {list(allowed)}")
+    if not stages:
+        raise SystemExit(f"no stages in {text!r}; choose from {list(allowed)}")
+    return stages
 
+
+def stage_line(name: str, seconds: float, when: float | None = None) -> str:
+    """One ``stages.tsv`` row: local time, stage name, wall seconds (one decimal), newline."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+    return f"{stamp}\t{name}\t{seconds:.1f}\n"
+
+
+def run_stages(stages: Sequence[str], run_one: Callable[[str], None],
+               logs: Path) -> list[tuple[str, float]]:
+    """Run each stage in order, print its wall time and append it to ``logs/stages.tsv``.
+
+    Returns:
+        (stage, seconds) per stage run. A stage that raises stops the loop (nothing logged for it).
+    """
+    logs.mkdir(parents=True, exist_ok=True)
+    timings = []
+    for name in stages:
+        start = time.time()
+        print(f"== stage {name} ==", flush=True)
+        run_one(name)
+        took = time.time() - start
+        timings.append((name, took))
+        print(f"== stage {name} took {took / 60:.1f} min ==", flush=True)
+        with open(logs / "stages.tsv", "a", encoding="utf-8") as f:
+            f.write(stage_line(name, took))
+    print("stage timings: " + ", ".join(f"{n} {t / 60:.1f} min" for n, t in timings), flush=True)
+    return timings
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("/work/data"))
     parser.add_argument("--audio-root", type=Path, default=Path("/work/shared/audio"))
@@ -72,24 +115,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--train-hours", type=float, default=2.0, help="<= 0: until killed")
     parser.add_argument("--total-steps", type=int, default=20000)
-    parser.add_argument("--model-out", type=Path, default=DEFAULT_MODEL_DIR)
+    parser.add_argument("--model-out", type=Path, default=None,
+                        help="default <data>/export; oasr/assets/default_model replaces the bundled one")
     args = parser.parse_args(argv)
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        raise SystemExit(f"unknown stages {unknown}; choose from {list(STAGES)}")
-    (args.data / "logs").mkdir(parents=True, exist_ok=True)
-    timings = []
-    for name in stages:
-        start = time.time()
-        print(f"== stage {name} ==", flush=True)
-        run_stage(name, args)
-        took = time.time() - start
-        timings.append((name, took))
-        print(f"== stage {name} took {took / 60:.1f} min ==", flush=True)
-        with open(args.data / "logs" / "stages.tsv", "a", encoding="utf-8") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\t{name}\t{took:.1f}\n")
-    print("stage timings: " + ", ".join(f"{n} {t / 60:.1f} min" for n, t in timings))
+    if args.model_out is None:
+        args.model_out = args.data / "export"
+    run_stages(parse_stages(args.stages, STAGES), lambda name: run_stage(name, args),
+               args.data / "logs")
 
 
 if __name__ == "__main__":
