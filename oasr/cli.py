@@ -147,9 +147,11 @@ def _transcribe(args: argparse.Namespace) -> int:
     if missing:
         print(f"oasr transcribe: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
+    # offline: no latency to protect, so nothing times out and every segment waits for the
+    # second pass (a live server keeps the CTC text when Whisper falls behind)
     config = engine_config_from_args(
         args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
-        max_pending_audio_s=math.inf,
+        max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize,
     )
     results = transcribe_files(config, args.files, progress=not args.no_progress)
     failed = 0

@@ -43,7 +43,8 @@ class FileResult:
     def on_event(self, event: StreamEvent) -> None:
         if event.type is EventType.FINAL:
             self.segments.append({"text": event.text, "start": round(event.start, 3),
-                                  "end": round(event.end, 3), "reason": event.reason})
+                                  "end": round(event.end, 3), "reason": event.reason,
+                                  "source": event.source})
         elif event.type is EventType.DONE:
             self.finish_reason = event.finish_reason
         elif event.type is EventType.ERROR:

@@ -40,7 +40,9 @@ def test_transcribe_json_matches_the_engine(model_dir: Path, capsys: pytest.Capt
     assert [d["file"] for d in lines] == [str(f) for f in files]
     assert [d["text"] for d in lines] == [r.text for r in expected]
     assert all(d["finish_reason"] == "stop" for d in lines)
-    assert all(set(s) == {"text", "start", "end", "reason"} for d in lines for s in d["segments"])
+    assert all(set(s) == {"text", "start", "end", "reason", "source"}
+               for d in lines for s in d["segments"])
+    assert {s["source"] for d in lines for s in d["segments"]} <= {"ctc"}  # no second pass
 
 
 def test_transcribe_missing_file_is_a_clear_error(model_dir: Path,
