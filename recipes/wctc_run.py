@@ -21,8 +21,8 @@ Differences from the original runs (their commands: ``<data>/wctc/logs/train_{s3
 all three rounds read ``feats_s5``, so top-2 and s3 see the 10,000-utterance ``train`` split
 instead of the first 5,500; top-2 stops at its adopted step (4,114) instead of being killed
 there; s5d's 1.45 h is the wall time of its two launches together (0.93 h each). The LM and
-evaluation modules read ``/work/data/text`` and ``/work/data/wctc/feats`` for their test sets
-whatever ``--data`` says.
+evaluation modules read ``/work/data/text`` and ``/work/data/wctc/feats`` (the feats stage
+writes the held-out splits there too) whatever ``--data`` says.
 """
 
 from __future__ import annotations
@@ -210,16 +210,27 @@ def run_wctc_stage(name: str, args: argparse.Namespace) -> None:
 
         wctc_feats.main(["--data", str(args.data), "--out", str(layout.feats),
                          "--workers", str(WORKERS), "--splits", *FEAT_SPLITS])
+        # lm_build dump reads its held-out sets from wctc_train.DATA / "feats"
+        wctc_feats.main(["--data", str(args.data), "--out", str(wctc_train_data() / "feats"),
+                         "--workers", str(WORKERS), "--splits", *FEAT_SPLITS[2:]])
     elif name == "train":
         from recipes import wctc_train
 
         train_rounds(layout, wctc_train.main, max_hours=args.max_hours)
     elif name == "lm":
         build_lms(layout)
+    elif not final.exists():
+        raise RuntimeError(f"stage {name} needs {final}: run the train stage first")
     elif name == "evaluate":
         evaluate(layout, final)
     else:
         export(layout, final)
+
+
+def wctc_train_data() -> Path:
+    from recipes.wctc_train import DATA
+
+    return DATA
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -192,3 +192,13 @@ def test_stage_loop_times_and_logs_each_stage(tmp_path: Path,
 def test_stage_line_format() -> None:
     line = stage_line("train", 3725.04, when=0.0)
     assert re.fullmatch(r"19(69|70)-\d\d-\d\d \d\d:\d\d:\d\d\ttrain\t3725\.0\n", line)
+
+
+def test_evaluate_and_export_need_round_5(tmp_path: Path) -> None:
+    from recipes.wctc_run import run_wctc_stage
+
+    args = parse_args(["--data", str(tmp_path)])
+    for stage in ("evaluate", "export"):
+        with pytest.raises(RuntimeError, match=f"stage {stage} needs .*ckpt_s5d/final.pt"):
+            run_wctc_stage(stage, args)
+    assert not (tmp_path / "wctc" / "export").exists()
