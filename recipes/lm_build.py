@@ -62,13 +62,15 @@ TRAIN_TEXT = Path("/work/data/text/train.txt")
 SETS = ("heldout_sentences", "heldout_voices", "devset_tts", "devset_real")
 
 
-def dump_log_probs(ckpt: Path, out: Path, heldout_limit: int = 1000) -> None:
-    """Save {set: [(name, (T, V) float32 log-probs, reference)]} of chunk-32 streaming."""
+def dump_log_probs(ckpt: Path, out: Path, heldout_limit: int = 1000,
+                   feats: Path | None = None) -> None:
+    """Save {set: [(name, (T, V) float32 log-probs, reference)]} of chunk-32 streaming; the
+    held-out splits' features come from ``feats`` (default ``/work/data/wctc/feats``)."""
     from recipes.wctc_evaluate import DEVSET, load_for_eval, log_probs_of, test_sets
     from recipes.wctc_train import DATA
 
     model, state = load_for_eval(ckpt)
-    sets = test_sets(DEVSET, DATA / "feats", heldout_limit)
+    sets = test_sets(DEVSET, feats if feats is not None else DATA / "feats", heldout_limit)
     dumped: dict[str, list] = {}
     for name, utts in sets.items():
         rows = []
@@ -342,6 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--lemmas", action="store_true", help="add WordNet lemmas to the text")
     b.add_argument("--glosses", action="store_true", help="add WordNet glosses to the text")
     b.add_argument("--out", type=Path, default=LM_DIR / "char_lm")
+    b.add_argument("--text", type=Path, default=TRAIN_TEXT, help="training sentences")
     w = sub.add_parser("words", help="build the word LM (lexicon unigram + bigrams)")
     for f in dataclasses.fields(WordLmConfig):
         w.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
@@ -349,9 +352,12 @@ def main(argv: list[str] | None = None) -> None:
                        else type(f.default))
     w.add_argument("--glosses", action="store_true", help="add WordNet glosses to the text")
     w.add_argument("--out", type=Path, default=LM_DIR / "char_lm")
+    w.add_argument("--text", type=Path, default=TRAIN_TEXT, help="training sentences")
     d = sub.add_parser("dump", help="chunk-32 log-probs of a checkpoint on the test sets")
     d.add_argument("--ckpt", type=Path, required=True, help="a copy of a training .pt")
     d.add_argument("--out", type=Path, default=LM_DIR / "logprobs.pt")
+    d.add_argument("--feats", type=Path, default=None,
+                   help="held-out features dir (default /work/data/wctc/feats)")
     k = sub.add_parser("package", help="a model dir with the LM files (--lm auto loads them)")
     k.add_argument("--lm", type=Path, required=True)
     k.add_argument("--out", type=Path, required=True)
@@ -368,13 +374,13 @@ def main(argv: list[str] | None = None) -> None:
     start = time.time()
     if args.stage == "build":
         build(args.order, args.min_context_count, args.smoothing, args.lemmas, args.out,
-              with_glosses=args.glosses)
+              text=args.text, with_glosses=args.glosses)
     elif args.stage == "words":
         config = WordLmConfig(**{f.name: getattr(args, f.name)
                                  for f in dataclasses.fields(WordLmConfig)})
-        build_words(config, args.out, with_glosses=args.glosses)
+        build_words(config, args.out, text=args.text, with_glosses=args.glosses)
     elif args.stage == "dump":
-        dump_log_probs(args.ckpt, args.out)
+        dump_log_probs(args.ckpt, args.out, feats=args.feats)
     elif args.stage == "package":
         print(package(args.lm, args.out))
     elif args.stage == "tune":

@@ -20,9 +20,7 @@ and appended to ``<data>/logs/stages.tsv``.
 Differences from the original runs (their commands: ``<data>/wctc/logs/train_{s3,s5d}.cmd``):
 all three rounds read ``feats_s5``, so top-2 and s3 see the 10,000-utterance ``train`` split
 instead of the first 5,500; top-2 stops at its adopted step (4,114) instead of being killed
-there; s5d's 1.45 h is the wall time of its two launches together (0.93 h each). The LM and
-evaluation modules read ``/work/data/text`` and ``/work/data/wctc/feats`` (the feats stage
-writes the held-out splits there too) whatever ``--data`` says.
+there; s5d's 1.45 h is the wall time of its two launches together (0.93 h each).
 """
 
 from __future__ import annotations
@@ -158,15 +156,17 @@ def train_rounds(layout: Layout, train: Callable[[list[str]], None],
     return trained
 
 
-def build_lms(layout: Layout) -> None:
-    """Char 7-gram + word LM with the default's flags (docs/model.md), skipped when present."""
+def build_lms(layout: Layout, text: Path) -> None:
+    """Char 7-gram + word LM from the training sentences ``text`` with the default's flags
+    (docs/model.md), skipped when present."""
     from recipes import lm_build
 
     if not (layout.lm / "char_lm.safetensors").exists():
         lm_build.main(["build", "--order", "7", "--min-context-count", "10", "--glosses",
-                       "--out", str(layout.lm)])
+                       "--text", str(text), "--out", str(layout.lm)])
     if not (layout.lm / "word_lm.safetensors").exists():
-        lm_build.main(["words", "--bigram-min-count", "1", "--out", str(layout.lm)])
+        lm_build.main(["words", "--bigram-min-count", "1", "--text", str(text),
+                       "--out", str(layout.lm)])
 
 
 def evaluate(layout: Layout, ckpt: Path) -> None:
@@ -176,7 +176,7 @@ def evaluate(layout: Layout, ckpt: Path) -> None:
     wctc_evaluate.main(["--ckpt", str(ckpt), "--feats", str(layout.feats),
                         "--out", str(layout.eval), "--logs", str(layout.wctc / "logs")])
     dump = layout.lm / "logprobs.pt"
-    lm_build.main(["dump", "--ckpt", str(ckpt), "--out", str(dump)])
+    lm_build.main(["dump", "--ckpt", str(ckpt), "--out", str(dump), "--feats", str(layout.feats)])
     lm_build.main(["report", "--dump", str(dump), "--char-lm", str(layout.lm),
                    "--lm", str(layout.lm), "--beam", "16"])
     wctc_shifts.main(["--ckpt", str(ckpt), "--lm", str(layout.lm), "--beam", "16"])
@@ -210,27 +210,18 @@ def run_wctc_stage(name: str, args: argparse.Namespace) -> None:
 
         wctc_feats.main(["--data", str(args.data), "--out", str(layout.feats),
                          "--workers", str(WORKERS), "--splits", *FEAT_SPLITS])
-        # lm_build dump reads its held-out sets from wctc_train.DATA / "feats"
-        wctc_feats.main(["--data", str(args.data), "--out", str(wctc_train_data() / "feats"),
-                         "--workers", str(WORKERS), "--splits", *FEAT_SPLITS[2:]])
     elif name == "train":
         from recipes import wctc_train
 
         train_rounds(layout, wctc_train.main, max_hours=args.max_hours)
     elif name == "lm":
-        build_lms(layout)
+        build_lms(layout, args.data / "text" / "train.txt")
     elif not final.exists():
         raise RuntimeError(f"stage {name} needs {final}: run the train stage first")
     elif name == "evaluate":
         evaluate(layout, final)
     else:
         export(layout, final)
-
-
-def wctc_train_data() -> Path:
-    from recipes.wctc_train import DATA
-
-    return DATA
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

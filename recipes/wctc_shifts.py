@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from oasr.models.whisper_ctc import WhisperCtcModel
 from recipes.lm_build import WORD_SETTINGS, decode_set
 from recipes.wctc_evaluate import DEVSET, devset_utterances, load_for_eval, log_probs_of
 
@@ -25,7 +26,7 @@ OFFSETS_S = (0.0, 0.1, 0.2, 0.4, 0.8)
 
 
 @torch.no_grad()
-def chunked_rows(model: torch.nn.Module, utts: list, chunk: int = 32,
+def chunked_rows(model: WhisperCtcModel, utts: list, chunk: int = 32,
                  group_size: int = 16) -> list[tuple[str, torch.Tensor, str]]:
     """(name, (T', V) log-probs, reference) of every utterance, chunk-masked forward."""
     rows = []

@@ -100,3 +100,16 @@ def test_decode_set_with_word_settings(lm_dir: Path) -> None:
     assert decode_set(rows, 4, load_decoder_lm(lm_dir), settings=words_only)[0] == 0.0
     assert decode_set(rows, 4, load_decoder_lm(lm_dir),
                       settings=FusionSettings(0.0, 0.0))[0] == 100.0
+
+
+def test_command_line_builds_from_the_given_text(tmp_path: Path) -> None:
+    from recipes.lm_build import main
+
+    text = tmp_path / "sentences.txt"
+    text.write_text("zebra quilt\nzebra quilt jumps\n")
+    main(["build", "--order", "3", "--min-context-count", "1", "--text", str(text),
+          "--out", str(tmp_path / "lm")])
+    lm = load_char_lm(tmp_path / "lm")
+    assert lm.header.text.startswith("sentences.txt: 2 WordNet example sentences")
+    assert lm.score_sequence([UNITS.index(c) for c in "zeb"]) > \
+        lm.score_sequence([UNITS.index(c) for c in "bez"])
