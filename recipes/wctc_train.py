@@ -138,32 +138,33 @@ def param_groups(model: WhisperCtcModel, cfg: WctcTrainConfig) -> list[dict]:
 def ctc_loss(model: WhisperCtcModel, batch: Batch, chunk: int, left: int, bf16: bool,
              teacher: FullContextTeacher | None = None) -> torch.Tensor:
     """Mean CTC loss per utterance of a batch under the (chunk, left) mask; with a ``teacher``,
-    (CTC loss, the lower blocks' distillation loss) stacked into a (2,) tensor."""
+    (CTC loss, lower-block distillation loss, output KL) stacked into a (3,) tensor."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         if teacher is None:
             log_probs, out_lens = model(batch.feats, batch.feat_lens, chunk, left)  # (B, T', V)
         else:
-            log_probs, out_lens, distill = distilled_forward(model, teacher, batch.feats,
-                                                             batch.feat_lens, chunk, left)
+            log_probs, out_lens, lower, kl = distilled_forward(model, teacher, batch.feats,
+                                                               batch.feat_lens, chunk, left)
     loss = F.ctc_loss(log_probs.float().transpose(0, 1), batch.targets, out_lens,
                       batch.target_lens, blank=0, reduction="sum", zero_infinity=True)
     loss = loss / batch.feats.size(0)
-    return loss if teacher is None else torch.stack([loss, distill])
+    return loss if teacher is None else torch.stack([loss, lower, kl])
 
 
 def train_step(model: WhisperCtcModel, opt: torch.optim.Optimizer, batch: Batch, scale: float,
                cfg: WctcTrainConfig, chunking: tuple[int, int],
                teacher: FullContextTeacher | None = None) -> tuple[float, float, float]:
-    """One update; returns (CTC loss per utterance, grad norm, distillation loss or 0).
-    Non-finite gradients skip it."""
+    """One update; returns (CTC loss per utterance, grad norm, weighted distillation losses
+    or 0). Non-finite gradients skip it."""
     for group in opt.param_groups:
         group["lr"] = group["peak_lr"] * scale
     losses = ctc_loss(model, batch, *chunking, cfg.bf16, teacher)
     if teacher is None:
         total, ctc, distill = losses, losses.item(), 0.0
     else:
-        total = losses[0] + cfg.distill.weight * losses[1]
-        ctc, distill = losses[0].item(), losses[1].item()
+        extra = cfg.distill.weight * losses[1] + cfg.distill.output_weight * losses[2]
+        total = losses[0] + extra
+        ctc, distill = losses[0].item(), extra.item()
     opt.zero_grad(set_to_none=True)
     total.backward()
     params = [p for g in opt.param_groups for p in g["params"]]
@@ -227,8 +228,9 @@ class Trainer:
         self.valid = FeatureSet(paths.feats, "heldout_sentences", encode)
         self.fill = self.train.array[:: 50].astype(np.float32).mean(axis=0)  # (80,) mask value
         # the teacher copies the starting weights, before a resume replaces them
-        self.teacher = (FullContextTeacher(model, cfg.distill.layers)
-                        if cfg.distill.layers else None)
+        self.teacher = (FullContextTeacher(model, cfg.distill.layers,
+                                           outputs=cfg.distill.output_weight > 0)
+                        if cfg.distill.enabled else None)
         self.opt = torch.optim.AdamW(param_groups(model, cfg), betas=(0.9, 0.98))
         self.state = restore(paths.ckpt, model, self.opt)
         self.batches = self.train.epoch_batches(cfg.max_frames, cfg.seed, self.state.epoch)
@@ -386,6 +388,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--distill-layers", type=int, default=0,
                         help="lower blocks trained towards their full-context outputs")
     parser.add_argument("--distill-weight", type=float, default=DistillConfig.weight)
+    parser.add_argument("--distill-output-weight", type=float, default=0.0,
+                        help="KL towards the starting model's full-context posteriors")
     add_augment_args(parser)
     args = parser.parse_args(argv)
     spec, aug = augment_configs(args)
@@ -394,7 +398,8 @@ def main(argv: list[str] | None = None) -> None:
                           train_layers=args.train_layers, freeze_stem=args.freeze_stem,
                           bf16=not args.fp32, seed=args.seed, num_threads=args.threads,
                           snapshot_interval_s=args.snapshot_interval_s, spec=spec, augment=aug,
-                          distill=DistillConfig(args.distill_layers, args.distill_weight))
+                          distill=DistillConfig(args.distill_layers, args.distill_weight,
+                                                args.distill_output_weight))
     model = load_checkpoint_model(args.init_ckpt)[0] if args.init_ckpt is not None else None
     if model is not None:
         print(f"initial weights: {args.init_ckpt}", flush=True)

@@ -9,6 +9,7 @@ from recipes.wctc_distill import (
     DistillConfig,
     FullContextTeacher,
     distilled_forward,
+    output_kl,
     relative_error,
 )
 from recipes.wctc_train import WctcTrainConfig, param_groups
@@ -26,13 +27,13 @@ def test_full_context_matches_the_teacher_and_the_model() -> None:
     model = WhisperCtcModel(TINY).eval()
     teacher = FullContextTeacher(model, 2)
     mel, lens = inputs()
-    log_probs, out_lens, loss = distilled_forward(model, teacher, mel, lens, -1, -1)
-    assert loss.item() < 1e-10  # the student starts as the teacher
+    log_probs, out_lens, loss, kl = distilled_forward(model, teacher, mel, lens, -1, -1)
+    assert loss.item() < 1e-10 and kl.item() == 0.0  # the student starts as the teacher
     ref, ref_lens = model(mel, lens, -1)
     torch.testing.assert_close(log_probs, ref)
     assert out_lens.tolist() == ref_lens.tolist() == [60, 45]
     chunked, _ = model(mel, lens, 8)
-    log_probs, _, loss = distilled_forward(model, teacher, mel, lens, 8, -1)
+    log_probs, _, loss, _ = distilled_forward(model, teacher, mel, lens, 8, -1)
     torch.testing.assert_close(log_probs, chunked)
     assert loss.item() > 1e-4  # chunk masking changes the lower blocks' outputs
 
@@ -42,7 +43,7 @@ def test_ctc_gradients_stay_out_of_the_distilled_blocks() -> None:
     model = WhisperCtcModel(TINY)
     teacher = FullContextTeacher(model, 2)
     mel, lens = inputs()
-    log_probs, _, distill = distilled_forward(model, teacher, mel, lens, 8, -1)
+    log_probs, _, distill, _ = distilled_forward(model, teacher, mel, lens, 8, -1)
     log_probs.sum().backward(retain_graph=True)
     assert all(p.grad is None for p in model.blocks[:2].parameters())
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.blocks[2].parameters())
@@ -65,7 +66,7 @@ def test_distillation_lowers_the_chunked_error() -> None:
     mel, lens = inputs()
     errors = []
     for _ in range(30):
-        _, _, loss = distilled_forward(model, teacher, mel, lens, 8, -1)
+        _, _, loss, _ = distilled_forward(model, teacher, mel, lens, 8, -1)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -85,3 +86,38 @@ def test_relative_error_ignores_padding_and_checks_arguments() -> None:
     with pytest.raises(ValueError):
         DistillConfig(layers=-1)
     assert np.isfinite(float(relative_error(target * 0, target * 0, torch.tensor([2]))))
+
+
+def test_output_distillation_pulls_chunked_posteriors_to_full_context() -> None:
+    torch.manual_seed(0)
+    model = WhisperCtcModel(TINY)
+    teacher = FullContextTeacher(model, 0, outputs=True)
+    mel, lens = inputs()
+    _, _, lower, kl = distilled_forward(model, teacher, mel, lens, -1, -1)
+    assert lower.item() == 0.0 and kl.item() < 1e-8  # full context: the student is the teacher
+    opt = torch.optim.Adam(model.blocks[1:].parameters(), lr=3e-3)
+    kls = []
+    for _ in range(30):
+        _, _, _, kl = distilled_forward(model, teacher, mel, lens, 8, -1)
+        opt.zero_grad()
+        kl.backward()
+        opt.step()
+        kls.append(kl.item())
+    assert kls[0] > 1e-4 and kls[-1] < 0.5 * kls[0], kls[::10]
+    assert all(not p.requires_grad for p in teacher.parameters())
+    with pytest.raises(RuntimeError, match="outputs"):
+        FullContextTeacher(model, 1).log_probs(mel, lens)
+    with pytest.raises(ValueError):
+        FullContextTeacher(model, 0)
+
+
+def test_output_kl_is_per_utterance_and_ignores_padding() -> None:
+    t = torch.log_softmax(torch.randn(2, 5, 4), -1)
+    assert output_kl(t, t, torch.tensor([5, 3])).item() == pytest.approx(0.0, abs=1e-6)
+    s = t.clone()
+    s[1, 4] = torch.log_softmax(torch.randn(4), -1)  # a padded frame of row 1
+    assert output_kl(s, t, torch.tensor([5, 3])).item() == pytest.approx(0.0, abs=1e-6)
+    s[0, 0] = torch.log(torch.full((4,), 0.25))
+    expected = (t[0, 0].exp() * (t[0, 0] - s[0, 0])).sum() / 2
+    assert output_kl(s, t, torch.tensor([5, 3])).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert DistillConfig(output_weight=0.5).enabled and not DistillConfig().enabled
