@@ -22,6 +22,22 @@ def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(2, 120, 80, generator=g) * 0.3, torch.tensor([120, 90])
 
 
+def fit(model: WhisperCtcModel, teacher: FullContextTeacher, trained: torch.nn.Module,
+        term: int, steps: int = 30) -> list[float]:
+    """Adam on ``trained`` against ``distilled_forward``'s output ``term`` at chunk 8; the
+    loss of every step."""
+    opt = torch.optim.Adam(trained.parameters(), lr=3e-3)
+    mel, lens = inputs()
+    losses = []
+    for _ in range(steps):
+        loss = distilled_forward(model, teacher, mel, lens, 8, -1)[term]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def test_full_context_matches_the_teacher_and_the_model() -> None:
     torch.manual_seed(0)
     model = WhisperCtcModel(TINY).eval()
@@ -62,15 +78,7 @@ def test_distillation_lowers_the_chunked_error() -> None:
     assert all(id(p) in trained for p in model.blocks.parameters())  # 2 distilled + 1 top
     assert not any(id(p) in trained for p in model.conv1.parameters())
     teacher = FullContextTeacher(model, 2)
-    opt = torch.optim.Adam(model.blocks[:2].parameters(), lr=3e-3)
-    mel, lens = inputs()
-    errors = []
-    for _ in range(30):
-        _, _, loss, _ = distilled_forward(model, teacher, mel, lens, 8, -1)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        errors.append(loss.item())
+    errors = fit(model, teacher, model.blocks[:2], term=2)
     assert errors[-1] < 0.5 * errors[0], errors[::10]
 
 
@@ -95,14 +103,7 @@ def test_output_distillation_pulls_chunked_posteriors_to_full_context() -> None:
     mel, lens = inputs()
     _, _, lower, kl = distilled_forward(model, teacher, mel, lens, -1, -1)
     assert lower.item() == 0.0 and kl.item() < 1e-8  # full context: the student is the teacher
-    opt = torch.optim.Adam(model.blocks[1:].parameters(), lr=3e-3)
-    kls = []
-    for _ in range(30):
-        _, _, _, kl = distilled_forward(model, teacher, mel, lens, 8, -1)
-        opt.zero_grad()
-        kl.backward()
-        opt.step()
-        kls.append(kl.item())
+    kls = fit(model, teacher, model.blocks[1:], term=3)
     assert kls[0] > 1e-4 and kls[-1] < 0.5 * kls[0], kls[::10]
     assert all(not p.requires_grad for p in teacher.parameters())
     with pytest.raises(RuntimeError, match="outputs"):
