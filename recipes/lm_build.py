@@ -66,21 +66,15 @@ def dump_log_probs(ckpt: Path, out: Path, heldout_limit: int = 1000,
                    feats: Path | None = None) -> None:
     """Save {set: [(name, (T, V) float32 log-probs, reference)]} of chunk-32 streaming; the
     held-out splits' features come from ``feats`` (default ``/work/data/wctc/feats``)."""
-    from recipes.wctc_evaluate import DEVSET, load_for_eval, log_probs_of, test_sets
+    from recipes.wctc_evaluate import DEVSET, chunked_rows, load_for_eval, test_sets
     from recipes.wctc_train import DATA
 
     model, state = load_for_eval(ckpt)
     sets = test_sets(DEVSET, feats if feats is not None else DATA / "feats", heldout_limit)
     dumped: dict[str, list] = {}
     for name, utts in sets.items():
-        rows = []
-        for start in range(0, len(utts), 16):
-            group = utts[start:start + 16]
-            log_probs, lens = log_probs_of(model, group, 32)
-            for b, (utt, _, ref) in enumerate(group):
-                rows.append((utt, log_probs[b, : int(lens[b])].clone(), ref))
-        dumped[name] = rows
-        print(f"{name}: {len(rows)} utterances", flush=True)
+        dumped[name] = chunked_rows(model, utts)
+        print(f"{name}: {len(dumped[name])} utterances", flush=True)
     torch.save({"ckpt": str(ckpt), "step": state.get("step"), "sets": dumped}, out)
 
 

@@ -74,6 +74,19 @@ def log_probs_of(model: WhisperCtcModel, group: list[Utterance], chunk: int) -> 
     return model(torch.from_numpy(padded), torch.tensor(lens), chunk)
 
 
+@torch.no_grad()
+def chunked_rows(model: WhisperCtcModel, utts: list, chunk: int = 32,
+                 group_size: int = 16) -> list[tuple[str, torch.Tensor, str]]:
+    """(name, (T', V) log-probs, reference) of every utterance, chunk-masked forward."""
+    rows = []
+    for start in range(0, len(utts), group_size):
+        group = utts[start:start + group_size]
+        log_probs, lens = log_probs_of(model, group, chunk)
+        rows += [(name, log_probs[b, : int(lens[b])].clone(), ref)
+                 for b, (name, _, ref) in enumerate(group)]
+    return rows
+
+
 def beam_texts(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int,
                tokenizer: CharTokenizer) -> list[str]:
     """CTC prefix beam search (no LM) of each row; the best hypothesis's text."""

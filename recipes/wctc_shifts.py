@@ -18,24 +18,10 @@ from pathlib import Path
 
 import torch
 
-from oasr.models.whisper_ctc import WhisperCtcModel
 from recipes.lm_build import WORD_SETTINGS, decode_set
-from recipes.wctc_evaluate import DEVSET, devset_utterances, load_for_eval, log_probs_of
+from recipes.wctc_evaluate import DEVSET, chunked_rows, devset_utterances, load_for_eval
 
 OFFSETS_S = (0.0, 0.1, 0.2, 0.4, 0.8)
-
-
-@torch.no_grad()
-def chunked_rows(model: WhisperCtcModel, utts: list, chunk: int = 32,
-                 group_size: int = 16) -> list[tuple[str, torch.Tensor, str]]:
-    """(name, (T', V) log-probs, reference) of every utterance, chunk-masked forward."""
-    rows = []
-    for start in range(0, len(utts), group_size):
-        group = utts[start:start + group_size]
-        log_probs, lens = log_probs_of(model, group, chunk)
-        rows += [(name, log_probs[b, : int(lens[b])].clone(), ref)
-                 for b, (name, _, ref) in enumerate(group)]
-    return rows
 
 
 def shift_row(source: Path, lm: object, devset: Path, prefix: str, beam: int,
