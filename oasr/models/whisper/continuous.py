@@ -24,10 +24,12 @@ import torch
 
 from oasr.cache.decoder_kv import PagedDecoderKv
 from oasr.models.whisper.decoding import (
+    beam_search,
     default_max_new_tokens,
     no_speech_probs,
     suppression_masks,
 )
+from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import HOP_LENGTH, N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.safeguards import DecodeAttempt, best_attempt
@@ -164,13 +166,50 @@ class ContinuousWhisperDecoder:
 
     @torch.inference_mode()
     def step(self) -> list[SecondPassResult]:
-        """Admit, prefill the admitted, advance the others by one token; the finished."""
+        """Beam-decode the waiting first decodes (``beam_size`` > 1), then admit, prefill the
+        admitted, advance the others by one token; the finished."""
+        finished = self._beam_step() if self.config.beam_size > 1 else []
         stepping = list(self._running)
-        finished = self._advance(stepping) if stepping else []
+        finished += self._advance(stepping) if stepping else []
         admitted = self._admit()
         if admitted:
             finished += self._prefill(admitted)
         return finished
+
+    def _beam_step(self) -> list[SecondPassResult]:
+        """The waiting requests' temperature-0 decodes, up to ``max_rows`` of them, by beam
+        search in one batched call to the end (dense per-request K/V, the cross K/V shared by
+        a request's beams); each then passes, or waits for its sampled fallback."""
+        batch = [p for p in self._waiting if p.request.temperature_index == 0]
+        batch = batch[: self.config.max_rows]
+        if not batch:
+            return []
+        for p in batch:
+            self._waiting.remove(p)
+        model, spec = self.checkpoint.model, self.checkpoint.spec
+        self._encode(batch)
+        states = [p.request.encoded for p in batch]
+        encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
+                                  tuple(s.num_encoded[0] for s in states if s is not None))
+        limit = max(p.request.max_new_tokens for p in batch)
+        kv = DecoderKv(self.encoder.cross_kv(encoded), len(spec.prompt) + limit,
+                       self.config.kv_cache, shared_cross=True)
+        hyps = beam_search(model, spec, kv, self.config.beam_size, limit)
+        done = []
+        for p, hyp in zip(batch, hyps, strict=True):
+            tokens = hyp.tokens[: p.request.max_new_tokens]
+            truncated = len(hyp.tokens) >= p.request.max_new_tokens
+            repetition = self.config.repetition
+            looped = repetition is not None and any(
+                repetition.is_looping(tokens[:n]) for n in range(1, len(tokens) + 1))
+            p.request.samples, p.request.num_rows = [], 1
+            attempt = DecodeAttempt(tokens, self.checkpoint.tokenizer.decode(tokens), 0.0,
+                                    hyp.log_prob / (len(hyp.tokens) + 1), hyp.no_speech_prob,
+                                    looped, truncated and not looped)
+            result = self._settle(p.request, attempt)
+            if result is not None:
+                done.append(result)
+        return done
 
     def _temperature(self, request: _Request) -> float:
         return self.config.fallback.temperatures[request.temperature_index]
@@ -290,7 +329,11 @@ class ContinuousWhisperDecoder:
             row.log_prob / (len(tokens) + 1), row.no_speech_prob, looped, truncated))
         if len(request.samples) < request.num_rows:
             return None  # sampled rows of this temperature still running
-        attempt = max(request.samples, key=lambda a: a.avg_log_prob)
+        return self._settle(request, max(request.samples, key=lambda a: a.avg_log_prob))
+
+    def _settle(self, request: _Request, attempt: DecodeAttempt) -> SecondPassResult | None:
+        """A decode of ``request`` is complete: its result, or None when it was queued again
+        at the next temperature."""
         request.attempts.append(attempt)
         rule = self.config.fallback
         failed = rule.is_failed(attempt)
