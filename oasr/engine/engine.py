@@ -317,9 +317,10 @@ class ASREngine:
         if parts == request.last_parts:
             return
         request.last_parts = parts
+        end = request.num_frames_decoded * self.family.timing.frame_shift_s
         request.emit(StreamEvent(EventType.PARTIAL, request.stream_id, segment=request.segment,
                                  text=parts.text, stable=parts.stable,
-                                 tentative=parts.tentative, ctc=parts.ctc))
+                                 tentative=parts.tentative, ctc=parts.ctc, end=end))
 
     def _on_refined(self, done: RefineDone) -> None:
         request = self.requests.get(done.stream_id)

@@ -63,7 +63,8 @@ class StreamEvent:
                     "chunk_ms": self.chunk_ms}
         if self.type is EventType.PARTIAL:
             return {"type": kind, "segment": self.segment, "text": self.text,
-                    "stable": self.stable, "tentative": self.tentative, "ctc": self.ctc}
+                    "stable": self.stable, "tentative": self.tentative, "ctc": self.ctc,
+                    "end": round(self.end, 3)}
         if self.type is EventType.FINAL:
             return {"type": kind, "segment": self.segment, "text": self.text,
                     "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,
