@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from oasr.models.zipformer.config import PER_STACK, ZipformerConfig
+from oasr.models.zipformer.config import PER_STACK, ZipformerConfig, per_stack
 from oasr.models.zipformer.model import ZipformerModel
 
 ARGS_FILES = ("train_args.json", "train_args.txt", "args.txt")
@@ -65,7 +65,11 @@ def load_icefall_dir(path: str | Path, chunk_size: int = 16, left_context_frames
     ckpt = _find_checkpoint(path, required=True)
     assert ckpt is not None
     state = _state_dict(torch.load(ckpt, map_location=map_location, weights_only=False), ckpt)
-    args = {**infer_args(state), **read_train_args(path)}
+    stated = read_train_args(path)
+    args = {**infer_args(state, stated), **stated}
+    if not infer_args(state).get("causal", True):
+        raise ValueError(f"{ckpt}: a non-causal Zipformer (train.py --causal 0); oasr serves "
+                         "the causal (streaming) ones")
     config = ZipformerConfig.from_train_args(args, chunk_size, left_context_frames)
     tokens = read_tokens(path / "tokens.txt") if (path / "tokens.txt").is_file() else None
     if tokens is not None and len(tokens) != config.vocab_size:
@@ -113,35 +117,50 @@ def oasr_key(key: str) -> str:
     return key
 
 
-def infer_args(state: dict[str, Tensor]) -> dict[str, Any]:
-    """The train.py arguments a state dict's shapes determine (the head dims excepted)."""
+def infer_args(state: dict[str, Tensor], stated: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The train.py arguments a state dict's shapes determine.
+
+    The head geometry needs one assumption: ``pos_head_dim`` (stated, else icefall's 4) gives
+    the heads (``linear_pos`` rows / pos_head_dim), then the query and value head dims.
+    """
     stacks = sorted({int(m.group(1)) for k in state
                      if (m := re.match(r"encoder\.encoders\.(\d+)\.", k))})
     if not stacks:
         return {}
     out: dict[str, Any] = {}
-    layers, dims, ffs, kernels, ds = [], [], [], [], []
+    layers, dims, ffs, kernels, ds, heads, qdims, vdims = [], [], [], [], [], [], [], []
+    pos_head = per_stack((stated or {}).get("pos_head_dim", 4), len(stacks), "pos_head_dim")
     for s in stacks:
         prefix = f"encoder.encoders.{s}." + ("" if s == 0 else "encoder.")
         n = len({m.group(1) for k in state if (m := re.match(re.escape(prefix) + r"layers\.(\d+)\.", k))})
         layers.append(n)
         dims.append(state[prefix + "layers.0.norm.bias"].shape[0])
         ffs.append(state[prefix + "layers.0.feed_forward2.in_proj.weight"].shape[0])
-        kernels.append(state[prefix + "layers.0.conv_module1.depthwise_conv.chunkwise_conv.weight"].shape[-1])
+        dw = prefix + "layers.0.conv_module1.depthwise_conv."
+        dw += "chunkwise_conv.weight" if dw + "chunkwise_conv.weight" in state else "weight"
+        kernels.append(state[dw].shape[-1])
+        h = state[prefix + "layers.0.self_attn_weights.linear_pos.weight"].shape[0] // pos_head[s]
+        heads.append(h)
+        qdims.append((state[prefix + "layers.0.self_attn_weights.in_proj.weight"].shape[0] // h
+                      - pos_head[s]) // 2)
+        vdims.append(state[prefix + "layers.0.self_attn1.in_proj.weight"].shape[0] // h)
         bias = state.get(f"encoder.encoders.{s}.downsample.bias")
         ds.append(1 if bias is None else bias.shape[0])
     for name, values in (("num_encoder_layers", layers), ("encoder_dim", dims),
                          ("feedforward_dim", ffs), ("cnn_module_kernel", kernels),
-                         ("downsampling_factor", ds)):
+                         ("downsampling_factor", ds), ("num_heads", heads),
+                         ("query_head_dim", qdims), ("value_head_dim", vdims),
+                         ("pos_head_dim", pos_head)):
         out[name] = ",".join(str(v) for v in values)
     out["pos_dim"] = state["encoder.encoders.0.layers.0.self_attn_weights.linear_pos.weight"].shape[1]
+    out["causal"] = any(k.endswith("depthwise_conv.causal_conv.weight") for k in state)
     out["use_ctc"] = "ctc_output.1.weight" in state
     out["use_transducer"] = "joiner.output_linear.weight" in state
     if "decoder.embedding.weight" in state:
         out["vocab_size"], out["decoder_dim"] = state["decoder.embedding.weight"].shape
         out["joiner_dim"] = state["joiner.output_linear.weight"].shape[1]
-        conv = state.get("decoder.conv.weight")
-        out["context_size"] = 1 if conv is None else conv.shape[-1]
+        ctx = state.get("decoder.conv.weight")
+        out["context_size"] = 1 if ctx is None else ctx.shape[-1]
     elif "ctc_output.1.weight" in state:
         out["vocab_size"] = state["ctc_output.1.weight"].shape[0]
     return {k: int(v) if isinstance(v, int) else v for k, v in out.items()}

@@ -8,14 +8,15 @@ from typing import Any
 # per-stack arguments: a comma list with one value per stack, or one value for every stack
 PER_STACK = ("num_encoder_layers", "downsampling_factor", "encoder_dim", "feedforward_dim",
              "num_heads", "query_head_dim", "value_head_dim", "pos_head_dim",
-             "encoder_unmasked_dim", "cnn_module_kernel")
+             "cnn_module_kernel")
+# encoder_unmasked_dim (training-time feature masking) does not change inference: not kept
 # icefall train.py's defaults (egs/librispeech/ASR/zipformer), used for what an experiment
 # directory does not state and the checkpoint's shapes cannot tell
 ICEFALL_DEFAULTS: dict[str, Any] = {
     "num_encoder_layers": "2,2,3,4,3,2", "downsampling_factor": "1,2,4,8,4,2",
     "feedforward_dim": "512,768,1024,1536,1024,768", "num_heads": "4,4,4,8,4,4",
     "encoder_dim": "192,256,384,512,384,256", "query_head_dim": "32", "value_head_dim": "12",
-    "pos_head_dim": "4", "pos_dim": 48, "encoder_unmasked_dim": "192,192,256,256,256,192",
+    "pos_head_dim": "4", "pos_dim": 48,
     "cnn_module_kernel": "31,31,15,15,15,31", "decoder_dim": 512, "joiner_dim": 512,
     "causal": False, "chunk_size": "16,32,64,-1", "left_context_frames": "64,128,256,-1",
     "context_size": 2, "vocab_size": 500, "blank_id": 0, "feature_dim": 80,
@@ -63,7 +64,6 @@ class ZipformerConfig:
     query_head_dim: tuple[int, ...]
     value_head_dim: tuple[int, ...]
     pos_head_dim: tuple[int, ...]
-    encoder_unmasked_dim: tuple[int, ...]
     cnn_module_kernel: tuple[int, ...]
     pos_dim: int = 48
     feature_dim: int = 80

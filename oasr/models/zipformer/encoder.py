@@ -175,6 +175,7 @@ class ZipformerStack(nn.Module):
         pad_mask = pad_mask[:, :: self.ds]  # (B, left / ds + T / ds)
         new = []
         for layer, state in zip(self.layers, states, strict=True):
+            assert isinstance(layer, ZipformerEncoderLayer)
             x, s = layer.streaming_forward(x, state, pad_mask)
             new.append(s)
         if self.ds == 1:
@@ -219,6 +220,7 @@ class ZipformerEncoder(nn.Module):
         """
         outputs, new = [], []
         for stack, dim, stack_states in zip(self.stacks, self.cfg.encoder_dim, states, strict=True):
+            assert isinstance(stack, ZipformerStack)
             x, s = stack.streaming_forward(fit_channels(x, dim), stack_states, pad_mask)
             outputs.append(x)
             new.append(s)

@@ -55,13 +55,18 @@ class GreedyState:
     25 Hz frame each was emitted at. Plain host data, owned by the caller."""
 
     def __init__(self, context_size: int, blank_id: int) -> None:
-        self.context = start_context(context_size, blank_id)
+        self._start = start_context(context_size, blank_id)
+        self.context = list(self._start)
         self.tokens: list[int] = []
         self.frames: list[int] = []
         self.num_frames = 0  # frames consumed
 
-    def reset(self, context_size: int, blank_id: int) -> None:
-        self.__init__(context_size, blank_id)  # type: ignore[misc]
+    def reset(self) -> None:
+        """Back to the start of an utterance (an endpoint)."""
+        self.context = list(self._start)
+        self.tokens = []
+        self.frames = []
+        self.num_frames = 0
 
 
 def greedy_steps(decoder: StatelessDecoder, joiner: Joiner, enc_proj: Tensor,
