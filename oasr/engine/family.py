@@ -103,6 +103,9 @@ class ModelFamily(ABC):
     specs, the batched paged chunk forward, frame timing and the position limit."""
 
     name: str = ""
+    # False: the family's whole per-stream cache is declared slot state (the slot runtime,
+    # `oasr.engine.zipformer_family`); the engine builds no block pool for it
+    paged_kv: bool = True
     # Linear layers (qualified-name suffixes) `quantize_int8` keeps in float
     float_linears: tuple[str, ...] = ()
 
@@ -303,8 +306,14 @@ def family_for(model: nn.Module) -> ModelFamily:
 
     if isinstance(model, WhisperCtcModel):
         return WhisperCtcFamily(model)
+    from oasr.models.zipformer.model import ZipformerModel
+
+    if isinstance(model, ZipformerModel):
+        from oasr.engine.zipformer_family import ZipformerFamily
+
+        return ZipformerFamily(model)
     raise TypeError(
-        f"no model family serves {type(model).__name__}: expected an AsrModel (Conformer-CTC) "
-        "or a WhisperCtcModel"
+        f"no model family serves {type(model).__name__}: expected an AsrModel (Conformer-CTC), "
+        "a WhisperCtcModel or a ZipformerModel"
     )
 
