@@ -119,7 +119,7 @@ class ZipformerFamily(ModelFamily):
         other rows. Returns (B, chunk / 2, joiner_dim) joiner-projected encoder frames for the
         transducer, or (B, chunk / 2, V) CTC log-probabilities.
         """
-        feats = self._full_windows(batch.feats, batch.feat_lens)  # (B, W, F)
+        feats = self.full_windows(batch.feats, batch.feat_lens)  # (B, W, F)
         lens = torch.full((feats.shape[0],), feats.shape[1], dtype=torch.int64, device=feats.device)
         states = {name: view.gather() for name, view in batch.states.items()}
         out, _, new = self.model.streaming_step(feats, lens, states)  # (B, chunk / 2, C)
@@ -129,7 +129,9 @@ class ZipformerFamily(ModelFamily):
             return self.model.joiner.encoder_proj(out)  # (B, T', J)
         return self.model.ctc_log_probs(out)  # (B, T', V)
 
-    def _full_windows(self, feats: Tensor, lens: Tensor) -> Tensor:
+    def full_windows(self, feats: Tensor, lens: Tensor) -> Tensor:
+        """(B, T, F) windows with (B,) valid frames -> (B, 2 * chunk + 13, F), LOG_EPS past
+        each row's frames."""
         from oasr.models.zipformer.model import LOG_EPS
 
         width = self.model.config.window_frames
