@@ -116,10 +116,24 @@ def test_the_family_declares_its_state_and_keeps_no_paged_pool() -> None:
     stats = engine.latest_stats()
     assert stats["pool"]["kind"] == "slots" and stats["pool"]["num_blocks"] == 0
     assert stats["pool"]["num_slots"] == 4 and stats["model"]["family"] == "zipformer"
+
+
+def test_the_engine_chunk_picks_icefalls_decode_setting() -> None:
+    """--chunk-size 16 --num-left-chunks 4 is icefall's --chunk-size 32 --left-context-frames
+    128; a model already loaded for another chunk is refused with the call that fixes it."""
+    from oasr.engine.streams import StreamResources
+
+    res = ASREngine(_config(chunk_size=16, num_left_chunks=4)).resources
+    model = res.model
+    assert isinstance(model, ZipformerModel)
+    assert (model.config.chunk_size, model.config.left_context_frames) == (32, 128)
+    assert res.states.buffers["layer3.cached_key"].shape[0] == 128 // 8
     with pytest.raises(ValueError, match="chunk_size 16 needs load_model"):
-        ASREngine(_config(chunk_size=16))
+        config = _config(chunk_size=16)
+        ASREngine(config, StreamResources.build(config, load_model(FIXTURE_DIR)))
 
 
+@pytest.mark.slow
 def test_batched_streams_at_different_offsets_equal_each_alone(speech: list[np.ndarray]) -> None:
     config = _config()
     audios = [a[: 16000 * 3] for a in speech[:3]]
@@ -136,6 +150,7 @@ def test_batched_streams_at_different_offsets_equal_each_alone(speech: list[np.n
     _assert_slots_back(engine)
 
 
+@pytest.mark.slow
 def test_engine_windows_and_slot_rows_reproduce_the_models_streaming(speech: list[np.ndarray]) -> None:
     """The engine's slot rows carry state exactly as icefall's list API does: the recorded
     windows fed through ``streaming_forward`` alone give the engine's frames."""
