@@ -17,8 +17,11 @@ from oasr.models.zipformer.model import LOG_EPS
 
 ICEFALL_FBANK = FbankConfig(num_mel_bins=80, dither=0.0, snip_edges=False, high_freq=-400.0,
                             input_scale=1.0)
-# icefall's DecodeStream: 7 + 2 * 3 frames of window right context plus tail_pad_len 30
-TAIL_FRAMES = 13 + 30
+# Frames appended at the end: the 16 frames of right context past an encoder frame's own 4,
+# so the encoder frame holding the last real fbank frame is decoded, and no more. (icefall's
+# decode loop appends 13 + 30 and decodes the ~7 extra frames of padding too: harmless
+# offline, but in a live engine it would add 0.3 s of silence to every stream's timeline.)
+TAIL_FRAMES = 16
 
 
 class TailPaddedFeatures:
