@@ -10,8 +10,10 @@ The engine serves two streaming CTC encoder families through one interface, `Mod
 | fixed-extent state | per-layer depthwise-conv cache (`CnnCacheManager`) | conv-stem tails (2 specs) |
 | positions | relative, unlimited | absolute, ``max_positions`` (1500 = 30 s) |
 
-Both keep their self-attention K/V in the same paged pool. A family holds the model; it keeps
-no stream state (the cache layer does).
+Both keep their self-attention K/V in the same paged pool. A third family, icefall's Zipformer
+(`oasr.engine.zipformer_family`), keeps none (``paged_kv = False``): its whole cache is
+declared slot state (the slot runtime). A family holds the model; it keeps no stream state
+(the cache layer does).
 """
 
 from __future__ import annotations
