@@ -166,7 +166,7 @@ class DenseLoop:
         self.decoder = GpuStreamingDecoder(GpuDecoderConfig(), family.tokenizer,
                                            device=self.device)
         self.transducer = None  # a transducer family decodes as the engine does: greedy
-        if getattr(family, "decoding", "ctc") == "transducer":
+        if family.decoding == "transducer":
             self.transducer = TransducerStreams(self.model, family.tokenizer)  # type: ignore[arg-type]
             for index in range(len(speech)):
                 self.transducer.allocate_stream(index)

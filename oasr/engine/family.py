@@ -108,6 +108,9 @@ class ModelFamily(ABC):
     # False: the family's whole per-stream cache is declared slot state (the slot runtime,
     # `oasr.engine.zipformer_family`); the engine builds no block pool for it
     paged_kv: bool = True
+    # what forward_chunk returns and which decoder reads it: "ctc" (log-probs, the CTC decoder)
+    # or "transducer" (joiner-projected encoder frames, `oasr.engine.transducer`)
+    decoding: str = "ctc"
     # Linear layers (qualified-name suffixes) `quantize_int8` keeps in float
     float_linears: tuple[str, ...] = ()
 

@@ -71,7 +71,8 @@ class StreamResources:
         retain_freed_host_memory()  # step buffers stay mapped between steps (host_memory.py)
         given = model is not None
         if model is None:
-            model = load_model(config.model, **_icefall_decode_setting(config))
+            chunk, left = _icefall_decode_setting(config)
+            model = load_model(config.model, chunk_size=chunk, left_context_frames=left)
         family_name = family_for(model).name
         dtype = config.resolve_dtype(device, family_name)
         int8 = config.int8_linears
@@ -96,7 +97,7 @@ class StreamResources:
         ctc = CtcStateCacheManager(decoder)
         runner = ModelRunner(family, attention, states, device, dtype)
         transducer = None
-        if getattr(family, "decoding", "ctc") == "transducer":
+        if family.decoding == "transducer":
             transducer = TransducerStreams(family.model, family.tokenizer)  # type: ignore[arg-type]
         endpointer = None
         if config.endpoint is not None:  # rules in seconds, counted in this model's frames
@@ -213,14 +214,13 @@ class StreamResources:
         return self.ctc.decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
 
 
-def _icefall_decode_setting(config: EngineConfig) -> dict[str, int]:
-    """An icefall Zipformer's decode-time chunk and left context (50 Hz frames) from the
+def _icefall_decode_setting(config: EngineConfig) -> tuple[int, int]:
+    """An icefall Zipformer's decode-time (chunk, left context) in 50 Hz frames from the
     engine's chunk (40 ms encoder frames) and left chunks: ``--chunk-size 8`` (the default)
     is icefall's ``--chunk-size 16``; left context ``--num-left-chunks`` chunks (default 4, as
     icefall's 16/64 and 32/128 pairs). Other families ignore it."""
     chunk = 2 * (config.chunk_size or 8)
-    return {"chunk_size": chunk,
-            "left_context_frames": chunk * (config.num_left_chunks if config.num_left_chunks > 0 else 4)}
+    return chunk, chunk * (config.num_left_chunks if config.num_left_chunks > 0 else 4)
 
 
 def _decoder_lm(config: EngineConfig, tokenizer: object,

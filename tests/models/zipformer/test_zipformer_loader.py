@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from zipformer_helpers import FIXTURE_DIR, needs_fixture
 
 from oasr.models import load_model
 from oasr.models.zipformer import ZipformerModel, load_icefall_dir
 from oasr.models.zipformer.checkpoint import parse_args_text
-from tests.models.zipformer.conftest import FIXTURE_DIR, needs_fixture
 
 pytestmark = needs_fixture
 

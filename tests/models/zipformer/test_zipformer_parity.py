@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from zipformer_helpers import fixture_model, needs_fixture, utterances
 
 from oasr.models.zipformer.states import EMBED_STATE, PROCESSED_STATE, layer_state_name
-from tests.models.zipformer.conftest import fixture_model, needs_fixture, utterances
 
 pytestmark = needs_fixture
 TOL = 1e-4
@@ -68,9 +68,10 @@ def test_streaming_alone(ref, decode_loop, chunk, left):
 def test_states_after_first_chunk_in_icefall_layout(ref, decode_loop):
     model = fixture_model(16, 64)
     records = decode_loop(model, utterances(ref))
-    states = {k: torch.cat([r.states_after_first[k] for r in records],  # type: ignore[index]
-                           dim=s.slot_axis)
-              for s in model.state_specs() for k in [s.name]}
+    states = {}  # the batch of 2 after chunk 0, each spec's rows joined on its slot axis
+    for spec in model.state_specs():
+        rows = [r.states_after_first[spec.name] for r in records]  # type: ignore[index]
+        states[spec.name] = torch.cat(rows, dim=spec.slot_axis)
     flat = model.get_init_states(2)
     assert len(flat) == len(states)
     for layer in range(6):
