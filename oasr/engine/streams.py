@@ -98,7 +98,8 @@ class StreamResources:
         runner = ModelRunner(family, attention, states, device, dtype)
         transducer = None
         if family.decoding == "transducer":
-            transducer = TransducerStreams(family.model, family.tokenizer)  # type: ignore[arg-type]
+            transducer = TransducerStreams(family.model, family.tokenizer,  # type: ignore[arg-type]
+                                           beam=config.decoder.beam_size)
         endpointer = None
         if config.endpoint is not None:  # rules in seconds, counted in this model's frames
             endpointer = Endpointer(dataclasses.replace(
@@ -115,7 +116,9 @@ class StreamResources:
             config.decoder.beam_size,
             "none" if lm is None else (f"{lm!r}, weight {decoder.config.lm_weight}, "
                                        f"word weight {decoder.config.word_lm_weight}"),
-            "" if transducer is None else ", greedy transducer decoding",
+            "" if transducer is None else (
+                ", greedy transducer decoding" if transducer.beam == 1
+                else f", transducer modified beam search (beam {transducer.beam})"),
         )
         return cls(config, family, cache_config, pool, attention, states, ctc, runner, endpointer,
                    transducer)

@@ -1,10 +1,10 @@
-"""TransducerStreams: each live stream's greedy transducer hypothesis, decoded in batches.
+"""TransducerStreams: each live stream's transducer search state, decoded in batches.
 
-The transducer counterpart of the CTC state pool: one `GreedyState` per stream id (host
-data: the token context, tokens, their frames), advanced for a whole cohort per step by one
-batched greedy search (one decoder + joiner call per frame for the rows that need it).
-Endpointing reads the same inputs as for CTC: a frame is silence when nothing was emitted
-at it.
+The transducer counterpart of the CTC state pool: one search state per stream id (host data:
+token contexts, tokens, their frames), advanced for a whole cohort per step by one batched
+search: greedy (`GreedyState`, beam 1) or icefall's modified beam search (`BeamState`), one
+decoder + joiner call per frame. Endpointing reads the same inputs as for CTC, from the best
+hypothesis: a frame is silence when it emitted nothing.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from oasr.decoding import FrameStats, Hypothesis
+from oasr.models.zipformer.beam_search import BeamState
 from oasr.models.zipformer.model import ZipformerModel
 from oasr.models.zipformer.transducer import GreedyState
+
+SearchState = GreedyState | BeamState
 
 
 @dataclass(frozen=True)
@@ -27,17 +30,20 @@ class TransducerStep:
 
 
 class TransducerStreams:
-    """Greedy hypotheses by stream id.
+    """Search states by stream id: greedy at ``beam`` 1, else modified beam search.
 
     Invariant: a stream id has a state from `allocate_stream` to `free_stream`; freed states
     are kept and reused (reset) for the next stream.
     """
 
-    def __init__(self, model: ZipformerModel, tokenizer: object) -> None:
+    def __init__(self, model: ZipformerModel, tokenizer: object, beam: int = 1) -> None:
+        if beam < 1:
+            raise ValueError(f"beam must be >= 1 (1 = greedy), got {beam}")
         self.model = model
         self.tokenizer = tokenizer
-        self._states: dict[int, GreedyState] = {}
-        self._free: list[GreedyState] = []
+        self.beam = beam
+        self._states: dict[int, SearchState] = {}
+        self._free: list[SearchState] = []
 
     def __contains__(self, stream_id: object) -> bool:
         return stream_id in self._states
@@ -50,7 +56,12 @@ class TransducerStreams:
         """
         if stream_id in self._states:
             raise ValueError(f"stream {stream_id} already has a transducer state")
-        state = self._free.pop() if self._free else self.model.new_greedy_states(1)[0]
+        if self._free:
+            state = self._free.pop()
+        elif self.beam == 1:
+            state = self.model.new_greedy_states(1)[0]
+        else:
+            state = self.model.new_beam_states(1)[0]
         state.reset()
         self._states[stream_id] = state
 
@@ -69,25 +80,37 @@ class TransducerStreams:
                 order; lengths: valid frames per row.
         """
         states = [self._states[self._check(s)] for s in stream_ids]
-        self.model.greedy_step(frames, lengths, states)
+        if self.beam == 1:
+            self.model.greedy_step(frames, lengths, states)  # type: ignore[arg-type]
+        else:
+            self.model.beam_step(frames, lengths, states, self.beam)  # type: ignore[arg-type]
         return [TransducerStep(self._hypothesis(s), self._stats(s)) for s in states]
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
         return self._hypothesis(self._states[self._check(stream_id)])
 
-    def _hypothesis(self, state: GreedyState) -> Hypothesis:
-        text = self.tokenizer.decode(state.tokens)  # type: ignore[attr-defined]
-        return Hypothesis(tokens=list(state.tokens), text=text, score=0.0,
-                          timestamps=list(state.frames))
+    def _hypothesis(self, state: SearchState) -> Hypothesis:
+        tokens, frames, score = _best(state)
+        text = self.tokenizer.decode(tokens)  # type: ignore[attr-defined]
+        return Hypothesis(tokens=tokens, text=text, score=score, timestamps=frames)
 
     @staticmethod
-    def _stats(state: GreedyState) -> FrameStats:
-        last = state.frames[-1] + 1 if state.frames else 0
+    def _stats(state: SearchState) -> FrameStats:
+        tokens, frames, _ = _best(state)
+        last = frames[-1] + 1 if frames else 0
         return FrameStats(num_frames=state.num_frames,
                           num_trailing_blank_frames=state.num_frames - last,
-                          has_speech=bool(state.tokens))
+                          has_speech=bool(tokens))
 
     def _check(self, stream_id: int) -> int:
         if stream_id not in self._states:
             raise KeyError(f"stream {stream_id} has no transducer state")
         return stream_id
+
+
+def _best(state: SearchState) -> tuple[list[int], list[int], float]:
+    """(tokens, their frames, log-probability; 0 for greedy, which keeps no score)."""
+    if isinstance(state, BeamState):
+        best = state.best()
+        return list(best.tokens), list(best.frames), best.log_prob
+    return list(state.tokens), list(state.frames), 0.0

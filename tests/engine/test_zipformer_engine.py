@@ -233,3 +233,27 @@ def test_a_ctc_only_zipformer_decodes_with_the_ctc_head(speech: list[np.ndarray]
         assert logp.shape[1] == 50 and torch.allclose(logp.exp().sum(-1), torch.ones(len(logp)))
         assert events.done(sid).finish_reason == "stop"
     assert engine.resources.num_free_slots == 2 and engine.resources.states.stream_ids == []
+
+
+def test_beam_size_selects_modified_beam_search(speech: list[np.ndarray]) -> None:
+    """--beam-size 4: the final of each stream is icefall's modified beam search (beam 4) over
+    the stream's frames, batched or alone."""
+    from oasr.decoding import GpuDecoderConfig
+
+    config = _config(decoder=GpuDecoderConfig(beam_size=4), max_batch_size=2)
+    audios = [a[: 16000 * 2] for a in speech[1:3]]
+    engine, events, recorder = _run_interleaved(config, audios)
+    assert engine.resources.transducer is not None and engine.resources.transducer.beam == 4
+    model = engine.resources.model
+    assert isinstance(model, ZipformerModel)
+    for sid in (1, 2):
+        states = model.new_beam_states(1)
+        with torch.no_grad():
+            for out in recorder.outputs[sid]:
+                model.beam_step(out[None], [out.shape[0]], states, beam=4)
+        text = engine.resources.family.tokenizer.decode(list(states[0].best().tokens))
+        assert events.finals(sid) == ([text] if text else [])
+        alone_events, _ = _run_alone(config, audios[sid - 1])
+        assert alone_events.finals(1) == events.finals(sid)
+    assert any(events.finals(sid) for sid in (1, 2)), "the model emitted nothing"
+    _assert_slots_back(engine)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from oasr.cache.state import StreamStateSpec
+from oasr.models.zipformer.beam_search import BeamState, beam_steps
 from oasr.models.zipformer.config import ZipformerConfig
 from oasr.models.zipformer.encoder import ZipformerEncoder
 from oasr.models.zipformer.frontend import Conv2dSubsampling
@@ -161,6 +162,32 @@ class ZipformerModel(nn.Module):
         self.greedy_step(self.joiner.encoder_proj(encoder_out),
                          [int(n) for n in encoder_out_lens.tolist()], states)
         return [s.tokens for s in states]
+
+    def modified_beam_search(self, encoder_out: Tensor, encoder_out_lens: Tensor,
+                             beam: int = 4) -> list[list[int]]:
+        """icefall's ``modified_beam_search``: at most one symbol per frame, ``beam``
+        hypotheses per utterance, the best by length-normalised log-probability.
+
+        Args:
+            encoder_out: (N, T, output_dim); encoder_out_lens: (N,).
+        """
+        states = self.new_beam_states(encoder_out.shape[0])
+        self.beam_step(self.joiner.encoder_proj(encoder_out),
+                       [int(n) for n in encoder_out_lens.tolist()], states, beam)
+        return [list(s.best().tokens) for s in states]
+
+    def new_beam_states(self, batch_size: int) -> list[BeamState]:
+        """Fresh beams (the start context alone) for ``batch_size`` utterances."""
+        self.new_greedy_states(0)  # raises for a model without a transducer
+        return [BeamState.new(self.config.context_size, self.config.blank_id)
+                for _ in range(batch_size)]
+
+    def beam_step(self, encoder_proj: Tensor, lengths: list[int], states: list[BeamState],
+                  beam: int) -> None:
+        """Advance beams over (N, T, joiner_dim) projected frames (in place)."""
+        unk = self.tokens.index("<unk>") if self.tokens and "<unk>" in self.tokens else None
+        beam_steps(self.decoder, self.joiner, encoder_proj, lengths, states, beam,
+                   self.config.blank_id, unk)
 
     def new_greedy_states(self, batch_size: int) -> list[GreedyState]:
         """Fresh greedy hypotheses for ``batch_size`` utterances."""

@@ -139,3 +139,23 @@ def test_streaming_greedy_chunk_by_chunk(ref, decode_loop, chunk):
                 model.greedy_step(model.joiner.encoder_proj(out[None]), [out.shape[0]], [states[i]])
     for i, state in enumerate(states):
         assert state.tokens == ref[f"stream{chunk}_greedy_hyp_u{i}"].tolist()
+
+
+@torch.no_grad()
+def test_modified_beam_search(ref, decode_loop):
+    """Beam 1 is the greedy search; a beam carried chunk by chunk equals one search over the
+    whole output; a batch equals each utterance alone."""
+    model = fixture_model(16, 64)
+    enc = torch.from_numpy(ref["stream16_encoder_out"])
+    lens = torch.from_numpy(ref["stream16_encoder_out_lens"])
+    assert model.modified_beam_search(enc, lens, beam=1) == model.greedy_search(enc, lens)
+    batched = model.modified_beam_search(enc, lens, beam=4)
+    for i in range(2):
+        n = int(lens[i])
+        assert model.modified_beam_search(enc[i : i + 1, :n], lens[i : i + 1], beam=4) == [batched[i]]
+        states = model.new_beam_states(1)
+        for start in range(0, n, 8):
+            chunk = enc[i : i + 1, start : min(start + 8, n)]
+            model.beam_step(model.joiner.encoder_proj(chunk), [chunk.shape[1]], states, 4)
+        assert list(states[0].best().tokens) == batched[i]
+        assert len(batched[i]) > 3
