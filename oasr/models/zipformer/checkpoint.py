@@ -66,8 +66,9 @@ def load_icefall_dir(path: str | Path, chunk_size: int = 16, left_context_frames
     assert ckpt is not None
     state = _state_dict(torch.load(ckpt, map_location=map_location, weights_only=False), ckpt)
     stated = read_train_args(path)
-    args = {**infer_args(state, stated), **stated}
-    if not infer_args(state).get("causal", True):
+    inferred = infer_args(state, stated)
+    args = {**inferred, **stated}
+    if not inferred.get("causal", True):
         raise ValueError(f"{ckpt}: a non-causal Zipformer (train.py --causal 0); oasr serves "
                          "the causal (streaming) ones")
     config = ZipformerConfig.from_train_args(args, chunk_size, left_context_frames)
