@@ -96,10 +96,7 @@ class StreamResources:
         decoder = GpuStreamingDecoder(config.decoder, family.tokenizer, device=device, lm=lm)
         ctc = CtcStateCacheManager(decoder)
         runner = ModelRunner(family, attention, states, device, dtype)
-        transducer = None
-        if family.decoding == "transducer":
-            transducer = TransducerStreams(family.model, family.tokenizer,  # type: ignore[arg-type]
-                                           beam=config.decoder.beam_size)
+        transducer = _transducer_streams(family, config)
         endpointer = None
         if config.endpoint is not None:  # rules in seconds, counted in this model's frames
             endpointer = Endpointer(dataclasses.replace(
@@ -116,9 +113,7 @@ class StreamResources:
             config.decoder.beam_size,
             "none" if lm is None else (f"{lm!r}, weight {decoder.config.lm_weight}, "
                                        f"word weight {decoder.config.word_lm_weight}"),
-            "" if transducer is None else (
-                ", greedy transducer decoding" if transducer.beam == 1
-                else f", transducer modified beam search (beam {transducer.beam})"),
+            "" if transducer is None else " (transducer: 1 = greedy, else modified beam search)",
         )
         return cls(config, family, cache_config, pool, attention, states, ctc, runner, endpointer,
                    transducer)
@@ -215,6 +210,14 @@ class StreamResources:
         if self.transducer is not None:
             return self.transducer.final_hypothesis(stream_id)
         return self.ctc.decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
+
+
+def _transducer_streams(family: ModelFamily, config: EngineConfig) -> TransducerStreams | None:
+    """The transducer search states of a transducer family (beam = the decoder's beam_size)."""
+    if family.decoding != "transducer":
+        return None
+    return TransducerStreams(family.model, family.tokenizer,  # type: ignore[arg-type]
+                             beam=config.decoder.beam_size)
 
 
 def _icefall_decode_setting(config: EngineConfig) -> tuple[int, int]:
