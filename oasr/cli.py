@@ -28,8 +28,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
     g = parser.add_argument_group("engine")
     g.add_argument("--model", default=None,
-                   help="model dir (oasr format: Conformer-CTC or Whisper-CTC; or a WeNet "
-                   "experiment dir); default: bundled model")
+                   help="model dir (oasr format: Conformer-CTC or Whisper-CTC; a WeNet "
+                   "experiment dir; or an icefall Zipformer experiment dir); default: bundled "
+                   "model")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     g.add_argument("--dtype", default="auto",
                    help="auto | float32 | float16 | bfloat16 | int8 (int8 encoder linears)")
