@@ -103,8 +103,12 @@ class Request:
     last_partial: str = ""
     num_segments_emitted: int = 0
     finish_reason: FinishReason | None = None
+    finish_message: str = ""  # why it finished, when the client needs telling (timeouts)
     audio: SegmentAudio = field(default_factory=lambda: SegmentAudio(0))
     pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
+    # the audio-rate window (Scheduler): when it began and the samples received by then
+    rate_window_start: float | None = None
+    rate_window_samples: int = 0
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""
