@@ -42,6 +42,8 @@ def add_hardening_arguments(parser: argparse.ArgumentParser, defaults: ServerCon
     g.add_argument("--stuck-after", type=float, default=defaults.stuck_after_s,
                    help="/healthz answers 503 when the engine loop has not come round for "
                    "this many seconds")
+    g.add_argument("--stats-interval", type=float, default=defaults.stats_interval_s,
+                   help="seconds between /ws/stats pushes and metrics samples")
     g.add_argument("--replica", default=defaults.replica,
                    help="this server's name in /metrics labels, stats and ready messages")
 
@@ -58,4 +60,5 @@ def hardening_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "ready_headroom_streams": args.ready_headroom,
         "stuck_after_s": args.stuck_after,
         "replica": args.replica,
+        "stats_interval_s": args.stats_interval,
     }

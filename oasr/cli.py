@@ -65,6 +65,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="torch CPU threads for the engine (default: torch's choice)")
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: ...)" to every option's help unless the help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and "default" in action.help:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def default_beam_size(model: str | None, lm: str) -> int:
     """The beam width when none is given: `DEFAULT_LM_BEAM_SIZE` when a char LM will be used
     (``lm`` names a directory, or is "auto" and the model directory has one), else 1."""
@@ -175,7 +184,7 @@ def server_main(argv: Sequence[str] | None = None) -> int:
 
     defaults = ServerConfig()
     parser = argparse.ArgumentParser(prog="oasr-server", description="oasr live transcription demo",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=_DefaultsFormatter)
     g = parser.add_argument_group("server")
     g.add_argument("--host", default=defaults.host, help="address to listen on (0.0.0.0: all)")
     g.add_argument("--port", type=int, default=defaults.port, help="port (0 picks a free one)")
