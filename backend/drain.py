@@ -6,8 +6,9 @@ While DRAINING, ``/readyz`` answers 503 (the load balancer stops sending session
 ``/ws/asr`` sessions are refused with ``code: "draining"`` and close 1013 (the client retries
 elsewhere), and live sessions run on to their finals. At ``drain_timeout_s`` the streams still
 running end with their final and ``finish_reason: "timeout"``; once their connections have
-closed (or ``CLOSE_GRACE_S`` later) the server exits with status 0. A second signal skips the
-drain (uvicorn's own shutdown: sessions are cut with close 1012).
+closed (or ``CLOSE_GRACE_S`` later) the server exits with status 0. A second SIGINT skips the
+drain (uvicorn's own shutdown: sessions are cut with close 1012); a second SIGTERM is ignored
+(Kubernetes sends one after the preStop hook that started the drain).
 """
 
 from __future__ import annotations

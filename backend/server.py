@@ -60,7 +60,7 @@ def build_uvicorn_config(config: ServerConfig,
 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server whose first SIGTERM / SIGINT starts a drain (`backend.drain`) instead
-    of cutting every session; the second falls through to uvicorn's immediate shutdown."""
+    of cutting every session; a second SIGINT falls through to uvicorn's immediate shutdown."""
 
     def __init__(self, config: uvicorn.Config, context: AppContext) -> None:
         super().__init__(config)
@@ -70,17 +70,22 @@ class DrainingServer(uvicorn.Server):
         self._tasks: set[asyncio.Task[None]] = set()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self.signal_loop is None or self.context.drain.is_draining or self.should_exit:
-            super().handle_exit(sig, frame)  # a second signal: shut down now
-            return
-        self.signal_loop.call_soon_threadsafe(self._begin_drain, signal.Signals(sig).name)
+        """First SIGTERM / SIGINT: drain. Later SIGTERMs are ignored (a Kubernetes preStop
+        hook starts the drain, then the kubelet sends its own SIGTERM); a later SIGINT (Ctrl+C
+        again) shuts down at once."""
+        if self.signal_loop is None or self.should_exit:
+            super().handle_exit(sig, frame)
+        elif not self.context.drain.is_draining:
+            self.signal_loop.call_soon_threadsafe(self._begin_drain, signal.Signals(sig).name)
+        elif sig == signal.SIGINT:
+            super().handle_exit(sig, frame)  # shut down now: sessions are cut (close 1012)
 
     def _begin_drain(self, why: str) -> None:
         context = self.context
         if not context.drain.begin():
             return
         print(f"oasr: {why}: draining for up to {context.config.drain_timeout_s:g} s "
-              "(signal again to stop now)", file=sys.stderr, flush=True)
+              "(Ctrl+C again to stop now)", file=sys.stderr, flush=True)
         asr = context.limiters["/ws/asr"]
 
         def end_all_streams() -> None:
