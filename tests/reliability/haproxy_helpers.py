@@ -9,36 +9,16 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-HAPROXY_CFG = REPO_ROOT / "deploy" / "haproxy" / "haproxy.cfg"
+from oasr.benchmarks.haproxy import free_port, loopback_config
+
 HAPROXY = shutil.which("haproxy")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def loopback_config(replicas: dict[str, str], port: int, stats_port: int) -> str:
-    """The project's config with loopback binds and one ``server`` per replica address."""
-    text = HAPROXY_CFG.read_text()
-    text, binds = re.subn(r"^(\s*)bind :8080$", rf"\1bind 127.0.0.1:{port}", text, flags=re.M)
-    text, stats = re.subn(r"^(\s*)bind :8404$", rf"\1bind 127.0.0.1:{stats_port}", text,
-                          flags=re.M)
-    servers = "\n".join(f"    server {name} {address} check" for name, address in replicas.items())
-    text, templates = re.subn(r"^\s*server-template .*$", servers, text, flags=re.M)
-    assert (binds, stats, templates) == (1, 1, 1), "deploy/haproxy/haproxy.cfg changed shape"
-    return text
 
 
 @dataclass
