@@ -324,6 +324,7 @@ class ASREngine:
         frames = window.num_output_frames
         request.offset += frames
         request.num_frames_decoded += frames
+        request.last_decoded_at = time.monotonic()
         text = result.text
         if text != request.last_partial:
             request.last_partial = text

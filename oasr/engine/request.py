@@ -93,6 +93,7 @@ class Request:
     slot: int | None = None
     admitted_at: float = 0.0
     last_audio_at: float = 0.0
+    last_decoded_at: float = 0.0  # the last chunk decoded: a stream with a backlog is not idle
     pending_audio: list[np.ndarray] = field(default_factory=list)
     num_samples_received: int = 0
     input_ended: bool = False

@@ -83,7 +83,9 @@ class Scheduler:
         for stream_id, request in requests.items():
             if request.is_finished or request.input_ended:
                 continue
-            idle = now - max(request.last_audio_at, request.created_at)
+            # idle: neither audio in nor a chunk decoded (a stream whose backlog the engine is
+            # still working through, its socket paused by backpressure, is not idle)
+            idle = now - max(request.last_audio_at, request.last_decoded_at, request.created_at)
             message = None
             if idle >= cfg.idle_timeout_s:
                 message = f"no audio for {cfg.idle_timeout_s:g} s"
@@ -107,6 +109,12 @@ def starved_message(request: Request, now: float, config: EngineConfig) -> str |
     if request.rate_window_start is None:
         request.rate_window_start = request.admitted_at
         request.rate_window_samples = request.num_samples_received
+    if request.windower.is_window_ready(request.features):
+        # audio waits to be decoded: the server is behind, not the client (backpressure may
+        # be holding the client's audio back); judge a window that starts once caught up
+        request.rate_window_start = now
+        request.rate_window_samples = request.num_samples_received
+        return None
     if now - request.rate_window_start < window:
         return None
     audio_s = (request.num_samples_received - request.rate_window_samples) / MODEL_SAMPLE_RATE
