@@ -40,6 +40,7 @@ def readyz_status(server: ServerProcess) -> int:
         with urllib.request.urlopen(f"http://{server.address}/readyz", timeout=5) as response:
             return response.status
     except urllib.error.HTTPError as error:
+        error.close()
         return error.code
 
 
