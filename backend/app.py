@@ -50,7 +50,7 @@ class AppContext:
                             config.stats_send_timeout_s)
         self.drain = Drain(config.drain_timeout_s)
         self.flow = AudioFlowGate(self._queued_audio_s, config.max_socket_audio_s,
-                                  config.max_queued_audio_s)
+                                  config.max_queued_audio_s, self._two_chunks_s)
 
     @property
     def is_ready(self) -> bool:
@@ -59,6 +59,13 @@ class AppContext:
 
     def _queued_audio_s(self, stream_id: int) -> float:
         return 0.0 if self.engine is None else self.engine.queued_audio_s(stream_id)
+
+    def _two_chunks_s(self) -> float:
+        """Audio the engine may need for a stream's next chunk, with its look-ahead."""
+        if self.engine is None:
+            return 1.0
+        resources = self.engine.engine.resources
+        return 2 * resources.chunk_size * resources.family.timing.frame_shift_s
 
     def engine_stats(self) -> dict[str, Any] | None:
         """The engine's latest snapshot; None before its first step has produced one."""

@@ -70,11 +70,15 @@ class AudioFlowGate:
     """
 
     def __init__(self, queued_s: Callable[[int], float], max_socket_s: float,
-                 max_total_s: float) -> None:
+                 max_total_s: float, floor_s: Callable[[], float] = lambda: 1.0) -> None:
         if not 0 < max_socket_s <= max_total_s:
             raise ValueError(f"need 0 < max_socket_s ({max_socket_s}) <= max_total_s "
                              f"({max_total_s})")
         self._queued_s = queued_s
+        # A stream with less than floor_s() queued may always send: the engine may need that
+        # much for the stream's next chunk, and holding it back would stall the stream for
+        # good (nothing to decode, nothing read). Two chunks' worth.
+        self._floor_s = floor_s
         self.max_socket_s = max_socket_s
         self.max_total_s = max_total_s
         self._queued: dict[int, float] = {}
@@ -91,10 +95,11 @@ class AudioFlowGate:
 
     def _must_wait(self, stream_id: int) -> bool:
         own = self._refresh(stream_id)
+        floor = self._floor_s()
+        if own <= floor:  # what the engine may need for this stream's next chunk
+            return False
         if own > self.max_socket_s:
             return True
-        if own <= 0:  # an empty queue may always send: its audio is what the engine needs
-            return False
         for other in list(self._queued):  # over the global budget, every queued stream waits
             if other != stream_id:
                 self._refresh(other)

@@ -44,7 +44,7 @@ def test_flow_gate_pauses_a_socket_over_its_limit_until_the_engine_catches_up() 
 
 
 def test_flow_gate_holds_sockets_with_audio_queued_while_over_the_global_budget() -> None:
-    queued = {1: 4.0, 2: 4.5, 3: 0.0}
+    queued = {1: 4.0, 2: 4.5, 3: 0.9}
     gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=5.0, max_total_s=8.0)
 
     async def scenario() -> None:
@@ -52,12 +52,31 @@ def test_flow_gate_holds_sockets_with_audio_queued_while_over_the_global_budget(
         waiter = asyncio.create_task(gate.wait_for_room(2))  # 8.5 s in all > 8 s
         await asyncio.sleep(0.1)
         assert not waiter.done()
-        await gate.wait_for_room(3)  # an empty queue may always send
+        # under a chunk's worth queued (the 1 s floor) may always send: the engine may need
+        # more audio before it can decode anything of that stream
+        await asyncio.wait_for(gate.wait_for_room(3), 0.5)
         queued[1] = 1.0
         await asyncio.wait_for(waiter, 1.0)
-        gate.forget(1)
-        gate.forget(2)
+        for stream_id in (1, 2, 3):
+            gate.forget(stream_id)
         assert gate.total_queued_s == 0.0
+
+    asyncio.run(scenario())
+
+
+def test_flow_gate_never_holds_a_stream_below_its_next_chunk() -> None:
+    queued = {1: 1.2}
+    gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=0.5, max_total_s=0.5,
+                         floor_s=lambda: 1.28)  # two 640 ms chunks
+
+    async def scenario() -> None:
+        await asyncio.wait_for(gate.wait_for_room(1), 0.5)  # over both limits, under the floor
+        queued[1] = 1.5
+        waiter = asyncio.create_task(gate.wait_for_room(1))
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        queued[1] = 1.0
+        await asyncio.wait_for(waiter, 1.0)
 
     asyncio.run(scenario())
 
