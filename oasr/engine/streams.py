@@ -26,6 +26,7 @@ from oasr.cache import (
     SlotStateCache,
 )
 from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
+from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.host_memory import retain_freed_host_memory
@@ -63,7 +64,8 @@ class StreamResources:
         """Load the model (unless given), pick its family and preallocate every pool.
 
         Raises:
-            ValueError: a chunk longer than the model's position limit.
+            ValueError: a chunk longer than the model's position limit; a pool too small for
+                its slots (`check_pool_covers_slots`).
         """
         device = config.resolve_device()
         if config.num_threads is not None:
@@ -89,6 +91,8 @@ class StreamResources:
             raise ValueError(f"chunk_size {chunk} exceeds the model's {limit} positions")
         cache_config = config.build_cache_config(family.kv_geometry(), device, dtype, chunk,
                                                   max_stream_frames=limit)
+        if family.paged_kv:
+            check_pool_covers_slots(cache_config)
         pool = BlockPool(cache_config) if family.paged_kv else None
         attention = None if pool is None else AttentionCacheManager(pool, cache_config)
         states = family.build_states(cache_config)
