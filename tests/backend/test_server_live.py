@@ -118,7 +118,8 @@ def test_real_speech_over_the_wire_matches_offline_transcription() -> None:
     for path, expected, (messages, close_code) in zip(paths, offline, results, strict=True):
         assert messages[-1]["finish_reason"] == "stop" and close_code == 1000
         text = final_text(messages)
-        assert all(m["source"] == "whisper" for m in messages if m["type"] == "final")
+        # the second pass's text (a digit string is combined from both passes)
+        assert all(m["source"] in ("whisper", "combined") for m in messages if m["type"] == "final")
         # the same words as offline (batched float sums may flip a rare token)
         assert word_error_rate(expected, text) <= 0.1, (path.name, text, expected)
         assert word_error_rate(references[path.name].strip(), text) <= 0.2, (path.name, text)
