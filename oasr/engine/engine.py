@@ -120,6 +120,9 @@ class ASREngine:
             if self.finals.worker is not None:
                 request.audio = SegmentAudio(
                     int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
+            if command.endpoint_silence_s is not None:
+                request.endpointer = self.resources.endpointer_with_silence(
+                    command.endpoint_silence_s)
             self.requests[command.stream_id] = request
             self.scheduler.add(request)
             return
@@ -257,7 +260,8 @@ class ASREngine:
         if not plan.stream_ids:
             return 0.0
         self.resources.runner.commit(plan)
-        results = self.resources.decode(plan.stream_ids, output)
+        endpointers = [self.requests[s].endpointer for s in plan.stream_ids]
+        results = self.resources.decode(plan.stream_ids, output, endpointers)
         for stream_id, window, result in zip(plan.stream_ids, plan.windows, results, strict=True):
             self._after_chunk(self.requests[stream_id], window, result)
         return sum(plan.num_output_frames) * self.family.timing.frame_shift_s

@@ -37,7 +37,6 @@ class FinalPublisher:
         self.num_first_pass = 0
         self.num_fallbacks = 0
         self.second_pass_seconds = 0.0
-        self.recent: list[dict[str, str]] = []  # last finals: CTC text beside Whisper's
 
     def publish(self, request: Request, hyp: Hypothesis, reason: str) -> None:
         """The segment that just ended: publish or queue its final, advance the segment.
@@ -96,8 +95,6 @@ class FinalPublisher:
             del request.pending_finals[job_id]
             event = pending.event
             if pending.text is not None:
-                if pending.text:
-                    self._remember(event.text, pending.text)
                 event = replace(event, text=pending.text, source="whisper")
             self._emit(request, event)
 
@@ -125,6 +122,3 @@ class FinalPublisher:
             self.num_first_pass += 1
         request.num_segments_emitted += 1
         request.emit(event)
-
-    def _remember(self, ctc: str, whisper: str) -> None:
-        self.recent = [*self.recent[-9:], {"ctc": ctc, "whisper": whisper}]

@@ -148,7 +148,6 @@ class EngineStats:
             "num_no_voice": worker.num_no_voice if worker is not None else 0,
             "num_no_speech": worker.num_no_speech if worker is not None else 0,
             "avg_latency_ms": round(finals.second_pass_seconds / done * 1e3, 1) if done else 0.0,
-            "recent": list(finals.recent),
         }
 
     def _stream_entry(self, request: Request, now: float) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from oasr.cache import (
     CtcStateCacheManager,
     SlotStateCache,
 )
-from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
+from oasr.decoding import EndpointConfig, Endpointer, EndpointRule, GpuStreamingDecoder, Hypothesis
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.host_memory import retain_freed_host_memory
@@ -160,19 +160,34 @@ class StreamResources:
         return self.attention.at_capacity(stream_id)
 
     # -- decoding ------------------------------------------------------------------------------
-    def decode(self, stream_ids: list[int], output: StepOutput) -> list[ChunkResult]:
+    def endpointer_with_silence(self, silence_s: float) -> Endpointer:
+        """The engine's endpoint rules with rule 2 (silence after speech) at ``silence_s``
+        (the defaults when the engine's endpointing is off)."""
+        base = self.endpointer.config if self.endpointer is not None else dataclasses.replace(
+            EndpointConfig(), frame_shift_s=self.family.timing.frame_shift_s)
+        rule2 = EndpointRule(must_contain_speech=True, min_trailing_silence_s=silence_s)
+        return Endpointer(dataclasses.replace(base, rule2=rule2))
+
+    def decode(self, stream_ids: list[int], output: StepOutput,
+               endpointers: list[Endpointer | None] | None = None) -> list[ChunkResult]:
         """Decode the cohort's log-probs with one batched decoder call.
 
+        Args:
+            endpointers: per stream, its own endpoint rules; None entries (or None) use the
+                engine's.
         Returns each stream's current best text and the endpoint rule that fired, if any.
         """
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
-        endpointer = self.endpointer
-        return [ChunkResult(step.hypothesis.text,
-                            None if endpointer is None else endpointer.detect(step.stats))
-                for step in steps]
+        own = endpointers if endpointers is not None else [None] * len(steps)
+        results = []
+        for step, endpointer in zip(steps, own, strict=True):
+            endpointer = endpointer if endpointer is not None else self.endpointer
+            results.append(ChunkResult(
+                step.hypothesis.text, None if endpointer is None else endpointer.detect(step.stats)))
+        return results
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
         """The best hypothesis of the stream's current segment."""
