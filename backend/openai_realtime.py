@@ -9,7 +9,8 @@ Each turn of audio is one engine stream (its own slot, batched with every other 
 - manual (``turn_detection: null``): the appended audio goes to a stream until the client's
   ``input_audio_buffer.commit`` ends it; its finals, joined, are the item's transcript.
 
-Partials become ``...transcription.delta`` events: a delta only ever appends. When a refined
+Partials become ``...transcription.delta`` events of whole words (a partial's last word may
+still change, so it waits for the next space): a delta only ever appends. When a refined
 partial rewrites words already sent, no delta is sent until the hypothesis again extends
 what was sent; ``completed`` carries the final text (the second pass's when it ran), which
 is authoritative. Times in ``speech_started`` are the audio appended so far in the session
@@ -318,7 +319,8 @@ class RealtimeConnection:
                               "audio_start_ms": round(self.audio_ms), "item_id": item_id})
         await self._send_delta(turn, item_id, event.text)
 
-    async def _send_delta(self, turn: Turn, item_id: str, text: str) -> None:
+    async def _send_delta(self, turn: Turn, item_id: str, partial: str) -> None:
+        text = partial[:partial.rfind(" ") + 1]  # whole words only: the last may change
         sent = turn.sent.get(item_id, "")
         if len(text) > len(sent) and text.startswith(sent):
             turn.sent[item_id] = text

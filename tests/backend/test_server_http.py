@@ -40,7 +40,8 @@ def test_api_stats_snapshot(client: TestClient) -> None:
     assert pool["owners"] == [None] * 16
     assert snapshot["streams"]["max_batch_size"] == 2
     assert set(snapshot["finish_reasons"]) == {"stop", "length", "timeout", "abort", "error"}
-    assert snapshot["server"] == {"connections": 0, "max_connections": 64, "stats_viewers": 0}
+    assert snapshot["server"] == {"connections": 0, "max_connections": 64,
+                                  "realtime_connections": 0, "stats_viewers": 0}
     assert snapshot["model"]["chunk_ms"] == 640
 
 
