@@ -246,8 +246,10 @@ def _format(segments: list[fmt.Segment], duration_s: float,
 async def models(request: Request) -> Response:
     """The served model, under the name of its family (any name is accepted on requests)."""
     context = request.app.state.context
-    stats = context.engine_stats() or {}
-    family = stats.get("model", {}).get("family", "asr")
+    if context.engine is None:
+        raise_not_ready = BadRequest("the engine is not ready yet", status=503, code="not_ready")
+        return raise_not_ready.response()
+    family = context.engine.engine.family.name.replace("_", "-")
     return JSONResponse({"object": "list", "data": [
         {"id": f"oasr-{family}", "object": "model", "created": int(context.started_at),
          "owned_by": "oasr"}]})
