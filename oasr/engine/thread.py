@@ -104,6 +104,8 @@ class EngineThread:
         """
         if fmt not in PCM_FORMATS:
             raise ValueError(f"unsupported format {fmt!r}; use one of {', '.join(PCM_FORMATS)}")
+        if endpoint_silence_s is not None and not 0 < endpoint_silence_s <= 60:
+            raise ValueError(f"endpoint silence of {endpoint_silence_s} s; use 0..60 s")
         resampler = StreamingResampler(validate_sample_rate(sample_rate), MODEL_SAMPLE_RATE)
         stream_id = next(self._ids)
         user_sink = sink if sink is not None else (lambda event: None)
@@ -116,8 +118,6 @@ class EngineThread:
 
         with self._lock:
             self._inputs[stream_id] = _StreamInput(fmt, resampler)
-        if endpoint_silence_s is not None and not 0 < endpoint_silence_s <= 60:
-            raise ValueError(f"endpoint silence of {endpoint_silence_s} s; use 0..60 s")
         self.engine.submit(OpenStream(stream_id, deliver, endpoint_silence_s))
         return stream_id
 
