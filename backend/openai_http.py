@@ -7,7 +7,8 @@ has followed its last final, so every segment carries the second pass's text whe
 
 Accepted and documented as such: ``model`` (any name), ``prompt`` (ignored),
 ``temperature`` (0..1, ignored: decoding is greedy), ``language`` (``en`` only: the served
-models are English), ``timestamp_granularities[]`` ``segment``.
+models are English), ``timestamp_granularities[]`` ``segment`` and ``word`` (with
+``verbose_json``; times from the CTC pass, see ``openai_formats``).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class TranscriptionParams:
     language: str = "en"
     temperature: float = 0.0
     stream: bool = False
+    granularities: tuple[str, ...] = ()
 
 
 def too_large(limit: int) -> BadRequest:
@@ -130,20 +132,22 @@ def parse_params(form: FormData) -> TranscriptionParams:
         raise BadRequest("temperature must be a number", param="temperature") from None
     if not 0.0 <= temperature <= 1.0:
         raise BadRequest(f"temperature {temperature} is outside 0..1", param="temperature")
-    for granularity in form.getlist("timestamp_granularities[]"):
-        if granularity == "word":
-            raise BadRequest("word timestamps are not supported yet; 'segment' is",
+    granularities = tuple(str(g) for g in form.getlist("timestamp_granularities[]"))
+    for granularity in granularities:
+        if granularity not in ("word", "segment"):
+            raise BadRequest(f"timestamp granularity {granularity!r}: use 'word' or 'segment'",
                              param="timestamp_granularities[]")
-        if granularity != "segment":
-            raise BadRequest(f"timestamp granularity {granularity!r}: use 'segment'",
-                             param="timestamp_granularities[]")
+    if granularities and response_format != "verbose_json":
+        raise BadRequest("timestamp_granularities[] needs response_format=verbose_json",
+                         param="timestamp_granularities[]")
     stream = str(form.get("stream") or "false").lower()
     if stream not in ("true", "false"):
         raise BadRequest(f"stream must be true or false, got {stream!r}", param="stream")
     if stream == "true" and response_format not in ("json", "text"):
         raise BadRequest("stream=true sends transcript.text events; response_format must be "
                          "json or text", param="stream")
-    return TranscriptionParams(response_format, "en", temperature, stream == "true")
+    return TranscriptionParams(response_format, "en", temperature, stream == "true",
+                               granularities)
 
 
 def decode_upload(upload: object) -> np.ndarray:
@@ -196,7 +200,7 @@ async def _segments(stream: EngineStream) -> AsyncIterator[fmt.Segment]:
     while True:
         event = await stream.next_event()
         if event.type is EventType.FINAL:
-            yield fmt.Segment(event.text, event.start, event.end)
+            yield fmt.Segment(event.text, event.start, event.end, event.ctc_words)
         elif event.type is EventType.ERROR:
             raise BadRequest(f"transcription failed: {event.code}: {event.message}",
                              status=500, code=event.code)
@@ -237,7 +241,8 @@ def _format(segments: list[fmt.Segment], duration_s: float,
         return PlainTextResponse(fmt.to_vtt(segments), media_type="text/vtt")
     body: dict[str, Any]
     if kind == "verbose_json":
-        body = fmt.to_verbose_json(segments, duration_s, params.language, 0.0)
+        body = fmt.to_verbose_json(segments, duration_s, params.language, 0.0,
+                                   params.granularities)
     else:
         body = fmt.to_json(segments, duration_s)
     return JSONResponse(body)

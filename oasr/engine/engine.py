@@ -52,7 +52,7 @@ class ASREngine:
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device)
         self.family = self.resources.family
-        self.finals = FinalPublisher(worker, self.family.timing)
+        self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
         self.stats = EngineStats(self.resources, self.finals)
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()

@@ -46,6 +46,8 @@ class StreamEvent:
     chunk_ms: int = 0
     num_segments: int = 0
     source: str = ""  # finals: "ctc" (first pass) or "whisper" (second pass)
+    # finals: the CTC pass's words with their times, (word, start s, end s); not in to_json
+    ctc_words: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def is_terminal(self) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.family import FrameTiming
 from oasr.engine.request import PendingFinal, Request
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
+from oasr.engine.words import WordTime, ctc_word_times
 
 
 class FinalPublisher:
@@ -29,9 +31,11 @@ class FinalPublisher:
     too long, or Whisper failed), ``second_pass_seconds`` summed latency.
     """
 
-    def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming) -> None:
+    def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
+                 tokenizer: Any = None) -> None:
         self.worker = worker
         self.timing = timing
+        self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
         self._job_ids = itertools.count(1)
         self.num_second_pass = 0
         self.num_first_pass = 0
@@ -57,7 +61,7 @@ class FinalPublisher:
         last = base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)
         event = StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
                             text=hyp.text, start=first * shift, end=max(last, first) * shift,
-                            reason=reason, source="ctc")
+                            reason=reason, source="ctc", ctc_words=self._words(hyp, base))
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         if audio is not None and self.worker is not None:
@@ -71,6 +75,12 @@ class FinalPublisher:
         if hyp.text:
             request.segment += 1
             self._emit(request, event)
+
+    def _words(self, hyp: Hypothesis, base: int) -> tuple[WordTime, ...]:
+        if self.tokenizer is None or not hasattr(self.tokenizer, "raw_text"):
+            return ()
+        return ctc_word_times(self.tokenizer, hyp.tokens, hyp.timestamps, base,
+                              self.timing.frame_shift_s)
 
     def on_second_pass(self, request: Request, done: SecondPassDone) -> None:
         """Whisper's answer for one of the request's segments; publish what is now in order."""

@@ -38,8 +38,8 @@ def test_json_is_the_default_and_carries_duration(client: TestClient) -> None:
 def test_every_format_has_its_shape(client: TestClient) -> None:
     texts = {}
     for kind in ("text", "srt", "vtt", "verbose_json"):
-        response = post(client, {"response_format": kind,
-                                 "timestamp_granularities[]": "segment"}, wav_bytes(2.0))
+        granularity = {"timestamp_granularities[]": "segment"} if kind == "verbose_json" else {}
+        response = post(client, {"response_format": kind, **granularity}, wav_bytes(2.0))
         assert response.status_code == 200, response.text
         texts[kind] = response.text
     assert texts["text"].endswith("\n")
@@ -83,7 +83,10 @@ def test_models_lists_the_served_family(client: TestClient) -> None:
     ({"language": "de"}, b"x", "language", "English"),
     ({"temperature": "hot"}, b"x", "temperature", "must be a number"),
     ({"temperature": "3"}, b"x", "temperature", "outside 0..1"),
-    ({"timestamp_granularities[]": "word"}, b"x", "timestamp_granularities[]", "word"),
+    ({"timestamp_granularities[]": "word"}, b"x", "timestamp_granularities[]",
+     "needs response_format=verbose_json"),
+    ({"timestamp_granularities[]": "letter", "response_format": "verbose_json"}, b"x",
+     "timestamp_granularities[]", "'word' or 'segment'"),
     ({"stream": "true", "response_format": "srt"}, b"x", "stream", "json or text"),
     ({"diarize": "yes"}, b"x", "diarize", "unknown or unsupported fields ['diarize']"),
 ])

@@ -67,6 +67,22 @@ def test_every_response_format(client: object, devset_dir: Path) -> None:
     assert texts["srt"].startswith("1\n00:00:0") and texts["vtt"].startswith("WEBVTT")
 
 
+def test_word_and_segment_timestamps(client: object, devset_dir: Path) -> None:
+    with (devset_dir / "real_jfk.wav").open("rb") as f:
+        verbose = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="verbose_json",
+            timestamp_granularities=["word", "segment"])
+    words = verbose.words
+    assert normalize_transcript(" ".join(w.word for w in words)) == normalize_transcript(
+        verbose.text)
+    assert all(0.0 <= w.start <= w.end <= 11.0 for w in words)
+    assert [w.start for w in words] == sorted(w.start for w in words)
+    # JFK says "ask not" after a pause at about 3.4 s and ends at about 10.6 s
+    ask = next(w for w in words if w.word.lower() == "ask")
+    assert 2.8 <= ask.start <= 3.8, ask
+    assert 9.5 <= words[-1].end <= 11.0 and verbose.segments
+
+
 def test_streamed_transcription(client: object, devset_dir: Path) -> None:
     with (devset_dir / "real_jfk.wav").open("rb") as f:
         events = list(client.audio.transcriptions.create(model="gpt-4o-transcribe", file=f,
