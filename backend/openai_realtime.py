@@ -7,7 +7,8 @@ Each turn of audio is one engine stream (its own slot, batched with every other 
   is an item: ``speech_started`` when its first words appear, then at its final
   ``speech_stopped``, ``committed`` and ``...transcription.completed``.
 - manual (``turn_detection: null``): the appended audio goes to a stream until the client's
-  ``input_audio_buffer.commit`` ends it; its finals, joined, are the item's transcript.
+  ``input_audio_buffer.commit`` ends it; its finals, joined, are the item's transcript. A
+  buffer the engine ends first (no audio for ``--idle-timeout``) is committed as it stands.
 
 Partials become ``...transcription.delta`` events of whole words (a partial's last word may
 still change, so it waits for the next space): a delta only ever appends. When a refined
@@ -302,7 +303,10 @@ class RealtimeConnection:
             await self._on_final(turn, event)
         elif event.type is EventType.ERROR:
             await self._on_error(turn, event)
-        elif event.type is EventType.DONE and turn.manual and turn.committed:
+        elif event.type is EventType.DONE and turn.manual:
+            if not turn.committed:  # the engine ended the buffer (idle, length): commit it
+                turn.committed = True
+                await self._send_committed(turn.item_id)
             await self._send_completed(turn.item_id, " ".join(turn.finals),
                                        turn.num_bytes / 2 / self.settings.sample_rate)
 

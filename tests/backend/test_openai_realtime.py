@@ -210,3 +210,16 @@ def test_a_client_that_leaves_mid_turn_frees_its_stream(client: TestClient) -> N
                    what="the stream running")
     full(client)
     assert client.get("/api/stats").json()["finish_reasons"]["abort"] == 1
+
+
+def test_a_manual_buffer_the_engine_times_out_is_committed(
+        make_client: Callable[..., TestClient]) -> None:
+    client = make_client(idle_timeout_s=0.5, max_session_s=60)
+    with client.websocket_connect(URL) as ws:
+        ws.receive_json()
+        update(ws, {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None})
+        append(ws, synthetic_pcm(1.0))
+        events = receive_until(ws, "conversation.item.input_audio_transcription.completed")
+        committed = [e for e in events if e["type"] == "input_audio_buffer.committed"]
+        assert [c["item_id"] for c in committed] == [events[-1]["item_id"]]
+    assert client.get("/api/stats").json()["finish_reasons"]["timeout"] == 1
