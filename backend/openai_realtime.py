@@ -43,6 +43,7 @@ from oasr.engine import EngineThread, StreamEvent
 from oasr.engine.events import EventType
 
 _GONE = (WebSocketDisconnect, RuntimeError, OSError)
+MAX_QUEUED_EVENTS = 64  # client events read ahead of processing (back-pressure beyond)
 UPDATE_TYPES = ("session.update", "transcription_session.update")
 BUFFER_TYPES = ("input_audio_buffer.append", "input_audio_buffer.commit",
                 "input_audio_buffer.clear")
@@ -90,6 +91,8 @@ class RealtimeConnection:
         self.beta = False
         self._event_ids = itertools.count(1)
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        # a client that sends faster than we answer (or never reads) waits for room here
+        self._client_slots = asyncio.Semaphore(MAX_QUEUED_EVENTS)
         self._loop = asyncio.get_running_loop()
 
     async def run(self) -> None:
@@ -119,6 +122,7 @@ class RealtimeConnection:
     async def _read(self) -> None:
         try:
             while True:
+                await self._client_slots.acquire()
                 message = await self.websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     break
@@ -148,6 +152,7 @@ class RealtimeConnection:
                 await self._on_engine(item)
             else:
                 await self._on_client(item)
+                self._client_slots.release()
             if time.monotonic() - started > self.config.max_session_s:
                 await self._send_error(RealtimeError(
                     f"the session reached its {self.config.max_session_s:g} s limit",
