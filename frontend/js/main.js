@@ -112,7 +112,8 @@ async function startMicRun() {
     setStatus(`Connecting (mic at ${mic.sampleRate} Hz)…`);
   } catch (error) {
     setBusy(null);
-    setStatus(error instanceof MicError ? error.message : `Mic failed: ${error}`, "error");
+    setStatus(error instanceof MicError ? error.message : `Could not start: ${error.message ?? error}`,
+      "error");
   }
 }
 
