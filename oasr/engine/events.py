@@ -45,7 +45,7 @@ class StreamEvent:
     sample_rate: int = 16000
     chunk_ms: int = 0
     num_segments: int = 0
-    source: str = ""  # finals: "ctc" (first pass) or "whisper" (second pass)
+    source: str = ""  # finals: "ctc" (first pass), "whisper" (second pass) or "combined" (digits)
     # finals: the CTC pass's words with their times, (word, start s, end s); not in to_json
     ctc_words: tuple[tuple[str, float, float], ...] = ()
 

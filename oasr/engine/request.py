@@ -71,7 +71,8 @@ class PendingFinal:
 
     event: StreamEvent
     answered: bool = False
-    text: str | None = None  # Whisper's text; "" = no speech; None = the pass failed
+    text: str | None = None  # the second pass's text; "" = no speech; None = keep the CTC text
+    source: str = "whisper"  # whose text ``text`` is: "whisper" or "combined"
 
 
 @dataclass

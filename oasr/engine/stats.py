@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.events import FinishReason
+from oasr.engine.final_guard import REASONS as GUARD_REASONS
 from oasr.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -143,7 +144,12 @@ class EngineStats:
             "backlog": finals.worker.backlog if finals.worker is not None else 0,
             "num_second_pass_finals": done,
             "num_first_pass_finals": finals.num_first_pass,
-            "num_fallbacks": finals.num_fallbacks,
+            "num_backlog_full": finals.num_backlog_full,
+            "num_temperature_fallbacks": worker.num_temperature_fallbacks if worker is not None else 0,
+            "num_rejected": worker.num_rejected if worker is not None else 0,
+            "num_combined": worker.num_combined if worker is not None else 0,
+            "rejected": (dict(worker.rejected) if worker is not None
+                         else dict.fromkeys(GUARD_REASONS, 0)),
             # segments Whisper answered "" for: too quiet to decode / decoded but no speech
             "num_no_voice": worker.num_no_voice if worker is not None else 0,
             "num_no_speech": worker.num_no_speech if worker is not None else 0,
