@@ -13,6 +13,7 @@ import torch
 from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
 from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.refine import RefineConfig
 from oasr.models import ConformerConfig
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
@@ -87,6 +88,8 @@ class EngineConfig:
             stop; ``without_safeguards(...)`` for plain greedy).
         final_guard: when Whisper's text must not replace the CTC text of the same segment;
             None keeps Whisper's text always.
+        refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
+            committed prefix that never changes); None: partials are the CTC text.
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
             often faster (each step is many small kernels).
@@ -114,6 +117,7 @@ class EngineConfig:
     second_pass_decode: WhisperDecodeConfig = field(
         default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
+    refine: RefineConfig | None = field(default_factory=RefineConfig)
     num_threads: int | None = None
 
     def __post_init__(self) -> None:

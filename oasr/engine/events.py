@@ -48,6 +48,9 @@ class StreamEvent:
     source: str = ""  # finals: "ctc" (first pass), "whisper" (second pass) or "combined" (digits)
     # finals: the CTC pass's words with their times, (word, start s, end s); not in to_json
     ctc_words: tuple[tuple[str, float, float], ...] = ()
+    stable: str = ""  # partials: the committed words (``oasr.engine.refine``) ...
+    tentative: str = ""  # ... the newest refinement's words after them ...
+    ctc: str = ""  # ... and the streaming pass's words after the refined audio
 
     @property
     def is_terminal(self) -> bool:
@@ -61,7 +64,9 @@ class StreamEvent:
             return {"type": kind, "stream_id": self.stream_id, "sample_rate": self.sample_rate,
                     "chunk_ms": self.chunk_ms}
         if self.type is EventType.PARTIAL:
-            return {"type": kind, "segment": self.segment, "text": self.text}
+            return {"type": kind, "segment": self.segment, "text": self.text,
+                    "stable": self.stable, "tentative": self.tentative, "ctc": self.ctc,
+                    "end": round(self.end, 3)}
         if self.type is EventType.FINAL:
             return {"type": kind, "segment": self.segment, "text": self.text,
                     "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,

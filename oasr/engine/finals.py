@@ -66,8 +66,9 @@ class FinalPublisher:
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         if audio is not None and self.worker is not None:
-            job = SecondPassJob(next(self._job_ids), request.stream_id, request.segment, audio,
-                                time.monotonic(), hyp.text)
+            prefix = request.refine.prefix_tokens if request.refine is not None else ()
+            job = SecondPassJob(self.next_job_id(), request.stream_id, request.segment, audio,
+                                time.monotonic(), hyp.text, prefix)
             if self.worker.try_submit(job):
                 request.segment += 1
                 request.pending_finals[job.job_id] = PendingFinal(event)
@@ -82,6 +83,10 @@ class FinalPublisher:
             return ()
         return ctc_word_times(self.tokenizer, hyp.tokens, hyp.timestamps, base,
                               self.timing.frame_shift_s)
+
+    def next_job_id(self) -> int:
+        """A new second-pass job id (finals and refinements share the sequence)."""
+        return next(self._job_ids)
 
     def on_second_pass(self, request: Request, done: SecondPassDone) -> None:
         """Whisper's answer for one of the request's segments; publish what is now in order."""

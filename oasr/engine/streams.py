@@ -186,7 +186,8 @@ class StreamResources:
         for step, endpointer in zip(steps, own, strict=True):
             endpointer = endpointer if endpointer is not None else self.endpointer
             results.append(ChunkResult(
-                step.hypothesis.text, None if endpointer is None else endpointer.detect(step.stats)))
+                step.hypothesis.text,
+                None if endpointer is None else endpointer.detect(step.stats), step.hypothesis))
         return results
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
@@ -215,3 +216,4 @@ class ChunkResult:
 
     text: str
     endpoint_rule: str | None
+    hypothesis: Hypothesis | None = None  # the best hypothesis (tokens and their frames)
