@@ -121,8 +121,8 @@ class ContinuousWhisperDecoder:
         if room < 1:
             raise ValueError(f"request {request_id}: a prefix of {len(prefix)} tokens leaves no "
                              f"room in the decoder's {self.max_new_tokens} positions")
-        request = DecodeRequest(request_id, min(room, self.budget(shape[0])), prefix=tuple(prefix),
-                           background=background)
+        request = DecodeRequest(request_id, min(room, self.budget(shape[0])),
+                                prefix=tuple(prefix), background=background)
         (self._background if background else self._waiting).append(
             PendingDecode(request, waveform=waveform))
 
