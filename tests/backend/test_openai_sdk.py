@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import re
 import threading
 import time
 from pathlib import Path
@@ -55,16 +56,21 @@ def test_every_response_format(client: object, devset_dir: Path) -> None:
         with path.open("rb") as f:
             texts[kind] = client.audio.transcriptions.create(
                 model="whisper-1", file=f, response_format=kind)
+    # five requests, five streams: the second pass (batched, beam search) may word one of
+    # them a little differently, so each is held to the reference, not to the others
     text = texts["json"].text
     assert wer(JFK, text) <= 0.1, text
     assert texts["json"].usage.seconds == pytest.approx(11.0, abs=0.01)
-    assert texts["text"].strip() == text
+    assert texts["text"].endswith("\n") and wer(JFK, texts["text"]) <= 0.1
     verbose = texts["verbose_json"]
-    assert verbose.text == text and verbose.duration == pytest.approx(11.0, abs=0.01)
+    assert wer(JFK, verbose.text) <= 0.1 and verbose.duration == pytest.approx(11.0, abs=0.01)
     assert verbose.segments and verbose.segments[-1].end <= 11.5
-    for segment in verbose.segments:
-        assert segment.text in texts["srt"] and segment.text in texts["vtt"]
-    assert texts["srt"].startswith("1\n00:00:0") and texts["vtt"].startswith("WEBVTT")
+    assert " ".join(s.text for s in verbose.segments) == verbose.text
+    for kind, clock in (("srt", r"\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}"),
+                        ("vtt", r"\d\d:\d\d:\d\d\.\d{3} --> \d\d:\d\d:\d\d\.\d{3}")):
+        cues = re.findall(clock + r"\n(.+)\n", texts[kind])
+        assert cues and wer(JFK, " ".join(cues)) <= 0.1, texts[kind]
+    assert texts["srt"].startswith("1\n00:00:0") and texts["vtt"].startswith("WEBVTT\n\n")
 
 
 def test_word_and_segment_timestamps(client: object, devset_dir: Path) -> None:
@@ -88,7 +94,7 @@ def test_streamed_transcription(client: object, devset_dir: Path) -> None:
         events = list(client.audio.transcriptions.create(model="gpt-4o-transcribe", file=f,
                                                          stream=True))
     assert events[-1].type == "transcript.text.done"
-    assert "".join(e.delta for e in events[:-1]) == events[-1].text
+    assert "".join(e.delta for e in events[:-1]) == events[-1].text  # within one stream
     assert wer(JFK, events[-1].text) <= 0.1
 
 
