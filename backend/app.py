@@ -1,4 +1,5 @@
-"""The Starlette app: websockets, stats, metrics, health checks and the page itself.
+"""The Starlette app: websockets, OpenAI's transcription APIs, stats, metrics, health checks and
+the page itself, behind the allowed-hosts check and (when keys are set) API keys.
 
 ``create_app(config, engine=None)`` builds the app. The lifespan builds the engine thread from
 ``config.build_engine_config()`` when none is given, starts it (unless it is already running)
@@ -9,30 +10,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
+from backend import openai_http
 from backend.admission import ConnectionLimiter, is_origin_allowed
 from backend.asr_socket import AsrConnection
+from backend.auth import (
+    ApiKeyMiddleware,
+    Credentials,
+    TokenStore,
+    accepted_subprotocol,
+    bearer_secret,
+    openai_error,
+)
 from backend.config import ServerConfig
 from backend.drain import Drain
 from backend.health import liveness, readiness
 from backend.limits import AudioFlowGate
 from backend.metrics import ServerMetrics
+from backend.openai_realtime import RealtimeConnection
 from backend.protocol import CloseCode, ProtocolError, Session
 from backend.stats import StatsHub, stream_stats
 from oasr.engine import EngineThread
 
 ASR_ENDPOINT = "/ws/asr"
 STATS_ENDPOINT = "/ws/stats"
+REALTIME_ENDPOINT = "/v1/realtime"
 
 
 class AppContext:
@@ -42,9 +57,11 @@ class AppContext:
         self.config = config
         self.engine = engine
         self.owns_engine = False  # the lifespan started it, so the lifespan stops it
+        self.started_at = time.time()
+        self.credentials = Credentials(config.api_keys, TokenStore(config.token_ttl_s))
         # One limit per websocket endpoint, each of max_connections.
         self.limiters = {endpoint: ConnectionLimiter(config.max_connections)
-                         for endpoint in (ASR_ENDPOINT, STATS_ENDPOINT)}
+                         for endpoint in (ASR_ENDPOINT, STATS_ENDPOINT, REALTIME_ENDPOINT)}
         self.metrics = ServerMetrics(self.engine_stats, config.replica)
         self.hub = StatsHub(self.snapshot, self.metrics, config.stats_interval_s,
                             config.stats_send_timeout_s)
@@ -83,6 +100,7 @@ class AppContext:
         return {**stats, "server": {
             "connections": asr.num_connections,
             "max_connections": asr.max_connections,
+            "realtime_connections": self.limiters[REALTIME_ENDPOINT].num_connections,
             "stats_viewers": viewers.num_connections,
             "replica": self.config.replica,
             "draining": self.drain.is_draining,
@@ -110,13 +128,21 @@ def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Star
     routes = [
         WebSocketRoute(ASR_ENDPOINT, _asr_endpoint),
         WebSocketRoute(STATS_ENDPOINT, _stats_endpoint),
+        WebSocketRoute(REALTIME_ENDPOINT, _realtime_endpoint),
+        Route("/v1/audio/transcriptions", openai_http.transcriptions, methods=["POST"]),
+        Route("/v1/models", openai_http.models),
+        Route("/api/token", _api_token, methods=["POST"]),
         Route("/api/stats", _api_stats),
         Route("/metrics", _metrics),
         Route("/healthz", _healthz),
         Route("/readyz", _readyz),
         Mount("/", StaticFiles(directory=config.static_dir, html=True), name="frontend"),
     ]
-    app = Starlette(routes=routes, lifespan=_lifespan)
+    middleware = [
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts)),
+        Middleware(ApiKeyMiddleware, credentials=context.credentials),
+    ]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=_lifespan)
     app.state.context = context
     return app
 
@@ -153,7 +179,7 @@ async def _admit(websocket: WebSocket, context: AppContext, endpoint: str) -> bo
         context.metrics.rejected.labels(reason="origin").inc()
         await websocket.close(code=CloseCode.POLICY_VIOLATION)  # before accept: HTTP 403
         return False
-    await websocket.accept()
+    await websocket.accept(subprotocol=accepted_subprotocol(websocket))
     limiter = context.limiters[endpoint]
     refusal = None
     if endpoint == ASR_ENDPOINT and context.drain.is_draining:
@@ -199,6 +225,14 @@ async def _asr_endpoint(websocket: WebSocket) -> None:
     await _serve_socket(websocket, ASR_ENDPOINT, handle)
 
 
+async def _realtime_endpoint(websocket: WebSocket) -> None:
+    async def handle(context: AppContext) -> None:
+        assert context.engine is not None  # _admit refuses until the engine is ready
+        await RealtimeConnection(websocket, context.engine, context.config).run()
+
+    await _serve_socket(websocket, REALTIME_ENDPOINT, handle)
+
+
 async def _stats_endpoint(websocket: WebSocket) -> None:
     async def handle(context: AppContext) -> None:
         await stream_stats(websocket, context.hub, context.snapshot())
@@ -211,6 +245,19 @@ async def _api_stats(request: Request) -> Response:
     if snapshot is None:
         return JSONResponse({"error": "the engine is not running"}, status_code=503)
     return JSONResponse(snapshot)
+
+
+async def _api_token(request: Request) -> Response:
+    """A short-lived token for the page's websockets, for the holder of a key. Without keys
+    configured there is nothing to prove: ``{"token": null}``."""
+    credentials = _context(request).credentials
+    if not credentials.enabled:
+        return JSONResponse({"token": None, "expires_at": None})
+    if not credentials.is_key(bearer_secret(request.headers)):  # a token cannot mint tokens
+        return JSONResponse(openai_error("a token is minted for an API key only",
+                                         code="invalid_api_key"), status_code=401)
+    token, expires_at = credentials.tokens.mint()
+    return JSONResponse({"token": token, "expires_at": int(expires_at)})
 
 
 async def _metrics(request: Request) -> Response:

@@ -188,7 +188,7 @@ def _transcribe(args: argparse.Namespace) -> int:
 
 def server_main(argv: Sequence[str] | None = None) -> int:
     """``oasr-server``: the live demo (Starlette + uvicorn) with the engine on its own thread."""
-    from backend.config import ServerConfig
+    from backend.config import API_KEYS_ENV, ServerConfig
     from backend.options import add_hardening_arguments
     from backend.server import run
 
@@ -211,6 +211,14 @@ def server_main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--max-wait", type=float, default=EngineConfig.max_wait_time_s,
                    help="seconds a new stream may wait for a slot before 'busy'")
     add_hardening_arguments(parser, defaults)
+    g.add_argument("--api-key", action="append", default=[],
+                   help="API key clients must send as 'Authorization: Bearer KEY' (repeatable; "
+                   f"also ${API_KEYS_ENV}, comma-separated); default: no keys, no auth")
+    g.add_argument("--allowed-host", action="append", default=[],
+                   help="Host header to accept (repeatable; *.example.com and * work); "
+                   "default: localhost, 127.0.0.1, [::1] and the --host address")
+    g.add_argument("--max-upload-mb", type=float, default=defaults.max_upload_bytes / 2**20,
+                   help="largest POST /v1/audio/transcriptions body, in MiB")
     add_engine_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -222,6 +230,7 @@ def server_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _server_config(args: argparse.Namespace, server_config: type) -> Any:
+    from backend.config import api_keys_from_env
     from backend.options import hardening_config_from_args
 
     return server_config(
@@ -232,6 +241,9 @@ def _server_config(args: argparse.Namespace, server_config: type) -> Any:
         idle_timeout_s=args.idle_timeout,
         max_session_s=args.max_session,
         allowed_origins=tuple(args.allowed_origin),
+        api_keys=(*args.api_key, *api_keys_from_env()),
+        allowed_hosts=tuple(args.allowed_host),
+        max_upload_bytes=int(args.max_upload_mb * 2**20),
         engine=engine_config_from_args(
             args, max_wait_time_s=args.max_wait, min_audio_rate=args.min_audio_rate,
             audio_rate_window_s=args.audio_rate_window,

@@ -13,8 +13,12 @@ from oasr.engine.second_pass import RefineDone, SecondPassDone
 
 @dataclass(frozen=True)
 class OpenStream:
+    """A new stream. ``endpoint_silence_s``: seconds of silence after speech that end a
+    segment of this stream (endpoint rule 2); None keeps the engine's rules."""
+
     stream_id: int
     sink: EventSink
+    endpoint_silence_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ class ASREngine:
                                            self.resources.cache_config.device,
                                            config.second_pass_decode, config.final_guard)
         self.family = self.resources.family
-        self.finals = FinalPublisher(worker, self.family.timing)
+        self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
         self.refiner = None
         if worker is not None and config.refine is not None:
             units = getattr(self.family.tokenizer, "units", [])
@@ -136,6 +136,9 @@ class ASREngine:
             if self.finals.worker is not None:
                 request.audio = SegmentAudio(
                     int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
+            if command.endpoint_silence_s is not None:
+                request.endpointer = self.resources.endpointer_with_silence(
+                    command.endpoint_silence_s)
             if self.refiner is not None:
                 request.refine = RefineState()
             self.requests[command.stream_id] = request
@@ -286,7 +289,8 @@ class ASREngine:
         if not plan.stream_ids:
             return 0.0
         self.resources.runner.commit(plan)
-        results = self.resources.decode(plan.stream_ids, output)
+        endpointers = [self.requests[s].endpointer for s in plan.stream_ids]
+        results = self.resources.decode(plan.stream_ids, output, endpointers)
         for stream_id, window, result in zip(plan.stream_ids, plan.windows, results, strict=True):
             self._after_chunk(self.requests[stream_id], window, result)
         return sum(plan.num_output_frames) * self.family.timing.frame_shift_s

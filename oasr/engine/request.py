@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oasr.audio import ChunkWindower, FeatureSource
+from oasr.decoding import Endpointer
 from oasr.engine.events import FinishReason, StreamEvent
 from oasr.engine.refine import RefinedPartial, RefineState
 
@@ -110,6 +111,7 @@ class Request:
     finish_message: str = ""  # why it finished, when the client needs telling (timeouts)
     audio: SegmentAudio = field(default_factory=lambda: SegmentAudio(0))
     pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
+    endpointer: Endpointer | None = None  # this stream's own endpoint rules; None: the engine's
     refine: RefineState | None = None  # refined partials of the open segment (second pass on)
     ctc_starts: list[int] = field(default_factory=list)  # frame each word of last_partial starts
     # the audio-rate window (Scheduler): when it began and the samples received by then

@@ -119,8 +119,11 @@ class EngineThread:
 
     # -- streams -------------------------------------------------------------------------------
     def open_stream(self, sample_rate: int = MODEL_SAMPLE_RATE, fmt: str = "s16le",
-                    sink: EventSink | None = None) -> int:
+                    sink: EventSink | None = None,
+                    endpoint_silence_s: float | None = None) -> int:
         """Register a new stream; admission (ready or busy) arrives later through ``sink``.
+
+        ``endpoint_silence_s`` sets this stream's silence-after-speech endpoint (rule 2).
 
         Raises:
             ValueError: unsupported sample rate or PCM format.
@@ -130,6 +133,8 @@ class EngineThread:
             raise RuntimeError(f"the engine is not running: it failed with {self.error!r}")
         if fmt not in PCM_FORMATS:
             raise ValueError(f"unsupported format {fmt!r}; use one of {', '.join(PCM_FORMATS)}")
+        if endpoint_silence_s is not None and not 0 < endpoint_silence_s <= 60:
+            raise ValueError(f"endpoint silence of {endpoint_silence_s} s; use 0..60 s")
         resampler = StreamingResampler(validate_sample_rate(sample_rate), MODEL_SAMPLE_RATE)
         stream_id = next(self._ids)
         user_sink = sink if sink is not None else (lambda event: None)
@@ -142,7 +147,7 @@ class EngineThread:
 
         with self._lock:
             self._inputs[stream_id] = _StreamInput(fmt, resampler, user_sink)
-        self.engine.submit(OpenStream(stream_id, deliver))
+        self.engine.submit(OpenStream(stream_id, deliver, endpoint_silence_s))
         return stream_id
 
     def feed_audio(self, stream_id: int, data: bytes) -> None:
