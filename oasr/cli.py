@@ -14,7 +14,6 @@ from typing import Any
 
 from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.refine import RefineConfig
-from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
 # model with both LMs, held-out-sentence WER is 52.2% greedy, 21.8% at beam 8, 19.8% at beam 16
@@ -119,7 +118,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         lm=args.lm,
         num_threads=args.threads,
         second_pass=args.second_pass,
-        second_pass_decode=WhisperDecodeConfig(beam_size=args.second_pass_beam),
+        second_pass_decode=replace(EngineConfig().second_pass_decode,
+                                   beam_size=args.second_pass_beam),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]

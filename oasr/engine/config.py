@@ -17,6 +17,7 @@ from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.refine import RefineConfig
 from oasr.models import ConformerConfig
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
+from oasr.models.whisper.window import EncoderWindow
 
 if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
@@ -87,8 +88,9 @@ class EngineConfig:
             final; "none" publishes the CTC text.
         second_pass_max_backlog: segments the second pass may have queued; beyond that a
             final keeps its CTC text (and is counted as a first-pass fallback).
-        second_pass_decode: how Whisper decodes: beam 5 at temperature 0 (the reference
-            decoders' default), its safeguards (temperature fallback, token budget, repetition
+        second_pass_decode: how Whisper decodes: beam 5 at temperature 0 on the whole 30 s
+            window (the reference decoders' defaults; refinements stay greedy on the segment's
+            own window), its safeguards (temperature fallback, token budget, repetition
             stop; ``without_safeguards(...)`` for plain greedy).
         final_guard: when Whisper's text must not replace the CTC text of the same segment;
             None keeps Whisper's text always.
@@ -124,7 +126,8 @@ class EngineConfig:
     second_pass: str = "none"
     second_pass_max_backlog: int = 16
     second_pass_decode: WhisperDecodeConfig = field(
-        default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE))
+        default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE,
+                                                    encoder_window=EncoderWindow("full")))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     num_threads: int | None = None

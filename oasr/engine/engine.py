@@ -8,6 +8,7 @@ on the thread that calls `step` (the engine thread, or a test / `oasr transcribe
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -26,6 +27,7 @@ from oasr.engine.commands import (
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import EventType, FinishReason, StreamEvent
 from oasr.engine.family import FEATURE_SHIFT_S
+from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.model_runner import BatchPlan, StepOutput
 from oasr.engine.refine import RefinedPartial, Refiner, RefineState, compose
@@ -59,7 +61,7 @@ class ASREngine:
         if config.second_pass == "whisper":
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device,
-                                           config.second_pass_decode, config.final_guard)
+                                           config.second_pass_decode, self._guard(config))
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
         self.refiner = None
@@ -260,6 +262,14 @@ class ASREngine:
         if request.is_finished and not request.pending_finals:
             del self.draining[request.stream_id]
             self._emit_done(request)
+
+    def _guard(self, config: EngineConfig) -> FirstPassGuard | None:
+        """The guard against the first pass, without its distance check when the CTC pass
+        decodes without an LM (see ``FirstPassGuard.max_char_distance``)."""
+        guard = config.final_guard
+        if guard is not None and not self.resources.ctc.decoder.has_lm:
+            return dataclasses.replace(guard, max_char_distance=None)
+        return guard
 
     def shutdown(self) -> None:
         """Abort every stream (server shutdown) and stop the second pass."""

@@ -66,6 +66,9 @@ class ContinuousWhisperDecoder:
         self.ceiling = len(spec.prompt) + self.max_new_tokens
         self.manager = build_decoder_manager(checkpoint, self.config)
         self.encoder = SegmentEncoder(model, self.config.encoder_window)
+        # background refinements (for display, decoded again at the segment's end) take the
+        # cheap window: the segment plus 2 s, the rest of the window a silent one's states
+        self.refine_encoder = SegmentEncoder(model, self.config.refine_window)
         ladder = max(1, len(self.config.fallback.temperatures) - 1)
         # the fallback decodes every remaining temperature at once, best_of rows each as far as
         # the row cap allows (at least one row per temperature)
@@ -242,15 +245,16 @@ class ContinuousWhisperDecoder:
 
     def _encode(self, pending: list[PendingDecode]) -> None:
         """Encode the admitted requests that arrived as waveforms (one batched call)."""
-        fresh = [p for p in pending if p.request.encoded is None]
-        if not fresh:
-            return
-        waves = [p.waveform for p in fresh if p.waveform is not None]
-        encoded = self.encoder.encode(waves)
-        for row, p in enumerate(fresh):
-            p.request.encoded = EncodedSegments(encoded.states[row : row + 1],
-                                                (encoded.num_encoded[row],))
-            p.waveform = None
+        for encoder, background in ((self.encoder, False), (self.refine_encoder, True)):
+            fresh = [p for p in pending
+                     if p.request.encoded is None and p.request.background == background]
+            if not fresh:
+                continue
+            encoded = encoder.encode([p.waveform for p in fresh if p.waveform is not None])
+            for row, p in enumerate(fresh):
+                p.request.encoded = EncodedSegments(encoded.states[row : row + 1],
+                                                    (encoded.num_encoded[row],))
+                p.waveform = None
 
     def _prefill(self, admitted: list[PendingDecode]) -> list[SecondPassResult]:
         model, spec = self.checkpoint.model, self.checkpoint.spec

@@ -47,6 +47,8 @@ class WhisperDecodeConfig:
         max_num_blocks: pages of the paged pool; None = ``max_rows`` rows at full ceiling.
         encoder_window: how much audio the encoder runs on (default: the segment plus 2 s,
             in 2 s buckets, the rest of the 30 s window filled with silence's states).
+        refine_window: the same for the continuous decoder's background requests (refined
+            partials).
         fallback: when the continuous decoder redoes a decode at a higher temperature
             (``FallbackRule(temperatures=(0.0,))``: never; a failed decode is still flagged).
         token_budget: per-segment token cap from its duration (continuous decoder); None:
@@ -62,6 +64,7 @@ class WhisperDecodeConfig:
     block_size: int = 16
     max_num_blocks: int | None = None
     encoder_window: EncoderWindow = EncoderWindow()
+    refine_window: EncoderWindow = EncoderWindow()
     fallback: FallbackRule = FallbackRule()
     token_budget: TokenBudget | None = TokenBudget()
     repetition: RepetitionStop | None = RepetitionStop()
