@@ -53,6 +53,11 @@ class EngineConfig:
             Conformer frames of 40 ms, 32 Whisper-CTC frames of 20 ms).
         num_left_chunks: attention history in chunks; -1 keeps all (bounded by endpoint resets
             and the per-stream ceiling), >= 0 evicts older blocks.
+        prefill_kv_window: give each stream its whole retained window (``num_left_chunks``
+            chunks), zeroed, at admission, so every stream always holds the same cached length
+            (seed §10.2). For a model trained with a fixed attention window, whose every
+            chunk attended a full window; needs ``num_left_chunks >= 0`` and one block per
+            chunk. Without it a stream's first chunks attend only what it has heard.
         block_size_frames: frames per K/V block; None = the chunk size (one block per chunk).
         max_num_blocks: pool size; None derives it from free memory (see oasr.engine.memory).
         max_blocks_per_seq: width of a stream's block table: with unlimited history, the
@@ -90,6 +95,7 @@ class EngineConfig:
     max_batch_size: int = 64
     chunk_size: int | None = None
     num_left_chunks: int = -1
+    prefill_kv_window: bool = False
     block_size_frames: int | None = None
     max_num_blocks: int | None = None
     max_blocks_per_seq: int = 64
@@ -115,6 +121,10 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.num_left_chunks < -1:
             raise ValueError(f"num_left_chunks must be -1 (all) or >= 0, got {self.num_left_chunks}")
+        if self.prefill_kv_window and self.num_left_chunks < 0:
+            raise ValueError(
+                "prefill_kv_window needs a bounded window: set num_left_chunks >= 0 (got -1, "
+                "unlimited history) or prefill_kv_window=False")
         if (self.block_size_frames is not None and self.chunk_size is not None
                 and self.block_size_frames < self.chunk_size):
             raise ValueError(
@@ -246,6 +256,7 @@ class EngineConfig:
             kernel_size=geometry.kernel_size,
             chunk_size=chunk,
             num_left_chunks=self.num_left_chunks,
+            prefill_kv_window=self.prefill_kv_window,
             block_size_frames=block,
             max_num_blocks=self.max_num_blocks or ceiling,
             max_blocks_per_seq=blocks_per_seq,
