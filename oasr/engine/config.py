@@ -67,6 +67,9 @@ class EngineConfig:
             pool may take.
         max_wait_time_s: how long a new stream may wait for a slot before it is refused "busy";
             0 refuses at once.
+        streaming_cohort_admit: admit waiting streams length-sorted (shortest audio first)
+            instead of oldest first, bounded by ``max_wait_time_s``: a stream at its deadline
+            goes first (seed §9.4; see ``Scheduler``).
         decoder: CTC decoding settings (beam_size 1 = greedy; the LM weights and bonuses
             apply when an LM is used; None weights take the values tuned with the LM files).
         lm: the LMs fused into beam search: "auto" uses the model directory's char LM
@@ -101,6 +104,7 @@ class EngineConfig:
     max_blocks_per_seq: int = 64
     kv_memory_fraction: float = 0.1
     max_wait_time_s: float = 2.0
+    streaming_cohort_admit: bool = False
     decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)
     endpoint: EndpointConfig | None = field(default_factory=EndpointConfig)
     lm: str = "auto"
