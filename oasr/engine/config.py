@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +18,7 @@ from oasr.models import ConformerConfig
 
 if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
+    from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 INT8 = "int8"  # int8 Linear weights and activations (`oasr.models.int8`), float32 elsewhere
@@ -87,6 +90,18 @@ class EngineConfig:
             final; "none" publishes the CTC text.
         second_pass_max_backlog: segments the second pass may have queued; beyond that a
             final keeps its CTC text (and is counted as a first-pass fallback).
+        quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
+            (self- and cross-attention) as float8 with one fp32 scale per (token, head)
+            (seed §10.6); None keeps the served dtype. Needs ``second_pass="whisper"`` (the
+            CTC encoder has no autoregressive decoder). Refused at construction, by name,
+            where it cannot be served (`check_kv_cache_servable`). On CPU it is storage
+            only: the pages are dequantized after the gather, so it buys rows, not speed.
+        decode_kv_budget_gib: the second pass's decoder pool as a byte budget (pages at the
+            format's bytes per token, so fp8 affords more rows); None sizes it to
+            ``max_decode_slots`` rows at their full ceiling.
+        max_decode_slots: second-pass rows decoded at once (``can_admit`` on the pool decides
+            how many of them fit); None = min(max_batch_size, 8): a Whisper tiny.en row at its
+            ceiling is ~24 MiB in float32, so eight keep the default pool under 200 MiB.
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
             often faster (each step is many small kernels).
@@ -113,6 +128,9 @@ class EngineConfig:
     max_pending_audio_s: float = 120.0
     second_pass: str = "none"
     second_pass_max_backlog: int = 16
+    quantization: Mapping[str, str] | None = field(default=None, hash=False)
+    decode_kv_budget_gib: float | None = None
+    max_decode_slots: int | None = None
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -144,6 +162,7 @@ class EngineConfig:
         if self.second_pass_max_backlog < 1:
             raise ValueError(
                 f"second_pass_max_backlog must be >= 1, got {self.second_pass_max_backlog}")
+        self._validate_second_pass_kv()
         if self.lm not in ("auto", "none") and self.decoder.is_greedy:
             raise ValueError(f"lm {self.lm!r} needs beam search: set decoder beam_size > 1 "
                              "(or lm 'none')")
@@ -152,6 +171,40 @@ class EngineConfig:
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"EngineConfig.{name} must be >= 0, got {getattr(self, name)}")
+
+    def _validate_second_pass_kv(self) -> None:
+        if self.quantization is not None:
+            from oasr.models.whisper.quantization import kv_cache_format
+
+            kv_cache = kv_cache_format(self.quantization)
+            if kv_cache is not None and self.second_pass != "whisper":
+                raise ValueError(
+                    f"quantization kv_cache={kv_cache} needs an autoregressive decoder: set "
+                    f"second_pass='whisper' (got {self.second_pass!r}; the CTC encoder's K/V "
+                    "pool keeps the served dtype)")
+        budget = self.decode_kv_budget_gib
+        if budget is not None and not (math.isfinite(budget) and budget > 0):
+            raise ValueError(f"decode_kv_budget_gib must be a positive number of GiB or None, "
+                             f"got {budget}")
+        if self.max_decode_slots is not None and self.max_decode_slots < 1:
+            raise ValueError(f"max_decode_slots must be >= 1 or None, got {self.max_decode_slots}")
+
+    @property
+    def resolved_max_decode_slots(self) -> int:
+        """Second-pass rows decoded at once: ``max_decode_slots`` or min(max_batch_size, 8)."""
+        if self.max_decode_slots is not None:
+            return self.max_decode_slots
+        return min(self.max_batch_size, 8)
+
+    def second_pass_decode_config(self) -> WhisperDecodeConfig:
+        """How the Whisper second pass decodes under this config: its K/V format, row count and
+        pool budget."""
+        from oasr.models.whisper.quantization import kv_cache_format
+        from oasr.models.whisper.transcriber import WhisperDecodeConfig
+
+        return WhisperDecodeConfig(kv_cache=kv_cache_format(self.quantization),
+                                   max_rows=self.resolved_max_decode_slots,
+                                   kv_budget_gib=self.decode_kv_budget_gib)
 
     def resolve_device(self) -> torch.device:
         """The torch device this config selects."""

@@ -50,7 +50,8 @@ class ASREngine:
         worker = None
         if config.second_pass == "whisper":
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
-                                           self.resources.cache_config.device)
+                                           self.resources.cache_config.device,
+                                           config.second_pass_decode_config())
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing)
         self.stats = EngineStats(self.resources, self.finals)

