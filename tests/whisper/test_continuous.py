@@ -12,7 +12,7 @@ from whisper_testutil import TINY, TINY_SPEC, tiny_encoded, tiny_model
 
 from oasr.models.whisper import DecoderKv, WhisperCheckpoint, WhisperTokenizer, greedy_decode
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
-from oasr.models.whisper.transcriber import WhisperDecodeConfig
+from oasr.models.whisper.transcriber import WhisperDecodeConfig, without_safeguards
 from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
 
 
@@ -34,7 +34,7 @@ def alone(checkpoint: WhisperCheckpoint, encoded: torch.Tensor, limit: int) -> l
 def test_staggered_requests_decode_as_if_alone(tmp_path: Path) -> None:
     checkpoint = tiny_checkpoint(tmp_path, seed=21)
     encoded = tiny_encoded(6, seed=22)
-    config = WhisperDecodeConfig(max_rows=3, max_new_tokens=12, block_size=4)
+    config = without_safeguards(WhisperDecodeConfig(max_rows=3, max_new_tokens=12, block_size=4))
     decoder = ContinuousWhisperDecoder(checkpoint, config)
     pool = decoder.manager.pool
     expected = {i: alone(checkpoint, encoded[i], 12) for i in range(6)}
@@ -60,7 +60,8 @@ def test_pool_budget_holds_requests_back_and_abort_frees(tmp_path: Path) -> None
     checkpoint = tiny_checkpoint(tmp_path, seed=23)
     encoded = tiny_encoded(3, seed=24)
     # one row = ceil(14 / 4) + ceil(20 / 4) = 9 pages; 20 pages admit two rows, not three
-    config = WhisperDecodeConfig(max_rows=3, max_new_tokens=12, block_size=4, max_num_blocks=20)
+    config = without_safeguards(
+        WhisperDecodeConfig(max_rows=3, max_new_tokens=12, block_size=4, max_num_blocks=20))
     decoder = ContinuousWhisperDecoder(checkpoint, config)
     for request in range(3):
         decoder.submit_encoded(request, encoded[request])
@@ -80,8 +81,8 @@ def test_pool_budget_holds_requests_back_and_abort_frees(tmp_path: Path) -> None
 def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordings,
                                           mode: str) -> None:
     window = EncoderWindow(mode)
-    decoder = ContinuousWhisperDecoder(checkpoint, WhisperDecodeConfig(max_rows=2,
-                                                                       encoder_window=window))
+    config = without_safeguards(WhisperDecodeConfig(max_rows=2, encoder_window=window))
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
     picks = rows_named(recordings, "jfk", "george_0", "jackson_1")  # three lengths, two rows
     encoded = SegmentEncoder(checkpoint.model, window)([recordings[i].waveform for i in picks])
     expected = dict(zip(picks, dense_search(checkpoint, encoded), strict=True))
@@ -104,7 +105,7 @@ def test_real_requests_match_dense_tokens(checkpoint: WhisperCheckpoint, recordi
 
 def test_a_failed_prefill_frees_its_rows_and_the_decoder_goes_on(tmp_path: Path) -> None:
     checkpoint = tiny_checkpoint(tmp_path, seed=25)
-    config = WhisperDecodeConfig(max_rows=2, max_new_tokens=6, block_size=4)
+    config = without_safeguards(WhisperDecodeConfig(max_rows=2, max_new_tokens=6, block_size=4))
     decoder = ContinuousWhisperDecoder(checkpoint, config)
     pool = decoder.manager.pool
     too_long = torch.randn(TINY.n_audio_ctx + 4, TINY.n_audio_state)  # 24 frames > 20 reserved

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from oasr.models.whisper.decoding import (
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.quantization import check_kv_cache_servable, decoder_kv_bytes_per_token
+from oasr.models.whisper.safeguards import FallbackRule, RepetitionStop, TokenBudget
 from oasr.models.whisper.window import EncodedSegments, EncoderWindow, SegmentEncoder
 
 
@@ -50,6 +51,11 @@ class WhisperDecodeConfig:
             decides how many of them the pages hold.
         encoder_window: how much audio the encoder runs on (default: the segment plus 2 s,
             in 2 s buckets, the rest of the 30 s window filled with silence's states).
+        fallback: when the continuous decoder redoes a decode at a higher temperature
+            (``FallbackRule(temperatures=(0.0,))``: never; a failed decode is still flagged).
+        token_budget: per-segment token cap from its duration (continuous decoder); None:
+            ``max_new_tokens`` for every segment.
+        repetition: stop a row that loops (continuous decoder); None: never.
     """
 
     kv_storage: str = "auto"
@@ -61,6 +67,9 @@ class WhisperDecodeConfig:
     max_num_blocks: int | None = None
     kv_budget_gib: float | None = None
     encoder_window: EncoderWindow = EncoderWindow()
+    fallback: FallbackRule = FallbackRule()
+    token_budget: TokenBudget | None = TokenBudget()
+    repetition: RepetitionStop | None = RepetitionStop()
 
     def __post_init__(self) -> None:
         if not isinstance(self.encoder_window, EncoderWindow):
@@ -85,6 +94,13 @@ class WhisperDecodeConfig:
                 f"max_num_blocks ({self.max_num_blocks}) < max_rows ({self.max_rows}): "
                 "raise max_num_blocks or leave it None"
             )
+
+
+def without_safeguards(config: WhisperDecodeConfig | None = None) -> WhisperDecodeConfig:
+    """``config`` decoding plain greedy: one temperature, no token budget, no repetition stop
+    (what the second pass did before its safeguards; for comparisons and exactness tests)."""
+    return replace(config or WhisperDecodeConfig(), fallback=FallbackRule(temperatures=(0.0,)),
+                   token_budget=None, repetition=None)
 
 
 def decoder_pool_blocks(checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig) -> int:
