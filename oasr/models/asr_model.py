@@ -168,7 +168,8 @@ class AsrModel(nn.Module):
                 None / empty for zeros.
         Returns:
             log_probs (1, T', vocab_size) float32, new_att (num_blocks, H, T_kept, 2 d_k) whose
-            last T' frames are the chunk's K|V, new_cnn (num_blocks, 1, kernel - 1, D).
+            last T' frames are the chunk's K|V, new_cnn (num_blocks, 1, kernel - 1, D) (the
+            input, or zeros, when the model has no conv module).
         """
         dtype = self.encoder.embed.dtype
         wenet_cnn = None
@@ -179,4 +180,9 @@ class AsrModel(nn.Module):
         ys, new_att, new_cnn = self.encoder.forward_chunk(
             chunk, offset, required_cache_size, att, wenet_cnn
         )
+        if new_cnn.numel() == 0:  # no conv module: the cache passes through, as paged
+            cfg = self.config
+            shape = (cfg.num_blocks, 1, cfg.cnn_cache_frames, cfg.output_size)
+            kept = cnn_cache if cnn_cache is not None and cnn_cache.numel() > 0 else None
+            return self.ctc_log_probs(ys), new_att, kept if kept is not None else ys.new_zeros(shape)
         return self.ctc_log_probs(ys), new_att, new_cnn.transpose(2, 3)  # (L, 1, k - 1, D)

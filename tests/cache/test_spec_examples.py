@@ -30,7 +30,7 @@ from oasr.fmha import PagedKVCache
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "wenet"
 if not FIXTURES.is_dir():
     FIXTURES = Path("/work/shared/fixtures/wenet")
-VOCAB = 32  # the fixture's output_dim (the example's 5000 is a BPE model's)
+VOCAB = 32  # the fixture's output_dim (the examples' 5000 is a BPE model's; 7.1 reads the model's)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def example_7_1(model, audio_chunks, cfg):
     sid = 42
     att_mgr.allocate_stream(sid)
     cnn_mgr.allocate_stream(sid)
-    ctc_mgr.allocate_stream(sid, batch=1, vocab_size=VOCAB)
+    ctc_mgr.allocate_stream(sid, batch=1, vocab_size=model.config.vocab_size)
     ctx = StreamContext(sid, att_mgr, cnn_mgr, ctc_mgr)
 
     offset, outputs, held = 0, [], []
@@ -276,3 +276,53 @@ def test_entry_points_take_the_empty_placeholder_and_refuse_wenet_layout(model, 
                                atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match=r"expected \(4, 1, 14, 144\)"):
         model.forward_chunk(chunk, 0, -1, None, zeros.transpose(2, 3))
+
+
+VARIANTS = {
+    "batch_norm": dict(cnn_module_norm="batch_norm"),
+    "post_norm": dict(normalize_before=False),
+    "no_macaron_no_conv": dict(macaron_style=False, use_cnn_module=False),
+    "relu_no_qkv_bias": dict(activation_type="relu", query_bias=False, key_bias=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@torch.no_grad()
+def test_7_1_and_7_2_run_on_other_conformers(name):
+    """Any Conformer oasr loads: random models of other configurations run the paged loop and
+    the dense loop as written, and both equal the chunk-masked full-utterance forward."""
+    from oasr.models import AsrModel, ConformerConfig
+
+    torch.manual_seed(7)
+    config = ConformerConfig(output_size=32, attention_heads=4, linear_units=48, num_blocks=2,
+                             vocab_size=10, cnn_module_kernel=7, use_dynamic_chunk=True,
+                             **VARIANTS[name])
+    model = AsrModel(config).eval()
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm1d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+    feats = torch.randn(300, 80, generator=torch.Generator().manual_seed(1)) * 2.0 + 8.0
+    enc, _ = model(feats[None], torch.tensor([300]), 16, 2)
+    expected = model.ctc_log_probs(enc)[0]  # (74, 10)
+    cfg = CacheConfig(num_layers=2, n_kv_head=4, head_dim=8, hidden_dim=32, kernel_size=7,
+                      chunk_size=16, num_left_chunks=2, block_size_frames=16,
+                      max_num_blocks=2048, device="cpu", dtype=torch.float32)
+    paged, _, _ = example_7_1(model, fbank_windows(feats), cfg)
+    torch.testing.assert_close(paged, expected, atol=1e-4, rtol=0)
+
+    att_mgr = AttentionCacheManager(BlockPool(cfg), cfg)
+    cnn_mgr = CnnCacheManager(cfg)
+    ctx = StreamContext.open(1, att_mgr, cnn_mgr)
+    offset, outputs, chunk_size, required_cache_size = 0, [], 16, 32
+    for chunk in fbank_windows(feats):
+        att_cache = ctx.get_att_cache()
+        cnn_cache = ctx.get_cnn_cache()
+        log_probs, new_att, new_cnn = model.forward_chunk(
+            chunk, offset, required_cache_size, att_cache, cnn_cache)
+        new_kv_chunk = new_att[:, :, -chunk_size:, :]
+        ctx.commit_chunk(new_kv_chunk, new_cnn)
+        offset += log_probs.size(1)
+        outputs.append(log_probs[0])
+    torch.testing.assert_close(torch.cat(outputs), expected, atol=1e-4, rtol=0)
+    ctx.free()
