@@ -14,15 +14,18 @@ import torch
 
 from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
+from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.refine import RefineConfig
 from oasr.models import ConformerConfig
+from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
-    from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 INT8 = "int8"  # int8 Linear weights and activations (`oasr.models.int8`), float32 elsewhere
 DTYPE_NAMES = ("auto", *_DTYPES, INT8)
+SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
 BF16_AUTO_FAMILY = "whisper_ctc"  # the family dtype "auto" runs in bfloat16 on such CPUs
 _NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -90,6 +93,13 @@ class EngineConfig:
             final; "none" publishes the CTC text.
         second_pass_max_backlog: segments the second pass may have queued; beyond that a
             final keeps its CTC text (and is counted as a first-pass fallback).
+        second_pass_decode: how Whisper decodes: beam 5 at temperature 0 (the reference
+            decoders' default), its safeguards (temperature fallback, token budget, repetition
+            stop; ``without_safeguards(...)`` for plain greedy).
+        final_guard: when Whisper's text must not replace the CTC text of the same segment;
+            None keeps Whisper's text always.
+        refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
+            committed prefix that never changes); None: partials are the CTC text.
         quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
             (self- and cross-attention) as float8 with one fp32 scale per (token, head)
             (seed §10.6); None keeps the served dtype. Needs ``second_pass="whisper"`` (the
@@ -100,8 +110,11 @@ class EngineConfig:
             format's bytes per token, so fp8 affords more rows); None sizes it to
             ``max_decode_slots`` rows at their full ceiling.
         max_decode_slots: second-pass rows decoded at once (``can_admit`` on the pool decides
-            how many of them fit); None = min(max_batch_size, 8): a Whisper tiny.en row at its
-            ceiling is ~24 MiB in float32, so eight keep the default pool under 200 MiB.
+            how many of them fit); None = min(max_batch_size, second_pass_decode.max_rows (8)):
+            a Whisper tiny.en row at its ceiling is ~23 MiB in float32, so eight keep the
+            default pool under 200 MiB.
+        These three, when given, override the same settings of ``second_pass_decode``
+        (``second_pass_decode_config``).
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
             often faster (each step is many small kernels).
@@ -128,6 +141,10 @@ class EngineConfig:
     max_pending_audio_s: float = 120.0
     second_pass: str = "none"
     second_pass_max_backlog: int = 16
+    second_pass_decode: WhisperDecodeConfig = field(
+        default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE))
+    final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
+    refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
     decode_kv_budget_gib: float | None = None
     max_decode_slots: int | None = None
@@ -191,20 +208,25 @@ class EngineConfig:
 
     @property
     def resolved_max_decode_slots(self) -> int:
-        """Second-pass rows decoded at once: ``max_decode_slots`` or min(max_batch_size, 8)."""
+        """Second-pass rows decoded at once: ``max_decode_slots``, else
+        min(max_batch_size, second_pass_decode.max_rows)."""
         if self.max_decode_slots is not None:
             return self.max_decode_slots
-        return min(self.max_batch_size, 8)
+        return min(self.max_batch_size, self.second_pass_decode.max_rows)
 
     def second_pass_decode_config(self) -> WhisperDecodeConfig:
-        """How the Whisper second pass decodes under this config: its K/V format, row count and
-        pool budget."""
+        """``second_pass_decode`` with this config's decoder K/V knobs applied: the format
+        (``quantization``), the rows (``resolved_max_decode_slots``) and the pool budget
+        (``decode_kv_budget_gib``, which replaces a page count)."""
         from oasr.models.whisper.quantization import kv_cache_format
-        from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
-        return WhisperDecodeConfig(kv_cache=kv_cache_format(self.quantization),
-                                   max_rows=self.resolved_max_decode_slots,
-                                   kv_budget_gib=self.decode_kv_budget_gib)
+        decode = self.second_pass_decode
+        kv_cache = kv_cache_format(self.quantization) if self.quantization else decode.kv_cache
+        changes: dict[str, object] = {"kv_cache": kv_cache,
+                                      "max_rows": self.resolved_max_decode_slots}
+        if self.decode_kv_budget_gib is not None:
+            changes.update(kv_budget_gib=self.decode_kv_budget_gib, max_num_blocks=None)
+        return dataclasses.replace(decode, **changes)  # type: ignore[arg-type]
 
     def resolve_device(self) -> torch.device:
         """The torch device this config selects."""

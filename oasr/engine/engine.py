@@ -21,9 +21,10 @@ from oasr.engine.events import EventType, FinishReason, StreamEvent
 from oasr.engine.family import FEATURE_SHIFT_S
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.model_runner import BatchPlan, StepOutput
+from oasr.engine.refine import RefinedPartial, Refiner, RefineState, compose
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
-from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassWorker
+from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone, SecondPassWorker
 from oasr.engine.stats import EngineStats
 from oasr.engine.streams import ChunkResult, StreamResources
 
@@ -51,10 +52,16 @@ class ASREngine:
         if config.second_pass == "whisper":
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device,
-                                           config.second_pass_decode_config())
+                                           config.second_pass_decode_config(),
+                                           config.final_guard)
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing)
-        self.stats = EngineStats(self.resources, self.finals)
+        self.refiner = None
+        if worker is not None and config.refine is not None:
+            units = getattr(self.family.tokenizer, "units", [])
+            self.refiner = Refiner(config.refine, worker, self.family.timing, units,
+                                   self.finals.next_job_id)
+        self.stats = EngineStats(self.resources, self.finals, self.refiner)
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
@@ -102,6 +109,8 @@ class ASREngine:
             self._reset_at_position_limit(self.requests[stream_id])
         cohort = [s for s in plan.run if not self._stop_at_capacity(s)]
         audio_s = self._run_cohort(cohort) if cohort else 0.0
+        if self.refiner is not None:
+            self.refiner.schedule(self.requests, now, self.stats.total_busy_s)
         self.stats.record_step(time.perf_counter() - started, len(cohort), audio_s,
                                self.requests, self.scheduler)
         return not plan.is_empty or audio_s > 0
@@ -121,11 +130,16 @@ class ASREngine:
             if self.finals.worker is not None:
                 request.audio = SegmentAudio(
                     int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
+            if self.refiner is not None:
+                request.refine = RefineState()
             self.requests[command.stream_id] = request
             self.scheduler.add(request)
             return
         if isinstance(command, SecondPassDone):
             self._on_second_pass(command)
+            return
+        if isinstance(command, RefineDone):
+            self._on_refined(command)
             return
         live = self.requests.get(command.stream_id)
         if live is None:
@@ -287,15 +301,35 @@ class ASREngine:
         frames = window.num_output_frames
         request.offset += frames
         request.num_frames_decoded += frames
-        text = result.text
-        if text != request.last_partial:
-            request.last_partial = text
-            request.emit(StreamEvent(EventType.PARTIAL, request.stream_id,
-                                     segment=request.segment, text=text))
+        if result.text != request.last_partial or self.refiner is not None:
+            request.last_partial = result.text
+            if self.refiner is not None:
+                parts = self.refiner.compose(request, result.hypothesis, result.text)
+            else:
+                parts = RefinedPartial("", "", result.text)
+            self._emit_partial(request, parts)
         rule = result.endpoint_rule
         if rule is not None and not window.is_last:
             self._end_segment(request, "endpoint")
             self.stats.count_endpoint(rule)
+
+    def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
+        """Publish the segment's partial when any of its parts changed."""
+        if parts == request.last_parts:
+            return
+        request.last_parts = parts
+        end = request.num_frames_decoded * self.family.timing.frame_shift_s
+        request.emit(StreamEvent(EventType.PARTIAL, request.stream_id, segment=request.segment,
+                                 text=parts.text, stable=parts.stable,
+                                 tentative=parts.tentative, ctc=parts.ctc, end=end))
+
+    def _on_refined(self, done: RefineDone) -> None:
+        request = self.requests.get(done.stream_id)
+        if request is None or self.refiner is None or not request.is_running:
+            return
+        if self.refiner.apply(request, done):
+            parts = compose(request.refine, request.last_partial, request.ctc_starts)
+            self._emit_partial(request, parts)
 
     def _reset_at_position_limit(self, request: Request) -> None:
         """End the segment before a chunk would pass the model's last position (Whisper-CTC:
@@ -317,4 +351,7 @@ class ASREngine:
 
     def _emit_final(self, request: Request, reason: str) -> None:
         request.last_partial = ""
+        request.last_parts = None
         self.finals.publish(request, self.resources.final_hypothesis(request.stream_id), reason)
+        if request.refine is not None:
+            request.refine.reset()

@@ -171,7 +171,8 @@ class StreamResources:
         steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
         endpointer = self.endpointer
         return [ChunkResult(step.hypothesis.text,
-                            None if endpointer is None else endpointer.detect(step.stats))
+                            None if endpointer is None else endpointer.detect(step.stats),
+                            step.hypothesis)
                 for step in steps]
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
@@ -200,3 +201,4 @@ class ChunkResult:
 
     text: str
     endpoint_rule: str | None
+    hypothesis: Hypothesis | None = None  # the best hypothesis (tokens and their frames)

@@ -35,7 +35,8 @@ def _run(engine: ASREngine, max_steps: int = 20_000) -> None:
 
 def test_fp8_decoder_kv_serves_whisper_finals(engine_config: EngineConfig,
                                               speech: list[np.ndarray]) -> None:
-    config = replace(engine_config, second_pass="whisper",
+    # final_guard=None: the tiny random CTC model's letters are no witness against Whisper
+    config = replace(engine_config, second_pass="whisper", final_guard=None, refine=None,
                      quantization={"kv_cache": "fp8_e4m3"}, max_decode_slots=5,
                      decode_kv_budget_gib=0.5)
     engine = ASREngine(config)

@@ -145,6 +145,11 @@ def test_engine_config_carries_the_second_pass_kv_options() -> None:
                           decode_kv_budget_gib=0.25, max_decode_slots=12)
     decode = config.second_pass_decode_config()
     assert (decode.kv_cache, decode.max_rows, decode.kv_budget_gib) == ("fp8_e4m3", 12, 0.25)
+    assert decode.beam_size == config.second_pass_decode.beam_size == 5  # the rest is kept
+    own = EngineConfig(second_pass_decode=WhisperDecodeConfig(kv_cache="fp8_e4m3",
+                                                              max_num_blocks=500),
+                       decode_kv_budget_gib=1.0).second_pass_decode_config()
+    assert (own.kv_cache, own.max_num_blocks, own.kv_budget_gib) == ("fp8_e4m3", None, 1.0)
     assert EngineConfig().second_pass_decode_config().max_rows == 8
     assert EngineConfig(max_batch_size=3).resolved_max_decode_slots == 3
     assert EngineConfig().second_pass_decode_config().kv_cache is None

@@ -24,10 +24,12 @@ import torch
 
 from oasr.cache.decoder_kv import PagedDecoderKv
 from oasr.models.whisper.decoding import (
+    beam_search,
     default_max_new_tokens,
     no_speech_probs,
     suppression_masks,
 )
+from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import HOP_LENGTH, N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.safeguards import DecodeAttempt, best_attempt
@@ -73,6 +75,8 @@ class _Request:
     request_id: int
     max_new_tokens: int
     encoded: EncodedSegments | None = None  # (1, S, d) once encoded
+    prefix: tuple[int, ...] = ()  # forced text tokens after the start prompt
+    background: bool = False  # decoded when nothing urgent waits; never falls back
     attempts: list[DecodeAttempt] = field(default_factory=list)
     temperature_index: int = 0
     samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
@@ -117,7 +121,8 @@ class ContinuousWhisperDecoder:
         self.best_of = min(self.config.fallback.best_of, self.config.max_rows)
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
         self._generator = torch.Generator(device=model.device).manual_seed(seed)
-        self._waiting: deque[_Pending] = deque()
+        self._waiting: deque[_Pending] = deque()  # finals and their fallbacks, FIFO
+        self._background: deque[_Pending] = deque()  # refinements: when nothing else waits
         self._running: list[_Running] = []
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
@@ -126,6 +131,11 @@ class ContinuousWhisperDecoder:
 
     @property
     def num_waiting(self) -> int:
+        return len(self._waiting) + len(self._background)
+
+    @property
+    def num_urgent(self) -> int:
+        """Requests waiting that are not background (finals and their fallbacks)."""
         return len(self._waiting)
 
     @property
@@ -133,7 +143,11 @@ class ContinuousWhisperDecoder:
         return len(self._running)
 
     def has_work(self) -> bool:
-        return bool(self._waiting or self._running)
+        return bool(self._waiting or self._background or self._running)
+
+    def word_ends(self, tokens: tuple[int, ...]) -> list[int]:
+        """Where each word of ``tokens``' text ends (``WhisperTokenizer.word_ends``)."""
+        return self.checkpoint.tokenizer.word_ends(tokens)
 
     def budget(self, num_samples: int) -> int:
         """Tokens a segment of ``num_samples`` may generate (the token budget, capped)."""
@@ -141,18 +155,31 @@ class ContinuousWhisperDecoder:
         return self.max_new_tokens if rule is None else rule.max_tokens(num_samples,
                                                                          self.max_new_tokens)
 
-    def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray) -> None:
+    def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray,
+               prefix: tuple[int, ...] = (), background: bool = False) -> None:
         """Queue a 16 kHz mono waveform of at most 30 s.
 
+        Args:
+            prefix: text tokens forced after the start prompt (the transcript so far, which
+                the result then begins with; the budget counts the tokens after it).
+            background: decode only when no other request waits, at temperature 0 only (a
+                refinement of an open segment; finals go first).
         Raises:
-            ValueError: the waveform is not 1-D or is longer than one 30 s window.
+            ValueError: the waveform is not 1-D or is longer than one 30 s window, or the
+                prefix leaves no room in the decoder's window.
         """
         shape = tuple(waveform.shape)
         if len(shape) != 1 or shape[0] > N_SAMPLES:
             raise ValueError(f"request {request_id}: waveform of shape {shape}; Whisper takes a "
                              f"1-D waveform of at most {N_SAMPLES} samples (30 s)")
-        request = _Request(request_id, self.budget(shape[0]))
-        self._waiting.append(_Pending(request, waveform=waveform))
+        room = self.max_new_tokens - len(prefix)
+        if room < 1:
+            raise ValueError(f"request {request_id}: a prefix of {len(prefix)} tokens leaves no "
+                             f"room in the decoder's {self.max_new_tokens} positions")
+        request = _Request(request_id, min(room, self.budget(shape[0])), prefix=tuple(prefix),
+                           background=background)
+        (self._background if background else self._waiting).append(
+            _Pending(request, waveform=waveform))
 
     def submit_encoded(self, request_id: int, encoded: torch.Tensor,
                        num_samples: int | None = None) -> None:
@@ -164,13 +191,63 @@ class ContinuousWhisperDecoder:
 
     @torch.inference_mode()
     def step(self) -> list[SecondPassResult]:
-        """Admit, prefill the admitted, advance the others by one token; the finished."""
+        """Beam-decode the waiting first decodes (``beam_size`` > 1), then admit, prefill the
+        admitted, advance the others by one token; the finished."""
+        finished = self._beam_step() if self.config.beam_size > 1 else []
         stepping = list(self._running)
-        finished = self._advance(stepping) if stepping else []
+        finished += self._advance(stepping) if stepping else []
         admitted = self._admit()
         if admitted:
             finished += self._prefill(admitted)
         return finished
+
+    def _beam_step(self) -> list[SecondPassResult]:
+        """The waiting requests' temperature-0 decodes, up to ``max_rows`` of them, by beam
+        search in one batched call to the end (dense per-request K/V, the cross K/V shared by
+        a request's beams); each then passes, or waits for its sampled fallback."""
+        firsts = [p for p in self._waiting if self._beamed(p.request)]
+        if not firsts:
+            return []
+        width = len(firsts[0].request.prefix)  # one prompt length per batch
+        batch = [p for p in firsts if len(p.request.prefix) == width][: self.config.max_rows]
+        for p in batch:
+            self._waiting.remove(p)
+        model, spec = self.checkpoint.model, self.checkpoint.spec
+        self._encode(batch)
+        states = [p.request.encoded for p in batch]
+        encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
+                                  tuple(s.num_encoded[0] for s in states if s is not None))
+        limit = max(p.request.max_new_tokens for p in batch)
+        kv = DecoderKv(self.encoder.cross_kv(encoded), len(spec.prompt) + width + limit,
+                       self.config.kv_cache, shared_cross=True)
+        prompts = torch.tensor([list(self._prompt(p.request)) for p in batch], device=model.device)
+        hyps = beam_search(model, spec, kv, self.config.beam_size, limit, prompt=prompts)
+        done = []
+        for p, hyp in zip(batch, hyps, strict=True):
+            tokens = hyp.tokens[: p.request.max_new_tokens]
+            truncated = len(hyp.tokens) >= p.request.max_new_tokens
+            repetition = self.config.repetition
+            looped = repetition is not None and any(
+                repetition.is_looping(tokens[:n]) for n in range(1, len(tokens) + 1))
+            p.request.samples, p.request.num_rows = [], 1
+            attempt = self._attempt(p.request, tokens, 0.0, hyp.log_prob, hyp.no_speech_prob,
+                                    looped, truncated and not looped)
+            result = self._settle(p.request, attempt)
+            if result is not None:
+                done.append(result)
+        return done
+
+    def _prompt(self, request: _Request) -> tuple[int, ...]:
+        return self.checkpoint.spec.prompt + request.prefix
+
+    def _attempt(self, request: _Request, generated: tuple[int, ...], temperature: float,
+                 log_prob: float, no_speech_prob: float | None, looped: bool,
+                 truncated: bool) -> DecodeAttempt:
+        """A decode's record: the request's prefix and the generated tokens, their text; the
+        average log-probability is the generated tokens' (end token counted)."""
+        tokens = request.prefix + tuple(generated)
+        return DecodeAttempt(tokens, self.checkpoint.tokenizer.decode(tokens), temperature,
+                             log_prob / (len(generated) + 1), no_speech_prob, looped, truncated)
 
     def _temperature(self, request: _Request) -> float:
         return self.config.fallback.temperatures[request.temperature_index]
@@ -179,19 +256,31 @@ class ContinuousWhisperDecoder:
         return 1 if self._temperature(request) == 0.0 else self.best_of
 
     def _admit(self) -> list[_Pending]:
+        """Requests to prefill this step, urgent ones first, all of one prompt length, as many
+        as the row cap and the pool's reservations allow."""
         admitted: list[_Pending] = []
         ceilings: list[int] = []
-        while self._waiting:
-            request = self._waiting[0].request
+        urgent = [p for p in self._waiting if not self._beamed(p.request)]
+        for pending in urgent or ([] if self._waiting else list(self._background)):
+            request = pending.request
+            if admitted and len(request.prefix) != len(admitted[0].request.prefix):
+                break
             rows = self._rows_for(request)
-            wanted = ceilings + [len(self.checkpoint.spec.prompt) + request.max_new_tokens] * rows
+            wanted = ceilings + [len(self._prompt(request)) + request.max_new_tokens] * rows
             if len(self._running) + len(wanted) > self.config.max_rows:
                 break
             if not self.manager.can_admit(wanted).ok:
                 break
             ceilings = wanted
-            admitted.append(self._waiting.popleft())
+            admitted.append(pending)
+            (self._background if request.background else self._waiting).remove(pending)
         return admitted
+
+    def _beamed(self, request: _Request) -> bool:
+        """Decoded by the batched beam search: a first decode of an urgent request when the
+        beam is wider than 1 (background refinements stay greedy: they are for display)."""
+        return (self.config.beam_size > 1 and request.temperature_index == 0
+                and not request.background)
 
     def _encode(self, pending: list[_Pending]) -> None:
         """Encode the admitted requests that arrived as waveforms (one batched call)."""
@@ -219,9 +308,11 @@ class ContinuousWhisperDecoder:
                                   tuple(s.num_encoded[0] for s in states if s is not None))
         try:
             for row in rows:
-                self.manager.allocate_row(row.row_id, len(spec.prompt) + row.request.max_new_tokens)
+                self.manager.allocate_row(row.row_id,
+                                          len(self._prompt(row.request)) + row.request.max_new_tokens)
             self.manager.build_cross_kv([r.row_id for r in rows], self.encoder.cross_kv(encoded))
-            prompt = torch.tensor(spec.prompt, device=model.device).expand(len(rows), -1)
+            prompt = torch.tensor([list(self._prompt(r.request)) for r in rows],
+                                  device=model.device)  # (B, P), one length per step
             view = self.manager.view([r.row_id for r in rows])
             prompt_logits = model.decoder(prompt, view)  # (B, P, V)
         except Exception:  # the requests are dropped; their pages must not leak
@@ -231,7 +322,8 @@ class ContinuousWhisperDecoder:
             raise
         for row, prob in zip(rows, no_speech_probs(prompt_logits, spec), strict=True):
             row.no_speech_prob = prob
-        return self._record(rows, prompt_logits[:, -1] + self._first)
+        first = self._first if prompt.size(1) == len(spec.prompt) else self._always
+        return self._record(rows, prompt_logits[:, -1] + first)
 
     def _advance(self, rows: list[_Running]) -> list[SecondPassResult]:
         model = self.checkpoint.model
@@ -285,16 +377,20 @@ class ContinuousWhisperDecoder:
         eot = self.checkpoint.spec.eot
         tokens = tuple(row.tokens[:-1] if row.tokens[-1] == eot else row.tokens)
         request = row.request
-        request.samples.append(DecodeAttempt(
-            tokens, self.checkpoint.tokenizer.decode(tokens), row.temperature,
-            row.log_prob / (len(tokens) + 1), row.no_speech_prob, looped, truncated))
+        request.samples.append(self._attempt(request, tokens, row.temperature, row.log_prob,
+                                             row.no_speech_prob, looped, truncated))
         if len(request.samples) < request.num_rows:
             return None  # sampled rows of this temperature still running
-        attempt = max(request.samples, key=lambda a: a.avg_log_prob)
+        return self._settle(request, max(request.samples, key=lambda a: a.avg_log_prob))
+
+    def _settle(self, request: _Request, attempt: DecodeAttempt) -> SecondPassResult | None:
+        """A decode of ``request`` is complete: its result, or None when it was queued again
+        at the next temperature."""
         request.attempts.append(attempt)
         rule = self.config.fallback
         failed = rule.is_failed(attempt)
-        if failed and request.temperature_index + 1 < len(rule.temperatures):
+        if (failed and not request.background
+                and request.temperature_index + 1 < len(rule.temperatures)):
             request.temperature_index += 1
             self.num_fallbacks += 1
             self._waiting.appendleft(_Pending(request))  # ahead of new requests
@@ -307,10 +403,11 @@ class ContinuousWhisperDecoder:
     def abort(self, request_id: int) -> bool:
         """Drop a waiting or running request (its rows freed now); False when unknown."""
         found = False
-        for pending in list(self._waiting):
-            if pending.request.request_id == request_id:
-                self._waiting.remove(pending)
-                found = True
+        for queue in (self._waiting, self._background):
+            for pending in list(queue):
+                if pending.request.request_id == request_id:
+                    queue.remove(pending)
+                    found = True
         for row in list(self._running):
             if row.request.request_id == request_id:
                 self.manager.free_row(row.row_id)
