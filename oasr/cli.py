@@ -73,7 +73,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="second-pass decoder K/V pool in GiB; default: --max-decode-slots "
                    "rows at their full length")
     g.add_argument("--max-decode-slots", type=int, default=None,
-                   help="second-pass rows decoded at once; default: min(max batch size, 8)")
+                   help="second-pass rows decoded at once (default: 8)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
 

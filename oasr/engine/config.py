@@ -110,9 +110,9 @@ class EngineConfig:
             format's bytes per token, so fp8 affords more rows); None sizes it to
             ``max_decode_slots`` rows at their full ceiling.
         max_decode_slots: second-pass rows decoded at once (``can_admit`` on the pool decides
-            how many of them fit); None = min(max_batch_size, second_pass_decode.max_rows (8)):
-            a Whisper tiny.en row at its ceiling is ~23 MiB in float32, so eight keep the
-            default pool under 200 MiB.
+            how many of them fit); None = ``second_pass_decode.max_rows`` (8): a Whisper
+            tiny.en row at its ceiling is ~23 MiB in float32, so eight keep the default pool
+            under 200 MiB.
         These three, when given, override the same settings of ``second_pass_decode``
         (``second_pass_decode_config``).
         num_threads: torch intra-op threads for the engine process; None keeps torch's
@@ -209,10 +209,10 @@ class EngineConfig:
     @property
     def resolved_max_decode_slots(self) -> int:
         """Second-pass rows decoded at once: ``max_decode_slots``, else
-        min(max_batch_size, second_pass_decode.max_rows)."""
+        ``second_pass_decode.max_rows``."""
         if self.max_decode_slots is not None:
             return self.max_decode_slots
-        return min(self.max_batch_size, self.second_pass_decode.max_rows)
+        return self.second_pass_decode.max_rows
 
     def second_pass_decode_config(self) -> WhisperDecodeConfig:
         """``second_pass_decode`` with this config's decoder K/V knobs applied: the format

@@ -151,7 +151,7 @@ def test_engine_config_carries_the_second_pass_kv_options() -> None:
                        decode_kv_budget_gib=1.0).second_pass_decode_config()
     assert (own.kv_cache, own.max_num_blocks, own.kv_budget_gib) == ("fp8_e4m3", None, 1.0)
     assert EngineConfig().second_pass_decode_config().max_rows == 8
-    assert EngineConfig(max_batch_size=3).resolved_max_decode_slots == 3
+    assert EngineConfig(max_batch_size=3).resolved_max_decode_slots == 8
     assert EngineConfig().second_pass_decode_config().kv_cache is None
     with pytest.raises(ValueError, match="needs an autoregressive decoder: set second_pass="):
         EngineConfig(quantization={"kv_cache": "fp8_e4m3"})
