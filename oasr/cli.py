@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from oasr.engine.config import EngineConfig
+from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
+from oasr.engine.refine import RefineConfig
+from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
 # model with both LMs, held-out-sentence WER is 52.2% greedy, 21.8% at beam 8, 19.8% at beam 16
@@ -26,8 +28,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
     g = parser.add_argument_group("engine")
     g.add_argument("--model", default=None,
-                   help="model dir (oasr format: Conformer-CTC or Whisper-CTC; or a WeNet "
-                   "experiment dir); default: bundled model")
+                   help="model dir (oasr format: Conformer-CTC or Whisper-CTC; a WeNet "
+                   "experiment dir; or an icefall Zipformer experiment dir); default: bundled "
+                   "model")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     g.add_argument("--dtype", default="auto",
                    help="auto | float32 | float16 | bfloat16 | int8 (int8 encoder linears)")
@@ -60,6 +63,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="penalty per word outside the word LM's lexicon; default: tuned")
     g.add_argument("--second-pass", choices=("whisper", "none"), default="whisper",
                    help="re-decode each finished segment with Whisper tiny.en for accurate finals")
+    g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
+                   help="Whisper's beam at temperature 0 (1 = greedy)")
+    g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
+                   help="refined partials: re-decode an open segment with Whisper after this "
+                   "many seconds of new audio, in spare capacity; 0 turns them off")
     g.add_argument("--prefill-kv-window", action="store_true",
                    help="give each stream its whole --num-left-chunks window, zeroed, at "
                    "admission (models trained with a fixed attention window)")
@@ -117,6 +125,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         lm=args.lm,
         num_threads=args.threads,
         second_pass=args.second_pass,
+        second_pass_decode=WhisperDecodeConfig(beam_size=args.second_pass_beam),
+        refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
         streaming_cohort_admit=args.streaming_cohort_admit,
         quantization=parse_quantization_options(args.quantization_option) or None,
         decode_kv_budget_gib=args.decode_kv_budget_gib,

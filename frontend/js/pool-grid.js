@@ -1,7 +1,8 @@
 // The block grid: one square element per K/V block (.cell; .used with data-owner and the
 // owning stream's colour; .mine for this tab's stream), sized so the whole pool is visible at
 // once: 18 px squares for small pools down to 2 px for pools of tens of thousands of blocks.
-// The grid element carries data-num-blocks, data-num-used and data-num-mine.
+// The grid element carries data-num-blocks, data-num-used and data-num-mine. The same grid
+// shows stream slots (unit "slot") for a model without paged blocks.
 
 import { streamColor } from "./colors.js";
 
@@ -15,6 +16,7 @@ export class PoolGrid {
     this.cells = [];
     this.owners = [];
     this.myStreamId = null;
+    this.unit = "block";
     new ResizeObserver(() => this.layout()).observe(root.parentElement);
   }
 
@@ -23,9 +25,11 @@ export class PoolGrid {
     this.paint(this.owners, true);
   }
 
-  update(owners) {
+  update(owners, unit = "block") {
+    const relabel = unit !== this.unit;
+    this.unit = unit;
     if (owners.length !== this.cells.length) this.rebuild(owners.length);
-    this.paint(owners, false);
+    this.paint(owners, relabel);
   }
 
   rebuild(count) {
@@ -68,7 +72,7 @@ export class PoolGrid {
       cell.style.background = taken ? streamColor(owner) : "";
       cell.classList.toggle("used", taken);
       cell.classList.toggle("mine", isMine);
-      cell.title = taken ? `block ${index}: stream ${owner}` : `block ${index}: free`;
+      cell.title = taken ? `${this.unit} ${index}: stream ${owner}` : `${this.unit} ${index}: free`;
       if (taken) cell.dataset.owner = String(owner);
       else delete cell.dataset.owner;
     });

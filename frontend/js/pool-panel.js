@@ -1,5 +1,7 @@
 // The pool panel: the block grid (pool-grid.js) and the engine's
 // counters (occupancy, evictions, streams, finish reasons, step time, real-time factor).
+// A slot-runtime model (pool.kind "slots": the Zipformer) has no paged blocks: the grid then
+// shows one cell per stream slot and the occupancy counts slots.
 
 import { streamColor } from "./colors.js";
 import { PoolGrid } from "./pool-grid.js";
@@ -41,9 +43,14 @@ export class PoolPanel {
 
   update(snapshot) {
     const { pool, streams, step } = snapshot;
-    this.poolGrid.update(pool.owners || []);
-    const percent = pool.num_blocks ? (100 * pool.num_used_blocks) / pool.num_blocks : 0;
-    this.field("occupancy", `${pool.num_used_blocks} / ${pool.num_blocks} blocks (${fmt(percent)}%)`);
+    const slots = pool.kind === "slots";
+    this.poolGrid.update((slots ? pool.slot_owners : pool.owners) || [], slots ? "slot" : "block");
+    const [used, total] = slots ? [pool.num_used_slots, pool.num_slots]
+      : [pool.num_used_blocks, pool.num_blocks];
+    const percent = total ? (100 * used) / total : 0;
+    this.field("occupancy", slots
+      ? `${used} / ${total} slots (${fmt(percent)}%) · no paged blocks: fixed-size slot state`
+      : `${used} / ${total} blocks (${fmt(percent)}%)`);
     this.field("evictions", String(snapshot.num_evictions));
     this.field("active", `${streams.active} / ${streams.max_batch_size}`);
     this.field("waiting", String(streams.waiting));
@@ -57,10 +64,11 @@ export class PoolPanel {
     if (snapshot.server) {
       this.field("connections", `${snapshot.server.connections} / ${snapshot.server.max_connections}`);
     }
-    this.grid.setAttribute("aria-label",
-      `Block pool: ${pool.num_used_blocks} of ${pool.num_blocks} blocks in use by ${streams.active} streams`);
+    this.grid.setAttribute("aria-label", slots
+      ? `Stream slots: ${used} of ${total} in use (no paged blocks)`
+      : `Block pool: ${used} of ${total} blocks in use by ${streams.active} streams`);
     this.paintReasons(snapshot.finish_reasons || {});
-    this.paintLegend(streams.list || [], pool.block_size_frames);
+    this.paintLegend(streams.list || [], slots ? null : pool.block_size_frames);
   }
 
   paintReasons(counts) {
@@ -90,9 +98,10 @@ export class PoolPanel {
       swatch.style.background = streamColor(stream.stream_id);
       const label = document.createElement("span");
       const mine = stream.stream_id === this.myStreamId ? " (this tab)" : "";
-      label.textContent = `stream ${stream.stream_id}${mine}: ${stream.num_blocks} blocks` +
-        ` (${stream.num_blocks * (blockFrames || 0)} frames), ${fmt(stream.audio_s)} s audio,` +
-        ` lag ${fmt(stream.lag_s, 2)} s`;
+      const held = blockFrames === null ? `slot ${stream.slot}`
+        : `${stream.num_blocks} blocks (${stream.num_blocks * (blockFrames || 0)} frames)`;
+      label.textContent = `stream ${stream.stream_id}${mine}: ${held}, ${fmt(stream.audio_s)} s` +
+        ` audio, lag ${fmt(stream.lag_s, 2)} s`;
       item.append(swatch, label);
       this.legend.append(item);
     }

@@ -17,12 +17,17 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from oasr.cache.decoder_kv import PagedDecoderKv
+from oasr.models.whisper.decode_requests import (
+    DecodeRequest,
+    PendingDecode,
+    RunningRow,
+    SecondPassResult,
+)
 from oasr.models.whisper.decoding import (
     beam_search,
     default_max_new_tokens,
@@ -37,66 +42,6 @@ from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_m
 from oasr.models.whisper.window import EncodedSegments, SegmentEncoder
 
 _SAMPLES_PER_ENCODER_FRAME = 2 * HOP_LENGTH  # the encoder's stride-2 stem: 20 ms
-
-
-@dataclass(frozen=True)
-class SecondPassResult:
-    """A finished request.
-
-    Attributes:
-        request_id: as submitted.
-        tokens: generated text tokens (no prompt, no end token).
-        text: their text.
-        avg_log_prob: log-probability per generated token (end token included).
-        no_speech_prob: P(no-speech) at the start token (None if the vocabulary has none);
-            with a low ``avg_log_prob`` it flags a segment with no speech.
-        temperature: of the kept decode (0 = greedy).
-        num_decodes: decodes tried (1 = no fallback).
-        failed: every temperature failed the fallback rule; the text is the best of them and
-            should not be trusted.
-        looped: the kept decode was stopped by the repetition rule.
-    """
-
-    request_id: int
-    tokens: tuple[int, ...]
-    text: str
-    avg_log_prob: float
-    no_speech_prob: float | None
-    temperature: float = 0.0
-    num_decodes: int = 1
-    failed: bool = False
-    looped: bool = False
-
-
-@dataclass
-class _Request:
-    """A request across its decodes: budget, encoder states (kept for fallback), attempts."""
-
-    request_id: int
-    max_new_tokens: int
-    encoded: EncodedSegments | None = None  # (1, S, d) once encoded
-    prefix: tuple[int, ...] = ()  # forced text tokens after the start prompt
-    background: bool = False  # decoded when nothing urgent waits; never falls back
-    attempts: list[DecodeAttempt] = field(default_factory=list)
-    temperature_index: int = 0
-    samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
-    num_rows: int = 1  # rows decoding this temperature
-
-
-@dataclass
-class _Pending:
-    request: _Request
-    waveform: torch.Tensor | np.ndarray | None = None
-
-
-@dataclass
-class _Running:
-    request: _Request
-    row_id: int
-    temperature: float
-    no_speech_prob: float | None = None
-    log_prob: float = 0.0
-    tokens: list[int] = field(default_factory=list)
 
 
 class ContinuousWhisperDecoder:
@@ -121,9 +66,9 @@ class ContinuousWhisperDecoder:
         self.best_of = min(self.config.fallback.best_of, self.config.max_rows)
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
         self._generator = torch.Generator(device=model.device).manual_seed(seed)
-        self._waiting: deque[_Pending] = deque()  # finals and their fallbacks, FIFO
-        self._background: deque[_Pending] = deque()  # refinements: when nothing else waits
-        self._running: list[_Running] = []
+        self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO
+        self._background: deque[PendingDecode] = deque()  # refinements: when nothing else waits
+        self._running: list[RunningRow] = []
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
         self.num_fallbacks = 0  # decodes redone at a higher temperature
@@ -176,10 +121,10 @@ class ContinuousWhisperDecoder:
         if room < 1:
             raise ValueError(f"request {request_id}: a prefix of {len(prefix)} tokens leaves no "
                              f"room in the decoder's {self.max_new_tokens} positions")
-        request = _Request(request_id, min(room, self.budget(shape[0])), prefix=tuple(prefix),
-                           background=background)
+        request = DecodeRequest(request_id, min(room, self.budget(shape[0])),
+                                prefix=tuple(prefix), background=background)
         (self._background if background else self._waiting).append(
-            _Pending(request, waveform=waveform))
+            PendingDecode(request, waveform=waveform))
 
     def submit_encoded(self, request_id: int, encoded: torch.Tensor,
                        num_samples: int | None = None) -> None:
@@ -187,7 +132,7 @@ class ContinuousWhisperDecoder:
         ``num_samples`` (default: the audio all S frames stand for)."""
         samples = encoded.size(0) * _SAMPLES_PER_ENCODER_FRAME if num_samples is None else num_samples
         states = EncodedSegments(encoded[None], (encoded.size(0),))
-        self._waiting.append(_Pending(_Request(request_id, self.budget(samples), states)))
+        self._waiting.append(PendingDecode(DecodeRequest(request_id, self.budget(samples), states)))
 
     @torch.inference_mode()
     def step(self) -> list[SecondPassResult]:
@@ -237,10 +182,10 @@ class ContinuousWhisperDecoder:
                 done.append(result)
         return done
 
-    def _prompt(self, request: _Request) -> tuple[int, ...]:
+    def _prompt(self, request: DecodeRequest) -> tuple[int, ...]:
         return self.checkpoint.spec.prompt + request.prefix
 
-    def _attempt(self, request: _Request, generated: tuple[int, ...], temperature: float,
+    def _attempt(self, request: DecodeRequest, generated: tuple[int, ...], temperature: float,
                  log_prob: float, no_speech_prob: float | None, looped: bool,
                  truncated: bool) -> DecodeAttempt:
         """A decode's record: the request's prefix and the generated tokens, their text; the
@@ -249,16 +194,16 @@ class ContinuousWhisperDecoder:
         return DecodeAttempt(tokens, self.checkpoint.tokenizer.decode(tokens), temperature,
                              log_prob / (len(generated) + 1), no_speech_prob, looped, truncated)
 
-    def _temperature(self, request: _Request) -> float:
+    def _temperature(self, request: DecodeRequest) -> float:
         return self.config.fallback.temperatures[request.temperature_index]
 
-    def _rows_for(self, request: _Request) -> int:
+    def _rows_for(self, request: DecodeRequest) -> int:
         return 1 if self._temperature(request) == 0.0 else self.best_of
 
-    def _admit(self) -> list[_Pending]:
+    def _admit(self) -> list[PendingDecode]:
         """Requests to prefill this step, urgent ones first, all of one prompt length, as many
         as the row cap and the pool's reservations allow."""
-        admitted: list[_Pending] = []
+        admitted: list[PendingDecode] = []
         ceilings: list[int] = []
         urgent = [p for p in self._waiting if not self._beamed(p.request)]
         for pending in urgent or ([] if self._waiting else list(self._background)):
@@ -276,13 +221,13 @@ class ContinuousWhisperDecoder:
             (self._background if request.background else self._waiting).remove(pending)
         return admitted
 
-    def _beamed(self, request: _Request) -> bool:
+    def _beamed(self, request: DecodeRequest) -> bool:
         """Decoded by the batched beam search: a first decode of an urgent request when the
         beam is wider than 1 (background refinements stay greedy: they are for display)."""
         return (self.config.beam_size > 1 and request.temperature_index == 0
                 and not request.background)
 
-    def _encode(self, pending: list[_Pending]) -> None:
+    def _encode(self, pending: list[PendingDecode]) -> None:
         """Encode the admitted requests that arrived as waveforms (one batched call)."""
         fresh = [p for p in pending if p.request.encoded is None]
         if not fresh:
@@ -294,14 +239,14 @@ class ContinuousWhisperDecoder:
                                                 (encoded.num_encoded[row],))
             p.waveform = None
 
-    def _prefill(self, admitted: list[_Pending]) -> list[SecondPassResult]:
+    def _prefill(self, admitted: list[PendingDecode]) -> list[SecondPassResult]:
         model, spec = self.checkpoint.model, self.checkpoint.spec
         self._encode(admitted)
-        rows: list[_Running] = []
+        rows: list[RunningRow] = []
         for p in admitted:
             p.request.num_rows = self._rows_for(p.request)
             p.request.samples = []
-            rows += [_Running(p.request, next(self._row_ids), self._temperature(p.request))
+            rows += [RunningRow(p.request, next(self._row_ids), self._temperature(p.request))
                      for _ in range(p.request.num_rows)]
         states = [r.request.encoded for r in rows]
         encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
@@ -325,7 +270,7 @@ class ContinuousWhisperDecoder:
         first = self._first if prompt.size(1) == len(spec.prompt) else self._always
         return self._record(rows, prompt_logits[:, -1] + first)
 
-    def _advance(self, rows: list[_Running]) -> list[SecondPassResult]:
+    def _advance(self, rows: list[RunningRow]) -> list[SecondPassResult]:
         model = self.checkpoint.model
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=model.device)  # (B, 1)
         row_ids = [r.row_id for r in rows]
@@ -334,7 +279,7 @@ class ContinuousWhisperDecoder:
         view = self._view
         return self._record(rows, model.decoder(last, view)[:, -1] + self._always)
 
-    def _pick(self, rows: list[_Running], logits: torch.Tensor) -> tuple[list[int], list[float]]:
+    def _pick(self, rows: list[RunningRow], logits: torch.Tensor) -> tuple[list[int], list[float]]:
         """Each row's next token from its logits (B, V): argmax at temperature 0, else sampled
         from softmax(logits / T); with the token's log-probability under the plain logits."""
         picked = logits.argmax(dim=-1)  # (B,)
@@ -348,7 +293,7 @@ class ContinuousWhisperDecoder:
         picked_lp = torch.log_softmax(logits.float(), dim=-1).gather(1, picked[:, None])[:, 0]
         return picked.tolist(), picked_lp.tolist()
 
-    def _record(self, rows: list[_Running], logits: torch.Tensor) -> list[SecondPassResult]:
+    def _record(self, rows: list[RunningRow], logits: torch.Tensor) -> list[SecondPassResult]:
         """Append each row's next token; finish rows (free them) on the end token, the budget
         or a loop, and requests whose decode is complete."""
         eot = self.checkpoint.spec.eot
@@ -372,7 +317,7 @@ class ContinuousWhisperDecoder:
         self._running = [r for r in joined if r.row_id not in finished_rows]
         return done
 
-    def _finish_row(self, row: _Running, looped: bool, truncated: bool) -> SecondPassResult | None:
+    def _finish_row(self, row: RunningRow, looped: bool, truncated: bool) -> SecondPassResult | None:
         """Record a finished row's decode; the request's result once it has one to give."""
         eot = self.checkpoint.spec.eot
         tokens = tuple(row.tokens[:-1] if row.tokens[-1] == eot else row.tokens)
@@ -383,7 +328,7 @@ class ContinuousWhisperDecoder:
             return None  # sampled rows of this temperature still running
         return self._settle(request, max(request.samples, key=lambda a: a.avg_log_prob))
 
-    def _settle(self, request: _Request, attempt: DecodeAttempt) -> SecondPassResult | None:
+    def _settle(self, request: DecodeRequest, attempt: DecodeAttempt) -> SecondPassResult | None:
         """A decode of ``request`` is complete: its result, or None when it was queued again
         at the next temperature."""
         request.attempts.append(attempt)
@@ -393,7 +338,7 @@ class ContinuousWhisperDecoder:
                 and request.temperature_index + 1 < len(rule.temperatures)):
             request.temperature_index += 1
             self.num_fallbacks += 1
-            self._waiting.appendleft(_Pending(request))  # ahead of new requests
+            self._waiting.appendleft(PendingDecode(request))  # ahead of new requests
             return None
         kept = best_attempt(request.attempts, rule) if failed else attempt
         return SecondPassResult(request.request_id, kept.tokens, kept.text, kept.avg_log_prob,
