@@ -68,6 +68,20 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
                    help="refined partials: re-decode an open segment with Whisper after this "
                    "many seconds of new audio, in spare capacity; 0 turns them off")
+    g.add_argument("--prefill-kv-window", action="store_true",
+                   help="give each stream its whole --num-left-chunks window, zeroed, at "
+                   "admission (models trained with a fixed attention window)")
+    g.add_argument("--streaming-cohort-admit", action="store_true",
+                   help="admit waiting streams shortest audio first (bounded by the wait "
+                   "limit) instead of oldest first")
+    g.add_argument("--quantization-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="second-pass decoder K/V format: kv_cache=fp8_e4m3 (float8 plus a "
+                   "scale per token and head: ~1.9x the rows of float16 in the same memory)")
+    g.add_argument("--decode-kv-budget-gib", type=float, default=None,
+                   help="second-pass decoder K/V pool in GiB; default: --max-decode-slots "
+                   "rows at their full length")
+    g.add_argument("--max-decode-slots", type=int, default=None,
+                   help="second-pass rows decoded at once (default: 8)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
 
@@ -97,6 +111,7 @@ def default_beam_size(model: str | None, lm: str) -> int:
 
 def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
     from oasr.decoding import GpuDecoderConfig
+    from oasr.models.whisper.quantization import parse_quantization_options
 
     beam_size = args.beam_size
     if beam_size is None:
@@ -109,6 +124,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         max_batch_size=args.max_batch_size,
         chunk_size=args.chunk_size,
         num_left_chunks=args.num_left_chunks,
+        prefill_kv_window=args.prefill_kv_window,
         max_num_blocks=args.max_num_blocks,
         decoder=GpuDecoderConfig(beam_size=beam_size, lm_weight=args.lm_weight,
                                  lm_unit_bonus=args.lm_unit_bonus,
@@ -121,6 +137,10 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         second_pass_decode=replace(EngineConfig().second_pass_decode,
                                    beam_size=args.second_pass_beam),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
+        streaming_cohort_admit=args.streaming_cohort_admit,
+        quantization=parse_quantization_options(args.quantization_option) or None,
+        decode_kv_budget_gib=args.decode_kv_budget_gib,
+        max_decode_slots=args.max_decode_slots,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]
 

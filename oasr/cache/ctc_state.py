@@ -102,12 +102,18 @@ class CtcStateCacheManager:
     def __contains__(self, stream_id: object) -> bool:
         return stream_id in self._streams
 
-    def allocate_stream(self, stream_id: int, batch: int = 1, *, vocab_size: int) -> None:
+    def allocate_stream(self, stream_id: int, batch: int = 1, vocab_size: int | None = None) -> None:
         """Give the stream a fresh state of ``batch`` rows: a pooled one reset in place, else new.
 
+        Args:
+            stream_id: any int not allocated here.
+            batch: hypothesis rows of the state (1 for one stream).
+            vocab_size: CTC outputs (required; positional as ``allocate_stream(sid, 1, V)``).
         Raises:
-            ValueError: duplicate stream id.
+            ValueError: duplicate stream id, or no ``vocab_size``.
         """
+        if vocab_size is None:
+            raise ValueError(f"allocate_stream({stream_id}) needs vocab_size (the CTC outputs)")
         if stream_id in self._streams:
             raise ValueError(f"stream {stream_id} already has a CTC decoder state")
         if self._pool:

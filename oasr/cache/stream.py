@@ -16,6 +16,11 @@ class StreamContext:
     Holds no state of its own beyond the id: every call forwards to the managers, which own the
     storage and bookkeeping. The stream must be allocated in each manager (``open`` does that,
     binding the conv cache to the attention manager's slot).
+
+    One conv-cache layout throughout: (num_layers, 1, kernel_size - 1, hidden_dim), what
+    ``get_cnn_cache`` returns and both commits take, and what ``AsrModel.forward_chunk`` and
+    ``AsrModel.forward_chunk_paged`` take and return. WeNet's (L, 1, hidden_dim, k - 1) appears
+    only in the ``*_wenet_*`` pair, for ``ConformerEncoder.forward_chunk``.
     """
 
     def __init__(

@@ -121,6 +121,8 @@ class CacheConfig:
                 "max_num_blocks // max_batch_size = 0 blocks; raise max_num_blocks to at least "
                 f"{self.max_batch_size}, lower max_batch_size or set num_left_chunks >= 0"
             )
+        if mlb is not None:
+            self._validate_bounded_pool(mlb)
         if mlb is not None and self.max_blocks_per_seq < mlb + 1:
             raise ValueError(
                 f"max_blocks_per_seq ({self.max_blocks_per_seq}) cannot address the history "
@@ -128,6 +130,36 @@ class CacheConfig:
                 f"the in-flight chunk's block; set max_blocks_per_seq >= {mlb + 1} or lower "
                 "num_left_chunks"
             )
+
+    def _validate_bounded_pool(self, mlb: int) -> None:
+        """With eviction every stream's footprint is bounded, so the pool must hold all of them
+        at once (seed §10.2): ``max_batch_size`` streams of ``peak_blocks_per_stream`` blocks."""
+        need = self.max_batch_size * self.peak_blocks_per_stream
+        if self.max_num_blocks < need:
+            fits = self.max_num_blocks // self.peak_blocks_per_stream
+            lower = f", lower max_batch_size to {fits}" if fits else ""
+            raise ValueError(
+                f"max_num_blocks ({self.max_num_blocks}) cannot hold max_batch_size "
+                f"({self.max_batch_size}) streams: with num_left_chunks={self.num_left_chunks} "
+                f"each stream holds up to {mlb} blocks plus one for the chunk in flight, "
+                f"{self.peak_blocks_per_stream} x {self.max_batch_size} = {need}; raise "
+                f"max_num_blocks to {need}{lower} or lower num_left_chunks"
+            )
+        if self.prefill_kv_window and self.chunk_size != self.block_size_frames:
+            lo = mlb * self.block_size_frames - self.block_size_frames + self.chunk_size
+            raise ValueError(
+                f"prefill_kv_window needs chunk_size == block_size_frames (got {self.chunk_size} "
+                f"and {self.block_size_frames}): eviction frees whole blocks, so a smaller chunk "
+                f"leaves the held window alternating between {lo} and "
+                f"{mlb * self.block_size_frames} frames, and the window would not be uniform; "
+                f"set block_size_frames={self.chunk_size}"
+            )
+
+    @property
+    def peak_blocks_per_stream(self) -> int:
+        """The most blocks one stream holds at once: ``blocks_per_stream`` plus, with eviction,
+        the block of the chunk in flight (allocated before the forward, evicted at commit)."""
+        return self.blocks_per_stream + (1 if self.has_eviction else 0)
 
     @property
     def kv_last_dim(self) -> int:

@@ -27,22 +27,16 @@ def blocks_for_one_stream(config: CacheConfig) -> int:
 
 
 def check_pool_covers_slots(config: CacheConfig) -> None:
-    """Refuse a pool too small for its slots.
+    """Refuse a pool whose streams could each hold almost nothing.
+
+    With eviction, ``CacheConfig`` itself refuses a pool smaller than ``max_batch_size``
+    windows (specification §10.2); with unlimited history a stream's ceiling is its share of
+    the pool, and one under `MIN_STREAM_BLOCKS` blocks would end every stream "length" after
+    its first chunk.
 
     Raises:
-        ValueError: with eviction, ``max_batch_size`` streams each holding their window and
-            in-flight block need more blocks than the pool has (the step would find the pool
-            empty); or a stream's ceiling is under `MIN_STREAM_BLOCKS` blocks.
+        ValueError: with the blocks each stream would get, and what to change.
     """
-    per_stream = blocks_for_one_stream(config)
-    needed = config.max_batch_size * per_stream
-    if config.max_logical_blocks is not None and config.max_num_blocks < needed:
-        fit = config.max_num_blocks // per_stream
-        raise ValueError(
-            f"the K/V pool has {config.max_num_blocks} blocks but {config.max_batch_size} slots "
-            f"x {per_stream} blocks per stream (num_left_chunks={config.num_left_chunks} "
-            f"retained + 1 in flight) need {needed}: raise --max-num-blocks to >= {needed}, "
-            f"lower --max-batch-size to <= {fit} or lower --num-left-chunks")
     if config.max_logical_blocks is None and config.blocks_per_stream < MIN_STREAM_BLOCKS:
         raise ValueError(
             f"each stream could hold only {config.blocks_per_stream} block "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,6 +63,11 @@ class EngineConfig:
             Conformer frames of 40 ms, 32 Whisper-CTC frames of 20 ms).
         num_left_chunks: attention history in chunks; -1 keeps all (bounded by endpoint resets
             and the per-stream ceiling), >= 0 evicts older blocks.
+        prefill_kv_window: give each stream its whole retained window (``num_left_chunks``
+            chunks), zeroed, at admission, so every stream always holds the same cached length
+            (seed §10.2). For a model trained with a fixed attention window, whose every
+            chunk attended a full window; needs ``num_left_chunks >= 0`` and one block per
+            chunk. Without it a stream's first chunks attend only what it has heard.
         block_size_frames: frames per K/V block; None = the chunk size (one block per chunk).
         max_num_blocks: pool size; None derives it from free memory (see oasr.engine.memory).
         max_blocks_per_seq: width of a stream's block table: with unlimited history, the
@@ -71,6 +77,9 @@ class EngineConfig:
             pool may take.
         max_wait_time_s: how long a new stream may wait for a slot before it is refused "busy";
             0 refuses at once.
+        streaming_cohort_admit: admit waiting streams length-sorted (shortest audio first)
+            instead of oldest first, bounded by ``max_wait_time_s``: a stream at its deadline
+            goes first (seed §9.4; see ``Scheduler``).
         decoder: CTC decoding settings (beam_size 1 = greedy; the LM weights and bonuses
             apply when an LM is used; None weights take the values tuned with the LM files).
         lm: the LMs fused into beam search: "auto" uses the model directory's char LM
@@ -96,6 +105,21 @@ class EngineConfig:
             None keeps Whisper's text always.
         refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
             committed prefix that never changes); None: partials are the CTC text.
+        quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
+            (self- and cross-attention) as float8 with one fp32 scale per (token, head)
+            (seed §10.6); None keeps the served dtype. Needs ``second_pass="whisper"`` (the
+            CTC encoder has no autoregressive decoder). Refused at construction, by name,
+            where it cannot be served (`check_kv_cache_servable`). On CPU it is storage
+            only: the pages are dequantized after the gather, so it buys rows, not speed.
+        decode_kv_budget_gib: the second pass's decoder pool as a byte budget (pages at the
+            format's bytes per token, so fp8 affords more rows); None sizes it to
+            ``max_decode_slots`` rows at their full ceiling.
+        max_decode_slots: second-pass rows decoded at once (``can_admit`` on the pool decides
+            how many of them fit); None = ``second_pass_decode.max_rows`` (8): a Whisper
+            tiny.en row at its ceiling is ~23 MiB in float32, so eight keep the default pool
+            under 200 MiB.
+        These three, when given, override the same settings of ``second_pass_decode``
+        (``second_pass_decode_config``).
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
             often faster (each step is many small kernels).
@@ -112,11 +136,13 @@ class EngineConfig:
     max_batch_size: int = 64
     chunk_size: int | None = None
     num_left_chunks: int = -1
+    prefill_kv_window: bool = False
     block_size_frames: int | None = None
     max_num_blocks: int | None = None
     max_blocks_per_seq: int = 64
     kv_memory_fraction: float = 0.1
     max_wait_time_s: float = 2.0
+    streaming_cohort_admit: bool = False
     decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)
     endpoint: EndpointConfig | None = field(default_factory=EndpointConfig)
     lm: str = "auto"
@@ -130,6 +156,9 @@ class EngineConfig:
                                                     encoder_window=EncoderWindow("full")))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     refine: RefineConfig | None = field(default_factory=RefineConfig)
+    quantization: Mapping[str, str] | None = field(default=None, hash=False)
+    decode_kv_budget_gib: float | None = None
+    max_decode_slots: int | None = None
     num_threads: int | None = None
     min_audio_rate: float = 0.1
     audio_rate_window_s: float = 10.0
@@ -144,6 +173,10 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.num_left_chunks < -1:
             raise ValueError(f"num_left_chunks must be -1 (all) or >= 0, got {self.num_left_chunks}")
+        if self.prefill_kv_window and self.num_left_chunks < 0:
+            raise ValueError(
+                "prefill_kv_window needs a bounded window: set num_left_chunks >= 0 (got -1, "
+                "unlimited history) or prefill_kv_window=False")
         if (self.block_size_frames is not None and self.chunk_size is not None
                 and self.block_size_frames < self.chunk_size):
             raise ValueError(
@@ -159,6 +192,7 @@ class EngineConfig:
         if self.second_pass_max_backlog < 1:
             raise ValueError(
                 f"second_pass_max_backlog must be >= 1, got {self.second_pass_max_backlog}")
+        self._validate_second_pass_kv()
         if self.lm not in ("auto", "none") and self.decoder.is_greedy:
             raise ValueError(f"lm {self.lm!r} needs beam search: set decoder beam_size > 1 "
                              "(or lm 'none')")
@@ -178,6 +212,45 @@ class EngineConfig:
         if not (math.isfinite(self.audio_rate_window_s) and self.audio_rate_window_s >= 1.0):
             raise ValueError(
                 f"audio_rate_window_s must be a finite number >= 1 s, got {self.audio_rate_window_s}")
+
+    def _validate_second_pass_kv(self) -> None:
+        if self.quantization is not None:
+            from oasr.models.whisper.quantization import kv_cache_format
+
+            kv_cache = kv_cache_format(self.quantization)
+            if kv_cache is not None and self.second_pass != "whisper":
+                raise ValueError(
+                    f"quantization kv_cache={kv_cache} needs an autoregressive decoder: set "
+                    f"second_pass='whisper' (got {self.second_pass!r}; the CTC encoder's K/V "
+                    "pool keeps the served dtype)")
+        budget = self.decode_kv_budget_gib
+        if budget is not None and not (math.isfinite(budget) and budget > 0):
+            raise ValueError(f"decode_kv_budget_gib must be a positive number of GiB or None, "
+                             f"got {budget}")
+        if self.max_decode_slots is not None and self.max_decode_slots < 1:
+            raise ValueError(f"max_decode_slots must be >= 1 or None, got {self.max_decode_slots}")
+
+    @property
+    def resolved_max_decode_slots(self) -> int:
+        """Second-pass rows decoded at once: ``max_decode_slots``, else
+        ``second_pass_decode.max_rows``."""
+        if self.max_decode_slots is not None:
+            return self.max_decode_slots
+        return self.second_pass_decode.max_rows
+
+    def second_pass_decode_config(self) -> WhisperDecodeConfig:
+        """``second_pass_decode`` with this config's decoder K/V knobs applied: the format
+        (``quantization``), the rows (``resolved_max_decode_slots``) and the pool budget
+        (``decode_kv_budget_gib``, which replaces a page count)."""
+        from oasr.models.whisper.quantization import kv_cache_format
+
+        decode = self.second_pass_decode
+        kv_cache = kv_cache_format(self.quantization) if self.quantization else decode.kv_cache
+        changes: dict[str, object] = {"kv_cache": kv_cache,
+                                      "max_rows": self.resolved_max_decode_slots}
+        if self.decode_kv_budget_gib is not None:
+            changes.update(kv_budget_gib=self.decode_kv_budget_gib, max_num_blocks=None)
+        return dataclasses.replace(decode, **changes)  # type: ignore[arg-type]
 
     def resolve_device(self) -> torch.device:
         """The torch device this config selects."""
@@ -286,6 +359,7 @@ class EngineConfig:
             kernel_size=geometry.kernel_size,
             chunk_size=chunk,
             num_left_chunks=self.num_left_chunks,
+            prefill_kv_window=self.prefill_kv_window,
             block_size_frames=block,
             max_num_blocks=self.max_num_blocks or ceiling,
             max_blocks_per_seq=blocks_per_seq,

@@ -61,7 +61,8 @@ class ASREngine:
         if config.second_pass == "whisper":
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device,
-                                           config.second_pass_decode, self._guard(config))
+                                           config.second_pass_decode_config(),
+                                           self._guard(config))
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
         self.refiner = None

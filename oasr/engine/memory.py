@@ -45,8 +45,7 @@ def available_memory_bytes(device: torch.device | str) -> int:
 def min_pool_blocks(config: CacheConfig) -> int:
     """Blocks every slot needs to run at once: with eviction, each stream's retained window
     plus its in-flight block; with unlimited history, one block per stream."""
-    mlb = config.max_logical_blocks
-    per_stream = 1 if mlb is None else mlb + 1
+    per_stream = config.peak_blocks_per_stream if config.has_eviction else 1
     return config.max_batch_size * per_stream
 
 

@@ -44,6 +44,13 @@ class Scheduler:
 
     Invariant: a stream id is in ``waiting`` iff its request is WAITING; admission is bounded by
     ``num_free_slots`` passed in by the engine, which owns the slot pool.
+
+    Admission order (``streaming_cohort_admit``, seed §9.4): off, oldest first. On, the
+    waiting streams are length-sorted, shortest audio received first (ties oldest first):
+    shortest-first minimises the mean wait, and it puts live speakers, who have only what they
+    said while waiting, before bulk uploads. It is bounded by ``max_wait_time_s``: a stream that
+    has waited that long would be refused this step, so it goes before every younger one
+    (oldest first among them); the sort never costs a stream its admission at its deadline.
     """
 
     def __init__(self, config: EngineConfig) -> None:
@@ -62,8 +69,10 @@ class Scheduler:
         """Decide this step's admissions, refusals, timeouts, finishes and cohort."""
         out = SchedulerOutput()
         self._expire(requests, now, out)
-        while self.waiting and len(out.admit) < num_free_slots:
-            out.admit.append(self.waiting.popleft())
+        if num_free_slots > 0 and self.waiting:
+            out.admit.extend(self._admission_order(requests, now)[:num_free_slots])
+            for stream_id in out.admit:
+                self.waiting.remove(stream_id)
         for stream_id in list(self.waiting):
             if now - requests[stream_id].created_at >= self.config.max_wait_time_s:
                 self.waiting.remove(stream_id)
@@ -77,6 +86,17 @@ class Scheduler:
             elif request.windower.is_exhausted(request.features):
                 out.finish.append(stream_id)
         return out
+
+    def _admission_order(self, requests: dict[int, Request], now: float) -> list[int]:
+        """Waiting stream ids in the order they take free slots (see the class docstring)."""
+        if not self.config.streaming_cohort_admit:
+            return list(self.waiting)
+        deadline = self.config.max_wait_time_s
+        due = [sid for sid in self.waiting if now - requests[sid].created_at >= deadline]
+        due_set = set(due)
+        rest = [sid for sid in self.waiting if sid not in due_set]
+        rest.sort(key=lambda sid: requests[sid].num_samples_received)  # stable: ties FIFO
+        return due + rest
 
     def _expire(self, requests: dict[int, Request], now: float, out: SchedulerOutput) -> None:
         cfg = self.config

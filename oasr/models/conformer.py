@@ -154,6 +154,7 @@ class ConformerEncoder(nn.Module):
         att_caches: list[PagedKVCache],
         cnn_cache: Tensor,
         max_offset: int | None = None,
+        cache_t1: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One chunk of B streams, each at its own offset and cached length, in one call.
 
@@ -170,6 +171,8 @@ class ConformerEncoder(nn.Module):
             cnn_cache: (num_blocks, B, kernel - 1, D) conv state (slot layout); an empty tensor
                 means zeros (fresh streams).
             max_offset: host-side ``offsets.max()`` if the caller knows it (avoids a sync).
+            cache_t1: (B,) int frames of history each row holds (``cached_frames``); None reads
+                them from ``att_caches[0].cache_seqlens``, which is the same tensor's value.
         Returns:
             ys (B, T', D) (rows past ``ys_lens`` are padding), ys_lens (B,),
             new_cnn_cache (num_blocks, B, kernel - 1, D).
@@ -183,7 +186,9 @@ class ConformerEncoder(nn.Module):
         cnn_cache = self._slot_cnn_cache(cnn_cache, b, xs)
         top = int(offsets.max()) if max_offset is None else int(max_offset)
         pe = self.embed.pos_enc.table(top + t)  # (N, D)
-        key_positions = self._key_positions(att_caches[0], offsets, t, pe.size(0))  # (B, L)
+        key_positions = self._key_positions(
+            att_caches[0], offsets, t, pe.size(0), cache_t1
+        )  # (B, L)
         new_cnn = []
         for i, layer in enumerate(self.layers):
             table = layer.self_attn.projected_positions(pe)  # (N, H, d_k)
@@ -195,12 +200,19 @@ class ConformerEncoder(nn.Module):
 
     @staticmethod
     def _key_positions(
-        cache: PagedKVCache, offsets: Tensor, num_frames: int, num_positions: int
+        cache: PagedKVCache, offsets: Tensor, num_frames: int, num_positions: int,
+        cache_t1: Tensor | None = None,
     ) -> Tensor:
         """(B, L) int64 absolute position of each gathered key column, clamped into the table."""
         length = gather_length(cache, num_frames)
         device = cache.cache_seqlens.device
-        start = offsets.to(device).long() - cache.cache_seqlens.long()  # (B,)
+        held = cache.cache_seqlens if cache_t1 is None else cache_t1
+        if tuple(held.shape) != tuple(cache.cache_seqlens.shape):
+            raise ValueError(
+                f"cache_t1 has shape {tuple(held.shape)}, expected {tuple(cache.cache_seqlens.shape)}"
+                " (one held-history length per row)"
+            )
+        start = offsets.to(device).long() - held.to(device).long()  # (B,)
         cols = torch.arange(length, device=device)
         return (start.unsqueeze(1) + cols).clamp_(0, num_positions - 1)
 

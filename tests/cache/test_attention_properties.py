@@ -102,7 +102,7 @@ configs = st.sampled_from(
         dict(num_left_chunks=1, prefill_kv_window=True),
         dict(chunk_size=3, num_left_chunks=2),
         dict(chunk_size=2, num_left_chunks=-1),
-        dict(chunk_size=3, num_left_chunks=3, prefill_kv_window=True),
+        dict(num_left_chunks=3, prefill_kv_window=True),  # 3 slots x (3 + 1) = all 12
     ]
 )
 

@@ -65,3 +65,13 @@ def test_errors():
     ctc.free_stream(1)
     with pytest.raises(KeyError):
         ctc.get_decoder(1)
+
+
+def test_allocate_takes_vocab_size_positionally_and_requires_it():
+    ctc = CtcStateCacheManager(GpuDecoderConfig(), device="cpu")
+    ctc.allocate_stream(1, 1, V)  # seed §4.5: allocate_stream(sid, batch, vocab_size)
+    ctc.get_decoder(1).decode_chunk(log_probs([2, 0, 3]))
+    assert ctc.get_decoder(1).partial().tokens == [2, 3]
+    with pytest.raises(ValueError, match=r"allocate_stream\(2\) needs vocab_size"):
+        ctc.allocate_stream(2, 1)
+    assert 2 not in ctc

@@ -53,8 +53,9 @@ def test_rejects_chunk_wider_than_block(make_config):
 
 def test_rejects_block_table_too_narrow_for_history(make_config):
     with pytest.raises(ValueError, match=r"max_blocks_per_seq \(4\).*>= 5"):
-        make_config(num_left_chunks=4, max_blocks_per_seq=4)
-    assert make_config(num_left_chunks=4, max_blocks_per_seq=5).max_logical_blocks == 4
+        make_config(num_left_chunks=4, max_blocks_per_seq=4, max_num_blocks=15)
+    assert make_config(num_left_chunks=4, max_blocks_per_seq=5,
+                       max_num_blocks=15).max_logical_blocks == 4
 
 
 def test_rejects_pool_with_no_share_per_stream(make_config):
@@ -99,3 +100,41 @@ def test_logs_ceiling_when_history_unlimited(make_config, caplog):
     with caplog.at_level(logging.INFO, logger="oasr.cache.types"):
         make_config(num_left_chunks=2)
     assert not caplog.records
+
+
+def test_rejects_a_bounded_pool_smaller_than_its_streams():
+    """Seed §10.2: with eviction each stream's footprint is bounded, so the pool must hold
+    max_batch_size of them at their peak (the retained window plus the in-flight block)."""
+    with pytest.raises(ValueError, match=r"max_num_blocks \(8\) cannot hold max_batch_size \(32\)"
+                       r".*5 x 32 = 160; raise max_num_blocks to 160, lower max_batch_size to 1"):
+        CacheConfig(num_left_chunks=4, max_num_blocks=8, max_batch_size=32)
+    assert CacheConfig(num_left_chunks=4, max_num_blocks=160, max_batch_size=32) \
+        .peak_blocks_per_stream == 5
+    with pytest.raises(ValueError, match=r"raise max_num_blocks to 15 or lower num_left_chunks"):
+        CacheConfig(num_left_chunks=4, max_num_blocks=4, max_batch_size=3)
+
+
+def test_prefilled_window_needs_one_block_per_chunk(make_config):
+    """A chunk smaller than a block makes the held window alternate, which defeats a prefilled
+    window's purpose (one cached length for every stream, every step)."""
+    with pytest.raises(ValueError, match=r"chunk_size == block_size_frames \(got 2 and 4\).*"
+                       r"alternating between 6 and 8 frames.*block_size_frames=2"):
+        make_config(chunk_size=2, num_left_chunks=4, prefill_kv_window=True)
+
+
+@pytest.mark.parametrize("chunk, expected", [(4, [8] * 6), (2, [2, 4, 6, 8, 6, 8, 6, 8, 6])])
+def test_held_window_is_uniform_only_with_one_block_per_chunk(make_config, chunk, expected):
+    """What the rule above protects: chunks of a block keep the held length fixed at the
+    window; half-block chunks (allowed without a prefill) alternate."""
+    from oasr.cache import AttentionCacheManager, BlockPool
+
+    prefill = chunk == 4
+    cfg = make_config(chunk_size=chunk, num_left_chunks=8 // chunk, prefill_kv_window=prefill)
+    att = AttentionCacheManager(BlockPool(cfg), cfg)
+    att.allocate_stream(1)
+    held = []
+    for _ in range(len(expected)):
+        att.prepare_chunk(1)
+        att.commit_chunk_paged(1, chunk)
+        held.append(att.num_cached_frames(1))
+    assert held == expected

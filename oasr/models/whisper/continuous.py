@@ -41,7 +41,11 @@ from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import HOP_LENGTH, N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.safeguards import DecodeAttempt, best_attempt
-from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_manager
+from oasr.models.whisper.transcriber import (
+    WhisperDecodeConfig,
+    build_decoder_manager,
+    samples_per_temperature,
+)
 from oasr.models.whisper.window import EncodedSegments, SegmentEncoder
 
 _SAMPLES_PER_ENCODER_FRAME = 2 * HOP_LENGTH  # the encoder's stride-2 stem: 20 ms
@@ -69,11 +73,9 @@ class ContinuousWhisperDecoder:
         # background refinements (for display, decoded again at the segment's end) take the
         # cheap window: the segment plus 2 s, the rest of the window a silent one's states
         self.refine_encoder = SegmentEncoder(model, self.config.refine_window)
-        ladder = max(1, len(self.config.fallback.temperatures) - 1)
         # the fallback decodes every remaining temperature at once, best_of rows each as far as
         # the row cap allows (at least one row per temperature)
-        self.samples_per_temperature = max(1, min(self.config.fallback.best_of,
-                                                  self.config.max_rows // ladder))
+        self.samples_per_temperature = samples_per_temperature(self.config)
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
         self._generator = torch.Generator(device=model.device).manual_seed(seed)
         self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO

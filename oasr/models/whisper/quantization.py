@@ -8,12 +8,42 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from oasr.cache.decoder_kv import check_kv_cache_format
+from oasr.cache.decoder_kv import FP8_DTYPE, check_kv_cache_format
 from oasr.fmha import ATTN_BACKEND_ENV
 
 FP8_TILE = 16  # the fp8 gather reads head dims in 16-wide tiles
 FP8_MAX_HEAD_DIM = 256
 FP8_REFUSED_BACKENDS = ("cute", "sdpa")
+FP8_SCALE_BYTES = 4  # one fp32 scale per (token, kv head), for K and for V
+
+
+def decoder_kv_bytes_per_token(num_layers: int, n_kv_head: int, head_dim: int,
+                               dtype: torch.dtype, kv_cache: str | None) -> int:
+    """Bytes one token's decoder K and V take across all layers (seed §10.6):
+    ``2 * layers * H_kv * (D + 4)`` stored as fp8 (1-byte data, an fp32 scale per vector),
+    ``2 * layers * H_kv * D * element size`` in the served ``dtype`` (1.88x more at D = 64 in
+    float16, 3.76x in float32).
+
+    Raises:
+        ValueError: an unknown ``kv_cache`` format.
+    """
+    check_kv_cache_format(kv_cache)
+    if kv_cache == "fp8_e4m3":
+        return 2 * num_layers * n_kv_head * (head_dim + FP8_SCALE_BYTES)
+    element = torch.empty((), dtype=dtype).element_size()
+    return 2 * num_layers * n_kv_head * head_dim * element
+
+
+def device_stores_fp8(device: torch.device) -> bool:
+    """Whether this torch build can cast to float8_e4m3fn and move its bytes on ``device``
+    (what the fp8 store needs; on CPU the attention then dequantizes after the gather)."""
+    try:
+        torch.ones(2, device=device).to(FP8_DTYPE).view(torch.uint8).index_copy_(
+            0, torch.zeros(1, dtype=torch.long, device=device),
+            torch.zeros(1, dtype=torch.uint8, device=device))
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+    return True
 
 
 def parse_quantization_options(options: Sequence[str]) -> dict[str, str]:
@@ -83,6 +113,9 @@ def check_kv_cache_servable(
     if head_dim % FP8_TILE or head_dim > FP8_MAX_HEAD_DIM:
         raise ValueError(f"head dim {head_dim} cannot be tiled by the fp8 gather: it needs a "
                          f"multiple of {FP8_TILE} up to {FP8_MAX_HEAD_DIM}")
+    if not device_stores_fp8(device):
+        raise ValueError(f"kv_cache={kv_cache}: this torch build ({torch.__version__}) cannot "
+                         f"store float8_e4m3fn on {device.type}; drop the option or upgrade torch")
     backend = attn_backend or os.environ.get(ATTN_BACKEND_ENV, "torch")
     if backend in FP8_REFUSED_BACKENDS:
         raise ValueError(f"kv_cache={kv_cache} is not served by {ATTN_BACKEND_ENV}={backend}: "

@@ -27,7 +27,7 @@ from oasr.models.whisper.decoding import (
 )
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.loader import WhisperCheckpoint
-from oasr.models.whisper.quantization import check_kv_cache_servable
+from oasr.models.whisper.quantization import check_kv_cache_servable, decoder_kv_bytes_per_token
 from oasr.models.whisper.safeguards import FallbackRule, RepetitionStop, TokenBudget
 from oasr.models.whisper.window import EncodedSegments, EncoderWindow, SegmentEncoder
 
@@ -44,7 +44,12 @@ class WhisperDecodeConfig:
         max_rows: rows decoded together, and rows of the paged pool (16: a fallback ladder of
             five temperatures x three samples fits at once).
         block_size: tokens (frames) per page of the paged pool.
-        max_num_blocks: pages of the paged pool; None = ``max_rows`` rows at full ceiling.
+        max_num_blocks: pages of the paged pool; None = from ``kv_budget_gib``, else
+            ``max_rows`` rows at full ceiling.
+        kv_budget_gib: the paged pool as a byte budget: as many pages as fit at the format's
+            bytes per token (``decoder_kv_bytes_per_token``: fp8 affords ~1.9-3.8x the pages of
+            float16 / float32). Rows admitted are still capped by ``max_rows``; ``can_admit``
+            decides how many of them the pages hold.
         encoder_window: how much audio the encoder runs on (default: the segment plus 2 s,
             in 2 s buckets, the rest of the 30 s window filled with silence's states).
         refine_window: the same for the continuous decoder's background requests (refined
@@ -63,6 +68,7 @@ class WhisperDecodeConfig:
     max_rows: int = 16
     block_size: int = 16
     max_num_blocks: int | None = None
+    kv_budget_gib: float | None = None
     encoder_window: EncoderWindow = EncoderWindow()
     refine_window: EncoderWindow = EncoderWindow()
     fallback: FallbackRule = FallbackRule()
@@ -80,6 +86,13 @@ class WhisperDecodeConfig:
                 raise ValueError(f"WhisperDecodeConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1 or None, got {self.max_new_tokens}")
+        if self.kv_budget_gib is not None:
+            if not math.isfinite(self.kv_budget_gib) or self.kv_budget_gib <= 0:
+                raise ValueError(f"kv_budget_gib must be a positive number of GiB, got "
+                                 f"{self.kv_budget_gib}")
+            if self.max_num_blocks is not None:
+                raise ValueError(f"give max_num_blocks ({self.max_num_blocks}) or kv_budget_gib "
+                                 f"({self.kv_budget_gib}), not both")
         if self.max_num_blocks is not None and self.max_num_blocks < self.max_rows:
             raise ValueError(
                 f"max_num_blocks ({self.max_num_blocks}) < max_rows ({self.max_rows}): "
@@ -94,16 +107,88 @@ def without_safeguards(config: WhisperDecodeConfig | None = None) -> WhisperDeco
                    token_budget=None, repetition=None)
 
 
+def decoder_pool_blocks(checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig) -> int:
+    """Pages of the second pass's decoder pool: ``max_num_blocks``; else what ``kv_budget_gib``
+    holds at the format's bytes per token; else ``max_rows`` rows at full ceiling.
+
+    Raises:
+        ValueError: a budget that cannot hold one row at its ceiling (nothing could ever be
+            admitted), with the budget that would.
+    """
+    model, spec = checkpoint.model, checkpoint.spec
+    ceiling = len(spec.prompt) + (config.max_new_tokens or default_max_new_tokens(model, spec))
+    row_blocks = (math.ceil(ceiling / config.block_size)
+                  + math.ceil(model.config.n_audio_ctx / config.block_size))
+    if config.max_num_blocks is not None:
+        return config.max_num_blocks
+    if config.kv_budget_gib is None:
+        return config.max_rows * row_blocks
+    mc = model.config
+    page_bytes = config.block_size * decoder_kv_bytes_per_token(
+        mc.n_text_layer, mc.n_text_head, mc.text_head_dim, model.dtype, config.kv_cache)
+    blocks = int(config.kv_budget_gib * 2**30) // page_bytes
+    if blocks < row_blocks:
+        need = row_blocks * page_bytes / 2**30
+        raise ValueError(
+            f"decoder K/V budget {config.kv_budget_gib} GiB holds {blocks} pages of "
+            f"{page_bytes} bytes ({config.kv_cache or model.dtype}), but one row at its ceiling "
+            f"({ceiling} tokens + {mc.n_audio_ctx} encoder frames) needs {row_blocks}: raise "
+            f"the budget to at least {need:.4f} GiB")
+    return blocks
+
+
+def samples_per_temperature(config: WhisperDecodeConfig) -> int:
+    """Sampled rows per temperature of the continuous decoder's fallback ladder (decoded all
+    at once): ``best_of`` as far as ``max_rows`` allows, at least 1; 0 without a ladder."""
+    ladder = len(config.fallback.temperatures) - 1
+    if ladder < 1:
+        return 0
+    return max(1, min(config.fallback.best_of, config.max_rows // ladder))
+
+
+def rows_per_request(config: WhisperDecodeConfig) -> int:
+    """The most decoder rows one request of the continuous decoder holds at once: its
+    fallback ladder's rows (every remaining temperature x ``samples_per_temperature``), else 1."""
+    ladder = len(config.fallback.temperatures) - 1
+    return max(1, ladder * samples_per_temperature(config))
+
+
+def check_pool_admits_a_request(manager: DecoderKVCacheManager, config: WhisperDecodeConfig,
+                                ceiling: int) -> None:
+    """Refuse a continuous-decoder pool whose pages could never admit a request's largest
+    group of rows (``rows_per_request`` rows at their ``ceiling``): that request would wait
+    forever, and every segment queued behind it.
+
+    Raises:
+        ValueError: with the pages asked and held, and what to change.
+    """
+    group = rows_per_request(config)
+    decision = manager.can_admit([ceiling] * group)
+    if not decision.ok:
+        raise ValueError(
+            f"the second-pass decoder pool cannot admit one request's {group} rows (its "
+            f"fallback ladder) of {ceiling} tokens: {decision.reason}; raise its budget "
+            "(decode_kv_budget_gib / max_num_blocks) or lower fallback.best_of")
+
+
 def build_decoder_manager(
     checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig
 ) -> DecoderKVCacheManager:
     """A decoder pool sized from the model and ``config`` (its ceiling per row: prompt plus
-    ``max_new_tokens``), on the model's device, fp8 when ``config.kv_cache`` says so."""
+    ``max_new_tokens``; its pages: `decoder_pool_blocks`), on the model's device, fp8 when
+    ``config.kv_cache`` says so.
+
+    Raises:
+        ValueError: a K/V format the model or device cannot serve (`check_kv_cache_servable`),
+            or a budget too small for one row.
+    """
     model, spec = checkpoint.model, checkpoint.spec
+    check_kv_cache_servable(
+        config.kv_cache, kv_cache_dtypes=model.kv_cache_dtypes, model_dtype=model.dtype,
+        device=model.device, head_dim=model.config.text_head_dim,
+    )
     ceiling = len(spec.prompt) + (config.max_new_tokens or default_max_new_tokens(model, spec))
     table_width = math.ceil(ceiling / config.block_size)
-    cross_blocks = math.ceil(model.config.n_audio_ctx / config.block_size)
-    blocks = config.max_num_blocks or config.max_rows * (table_width + cross_blocks)
     cache_config = CacheConfig(
         num_layers=model.config.n_text_layer,
         n_kv_head=model.config.n_text_head,
@@ -112,7 +197,7 @@ def build_decoder_manager(
         kernel_size=1,
         chunk_size=config.block_size,
         block_size_frames=config.block_size,
-        max_num_blocks=blocks,
+        max_num_blocks=decoder_pool_blocks(checkpoint, config),
         max_blocks_per_seq=table_width,
         max_batch_size=config.max_rows,
         device=model.device,

@@ -1,0 +1,115 @@
+"""Scheduler admission on its own: FIFO by default; with streaming_cohort_admit (seed §9.4)
+length-sorted, bounded by max_wait_time_s. Waiting requests only (no model, no audio path)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from oasr.engine import EngineConfig
+from oasr.engine.request import Request
+from oasr.engine.scheduler import Scheduler
+
+
+def waiting(created_at: float, samples: int, stream_id: int) -> Request:
+    request = Request(stream_id=stream_id, sink=lambda event: None, created_at=created_at,
+                      features=None, windower=None)  # type: ignore[arg-type]
+    request.num_samples_received = samples
+    request.last_audio_at = created_at
+    return request
+
+
+def queue(config: EngineConfig, specs: list[tuple[float, int]]) -> tuple[Scheduler, dict]:
+    """Streams 1, 2, ... created at the given times with the given audio received."""
+    scheduler = Scheduler(config)
+    requests = {}
+    for sid, (created, samples) in enumerate(specs, start=1):
+        requests[sid] = waiting(created, samples, sid)
+        scheduler.add(requests[sid])
+    return scheduler, requests
+
+
+SPECS = [(0.0, 48_000), (0.1, 1_600), (0.2, 320_000), (0.3, 8_000)]
+
+
+def test_default_admits_oldest_first() -> None:
+    scheduler, requests = queue(EngineConfig(max_wait_time_s=5.0), SPECS)
+    out = scheduler.schedule(requests, num_free_slots=2, now=1.0)
+    assert out.admit == [1, 2] and list(scheduler.waiting) == [3, 4]
+
+
+def test_cohort_admit_takes_the_shortest_first() -> None:
+    config = EngineConfig(max_wait_time_s=5.0, streaming_cohort_admit=True)
+    scheduler, requests = queue(config, SPECS)
+    out = scheduler.schedule(requests, num_free_slots=2, now=1.0)
+    assert out.admit == [2, 4] and out.refuse == []
+    assert list(scheduler.waiting) == [1, 3]  # still in arrival order
+    out = scheduler.schedule(requests, num_free_slots=1, now=1.5)
+    assert out.admit == [1] and list(scheduler.waiting) == [3]
+
+
+def test_cohort_admit_ties_keep_arrival_order() -> None:
+    config = EngineConfig(max_wait_time_s=5.0, streaming_cohort_admit=True)
+    scheduler, requests = queue(config, [(0.0, 800), (0.1, 800), (0.2, 0), (0.3, 800)])
+    assert scheduler.schedule(requests, num_free_slots=3, now=1.0).admit == [3, 1, 2]
+
+
+def test_a_stream_at_its_deadline_goes_before_shorter_ones() -> None:
+    """The sort is bounded by max_wait_time_s: the long upload that has waited 2 s is due
+    (it would be refused this step), so it takes the one free slot."""
+    config = EngineConfig(max_wait_time_s=2.0, streaming_cohort_admit=True)
+    scheduler, requests = queue(config, [(0.0, 320_000), (1.0, 1_600), (1.5, 800)])
+    out = scheduler.schedule(requests, num_free_slots=1, now=1.9)
+    assert out.admit == [3] and out.refuse == []
+    out = scheduler.schedule(requests, num_free_slots=1, now=2.0)
+    assert out.admit == [1] and out.refuse == []  # due: before stream 2's shorter audio
+    out = scheduler.schedule(requests, num_free_slots=0, now=3.0)
+    assert out.admit == [] and out.refuse == [2]
+
+
+def test_several_due_streams_go_oldest_first() -> None:
+    config = EngineConfig(max_wait_time_s=1.0, streaming_cohort_admit=True)
+    scheduler, requests = queue(config, [(0.0, 9_000), (0.2, 5_000), (0.4, 100), (1.4, 10)])
+    out = scheduler.schedule(requests, num_free_slots=2, now=1.45)
+    assert out.admit == [1, 2]
+    assert out.refuse == [3] and list(scheduler.waiting) == [4]  # 3 was due too: no slot
+
+
+@pytest.mark.parametrize("cohort", [False, True])
+def test_no_free_slot_admits_nothing(cohort: bool) -> None:
+    config = EngineConfig(max_wait_time_s=math.inf, streaming_cohort_admit=cohort)
+    scheduler, requests = queue(config, SPECS)
+    out = scheduler.schedule(requests, num_free_slots=0, now=20.0)
+    assert out.admit == [] and out.refuse == [] and len(scheduler.waiting) == 4
+
+
+@pytest.mark.parametrize("cohort, order", [(False, [1, 2, 3]), (True, [2, 3, 1])])
+def test_engine_admits_in_the_scheduler_order(engine_config: EngineConfig, speech: list,
+                                              cohort: bool, order: list[int]) -> None:
+    """One slot, three streams queued in the same step: the step each gets READY in."""
+    from dataclasses import replace
+
+    from engine_helpers import Collector
+
+    from oasr.engine import ASREngine, EventType
+    from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+
+    engine = ASREngine(replace(engine_config, max_batch_size=1,
+                               streaming_cohort_admit=cohort))
+    events = Collector()
+    lengths = {1: 48_000, 2: 8_000, 3: 16_000}
+    for sid, n in lengths.items():
+        engine.submit(OpenStream(sid, events.sink(sid)))
+        engine.submit(AppendAudio(sid, speech[2][:n]))
+        engine.submit(EndStream(sid))
+    ready_at: dict[int, int] = {}
+    for step in range(10_000):
+        engine.step()
+        for sid in lengths:
+            if sid not in ready_at and events.of_type(sid, EventType.READY):
+                ready_at[sid] = step
+        if not engine.requests:
+            break
+    assert sorted(ready_at, key=ready_at.__getitem__) == order
+    assert all(events.done(sid).finish_reason == "stop" for sid in lengths)
