@@ -192,6 +192,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     config = engine_config_from_args(
         args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
         max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
+        refine=None,  # no one reads partials offline
     )
     results = transcribe_files(config, args.files, progress=not args.no_progress)
     failed = 0
