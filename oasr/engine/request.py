@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oasr.audio import ChunkWindower, FeatureSource
+from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
 from oasr.engine.events import FinishReason, StreamEvent
 
 EventSink = Callable[[StreamEvent], None]
@@ -105,6 +105,7 @@ class Request:
     finish_reason: FinishReason | None = None
     audio: SegmentAudio = field(default_factory=lambda: SegmentAudio(0))
     pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
+    energy: FrameEnergy = field(default_factory=lambda: FrameEnergy(320))  # per encoder frame
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""

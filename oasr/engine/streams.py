@@ -24,7 +24,14 @@ from oasr.cache import (
     CtcStateCacheManager,
     SlotStateCache,
 )
-from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
+from oasr.decoding import (
+    CharTokenizer,
+    EndpointDecision,
+    Endpointer,
+    GpuStreamingDecoder,
+    Hypothesis,
+)
+from oasr.decoding.decoder import WORD_BOUNDARY
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.host_memory import retain_freed_host_memory
@@ -94,7 +101,8 @@ class StreamResources:
         endpointer = None
         if config.endpoint is not None:  # rules in seconds, counted in this model's frames
             endpointer = Endpointer(dataclasses.replace(
-                config.endpoint, frame_shift_s=family.timing.frame_shift_s))
+                config.endpoint, frame_shift_s=family.timing.frame_shift_s),
+                separator_ids=_separator_ids(family.tokenizer))
         logger.info(
             "engine: %s (%s) on %s/%s%s, %d slots, chunk %d frames, %d blocks of %d frames "
             "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, LM: %s",
@@ -170,13 +178,26 @@ class StreamResources:
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
         endpointer = self.endpointer
-        return [ChunkResult(step.hypothesis.text,
-                            None if endpointer is None else endpointer.detect(step.stats))
-                for step in steps]
+        return [ChunkResult(step.hypothesis.text, None if endpointer is None else
+                            endpointer.decide(step.stats, step.hypothesis.tokens,
+                                              step.hypothesis.timestamps, num_new))
+                for step, num_new in zip(steps, output.lengths, strict=True)]
 
-    def final_hypothesis(self, stream_id: int) -> Hypothesis:
-        """The best hypothesis of the stream's current segment."""
-        return self.ctc.decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
+    def final_hypothesis(self, stream_id: int, num_frames: int | None = None) -> Hypothesis:
+        """The best hypothesis of the stream's current segment; with ``num_frames``, only its
+        tokens first emitted in the segment's first ``num_frames`` frames (a segment that
+        ends in the past: the later tokens are decoded again in the next one)."""
+        decoder = self.ctc.decoder
+        hyp = decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
+        if num_frames is None:
+            return hyp
+        keep = sum(1 for t in hyp.timestamps if t < num_frames)
+        if keep == len(hyp.tokens):
+            return hyp
+        tokens = hyp.tokens[:keep]
+        text = decoder.tokenizer.decode(tokens) if decoder.tokenizer is not None else ""
+        return dataclasses.replace(hyp, tokens=tokens, text=text,
+                                   timestamps=hyp.timestamps[:keep])
 
 
 def _decoder_lm(config: EngineConfig, tokenizer: object,
@@ -194,9 +215,18 @@ def _decoder_lm(config: EngineConfig, tokenizer: object,
     return lm
 
 
+def _separator_ids(tokenizer: object) -> list[int]:
+    """The tokenizer's word-boundary unit (char models), which separates words and is not
+    speech; none for a BPE model (its pieces carry the boundary)."""
+    if not isinstance(tokenizer, CharTokenizer):
+        return []
+    units = tokenizer.units
+    return [units.index(u) for u in (WORD_BOUNDARY, "<space>") if u in units]
+
+
 @dataclass(frozen=True)
 class ChunkResult:
     """What decoding one chunk of one stream produced."""
 
     text: str
-    endpoint_rule: str | None
+    endpoint: EndpointDecision | None

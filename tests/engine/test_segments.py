@@ -1,0 +1,84 @@
+"""Segments follow speech: the bundled model's endpoints on real read speech fall in the
+sentence pauses, a long sentence is cut at its quietest point, and the frames after a cut in
+the past are decoded again (no audio lost)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oasr.audio import read_audio
+from oasr.decoding import EndpointConfig
+from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from tests.engine.conftest import DEVSET
+
+SR = 16000
+SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
+
+pytestmark = pytest.mark.slow
+
+
+def passage(parts: list[str | float]) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """Recordings (names) and pauses (seconds) joined; the (start, end) of each pause."""
+    pieces, gaps, t = [np.zeros(int(0.3 * SR), np.float32)], [], 0.3
+    for part in parts:
+        if isinstance(part, str):
+            clip = read_audio(DEVSET / part)
+        else:
+            clip = np.zeros(int(part * SR), np.float32)
+            gaps.append((t, t + part))
+        pieces.append(clip)
+        t += len(clip) / SR
+    return np.concatenate(pieces), gaps
+
+
+def segments(audio: np.ndarray, endpoint: EndpointConfig) -> list[tuple[str, float]]:
+    """Each final's text and the stream time (s) where its segment was cut."""
+    engine = ASREngine(EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1,
+                                    endpoint=endpoint))
+    finals: list[tuple[str, float]] = []
+
+    def sink(event) -> None:
+        if event.type is EventType.FINAL:
+            request = engine.requests.get(1)
+            cut = request.num_frames_decoded * 0.02 if request is not None else -1.0
+            finals.append((event.text, cut))
+
+    engine.submit(OpenStream(1, sink))
+    engine.submit(AppendAudio(1, audio))
+    engine.submit(EndStream(1))
+    for _ in range(10_000):
+        engine.step()
+        if not engine.requests:
+            break
+    return finals
+
+
+def test_a_read_passage_is_cut_at_its_sentence_pauses() -> None:
+    audio, gaps = passage([SS.format(870), 1.0, SS.format(930), 0.9, SS.format(880)])
+    got = segments(audio, EndpointConfig())
+    cuts = [cut for _, cut in got[:-1]]  # the last final ends with the stream
+    assert len(got) == 3, got
+    for lo, hi in gaps:
+        assert any(lo < cut <= hi for cut in cuts), (lo, hi, got)
+    assert "dash" in got[0][0] and "even" in got[1][0] and "man" in got[2][0], got
+
+
+def test_a_long_sentence_is_cut_at_its_quietest_point_and_nothing_is_lost() -> None:
+    # four clips joined by 0.35 s breaths (~19 s); only the length rule may cut
+    audio, gaps = passage([SS.format(870), 0.35, SS.format(880), 0.35, SS.format(890), 0.35,
+                           SS.format(930)])
+    endpoint = EndpointConfig(rule2=None, rule4=None)
+    got = segments(audio, endpoint)
+    assert len(got) == 2, got
+    cut = got[0][1]
+    assert 12.0 <= cut <= 15.0, got  # within the 3 s before the 15 s limit
+    # in a pause: the audio around the cut is far below speech (-15 to -30 dB here)
+    around = audio[int((cut - 0.06) * SR): int((cut + 0.06) * SR)]
+    assert 10 * np.log10(np.mean(around.astype(np.float64) ** 2)) < -38.0, cut
+    # the frames after the cut were decoded again: the words on both sides are all there
+    whole = segments(audio, EndpointConfig(rule2=None, rule3=None, rule4=None))
+    assert len(whole) == 1
+    joined = " ".join(text for text, _ in got).split()
+    assert abs(len(joined) - len(whole[0][0].split())) <= 2, (got, whole)
