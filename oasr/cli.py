@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import EngineConfig
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
@@ -62,6 +63,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="re-decode each finished segment with Whisper tiny.en for accurate finals")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
+    g.add_argument("--endpoint-pause", type=float, default=None, metavar="S",
+                   help="seconds of pause (blank frames) after 3 words that end a segment "
+                        "(default 0.8)")
+    g.add_argument("--max-segment", type=float, default=None, metavar="S",
+                   help="longest segment in seconds, cut at its quietest point in the last 3 s "
+                        "(default 15; the model's 30 s position limit always holds)")
 
 
 def default_beam_size(model: str | None, lm: str) -> int:
@@ -76,6 +83,19 @@ def default_beam_size(model: str | None, lm: str) -> int:
         return DEFAULT_LM_BEAM_SIZE
     model_dir = DEFAULT_MODEL_DIR if model is None else Path(model)
     return DEFAULT_LM_BEAM_SIZE if has_char_lm(model_dir) else 1
+
+
+def endpoint_config_from_args(args: argparse.Namespace) -> EndpointConfig:
+    """The default endpoint rules with ``--endpoint-pause`` / ``--max-segment`` applied."""
+    config = EndpointConfig()
+    pause = getattr(args, "endpoint_pause", None)
+    if pause is not None and config.rule2 is not None:
+        config = replace(config, rule2=replace(config.rule2, min_trailing_silence_s=pause))
+    longest = getattr(args, "max_segment", None)
+    if longest is not None and config.rule3 is not None:
+        config = replace(config, rule3=replace(config.rule3, min_utterance_length_s=longest),
+                         max_cut_window_s=min(config.max_cut_window_s, longest / 2))
+    return config
 
 
 def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
@@ -101,6 +121,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         lm=args.lm,
         num_threads=args.threads,
         second_pass=args.second_pass,
+        endpoint=endpoint_config_from_args(args),
     )
     return replace(config, **overrides)  # type: ignore[arg-type]
 

@@ -82,3 +82,28 @@ def test_a_long_sentence_is_cut_at_its_quietest_point_and_nothing_is_lost() -> N
     assert len(whole) == 1
     joined = " ".join(text for text, _ in got).split()
     assert abs(len(joined) - len(whole[0][0].split())) <= 2, (got, whole)
+
+
+def test_no_text_before_speech_on_leading_silence_and_low_noise() -> None:
+    rng = np.random.default_rng(0)
+    white = rng.standard_normal(2 * SR)
+    spectrum = np.fft.rfft(rng.standard_normal(2 * SR))
+    spectrum[1:] /= np.sqrt(np.arange(1, len(spectrum)))  # pink
+    pink = np.fft.irfft(spectrum, 2 * SR)
+    lead = np.concatenate([np.zeros(SR), 10 ** (-60 / 20) * white,
+                           10 ** (-50 / 20) * pink / pink.std()]).astype(np.float32)
+    speech = read_audio(DEVSET / SS.format(880))
+    engine = ASREngine(EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1))
+    texts: list[tuple[float, str]] = []
+    engine.submit(OpenStream(1, lambda e: texts.append(
+        (engine.requests[1].num_frames_decoded * 0.02 if 1 in engine.requests else 99.0, e.text))
+        if e.type in (EventType.PARTIAL, EventType.FINAL) else None))
+    engine.submit(AppendAudio(1, np.concatenate([lead, speech])))
+    engine.submit(EndStream(1))
+    engine.step()
+    while engine.requests:
+        engine.step()
+    lead_s = len(lead) / SR
+    assert texts, "the speech was not transcribed"
+    assert all(t > lead_s for t, _ in texts), texts  # nothing emitted during the lead
+    assert texts[0][1].startswith("he"), texts
