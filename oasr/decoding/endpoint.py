@@ -230,27 +230,37 @@ class Endpointer:
         """Where the first pause of ``silence_frames`` after ``min_words`` words ends the
         segment: the chunk's end for a trailing pause, else the pause's middle; None if none.
 
-        Only pauses that reach their length inside the latest chunk are considered.
+        Only pauses that reach their length inside the latest chunk are considered (earlier
+        ones were judged with the chunk they ended in), so a step looks at the last chunk's
+        tokens and counts words only when a pause qualifies.
         """
-        speech = [(t, tok not in self.separator_ids) for tok, t in zip(tokens, timestamps,
-                                                                        strict=True)]
-        words, in_word, last = 0, False, -1
-        chunk_start = stats.num_frames - num_new_frames
-        for frame, is_speech in speech:
-            if not is_speech:
-                in_word = False
-                continue
-            gap = frame - last - 1
-            if (last >= 0 and words >= min_words and gap >= silence_frames
-                    and last + silence_frames >= chunk_start):
-                return last + 1 + gap // 2
-            words += not in_word
-            in_word, last = True, frame
-        if last < 0 or words < min_words:
+        speech = [(i, t) for i, (tok, t) in enumerate(zip(tokens, timestamps, strict=True))
+                  if tok not in self.separator_ids]
+        if not speech:
             return None
-        if stats.num_trailing_blank_frames >= silence_frames:
+        chunk_start = stats.num_frames - num_new_frames
+        first = len(speech) - 1  # the earliest speech token whose pause may end in this chunk
+        while first > 0 and speech[first - 1][1] + silence_frames >= chunk_start:
+            first -= 1
+        for k in range(max(first, 1), len(speech)):
+            last, frame = speech[k - 1][1], speech[k][1]
+            gap = frame - last - 1
+            if (gap >= silence_frames and last + silence_frames >= chunk_start
+                    and self._count_words(tokens[: speech[k - 1][0] + 1]) >= min_words):
+                return last + 1 + gap // 2
+        if (stats.num_trailing_blank_frames >= silence_frames
+                and self._count_words(tokens) >= min_words):
             return stats.num_frames
         return None
+
+    def _count_words(self, tokens: Sequence[int]) -> int:
+        """Runs of speech tokens between separators."""
+        words, in_word = 0, False
+        for tok in tokens:
+            is_speech = tok not in self.separator_ids
+            words += is_speech and not in_word
+            in_word = is_speech
+        return words
 
     def endpoint(self, stats: FrameStats, segment_start_s: float = 0.0) -> Endpoint | None:
         """`detect`, plus the segment's times when a rule fires.
