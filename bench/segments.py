@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -69,6 +70,8 @@ def run(passages: Path, config: EngineConfig) -> dict[str, dict[str, Any]]:
             agg[key] = agg.get(key, 0) + value
         agg["counts"].add(normalize_transcript(ref), normalize_transcript(result.text))
         agg.setdefault("per_file", {})[wav.stem] = [s["text"] for s in result.segments]
+        if result.finish_reason != "stop":
+            raise RuntimeError(f"{wav.name} ended with {result.finish_reason}: {result.error}")
     for agg in sets.values():
         lengths, counts = agg.pop("lengths"), agg.pop("counts")
         agg["median_length_s"] = round(statistics.median(lengths), 2) if lengths else 0.0
@@ -86,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show", action="store_true", help="print every file's finals")
     args = p.parse_args(argv)
     endpoint = legacy_endpoints() if args.legacy else EndpointConfig()
-    config = replace(EngineConfig(second_pass="none", num_threads=args.threads),
-                     endpoint=endpoint)
+    # all audio is queued at once: no idle timeout while a busy CPU works through it
+    config = replace(EngineConfig(second_pass="none", num_threads=args.threads,
+                                  idle_timeout_s=math.inf), endpoint=endpoint)
     sets = run(args.passages, config)
     print("| set | files | segments | median s | max s | mid-sentence cuts | one-word "
           "| sentence ends missed | WER |")

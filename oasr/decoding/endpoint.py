@@ -15,9 +15,12 @@ sentence lasts 0.2-0.4 s, a pause between sentences 0.6-1.2 s.
 - rule 3: the segment is long (15 s), whatever the silence: the engine then cuts at the
   quietest point of the last ``max_cut_window_s`` (`quietest_frame`), not at the chunk's end.
 
-A rule 2 pause may end inside the latest chunk (speech resumed before the chunk ended): the
-decision then says to cut in the middle of the pause, and the engine re-decodes the frames
-after it as the next segment's first (`ASREngine._end_segment`).
+A rule 2 pause shorter than rule 4's silence is decided when it is certain: when more than
+``tail_words`` (1) words follow it, the segment ends in the middle of the pause; when one word
+follows and then another pause, that word stays and the segment ends at the later pause (a
+reader's pause before a sentence's last word does not cut the word off alone). Either way the
+cut may lie before the latest chunk: the engine re-decodes the frames after it as the next
+segment's first (`ASREngine._end_segment`).
 """
 
 from __future__ import annotations
@@ -86,7 +89,12 @@ class EndpointConfig:
         rule3: maximum segment length (default 15 s).
         rule4: a longer silence after any speech (default 1.2 s).
         max_cut_window_s: when rule 3 fires, the segment ends at the quietest frame of this
-            many last seconds (0 = at the chunk's end, wherever that falls).
+            many last seconds, clipped to the segment (0 = at the chunk's end, wherever that
+            falls). Also how far back a rule 2 decision may be deferred.
+        tail_words: up to this many words read after a rule 2 pause and followed by another
+            pause stay in the segment (a sentence's last word after a pause is not cut off
+            alone): a pause shorter than rule 4's silence is decided only when the speech
+            after it holds more words, or another pause ends them (0 = decide at once).
         frame_shift_s: seconds per encoder frame (10 ms fbank frames subsampled 4x = 0.04).
     """
 
@@ -106,6 +114,7 @@ class EndpointConfig:
         default_factory=lambda: EndpointRule(must_contain_speech=True, min_trailing_silence_s=1.2)
     )
     max_cut_window_s: float = 3.0
+    tail_words: int = 1
     frame_shift_s: float = 0.04
 
     def __post_init__(self) -> None:
@@ -113,10 +122,8 @@ class EndpointConfig:
             raise ValueError(f"frame_shift_s must be > 0, got {self.frame_shift_s}")
         if self.max_cut_window_s < 0:
             raise ValueError(f"max_cut_window_s must be >= 0, got {self.max_cut_window_s}")
-        if self.rule3 is not None and self.max_cut_window_s >= self.rule3.min_utterance_length_s > 0:
-            raise ValueError(
-                f"max_cut_window_s {self.max_cut_window_s} must be shorter than rule 3's "
-                f"segment length {self.rule3.min_utterance_length_s} s")
+        if self.tail_words < 0:
+            raise ValueError(f"tail_words must be >= 0, got {self.tail_words}")
 
     def rules(self) -> list[tuple[str, EndpointRule]]:
         """The enabled rules in the order they are checked (1, 2, 4, 3)."""
@@ -184,6 +191,10 @@ class Endpointer:
             for name, rule in self.config.rules()
         ]
         self.max_cut_window_frames = _frames(self.config.max_cut_window_s, shift)
+        rule4 = self.config.rule4
+        # a pause this long is a sentence's end whatever follows: no need to wait and see
+        self.sure_pause_frames = (_frames(rule4.min_trailing_silence_s, shift)
+                                  if rule4 is not None and self.config.tail_words else 0)
 
     def detect(self, stats: FrameStats) -> str | None:
         """The first rule (in order 1, 2, 4, 3) whose trailing silence and length hold; a
@@ -198,15 +209,13 @@ class Endpointer:
             return name
         return None
 
-    def decide(self, stats: FrameStats, tokens: Sequence[int], timestamps: Sequence[int],
-               num_new_frames: int) -> EndpointDecision | None:
+    def decide(self, stats: FrameStats, tokens: Sequence[int],
+               timestamps: Sequence[int]) -> EndpointDecision | None:
         """Whether the segment ends, and after which frame.
 
         Args:
             stats: the stream's counters since its last reset.
             tokens, timestamps: its best hypothesis (token ids and their frames).
-            num_new_frames: frames the latest chunk added; a pause that ended earlier was
-                already judged.
         """
         for name, needs_speech, silence_frames, length_frames, min_words in self._thresholds:
             if needs_speech and not stats.has_speech:
@@ -214,8 +223,7 @@ class Endpointer:
             if stats.num_frames < length_frames:
                 continue
             if min_words:
-                cut = self._pause_cut(stats, tokens, timestamps, num_new_frames,
-                                      silence_frames, min_words)
+                cut = self._pause_cut(stats, tokens, timestamps, silence_frames, min_words)
                 if cut is not None:
                     return EndpointDecision(name, cut)
                 continue
@@ -226,40 +234,69 @@ class Endpointer:
         return None
 
     def _pause_cut(self, stats: FrameStats, tokens: Sequence[int], timestamps: Sequence[int],
-                   num_new_frames: int, silence_frames: int, min_words: int) -> int | None:
+                   silence_frames: int, min_words: int) -> int | None:
         """Where the first pause of ``silence_frames`` after ``min_words`` words ends the
-        segment: the chunk's end for a trailing pause, else the pause's middle; None if none.
+        segment (the chunk's end for a trailing pause, else the pause's middle), once that is
+        certain; None while it is not (or there is no such pause).
 
-        Only pauses that reach their length inside the latest chunk are considered (earlier
-        ones were judged with the chunk they ended in), so a step looks at the last chunk's
-        tokens and counts words only when a pause qualifies.
+        A pause is certain when it lasts ``sure_pause_frames``, when more than ``tail_words``
+        words follow it, or when it is too old to wait for (``max_cut_window_frames``). When
+        at most ``tail_words`` words follow it and then another pause, those words stay: the
+        segment ends at that later pause.
         """
-        speech = [(i, t) for i, (tok, t) in enumerate(zip(tokens, timestamps, strict=True))
-                  if tok not in self.separator_ids]
-        if not speech:
-            return None
-        chunk_start = stats.num_frames - num_new_frames
-        first = len(speech) - 1  # the earliest speech token whose pause may end in this chunk
-        while first > 0 and speech[first - 1][1] + silence_frames >= chunk_start:
-            first -= 1
-        for k in range(max(first, 1), len(speech)):
-            last, frame = speech[k - 1][1], speech[k][1]
-            gap = frame - last - 1
-            if (gap >= silence_frames and last + silence_frames >= chunk_start
-                    and self._count_words(tokens[: speech[k - 1][0] + 1]) >= min_words):
-                return last + 1 + gap // 2
-        if (stats.num_trailing_blank_frames >= silence_frames
-                and self._count_words(tokens) >= min_words):
+        words = self._speech_words(tokens, timestamps, silence_frames)  # [(first, last frame)]
+        for i in range(min_words, len(words) + 1):
+            end = words[i - 1][1]
+            if i < len(words):
+                gap = words[i][0] - end - 1
+                if gap < silence_frames:
+                    continue
+                cut = end + 1 + gap // 2
+                later = words[i:]
+            else:  # trailing
+                gap = stats.num_trailing_blank_frames
+                if gap < silence_frames:
+                    return None
+                cut, later = stats.num_frames, []
+            if not later:
+                return cut if not self.sure_pause_frames or gap >= self.sure_pause_frames else None
+            if gap >= self.sure_pause_frames or stats.num_frames - cut >= self.max_cut_window_frames:
+                return cut
+            return self._after_tail(stats, later, silence_frames, cut)
+        return None
+
+    def _after_tail(self, stats: FrameStats, later: list[tuple[int, int]], silence_frames: int,
+                    pause_cut: int) -> int | None:
+        """The words after a pause: more than ``tail_words`` before the next pause, the pause
+        ends the segment (``pause_cut``); fewer, and then another pause, they stay and that
+        pause ends it; else wait."""
+        run = 1  # words before the next pause
+        while run < len(later) and later[run][0] - later[run - 1][1] - 1 < silence_frames:
+            run += 1
+        if run > self.config.tail_words:
+            return pause_cut
+        end = later[run - 1][1]
+        if run < len(later):
+            return end + 1 + (later[run][0] - end - 1) // 2
+        if stats.num_trailing_blank_frames >= silence_frames:
             return stats.num_frames
         return None
 
-    def _count_words(self, tokens: Sequence[int]) -> int:
-        """Runs of speech tokens between separators."""
-        words, in_word = 0, False
-        for tok in tokens:
-            is_speech = tok not in self.separator_ids
-            words += is_speech and not in_word
-            in_word = is_speech
+    def _speech_words(self, tokens: Sequence[int], timestamps: Sequence[int],
+                      silence_frames: int) -> list[tuple[int, int]]:
+        """(first, last) frame of each word: runs of speech tokens split by separators or by a
+        gap of ``silence_frames`` (a pause inside a word the model did not mark)."""
+        words: list[tuple[int, int]] = []
+        boundary = True
+        for tok, frame in zip(tokens, timestamps, strict=True):
+            if tok in self.separator_ids:
+                boundary = True
+                continue
+            if boundary or frame - words[-1][1] - 1 >= silence_frames:
+                words.append((frame, frame))
+            else:
+                words[-1] = (words[-1][0], frame)
+            boundary = False
         return words
 
     def endpoint(self, stats: FrameStats, segment_start_s: float = 0.0) -> Endpoint | None:

@@ -180,8 +180,8 @@ class StreamResources:
         endpointer = self.endpointer
         return [ChunkResult(step.hypothesis.text, None if endpointer is None else
                             endpointer.decide(step.stats, step.hypothesis.tokens,
-                                              step.hypothesis.timestamps, num_new))
-                for step, num_new in zip(steps, output.lengths, strict=True)]
+                                              step.hypothesis.timestamps))
+                for step in steps]
 
     def final_hypothesis(self, stream_id: int, num_frames: int | None = None) -> Hypothesis:
         """The best hypothesis of the stream's current segment; with ``num_frames``, only its

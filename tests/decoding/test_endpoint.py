@@ -61,10 +61,10 @@ def test_rule3_fires_at_fifteen_seconds_even_while_speaking() -> None:
     ep = Endpointer()  # 15 s = 375 frames
     assert ep.detect(FrameStats(374, 0, True)) is None
     assert ep.detect(run("x_" * 188, chunk=16)) == "rule3"
-    got = ep.decide(FrameStats(375, 0, True), [2], [0], 16)
+    got = ep.decide(FrameStats(375, 0, True), [2], [0])
     assert got == EndpointDecision("rule3", 375, is_length_cut=True)
     no_window = Endpointer(EndpointConfig(max_cut_window_s=0.0))
-    assert no_window.decide(FrameStats(375, 0, True), [2], [0], 16) == EndpointDecision(
+    assert no_window.decide(FrameStats(375, 0, True), [2], [0]) == EndpointDecision(
         "rule3", 375, is_length_cut=False)
 
 
@@ -90,48 +90,72 @@ def test_custom_thresholds_and_frame_shift() -> None:
     assert ep.detect(FrameStats(5, 3, True)) == "rule2"
 
 
-# rule 2 (0.8 s = 20 frames at 0.04 s, after 3 words): words are runs of tokens between
-# separators (id 9 here), pauses are gaps between the speech tokens' frames.
+# rule 2 (0.8 s = 20 frames at 0.04 s, after 3 words; certain at rule 4's 1.2 s = 30 frames,
+# or when 2 words follow): words are runs of tokens between separators (id 9 here), pauses are
+# gaps between the speech tokens' frames.
 SEP = 9
 THREE_WORDS = ([2, 2, SEP, 3, SEP, 2], [0, 2, 3, 5, 6, 8])  # words at frames 0-2, 5, 8
 
 
-def test_rule2_trailing_pause_after_three_words_ends_the_segment_now() -> None:
+def test_rule2_trailing_pause_waits_for_a_last_word_until_it_is_certain() -> None:
     ep = Endpointer(separator_ids=[SEP])
     tokens, times = THREE_WORDS
-    assert ep.decide(FrameStats(28, 19, True), tokens, times, 16) is None  # 19 frames
-    assert ep.decide(FrameStats(29, 20, True), tokens, times, 16) == EndpointDecision("rule2", 29)
+    assert ep.decide(FrameStats(28, 19, True), tokens, times) is None  # 19 frames
+    assert ep.decide(FrameStats(29, 20, True), tokens, times) is None  # a word may follow
+    assert ep.decide(FrameStats(38, 29, True), tokens, times) is None
+    assert ep.decide(FrameStats(39, 30, True), tokens, times) == EndpointDecision("rule2", 39)
+    at_once = Endpointer(EndpointConfig(tail_words=0), separator_ids=[SEP])
+    assert at_once.decide(FrameStats(29, 20, True), tokens, times) == EndpointDecision("rule2", 29)
 
 
 def test_rule2_needs_three_words_before_the_pause() -> None:
     ep = Endpointer(separator_ids=[SEP])
     tokens, times = [2, 2, SEP, 3], [0, 2, 3, 5]  # two words
-    assert ep.decide(FrameStats(30, 24, True), tokens, times, 16) is None
+    assert ep.decide(FrameStats(30, 24, True), tokens, times) is None
     # rule 4 (1.2 s = 30 frames) ends a short utterance
-    assert ep.decide(FrameStats(36, 30, True), tokens, times, 16) == EndpointDecision("rule4", 36)
+    assert ep.decide(FrameStats(36, 30, True), tokens, times) == EndpointDecision("rule4", 36)
 
 
-def test_rule2_pause_inside_the_chunk_cuts_in_its_middle() -> None:
+def test_rule2_pause_followed_by_two_words_cuts_in_its_middle() -> None:
     ep = Endpointer(separator_ids=[SEP])
     tokens, times = THREE_WORDS
-    # a 21-frame gap (frames 9-29) then speech at 30: cut after frame 9 + 21 // 2 = 19
-    got = ep.decide(FrameStats(36, 5, True), [*tokens, SEP, 4], [*times, 29, 30], 16)
-    assert got == EndpointDecision("rule2", 19)
+    # a 21-frame gap (frames 9-29), then words at 30 and 33: cut after frame 9 + 21 // 2 = 19
+    two = [*tokens, SEP, 4, SEP, 4], [*times, 29, 30, 31, 33]
+    assert ep.decide(FrameStats(36, 2, True), *two) == EndpointDecision("rule2", 19)
+    # one word so far after the pause: wait and see
+    assert ep.decide(FrameStats(34, 2, True), [*tokens, SEP, 4], [*times, 29, 30]) is None
     # a 19-frame gap is a breath: no cut
-    assert ep.decide(FrameStats(36, 7, True), [*tokens, 4], [*times, 28], 16) is None
-    # the same pause already reached its length in an earlier chunk: judged then, not now
-    assert ep.decide(FrameStats(64, 5, True), [*tokens, 4, 4], [*times, 26, 58], 16) is None
+    assert ep.decide(FrameStats(36, 2, True), [*tokens, 4, SEP, 4], [*times, 28, 31, 33]) is None
+
+
+def test_rule2_keeps_a_last_word_read_after_a_pause() -> None:
+    ep = Endpointer(separator_ids=[SEP])
+    tokens, times = THREE_WORDS
+    last = [*tokens, SEP, 4], [*times, 29, 30]  # "... comparison | only"
+    assert ep.decide(FrameStats(50, 19, True), *last) is None
+    # the pause after "only": the segment ends there, "only" in it
+    assert ep.decide(FrameStats(51, 20, True), *last) == EndpointDecision("rule2", 51)
+    # speech already resumed after that pause: cut in its middle (31 + 29 // 2 = 45)
+    resumed = [*tokens, SEP, 4, SEP, 5], [*times, 29, 30, 59, 60]
+    assert ep.decide(FrameStats(62, 1, True), *resumed) == EndpointDecision("rule2", 45)
+
+
+def test_rule2_decides_a_pause_that_is_too_old_to_wait_for() -> None:
+    ep = Endpointer(separator_ids=[SEP])  # 3 s = 75 frames
+    tokens, times = THREE_WORDS
+    long_word = [*tokens, SEP, *[4] * 30], [*times, 29, *range(30, 90, 2)]  # one 2.4 s word
+    assert ep.decide(FrameStats(93, 2, True), *long_word) is None  # 93 - 19 = 74 frames back
+    assert ep.decide(FrameStats(94, 3, True), *long_word) == EndpointDecision("rule2", 19)
 
 
 def test_separators_are_not_speech() -> None:
     ep = Endpointer(separator_ids=[SEP])
     tokens, times = THREE_WORDS
     # a separator emitted in the middle of the pause does not split it
-    got = ep.decide(FrameStats(36, 5, True), [*tokens, SEP, 4], [*times, 19, 30], 16)
-    assert got == EndpointDecision("rule2", 19)
+    two = [*tokens, SEP, 4, SEP, 4], [*times, 19, 30, 31, 33]
+    assert ep.decide(FrameStats(36, 2, True), *two) == EndpointDecision("rule2", 19)
     # without the separator id, the same tokens hold no 20-frame gap
-    assert Endpointer().decide(FrameStats(36, 5, True), [*tokens, SEP, 4], [*times, 19, 30],
-                               16) is None
+    assert Endpointer().decide(FrameStats(36, 2, True), *two) is None
 
 
 def test_quietest_frame_prefers_a_pause_to_one_quiet_frame() -> None:
@@ -169,7 +193,8 @@ def test_endpoint_config_validation() -> None:
         EndpointRule(must_contain_speech=True, min_trailing_silence_s=0.5, min_words=-1)
     with pytest.raises(ValueError, match="min_words 2 needs a speech rule"):
         EndpointRule(must_contain_speech=False, min_trailing_silence_s=0.5, min_words=2)
+    with pytest.raises(ValueError, match="tail_words must be >= 0, got -1"):
+        EndpointConfig(tail_words=-1)
     with pytest.raises(ValueError, match="max_cut_window_s must be >= 0, got -1"):
         EndpointConfig(max_cut_window_s=-1)
-    with pytest.raises(ValueError, match="max_cut_window_s 15.0 must be shorter than rule 3's"):
-        EndpointConfig(max_cut_window_s=15.0)
+

@@ -4,6 +4,8 @@ the past are decoded again (no audio lost)."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -62,7 +64,7 @@ def test_a_read_passage_is_cut_at_its_sentence_pauses() -> None:
     assert len(got) == 3, got
     for lo, hi in gaps:
         assert any(lo < cut <= hi for cut in cuts), (lo, hi, got)
-    assert "dash" in got[0][0] and "even" in got[1][0] and "man" in got[2][0], got
+    assert "dash" in got[0][0] and "miable" in got[1][0] and "man" in got[2][0], got
 
 
 def test_a_long_sentence_is_cut_at_its_quietest_point_and_nothing_is_lost() -> None:
@@ -107,3 +109,33 @@ def test_no_text_before_speech_on_leading_silence_and_low_noise() -> None:
     assert texts, "the speech was not transcribed"
     assert all(t > lead_s for t, _ in texts), texts  # nothing emitted during the lead
     assert texts[0][1].startswith("he"), texts
+
+
+def _espeak(text: str) -> np.ndarray:
+    """``text`` read by espeak-ng (en-us), 16 kHz, trimmed to its speech."""
+    import subprocess
+    import tempfile
+
+    from oasr.audio import read_audio as read
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = f"{tmp}/say.wav"
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "165", "-w", wav, text], check=True)
+        audio = read(wav)
+    loud = np.flatnonzero(np.abs(audio) > 0.01)
+    return audio[loud[0]: loud[-1] + 1]
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
+def test_a_last_word_after_a_pause_stays_in_its_sentence() -> None:
+    # "... degree of comparison" [0.9 s] "only." [1.0 s] "It was the year ...": the pause
+    # before "only" is as long as a sentence pause, but one word then a pause keeps it
+    parts = [_espeak(t) for t in ("in the superlative degree of comparison", "only",
+                                  "it was the year of our lord one thousand seven hundred")]
+    gap = [np.zeros(int(s * SR), np.float32) for s in (0.3, 0.9, 1.0, 0.5)]
+    audio = np.concatenate([gap[0], parts[0], gap[1], parts[1], gap[2], parts[2], gap[3]])
+    kept = segments(audio, EndpointConfig())
+    assert len(kept) == 2, kept
+    assert "nly" in kept[0][0].split()[-1] and kept[1][0].startswith("it"), kept
+    cut_at_once = segments(audio, EndpointConfig(tail_words=0))
+    assert "nly" not in cut_at_once[0][0], cut_at_once  # what tail_words prevents
