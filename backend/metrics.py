@@ -69,6 +69,17 @@ class _SnapshotCollector(Collector):
             yield GaugeMetricFamily(
                 "oasr_second_pass_backlog", "Segments queued for the second pass",
                 value=second["backlog"])
+            rejected = CounterMetricFamily(
+                "oasr_second_pass_rejected",
+                "Whisper texts the guard against the first pass replaced by the CTC text",
+                labels=["reason"])
+            for reason, count in sorted(second.get("rejected", {}).items()):
+                rejected.add_metric([reason], count)
+            yield rejected
+            yield CounterMetricFamily(
+                "oasr_second_pass_temperature_fallbacks",
+                "Whisper decodes redone at a higher temperature",
+                value=second.get("num_temperature_fallbacks", 0))
 
 
 class ServerMetrics:

@@ -12,7 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from oasr.decoding.endpoint import EndpointConfig
-from oasr.engine.config import EngineConfig
+from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
+from oasr.engine.refine import RefineConfig
+from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
 # model with both LMs, held-out-sentence WER is 52.2% greedy, 21.8% at beam 8, 19.8% at beam 16
@@ -61,6 +63,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="penalty per word outside the word LM's lexicon; default: tuned")
     g.add_argument("--second-pass", choices=("whisper", "none"), default="whisper",
                    help="re-decode each finished segment with Whisper tiny.en for accurate finals")
+    g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
+                   help="Whisper's beam at temperature 0 (1 = greedy)")
+    g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
+                   help="refined partials: re-decode an open segment with Whisper after this "
+                   "many seconds of new audio, in spare capacity; 0 turns them off")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
     g.add_argument("--endpoint-pause", type=float, default=None, metavar="S",
@@ -122,6 +129,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         num_threads=args.threads,
         second_pass=args.second_pass,
         endpoint=endpoint_config_from_args(args),
+        second_pass_decode=WhisperDecodeConfig(beam_size=args.second_pass_beam),
+        refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]
 

@@ -6,63 +6,45 @@ benchmarks and the tests.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-_ONES = [
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-]
-_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_ABBREVIATIONS = {"mr": "mister", "mrs": "missus", "dr": "doctor", "st": "saint"}
+_DIGIT_WORDS = {word: str(i) for i, word in enumerate(
+    ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"))}
 
 
-def number_words(n: int) -> str:
-    """0 <= n < 1000 as English words ("forty two", "three hundred five")."""
-    if not 0 <= n < 1000:
-        raise ValueError(f"number_words handles 0..999, got {n}")
-    if n < 20:
-        return _ONES[n]
-    if n < 100:
-        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
-    rest = "" if n % 100 == 0 else " " + number_words(n % 100)
-    return _ONES[n // 100] + " hundred" + rest
+@functools.cache
+def _english_normalizer() -> Callable[[str], str]:
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    return EnglishTextNormalizer()
 
 
-def _spell_number(match: re.Match[str]) -> str:
-    digits = match.group(0)
-    if len(digits) > 3:
-        return " ".join(_ONES[int(d)] for d in digits)
-    return number_words(int(digits))
+_DIGIT_RUN = re.compile(r"[\d.,]*\d[\d.,]*")
 
 
 def normalize_transcript(text: str) -> str:
-    """Lowercase words: abbreviations expanded, numbers spelled, hyphens split, punctuation
-    (but apostrophes inside words) removed, whitespace collapsed."""
-    text = text.lower().replace("-", " ")
-    text = re.sub(r"\b(mr|mrs|dr|st)\.", lambda m: _ABBREVIATIONS[m.group(1)], text)
-    text = re.sub(r"\d+", lambda m: f" {_spell_number(m)} ", text)
-    text = re.sub(r"[^a-z' ]+", " ", text)
-    text = re.sub(r"(?<![a-z])'|'(?![a-z])", " ", text)
-    return " ".join(text.split())
+    """Text as it is scored: Whisper's English text normaliser (lowercase, punctuation and
+    fillers removed, contractions and British spellings made standard, number words written
+    as numbers: "nineteen eighty four" -> "1984"), then every number split into its digits
+    ("1984" -> "1 9 8 4", "9.72" -> "9 7 2") and the digit words the normaliser leaves
+    ("one") written as digits.
+
+    So "8 5 6", "856", "eight five six" and "eight hundred fifty six" all score as "8 5 6": a
+    final is never wrong for writing a number one way and the reference another, and a digit
+    string is scored digit by digit, as its reference words are counted.
+    """
+    words: list[str] = []
+    for word in _english_normalizer()(text).split():
+        if word in _DIGIT_WORDS:
+            words.append(_DIGIT_WORDS[word])
+        elif _DIGIT_RUN.fullmatch(word):
+            words.extend(ch for ch in word if ch.isdigit())
+        else:
+            words.append(word)
+    return " ".join(words)
 
 
 def edit_distance(ref: list[str], hyp: list[str]) -> int:
@@ -87,6 +69,8 @@ class ErrorCounts:
     utterances: int = 0
 
     def add(self, ref: str, hyp: str) -> None:
+        """Count one utterance; both texts are normalised first (``normalize_transcript``)."""
+        ref, hyp = normalize_transcript(ref), normalize_transcript(hyp)
         self.word_errors += edit_distance(ref.split(), hyp.split())
         self.words += len(ref.split())
         self.char_errors += edit_distance(list(ref), list(hyp))

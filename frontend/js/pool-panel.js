@@ -13,7 +13,8 @@ function fmt(value, digits = 1) {
 function describeSecondPass(pass) {
   if (!pass || !pass.enabled) return "off (CTC finals)";
   return `Whisper: ${pass.num_second_pass_finals} finals, avg ${fmt(pass.avg_latency_ms, 0)} ms,` +
-    ` backlog ${pass.backlog}, ${pass.num_fallbacks} kept CTC text`;
+    ` backlog ${pass.backlog}; ${pass.num_temperature_fallbacks} temperature fallbacks;` +
+    ` CTC text kept: ${pass.num_rejected} rejected by the guard, ${pass.num_backlog_full} backlog full`;
 }
 
 export class PoolPanel {

@@ -1,5 +1,8 @@
 // The transcript: one line per segment, in segment order. A segment shows its live partial
-// (dimmed, italic) until its final arrives (plain text with its times). With a second pass the
+// until its final arrives (plain text with its times). A partial has up to three parts: the
+// stable words (committed by the Whisper refinements: they never change, shown plain), the
+// newest refinement's tentative words (dimmed), and the streaming CTC pass's newest words
+// (dimmed, italic). With a second pass the
 // final of segment n can arrive after partials of segment n + 1: each line is keyed by its
 // segment number, so both stay where they belong. Each run (mic or file) is its own block.
 
@@ -40,10 +43,18 @@ export class TranscriptView {
   }
 
   /** Show or replace the live hypothesis of a segment that is not final yet. */
-  partial({ segment, text }) {
+  partial({ segment, text, stable = "", tentative = "", ctc = text }) {
     const line = this.line(segment);
     if (line.classList.contains("final")) return;
-    line.textContent = text;
+    line.textContent = "";
+    for (const [part, words] of [["stable", stable], ["tentative", tentative], ["ctc", ctc]]) {
+      if (!words) continue;
+      if (line.childNodes.length) line.append(" ");
+      const span = document.createElement("span");
+      span.className = part;
+      span.textContent = words;
+      line.append(span);
+    }
     this.scroll();
   }
 
@@ -64,11 +75,14 @@ export class TranscriptView {
     words.className = "words";
     words.textContent = text;
     line.append(time, words);
-    if (source === "whisper") {
+    const tags = {
+      whisper: ["2nd pass", "re-decoded by the Whisper second pass"],
+      combined: ["2nd pass + CTC", "a digit string combined from the Whisper and CTC passes"],
+    };
+    if (source in tags) {
       const tag = document.createElement("span");
       tag.className = "source";
-      tag.textContent = "2nd pass";
-      tag.title = "re-decoded by the Whisper second pass";
+      [tag.textContent, tag.title] = tags[source];
       line.append(tag);
     }
     this.scroll();

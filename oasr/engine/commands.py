@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oasr.engine.request import EventSink
-from oasr.engine.second_pass import SecondPassDone
+from oasr.engine.second_pass import RefineDone, SecondPassDone
 
 
 @dataclass(frozen=True)
@@ -32,4 +32,4 @@ class AbortStream:
     stream_id: int
 
 
-Command = OpenStream | AppendAudio | EndStream | AbortStream | SecondPassDone
+Command = OpenStream | AppendAudio | EndStream | AbortStream | SecondPassDone | RefineDone

@@ -12,7 +12,10 @@ import torch
 
 from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
+from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.refine import RefineConfig
 from oasr.models import ConformerConfig
+from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 INT8 = "int8"  # int8 Linear weights and activations (`oasr.models.int8`), float32 elsewhere
 DTYPE_NAMES = ("auto", *_DTYPES, INT8)
+SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
 BF16_AUTO_FAMILY = "whisper_ctc"  # the family dtype "auto" runs in bfloat16 on such CPUs
 _NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -79,6 +83,13 @@ class EngineConfig:
             final; "none" publishes the CTC text.
         second_pass_max_backlog: segments the second pass may have queued; beyond that a
             final keeps its CTC text (and is counted as a first-pass fallback).
+        second_pass_decode: how Whisper decodes: beam 5 at temperature 0 (the reference
+            decoders' default), its safeguards (temperature fallback, token budget, repetition
+            stop; ``without_safeguards(...)`` for plain greedy).
+        final_guard: when Whisper's text must not replace the CTC text of the same segment;
+            None keeps Whisper's text always.
+        refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
+            committed prefix that never changes); None: partials are the CTC text.
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
             often faster (each step is many small kernels).
@@ -103,6 +114,10 @@ class EngineConfig:
     max_pending_audio_s: float = 120.0
     second_pass: str = "none"
     second_pass_max_backlog: int = 16
+    second_pass_decode: WhisperDecodeConfig = field(
+        default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE))
+    final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
+    refine: RefineConfig | None = field(default_factory=RefineConfig)
     num_threads: int | None = None
 
     def __post_init__(self) -> None:

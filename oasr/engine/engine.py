@@ -22,9 +22,10 @@ from oasr.engine.events import EventType, FinishReason, StreamEvent
 from oasr.engine.family import FEATURE_SHIFT_S
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.model_runner import BatchPlan, StepOutput
+from oasr.engine.refine import RefinedPartial, Refiner, RefineState, compose
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
-from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassWorker
+from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone, SecondPassWorker
 from oasr.engine.segment_cuts import SegmentCuts
 from oasr.engine.stats import EngineStats
 from oasr.engine.streams import ChunkResult, StreamResources
@@ -52,10 +53,16 @@ class ASREngine:
         worker = None
         if config.second_pass == "whisper":
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
-                                           self.resources.cache_config.device)
+                                           self.resources.cache_config.device,
+                                           config.second_pass_decode, config.final_guard)
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing)
-        self.stats = EngineStats(self.resources, self.finals)
+        self.refiner = None
+        if worker is not None and config.refine is not None:
+            units = getattr(self.family.tokenizer, "units", [])
+            self.refiner = Refiner(config.refine, worker, self.family.timing, units,
+                                   self.finals.next_job_id)
+        self.stats = EngineStats(self.resources, self.finals, self.refiner)
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
@@ -105,6 +112,8 @@ class ASREngine:
             self._reset_at_position_limit(self.requests[stream_id])
         cohort = [s for s in plan.run if not self._stop_at_capacity(s)]
         audio_s = self._run_cohort(cohort) if cohort else 0.0
+        if self.refiner is not None:
+            self.refiner.schedule(self.requests, now, self.stats.total_busy_s)
         self.stats.record_step(time.perf_counter() - started, len(cohort), audio_s,
                                self.requests, self.scheduler)
         return not plan.is_empty or audio_s > 0
@@ -126,11 +135,16 @@ class ASREngine:
             if self.finals.worker is not None:
                 request.audio = SegmentAudio(
                     int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
+            if self.refiner is not None:
+                request.refine = RefineState()
             self.requests[command.stream_id] = request
             self.scheduler.add(request)
             return
         if isinstance(command, SecondPassDone):
             self._on_second_pass(command)
+            return
+        if isinstance(command, RefineDone):
+            self._on_refined(command)
             return
         live = self.requests.get(command.stream_id)
         if live is None:
@@ -293,17 +307,37 @@ class ASREngine:
         frames = window.num_output_frames
         request.offset += frames
         request.num_frames_decoded += frames
-        text = result.text
-        if text != request.last_partial:
-            request.last_partial = text
-            request.emit(StreamEvent(EventType.PARTIAL, request.stream_id,
-                                     segment=request.segment, text=text))
+        if result.text != request.last_partial or self.refiner is not None:
+            request.last_partial = result.text
+            if self.refiner is not None:
+                parts = self.refiner.compose(request, result.hypothesis, result.text)
+            else:
+                parts = RefinedPartial("", "", result.text)
+            self._emit_partial(request, parts)
         decision = result.endpoint
         if decision is not None and not window.is_last:
             self._end_segment(request, "endpoint", self._cuts.cut_frame(request, decision))
             self.stats.count_endpoint(decision.rule)
         else:
             self._cuts.forget_old_energy(request)
+
+    def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
+        """Publish the segment's partial when any of its parts changed."""
+        if parts == request.last_parts:
+            return
+        request.last_parts = parts
+        end = request.num_frames_decoded * self.family.timing.frame_shift_s
+        request.emit(StreamEvent(EventType.PARTIAL, request.stream_id, segment=request.segment,
+                                 text=parts.text, stable=parts.stable,
+                                 tentative=parts.tentative, ctc=parts.ctc, end=end))
+
+    def _on_refined(self, done: RefineDone) -> None:
+        request = self.requests.get(done.stream_id)
+        if request is None or self.refiner is None or not request.is_running:
+            return
+        if self.refiner.apply(request, done):
+            parts = compose(request.refine, request.last_partial, request.ctc_starts)
+            self._emit_partial(request, parts)
 
     def _reset_at_position_limit(self, request: Request) -> None:
         """End the segment before a chunk would pass the model's last position (Whisper-CTC:
@@ -328,6 +362,9 @@ class ASREngine:
         hyp = self.resources.final_hypothesis(request.stream_id,
                                               None if cut == decoded else cut)
         request.num_frames_decoded = request.segment_start_frame + cut
+        refine = request.refine
+        if refine is not None and refine.refined_frames > cut:
+            refine.prefix_tokens = ()  # committed words may lie after the cut: not forced
         self._emit_final(request, reason, hyp)
         self.resources.reset_stream(request.stream_id)
         request.offset = 0
@@ -340,6 +377,9 @@ class ASREngine:
 
     def _emit_final(self, request: Request, reason: str, hyp: Hypothesis | None = None) -> None:
         request.last_partial = ""
+        request.last_parts = None
         if hyp is None:
             hyp = self.resources.final_hypothesis(request.stream_id)
         self.finals.publish(request, hyp, reason)
+        if request.refine is not None:
+            request.refine.reset()

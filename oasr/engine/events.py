@@ -45,7 +45,10 @@ class StreamEvent:
     sample_rate: int = 16000
     chunk_ms: int = 0
     num_segments: int = 0
-    source: str = ""  # finals: "ctc" (first pass) or "whisper" (second pass)
+    source: str = ""  # finals: "ctc" (first pass), "whisper" (second pass) or "combined" (digits)
+    stable: str = ""  # partials: the committed words (``oasr.engine.refine``) ...
+    tentative: str = ""  # ... the newest refinement's words after them ...
+    ctc: str = ""  # ... and the streaming pass's words after the refined audio
 
     @property
     def is_terminal(self) -> bool:
@@ -59,7 +62,9 @@ class StreamEvent:
             return {"type": kind, "stream_id": self.stream_id, "sample_rate": self.sample_rate,
                     "chunk_ms": self.chunk_ms}
         if self.type is EventType.PARTIAL:
-            return {"type": kind, "segment": self.segment, "text": self.text}
+            return {"type": kind, "segment": self.segment, "text": self.text,
+                    "stable": self.stable, "tentative": self.tentative, "ctc": self.ctc,
+                    "end": round(self.end, 3)}
         if self.type is EventType.FINAL:
             return {"type": kind, "segment": self.segment, "text": self.text,
                     "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,

@@ -24,9 +24,10 @@ class FinalPublisher:
     """Turns a finished segment into its final event, through the second pass when it is on.
 
     Times come from encoder frames through the model family's ``timing`` (40 ms Conformer
-    frames, 20 ms Whisper-CTC frames). Counters (for stats): ``num_second_pass`` finals that carry Whisper's text,
+    frames, 20 ms Whisper-CTC frames). Counters (for stats): ``num_second_pass`` finals that carry the second pass's text (Whisper's, or digits combined with the CTC text),
     ``num_first_pass`` finals that kept the CTC text (second pass off, backlog full, segment
-    too long, or Whisper failed), ``second_pass_seconds`` summed latency.
+    too long, Whisper raised, or the guard rejected its text), ``num_backlog_full`` segments
+    not queued because the backlog was full, ``second_pass_seconds`` summed latency.
     """
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming) -> None:
@@ -35,7 +36,7 @@ class FinalPublisher:
         self._job_ids = itertools.count(1)
         self.num_second_pass = 0
         self.num_first_pass = 0
-        self.num_fallbacks = 0
+        self.num_backlog_full = 0
         self.second_pass_seconds = 0.0
         self.recent: list[dict[str, str]] = []  # last finals: CTC text beside Whisper's
 
@@ -62,16 +63,21 @@ class FinalPublisher:
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         if audio is not None and self.worker is not None:
-            job = SecondPassJob(next(self._job_ids), request.stream_id, request.segment, audio,
-                                time.monotonic())
+            prefix = request.refine.prefix_tokens if request.refine is not None else ()
+            job = SecondPassJob(self.next_job_id(), request.stream_id, request.segment, audio,
+                                time.monotonic(), hyp.text, prefix)
             if self.worker.try_submit(job):
                 request.segment += 1
                 request.pending_finals[job.job_id] = PendingFinal(event)
                 return
-            self.num_fallbacks += 1
+            self.num_backlog_full += 1
         if hyp.text:
             request.segment += 1
             self._emit(request, event)
+
+    def next_job_id(self) -> int:
+        """A new second-pass job id (finals and refinements share the sequence)."""
+        return next(self._job_ids)
 
     def on_second_pass(self, request: Request, done: SecondPassDone) -> None:
         """Whisper's answer for one of the request's segments; publish what is now in order."""
@@ -80,14 +86,15 @@ class FinalPublisher:
             return
         self.second_pass_seconds += done.seconds
         pending.text = done.text
+        pending.source = done.source
         pending.answered = True
         self.flush(request)
 
     def flush(self, request: Request) -> None:
         """Publish the leading finals whose second pass has answered.
 
-        Whisper's text replaces the CTC text; "" (no speech) empties the final; a failed pass
-        (None) keeps the CTC text. Every queued segment gets its final, so its number is used.
+        Whisper's text replaces the CTC text; "" (no speech) empties the final; None (Whisper
+        raised, or the guard rejected its text) keeps the CTC text. Every queued segment gets its final, so its number is used.
         """
         while request.pending_finals:
             job_id, pending = next(iter(request.pending_finals.items()))
@@ -98,7 +105,7 @@ class FinalPublisher:
             if pending.text is not None:
                 if pending.text:
                     self._remember(event.text, pending.text)
-                event = replace(event, text=pending.text, source="whisper")
+                event = replace(event, text=pending.text, source=pending.source)
             self._emit(request, event)
 
     def drop_pending(self, request: Request) -> None:
@@ -119,7 +126,7 @@ class FinalPublisher:
         return audio.copy() if audio is not None and audio.size else None
 
     def _emit(self, request: Request, event: StreamEvent) -> None:
-        if event.source == "whisper":
+        if event.source != "ctc":
             self.num_second_pass += 1
         else:
             self.num_first_pass += 1

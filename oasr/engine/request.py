@@ -11,6 +11,7 @@ import numpy as np
 
 from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
 from oasr.engine.events import FinishReason, StreamEvent
+from oasr.engine.refine import RefinedPartial, RefineState
 
 EventSink = Callable[[StreamEvent], None]
 
@@ -70,7 +71,8 @@ class PendingFinal:
 
     event: StreamEvent
     answered: bool = False
-    text: str | None = None  # Whisper's text; "" = no speech; None = the pass failed
+    text: str | None = None  # the second pass's text; "" = no speech; None = keep the CTC text
+    source: str = "whisper"  # whose text ``text`` is: "whisper" or "combined"
 
 
 @dataclass
@@ -100,11 +102,14 @@ class Request:
     num_frames_decoded: int = 0
     segment: int = 0
     segment_start_frame: int = 0
-    last_partial: str = ""
+    last_partial: str = ""  # the CTC text of the open segment
+    last_parts: RefinedPartial | None = None  # the partial last published
     num_segments_emitted: int = 0
     finish_reason: FinishReason | None = None
     audio: SegmentAudio = field(default_factory=lambda: SegmentAudio(0))
     pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
+    refine: RefineState | None = None  # refined partials of the open segment (second pass on)
+    ctc_starts: list[int] = field(default_factory=list)  # frame each word of last_partial starts
     energy: FrameEnergy = field(default_factory=lambda: FrameEnergy(320))  # per encoder frame
 
     def transition(self, new: RequestStatus) -> None:
@@ -118,6 +123,10 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status is RequestStatus.FINISHED
+
+    @property
+    def is_running(self) -> bool:
+        return self.status is RequestStatus.RUNNING
 
     def take_pending_audio(self) -> np.ndarray | None:
         """All audio received since the last call, joined; None when there is none."""

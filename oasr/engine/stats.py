@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.events import FinishReason
+from oasr.engine.final_guard import REASONS as GUARD_REASONS
 from oasr.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from oasr.engine.finals import FinalPublisher
+    from oasr.engine.refine import Refiner
     from oasr.engine.scheduler import Scheduler
     from oasr.engine.streams import StreamResources
 
@@ -27,9 +29,11 @@ RTF_WINDOW_S = 5.0
 class EngineStats:
     """Counters and timing of one engine; ``snapshot`` is the JSON the stats API serves."""
 
-    def __init__(self, resources: StreamResources, finals: FinalPublisher) -> None:
+    def __init__(self, resources: StreamResources, finals: FinalPublisher,
+                 refiner: Refiner | None = None) -> None:
         self.resources = resources
         self.finals = finals
+        self.refiner = refiner
         self.started_at = time.monotonic()
         self.num_steps = 0
         self.num_busy_steps = 0
@@ -121,7 +125,7 @@ class EngineStats:
                 "last_batch_size": self.last_batch_size,
                 "num_steps": self.num_busy_steps,
             },
-            "second_pass": self._second_pass_entry(),
+            "second_pass": self._second_pass_entry(running),
             "rtf": round(self.recent_rtf(now), 4),
             "total_audio_s": round(self.total_audio_s, 2),
             "uptime_s": round(now - self.started_at, 1),
@@ -134,7 +138,7 @@ class EngineStats:
             },
         }
 
-    def _second_pass_entry(self) -> dict[str, Any]:
+    def _second_pass_entry(self, running: list[Request]) -> dict[str, Any]:
         finals = self.finals
         done = finals.num_second_pass
         worker = finals.worker
@@ -143,12 +147,31 @@ class EngineStats:
             "backlog": finals.worker.backlog if finals.worker is not None else 0,
             "num_second_pass_finals": done,
             "num_first_pass_finals": finals.num_first_pass,
-            "num_fallbacks": finals.num_fallbacks,
+            "num_backlog_full": finals.num_backlog_full,
+            "num_temperature_fallbacks": worker.num_temperature_fallbacks if worker is not None else 0,
+            "num_rejected": worker.num_rejected if worker is not None else 0,
+            "num_combined": worker.num_combined if worker is not None else 0,
+            "rejected": (dict(worker.rejected) if worker is not None
+                         else dict.fromkeys(GUARD_REASONS, 0)),
             # segments Whisper answered "" for: too quiet to decode / decoded but no speech
             "num_no_voice": worker.num_no_voice if worker is not None else 0,
             "num_no_speech": worker.num_no_speech if worker is not None else 0,
             "avg_latency_ms": round(finals.second_pass_seconds / done * 1e3, 1) if done else 0.0,
+            **self._refine_entry(running),
             "recent": list(finals.recent),
+        }
+
+    def _refine_entry(self, running: list[Request]) -> dict[str, Any]:
+        refiner = self.refiner
+        if refiner is None:
+            return {"refine": False}
+        states = [r.refine for r in running if r.refine is not None]
+        return {
+            "refine": True,
+            "num_refining": sum(s.in_flight is not None for s in states),
+            "num_refined_streams": sum(s.num_refinements > 0 for s in states),
+            "num_refinements": refiner.worker.num_refinements,
+            "refine_interval_s": round(refiner.avg_interval_s, 2),
         }
 
     def _stream_entry(self, request: Request, now: float) -> dict[str, Any]:

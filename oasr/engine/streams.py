@@ -180,7 +180,8 @@ class StreamResources:
         endpointer = self.endpointer
         return [ChunkResult(step.hypothesis.text, None if endpointer is None else
                             endpointer.decide(step.stats, step.hypothesis.tokens,
-                                              step.hypothesis.timestamps))
+                                              step.hypothesis.timestamps),
+                            step.hypothesis)
                 for step in steps]
 
     def final_hypothesis(self, stream_id: int, num_frames: int | None = None) -> Hypothesis:
@@ -230,3 +231,4 @@ class ChunkResult:
 
     text: str
     endpoint: EndpointDecision | None
+    hypothesis: Hypothesis | None = None  # the best hypothesis (tokens and their frames)

@@ -34,7 +34,8 @@ def _run(engine: ASREngine, max_steps: int = 20_000) -> None:
 
 @pytest.fixture()
 def config(engine_config: EngineConfig) -> EngineConfig:
-    return replace(engine_config, second_pass="whisper")
+    # the tiny random CTC model writes letters, no witness for the guard against the first pass
+    return replace(engine_config, second_pass="whisper", final_guard=None)
 
 
 def test_final_text_comes_from_whisper(config: EngineConfig, speech: list[np.ndarray]) -> None:
@@ -118,7 +119,7 @@ def test_backlog_falls_back_to_ctc_text(config: EngineConfig, speech: list[np.nd
     sources = sorted(events.of_type(s, EventType.FINAL)[0].source for s in (1, 2, 3))
     assert "ctc" in sources and "whisper" in sources
     second = engine.stats.snapshot["second_pass"]
-    assert second["num_fallbacks"] == sources.count("ctc")
+    assert second["num_backlog_full"] == sources.count("ctc")
     assert all(events.done(s).finish_reason == "stop" for s in (1, 2, 3))
     engine.shutdown()
 

@@ -131,3 +131,84 @@ def test_submit_refuses_waveforms_whisper_cannot_take(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"shape \(2, 100\)"):
         decoder.submit(4, torch.zeros(2, 100))
     assert decoder.num_waiting == 0
+
+
+def _always_predict(checkpoint: WhisperCheckpoint, token: int):  # type: ignore[no-untyped-def]
+    """Make every decoder step all but certain of ``token`` (a decoder stuck in a loop)."""
+    bias = torch.zeros(TINY.n_vocab)
+    bias[token] = 40.0
+    return checkpoint.model.decoder.register_forward_hook(lambda module, args, out: out + bias)
+
+
+def test_a_looping_request_stops_early_falls_back_and_is_flagged(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=28)
+    config = WhisperDecodeConfig(max_rows=10, block_size=4)
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    hook = _always_predict(checkpoint, token=5)
+    try:
+        for request in range(2):
+            decoder.submit_encoded(request, tiny_encoded(2, seed=29)[request])
+        results, max_running = [], 0
+        for _ in range(400):
+            results += decoder.step()
+            max_running = max(max_running, decoder.num_running)
+            if not decoder.has_work():
+                break
+    finally:
+        hook.remove()
+    temperatures = config.fallback.temperatures
+    assert sorted(r.request_id for r in results) == [0, 1]
+    for result in results:
+        assert result.failed and result.num_decodes == len(temperatures)
+        # stopped by the repetition rule at 12 copies, far below the 30-token window
+        assert result.looped and result.tokens == (5,) * 12
+    assert decoder.num_fallbacks == 2 * (len(temperatures) - 1) and decoder.num_loops > 0
+    assert max_running == 10  # both requests' five sampled rows decoded in one batch
+    pool = decoder.manager.pool
+    assert pool.num_free_blocks == pool.num_blocks and decoder.manager.num_rows == 0
+
+
+def test_token_budget_cuts_a_row_that_never_ends(tmp_path: Path) -> None:
+    from oasr.models.whisper.safeguards import FallbackRule, TokenBudget
+
+    checkpoint = tiny_checkpoint(tmp_path, seed=30)
+    config = WhisperDecodeConfig(max_rows=2, block_size=4, repetition=None,
+                                 token_budget=TokenBudget(per_second=1.0, base=3),
+                                 fallback=FallbackRule(temperatures=(0.0,)))
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    hook = _always_predict(checkpoint, token=7)
+    try:
+        decoder.submit_encoded(0, tiny_encoded(1, seed=31)[0], num_samples=2 * 16000)  # 3 + 2
+        results = []
+        while decoder.has_work():
+            results += decoder.step()
+    finally:
+        hook.remove()
+    (result,) = results
+    assert result.tokens == (7,) * 5 and result.failed and result.num_decodes == 1
+    assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks
+
+
+def test_beam_first_decodes_equal_beam_search_alone(tmp_path: Path) -> None:
+    from oasr.models.whisper import beam_search
+    from oasr.models.whisper.safeguards import FallbackRule
+
+    checkpoint = tiny_checkpoint(tmp_path, seed=32)
+    encoded = tiny_encoded(3, seed=33)
+    config = WhisperDecodeConfig(max_rows=4, max_new_tokens=12, block_size=4, beam_size=3,
+                                 token_budget=None, repetition=None,
+                                 fallback=FallbackRule(temperatures=(0.0,)))
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    for request in range(3):
+        decoder.submit_encoded(request, encoded[request])
+    results = decoder.step()  # the three first decodes, one batched beam search
+    assert sorted(r.request_id for r in results) == [0, 1, 2] and not decoder.has_work()
+    model = checkpoint.model
+    with torch.inference_mode():
+        for result in results:
+            row = encoded[result.request_id][None]
+            kv = DecoderKv(model.decoder.cross_kv(row), len(TINY_SPEC.prompt) + 12)
+            (alone_hyp,) = beam_search(model, TINY_SPEC, kv, 3, 12)
+            assert result.tokens == alone_hyp.tokens
+            assert result.avg_log_prob == pytest.approx(
+                alone_hyp.log_prob / (len(alone_hyp.tokens) + 1), abs=1e-5)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from oasr.metrics import normalize_transcript, number_words
 from oasr.models.whisper import WhisperCheckpoint, WhisperFrontend, mel_filterbank
 from oasr.models.whisper.frontend import N_FRAMES, N_SAMPLES, _hz_to_mel, _mel_to_hz
 
@@ -62,13 +61,3 @@ def test_real_tokenizer_round_trip(checkpoint: WhisperCheckpoint) -> None:
     assert ids == [843, 523, 616, 5891, 3399]
     assert tokenizer.decode([50257, 50362, *ids, 50256]) == "And so my fellow Americans"
     assert tokenizer.eot == 50256 and checkpoint.spec.prompt == (50257, 50362)
-
-
-def test_normalize_transcript() -> None:
-    assert normalize_transcript("And Mr. John, cold-hearted!") == "and mister john cold hearted"
-    assert normalize_transcript("9, 3, 0.") == "nine three zero"
-    assert normalize_transcript("It's 'quoted' 42 and 305") == "it's quoted forty two and three hundred five"
-    assert normalize_transcript("1234") == "one two three four"
-    assert number_words(90) == "ninety"
-    with pytest.raises(ValueError, match="0..999"):
-        number_words(1000)

@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from oasr.cache.decoder_kv import PagedDecoderKv
+from oasr.models.whisper.decode_requests import (
+    DecodeRequest,
+    PendingDecode,
+    RunningRow,
+    SecondPassResult,
+)
 from oasr.models.whisper.decoding import (
+    beam_search,
     default_max_new_tokens,
     no_speech_probs,
     suppression_masks,
 )
+from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import HOP_LENGTH, N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.safeguards import DecodeAttempt, best_attempt
@@ -35,64 +42,6 @@ from oasr.models.whisper.transcriber import WhisperDecodeConfig, build_decoder_m
 from oasr.models.whisper.window import EncodedSegments, SegmentEncoder
 
 _SAMPLES_PER_ENCODER_FRAME = 2 * HOP_LENGTH  # the encoder's stride-2 stem: 20 ms
-
-
-@dataclass(frozen=True)
-class SecondPassResult:
-    """A finished request.
-
-    Attributes:
-        request_id: as submitted.
-        tokens: generated text tokens (no prompt, no end token).
-        text: their text.
-        avg_log_prob: log-probability per generated token (end token included).
-        no_speech_prob: P(no-speech) at the start token (None if the vocabulary has none);
-            with a low ``avg_log_prob`` it flags a segment with no speech.
-        temperature: of the kept decode (0 = greedy).
-        num_decodes: decodes tried (1 = no fallback).
-        failed: every temperature failed the fallback rule; the text is the best of them and
-            should not be trusted.
-        looped: the kept decode was stopped by the repetition rule.
-    """
-
-    request_id: int
-    tokens: tuple[int, ...]
-    text: str
-    avg_log_prob: float
-    no_speech_prob: float | None
-    temperature: float = 0.0
-    num_decodes: int = 1
-    failed: bool = False
-    looped: bool = False
-
-
-@dataclass
-class _Request:
-    """A request across its decodes: budget, encoder states (kept for fallback), attempts."""
-
-    request_id: int
-    max_new_tokens: int
-    encoded: EncodedSegments | None = None  # (1, S, d) once encoded
-    attempts: list[DecodeAttempt] = field(default_factory=list)
-    temperature_index: int = 0
-    samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
-    num_rows: int = 1  # rows decoding this temperature
-
-
-@dataclass
-class _Pending:
-    request: _Request
-    waveform: torch.Tensor | np.ndarray | None = None
-
-
-@dataclass
-class _Running:
-    request: _Request
-    row_id: int
-    temperature: float
-    no_speech_prob: float | None = None
-    log_prob: float = 0.0
-    tokens: list[int] = field(default_factory=list)
 
 
 class ContinuousWhisperDecoder:
@@ -117,8 +66,9 @@ class ContinuousWhisperDecoder:
         self.best_of = min(self.config.fallback.best_of, self.config.max_rows)
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
         self._generator = torch.Generator(device=model.device).manual_seed(seed)
-        self._waiting: deque[_Pending] = deque()
-        self._running: list[_Running] = []
+        self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO
+        self._background: deque[PendingDecode] = deque()  # refinements: when nothing else waits
+        self._running: list[RunningRow] = []
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
         self.num_fallbacks = 0  # decodes redone at a higher temperature
@@ -126,6 +76,11 @@ class ContinuousWhisperDecoder:
 
     @property
     def num_waiting(self) -> int:
+        return len(self._waiting) + len(self._background)
+
+    @property
+    def num_urgent(self) -> int:
+        """Requests waiting that are not background (finals and their fallbacks)."""
         return len(self._waiting)
 
     @property
@@ -133,7 +88,11 @@ class ContinuousWhisperDecoder:
         return len(self._running)
 
     def has_work(self) -> bool:
-        return bool(self._waiting or self._running)
+        return bool(self._waiting or self._background or self._running)
+
+    def word_ends(self, tokens: tuple[int, ...]) -> list[int]:
+        """Where each word of ``tokens``' text ends (``WhisperTokenizer.word_ends``)."""
+        return self.checkpoint.tokenizer.word_ends(tokens)
 
     def budget(self, num_samples: int) -> int:
         """Tokens a segment of ``num_samples`` may generate (the token budget, capped)."""
@@ -141,18 +100,31 @@ class ContinuousWhisperDecoder:
         return self.max_new_tokens if rule is None else rule.max_tokens(num_samples,
                                                                          self.max_new_tokens)
 
-    def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray) -> None:
+    def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray,
+               prefix: tuple[int, ...] = (), background: bool = False) -> None:
         """Queue a 16 kHz mono waveform of at most 30 s.
 
+        Args:
+            prefix: text tokens forced after the start prompt (the transcript so far, which
+                the result then begins with; the budget counts the tokens after it).
+            background: decode only when no other request waits, at temperature 0 only (a
+                refinement of an open segment; finals go first).
         Raises:
-            ValueError: the waveform is not 1-D or is longer than one 30 s window.
+            ValueError: the waveform is not 1-D or is longer than one 30 s window, or the
+                prefix leaves no room in the decoder's window.
         """
         shape = tuple(waveform.shape)
         if len(shape) != 1 or shape[0] > N_SAMPLES:
             raise ValueError(f"request {request_id}: waveform of shape {shape}; Whisper takes a "
                              f"1-D waveform of at most {N_SAMPLES} samples (30 s)")
-        request = _Request(request_id, self.budget(shape[0]))
-        self._waiting.append(_Pending(request, waveform=waveform))
+        room = self.max_new_tokens - len(prefix)
+        if room < 1:
+            raise ValueError(f"request {request_id}: a prefix of {len(prefix)} tokens leaves no "
+                             f"room in the decoder's {self.max_new_tokens} positions")
+        request = DecodeRequest(request_id, min(room, self.budget(shape[0])), prefix=tuple(prefix),
+                           background=background)
+        (self._background if background else self._waiting).append(
+            PendingDecode(request, waveform=waveform))
 
     def submit_encoded(self, request_id: int, encoded: torch.Tensor,
                        num_samples: int | None = None) -> None:
@@ -160,40 +132,102 @@ class ContinuousWhisperDecoder:
         ``num_samples`` (default: the audio all S frames stand for)."""
         samples = encoded.size(0) * _SAMPLES_PER_ENCODER_FRAME if num_samples is None else num_samples
         states = EncodedSegments(encoded[None], (encoded.size(0),))
-        self._waiting.append(_Pending(_Request(request_id, self.budget(samples), states)))
+        self._waiting.append(PendingDecode(DecodeRequest(request_id, self.budget(samples), states)))
 
     @torch.inference_mode()
     def step(self) -> list[SecondPassResult]:
-        """Admit, prefill the admitted, advance the others by one token; the finished."""
+        """Beam-decode the waiting first decodes (``beam_size`` > 1), then admit, prefill the
+        admitted, advance the others by one token; the finished."""
+        finished = self._beam_step() if self.config.beam_size > 1 else []
         stepping = list(self._running)
-        finished = self._advance(stepping) if stepping else []
+        finished += self._advance(stepping) if stepping else []
         admitted = self._admit()
         if admitted:
             finished += self._prefill(admitted)
         return finished
 
-    def _temperature(self, request: _Request) -> float:
+    def _beam_step(self) -> list[SecondPassResult]:
+        """The waiting requests' temperature-0 decodes, up to ``max_rows`` of them, by beam
+        search in one batched call to the end (dense per-request K/V, the cross K/V shared by
+        a request's beams); each then passes, or waits for its sampled fallback."""
+        firsts = [p for p in self._waiting if self._beamed(p.request)]
+        if not firsts:
+            return []
+        width = len(firsts[0].request.prefix)  # one prompt length per batch
+        batch = [p for p in firsts if len(p.request.prefix) == width][: self.config.max_rows]
+        for p in batch:
+            self._waiting.remove(p)
+        model, spec = self.checkpoint.model, self.checkpoint.spec
+        self._encode(batch)
+        states = [p.request.encoded for p in batch]
+        encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
+                                  tuple(s.num_encoded[0] for s in states if s is not None))
+        limit = max(p.request.max_new_tokens for p in batch)
+        kv = DecoderKv(self.encoder.cross_kv(encoded), len(spec.prompt) + width + limit,
+                       self.config.kv_cache, shared_cross=True)
+        prompts = torch.tensor([list(self._prompt(p.request)) for p in batch], device=model.device)
+        hyps = beam_search(model, spec, kv, self.config.beam_size, limit, prompt=prompts)
+        done = []
+        for p, hyp in zip(batch, hyps, strict=True):
+            tokens = hyp.tokens[: p.request.max_new_tokens]
+            truncated = len(hyp.tokens) >= p.request.max_new_tokens
+            repetition = self.config.repetition
+            looped = repetition is not None and any(
+                repetition.is_looping(tokens[:n]) for n in range(1, len(tokens) + 1))
+            p.request.samples, p.request.num_rows = [], 1
+            attempt = self._attempt(p.request, tokens, 0.0, hyp.log_prob, hyp.no_speech_prob,
+                                    looped, truncated and not looped)
+            result = self._settle(p.request, attempt)
+            if result is not None:
+                done.append(result)
+        return done
+
+    def _prompt(self, request: DecodeRequest) -> tuple[int, ...]:
+        return self.checkpoint.spec.prompt + request.prefix
+
+    def _attempt(self, request: DecodeRequest, generated: tuple[int, ...], temperature: float,
+                 log_prob: float, no_speech_prob: float | None, looped: bool,
+                 truncated: bool) -> DecodeAttempt:
+        """A decode's record: the request's prefix and the generated tokens, their text; the
+        average log-probability is the generated tokens' (end token counted)."""
+        tokens = request.prefix + tuple(generated)
+        return DecodeAttempt(tokens, self.checkpoint.tokenizer.decode(tokens), temperature,
+                             log_prob / (len(generated) + 1), no_speech_prob, looped, truncated)
+
+    def _temperature(self, request: DecodeRequest) -> float:
         return self.config.fallback.temperatures[request.temperature_index]
 
-    def _rows_for(self, request: _Request) -> int:
+    def _rows_for(self, request: DecodeRequest) -> int:
         return 1 if self._temperature(request) == 0.0 else self.best_of
 
-    def _admit(self) -> list[_Pending]:
-        admitted: list[_Pending] = []
+    def _admit(self) -> list[PendingDecode]:
+        """Requests to prefill this step, urgent ones first, all of one prompt length, as many
+        as the row cap and the pool's reservations allow."""
+        admitted: list[PendingDecode] = []
         ceilings: list[int] = []
-        while self._waiting:
-            request = self._waiting[0].request
+        urgent = [p for p in self._waiting if not self._beamed(p.request)]
+        for pending in urgent or ([] if self._waiting else list(self._background)):
+            request = pending.request
+            if admitted and len(request.prefix) != len(admitted[0].request.prefix):
+                break
             rows = self._rows_for(request)
-            wanted = ceilings + [len(self.checkpoint.spec.prompt) + request.max_new_tokens] * rows
+            wanted = ceilings + [len(self._prompt(request)) + request.max_new_tokens] * rows
             if len(self._running) + len(wanted) > self.config.max_rows:
                 break
             if not self.manager.can_admit(wanted).ok:
                 break
             ceilings = wanted
-            admitted.append(self._waiting.popleft())
+            admitted.append(pending)
+            (self._background if request.background else self._waiting).remove(pending)
         return admitted
 
-    def _encode(self, pending: list[_Pending]) -> None:
+    def _beamed(self, request: DecodeRequest) -> bool:
+        """Decoded by the batched beam search: a first decode of an urgent request when the
+        beam is wider than 1 (background refinements stay greedy: they are for display)."""
+        return (self.config.beam_size > 1 and request.temperature_index == 0
+                and not request.background)
+
+    def _encode(self, pending: list[PendingDecode]) -> None:
         """Encode the admitted requests that arrived as waveforms (one batched call)."""
         fresh = [p for p in pending if p.request.encoded is None]
         if not fresh:
@@ -205,23 +239,25 @@ class ContinuousWhisperDecoder:
                                                 (encoded.num_encoded[row],))
             p.waveform = None
 
-    def _prefill(self, admitted: list[_Pending]) -> list[SecondPassResult]:
+    def _prefill(self, admitted: list[PendingDecode]) -> list[SecondPassResult]:
         model, spec = self.checkpoint.model, self.checkpoint.spec
         self._encode(admitted)
-        rows: list[_Running] = []
+        rows: list[RunningRow] = []
         for p in admitted:
             p.request.num_rows = self._rows_for(p.request)
             p.request.samples = []
-            rows += [_Running(p.request, next(self._row_ids), self._temperature(p.request))
+            rows += [RunningRow(p.request, next(self._row_ids), self._temperature(p.request))
                      for _ in range(p.request.num_rows)]
         states = [r.request.encoded for r in rows]
         encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
                                   tuple(s.num_encoded[0] for s in states if s is not None))
         try:
             for row in rows:
-                self.manager.allocate_row(row.row_id, len(spec.prompt) + row.request.max_new_tokens)
+                self.manager.allocate_row(row.row_id,
+                                          len(self._prompt(row.request)) + row.request.max_new_tokens)
             self.manager.build_cross_kv([r.row_id for r in rows], self.encoder.cross_kv(encoded))
-            prompt = torch.tensor(spec.prompt, device=model.device).expand(len(rows), -1)
+            prompt = torch.tensor([list(self._prompt(r.request)) for r in rows],
+                                  device=model.device)  # (B, P), one length per step
             view = self.manager.view([r.row_id for r in rows])
             prompt_logits = model.decoder(prompt, view)  # (B, P, V)
         except Exception:  # the requests are dropped; their pages must not leak
@@ -231,9 +267,10 @@ class ContinuousWhisperDecoder:
             raise
         for row, prob in zip(rows, no_speech_probs(prompt_logits, spec), strict=True):
             row.no_speech_prob = prob
-        return self._record(rows, prompt_logits[:, -1] + self._first)
+        first = self._first if prompt.size(1) == len(spec.prompt) else self._always
+        return self._record(rows, prompt_logits[:, -1] + first)
 
-    def _advance(self, rows: list[_Running]) -> list[SecondPassResult]:
+    def _advance(self, rows: list[RunningRow]) -> list[SecondPassResult]:
         model = self.checkpoint.model
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=model.device)  # (B, 1)
         row_ids = [r.row_id for r in rows]
@@ -242,7 +279,7 @@ class ContinuousWhisperDecoder:
         view = self._view
         return self._record(rows, model.decoder(last, view)[:, -1] + self._always)
 
-    def _pick(self, rows: list[_Running], logits: torch.Tensor) -> tuple[list[int], list[float]]:
+    def _pick(self, rows: list[RunningRow], logits: torch.Tensor) -> tuple[list[int], list[float]]:
         """Each row's next token from its logits (B, V): argmax at temperature 0, else sampled
         from softmax(logits / T); with the token's log-probability under the plain logits."""
         picked = logits.argmax(dim=-1)  # (B,)
@@ -256,7 +293,7 @@ class ContinuousWhisperDecoder:
         picked_lp = torch.log_softmax(logits.float(), dim=-1).gather(1, picked[:, None])[:, 0]
         return picked.tolist(), picked_lp.tolist()
 
-    def _record(self, rows: list[_Running], logits: torch.Tensor) -> list[SecondPassResult]:
+    def _record(self, rows: list[RunningRow], logits: torch.Tensor) -> list[SecondPassResult]:
         """Append each row's next token; finish rows (free them) on the end token, the budget
         or a loop, and requests whose decode is complete."""
         eot = self.checkpoint.spec.eot
@@ -280,24 +317,28 @@ class ContinuousWhisperDecoder:
         self._running = [r for r in joined if r.row_id not in finished_rows]
         return done
 
-    def _finish_row(self, row: _Running, looped: bool, truncated: bool) -> SecondPassResult | None:
+    def _finish_row(self, row: RunningRow, looped: bool, truncated: bool) -> SecondPassResult | None:
         """Record a finished row's decode; the request's result once it has one to give."""
         eot = self.checkpoint.spec.eot
         tokens = tuple(row.tokens[:-1] if row.tokens[-1] == eot else row.tokens)
         request = row.request
-        request.samples.append(DecodeAttempt(
-            tokens, self.checkpoint.tokenizer.decode(tokens), row.temperature,
-            row.log_prob / (len(tokens) + 1), row.no_speech_prob, looped, truncated))
+        request.samples.append(self._attempt(request, tokens, row.temperature, row.log_prob,
+                                             row.no_speech_prob, looped, truncated))
         if len(request.samples) < request.num_rows:
             return None  # sampled rows of this temperature still running
-        attempt = max(request.samples, key=lambda a: a.avg_log_prob)
+        return self._settle(request, max(request.samples, key=lambda a: a.avg_log_prob))
+
+    def _settle(self, request: DecodeRequest, attempt: DecodeAttempt) -> SecondPassResult | None:
+        """A decode of ``request`` is complete: its result, or None when it was queued again
+        at the next temperature."""
         request.attempts.append(attempt)
         rule = self.config.fallback
         failed = rule.is_failed(attempt)
-        if failed and request.temperature_index + 1 < len(rule.temperatures):
+        if (failed and not request.background
+                and request.temperature_index + 1 < len(rule.temperatures)):
             request.temperature_index += 1
             self.num_fallbacks += 1
-            self._waiting.appendleft(_Pending(request))  # ahead of new requests
+            self._waiting.appendleft(PendingDecode(request))  # ahead of new requests
             return None
         kept = best_attempt(request.attempts, rule) if failed else attempt
         return SecondPassResult(request.request_id, kept.tokens, kept.text, kept.avg_log_prob,
@@ -307,10 +348,11 @@ class ContinuousWhisperDecoder:
     def abort(self, request_id: int) -> bool:
         """Drop a waiting or running request (its rows freed now); False when unknown."""
         found = False
-        for pending in list(self._waiting):
-            if pending.request.request_id == request_id:
-                self._waiting.remove(pending)
-                found = True
+        for queue in (self._waiting, self._background):
+            for pending in list(queue):
+                if pending.request.request_id == request_id:
+                    queue.remove(pending)
+                    found = True
         for row in list(self._running):
             if row.request.request_id == request_id:
                 self.manager.free_row(row.row_id)

@@ -163,6 +163,7 @@ def beam_search(
     beam_size: int,
     max_new_tokens: int | None = None,
     length_penalty: float = 1.0,
+    prompt: torch.Tensor | None = None,
 ) -> list[BeamHypothesis]:
     """Beam search of each of ``kv``'s B rows on dense per-group buffers.
 
@@ -173,13 +174,18 @@ def beam_search(
 
     Args:
         kv: an empty dense store of B rows (cross K/V stored, no tokens yet).
+        prompt: (B, P) start tokens per row (default ``spec.prompt``); tokens after
+            ``spec.prompt`` are a forced text prefix, which the hypotheses do not include.
     Returns:
         Per row the best hypothesis.
     """
     limit = max_new_tokens or default_max_new_tokens(model, spec)
     batch, device = kv.batch_size, model.device
     always, first = suppression_masks(spec, model.config.n_vocab, device)
-    prompt = torch.tensor(spec.prompt, device=device).expand(batch, -1)
+    if prompt is None:
+        prompt = torch.tensor(spec.prompt, device=device).expand(batch, -1)
+    elif prompt.size(1) > len(spec.prompt):
+        first = always  # after a forced text prefix the transcript may end at once
     prompt_logits = model.decoder(prompt, kv)  # (B, P, V)
     no_speech = no_speech_probs(prompt_logits, spec)
     log_probs = torch.log_softmax(prompt_logits[:, -1] + first, dim=-1)  # (B, V)

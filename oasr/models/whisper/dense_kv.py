@@ -1,6 +1,12 @@
 """Dense per-group decoder K/V: one capacity buffer per layer for a group of rows that advance
 together (a greedy batch, or a beam group). Beam search reorders and repeats rows with
-``select``, which copies, so rows never share storage."""
+``select``, which copies the self-attention K/V, so rows never share it.
+
+With ``shared_cross=True`` the cross-attention K/V is stored once per group (one row per
+segment) and never copied: the rows of a group stay contiguous (beam search's children of
+group g are rows g*K .. g*K+K-1), so cross-attention folds a group's rows into its query
+length, (G*K, T, H, D) -> (G, K*T, H, D), against the group's (G, S, H, D) K/V. A beam of 5
+then costs 5 rows of self-attention K/V (a few dozen tokens), not 5 copies of 1500 frames."""
 
 from __future__ import annotations
 
@@ -61,6 +67,9 @@ class DecoderKv:
         cross_kv: per layer (K, V), each (B, S, H, D), from ``WhisperDecoder.cross_kv``.
         capacity: self-attention tokens each row may hold (prompt plus generated).
         kv_cache: None (served dtype) or ``"fp8_e4m3"``.
+        shared_cross: keep the cross K/V once per group of rows (the B rows of ``cross_kv``
+            are the groups; ``select`` may then widen each group to K rows, see the module
+            docstring).
     """
 
     def __init__(
@@ -68,6 +77,7 @@ class DecoderKv:
         cross_kv: list[tuple[torch.Tensor, torch.Tensor]],
         capacity: int,
         kv_cache: str | None = None,
+        shared_cross: bool = False,
     ) -> None:
         check_kv_cache_format(kv_cache)
         if capacity < 1:
@@ -79,6 +89,8 @@ class DecoderKv:
         self.capacity = capacity
         self.num_tokens = 0
         self.batch_size = batch
+        self.num_groups = batch
+        self.shared_cross = shared_cross
         self.cross_len = frames
         shape = (batch, heads, capacity, dim)
         self._self = [(_LayerBuffer(shape, k0.dtype, k0.device, fp8),
@@ -123,15 +135,27 @@ class DecoderKv:
         k_buf, v_buf = self._cross[layer]
         keys = k_buf.read(self.cross_len, q.dtype)
         values = v_buf.read(self.cross_len, q.dtype)
-        valid = torch.ones(q.size(0), self.cross_len, dtype=torch.bool, device=q.device)
-        return dense_attention(q, keys, values, valid)
+        rows, steps, heads, dim = q.shape
+        groups = keys.size(0)
+        q = q.reshape(groups, (rows // groups) * steps, heads, dim)  # a group's rows as queries
+        valid = torch.ones(groups, self.cross_len, dtype=torch.bool, device=q.device)
+        return dense_attention(q, keys, values, valid).reshape(rows, steps, heads, dim)
 
     def advance(self, num_tokens: int) -> None:
         self.num_tokens += num_tokens
 
     def select(self, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (B',) int64 in that order; repeats copy (beam expansion)."""
-        for k_buf, v_buf in self._self + self._cross:
+        """Keep rows ``index`` (B',) int64 in that order; repeats copy (beam expansion).
+
+        Raises:
+            ValueError: with ``shared_cross``, B' is not a multiple of the groups (each group
+                must keep the same number of rows, in group order).
+        """
+        rows = int(index.numel())
+        if self.shared_cross and rows % self.num_groups:
+            raise ValueError(f"DecoderKv.select: {rows} rows for {self.num_groups} groups; a "
+                             "shared cross K/V needs the same number of rows per group")
+        for k_buf, v_buf in self._self if self.shared_cross else self._self + self._cross:
             k_buf.select(index)
             v_buf.select(index)
-        self.batch_size = int(index.numel())
+        self.batch_size = rows

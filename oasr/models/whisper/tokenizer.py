@@ -71,3 +71,21 @@ class WhisperTokenizer:
     def token_text(self, token: int) -> str | None:
         """The vocabulary entry of one id (None for ids the file does not name)."""
         return self._tokenizer.id_to_token(token)
+
+    def word_ends(self, tokens: Sequence[int]) -> list[int]:
+        """For each whitespace-separated word of ``decode(tokens)``, the number of leading
+        tokens that holds it whole (a word begins at a token whose text begins with a space;
+        byte-level BPE writes that space as "\u0120")."""
+        ends: list[int] = []
+        text_tokens = 0
+        for i, token in enumerate(tokens):
+            if not 0 <= token < self.eot:
+                continue
+            piece = self.token_text(token) or ""
+            if text_tokens and piece.startswith("\u0120") and piece.strip("\u0120"):
+                ends.append(i)
+            text_tokens += 1
+        if text_tokens:
+            ends.append(len(tokens))
+        return ends
+

@@ -174,8 +174,9 @@ class WhisperTranscriber:
         batch = encoded.size(0)
         if self.manager is None:
             capacity = len(spec.prompt) + self.max_new_tokens
-            kv = DecoderKv(cross, capacity, self.config.kv_cache)
-            if self.config.beam_size > 1:
+            beam = self.config.beam_size > 1
+            kv = DecoderKv(cross, capacity, self.config.kv_cache, shared_cross=beam)
+            if beam:
                 beams = beam_search(model, spec, kv, self.config.beam_size, self.max_new_tokens)
                 hyps = [GreedyHypothesis(h.tokens, h.log_prob, h.no_speech_prob) for h in beams]
             else:

@@ -1,0 +1,273 @@
+"""Live text as a reader sees it: real read speech streamed at real-time pace through /ws/asr.
+
+For each load (1, 4, 16, 64 concurrent clients by default) one ``oasr-server`` with the
+Whisper second pass (refined partials on) serves clients that each stream a read passage at
+real-time pace in 100 ms frames, and the script reports:
+
+- ``last_partial_wer``: WER of the last partial shown before each final (the text a reader
+  had in front of them when the segment ended), all segments of a passage joined;
+- ``final_wer``: WER of the finals;
+- ``final_lag_p50/p95``: a final's arrival minus the moment the audio at its ``end`` (the
+  last word) was sent: the endpointer's trailing silence plus the second pass;
+- ``partial_p50/p95``: a partial's arrival minus the moment the audio at its ``end`` (what
+  the engine had decoded) was sent, for each partial that advanced ``end``;
+- ``changed_committed``: stable (committed) words that a later partial or the final of the
+  same segment did not repeat (must be 0);
+- ``refined_share``: clients that were shown refined (stable or tentative) words.
+
+Passages: the devset's read recordings (LibriVox, JFK) joined with sentence pauses, and
+sentences synthesised by TTS voices the streaming model never trained on (flite awb,
+espeak-ng's held-out variants). WER after ``oasr.metrics.normalize_transcript``.
+
+    python bench/live_text.py --levels 1 4 16 64 --out bench/results_live_text.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import soundfile as sf
+import soxr
+import websockets
+
+from oasr.metrics import ErrorCounts
+
+SR = 16000
+DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
+READ = ("real_sense_and_sensibility_01_austen_64kb-0870.wav",
+        "real_sense_and_sensibility_01_austen_64kb-0880.wav",
+        "real_sense_and_sensibility_01_austen_64kb-0890.wav",
+        "real_sense_and_sensibility_01_austen_64kb-0920.wav",
+        "real_sense_and_sensibility_01_austen_64kb-0930.wav", "real_jfk.wav")
+SYNTH = (("flite", "awb", ("the children played outside until it was dark",
+                           "our flight was delayed by almost an hour",
+                           "she ordered two coffees and a glass of water")),
+         ("espeak-ng", "en-gb-x-gbcwmd+m7", ("open the window before the room gets too warm",
+                                             "turn left after the third house on the right",
+                                             "we counted forty two boxes in the warehouse")))
+
+
+@dataclass
+class Passage:
+    name: str
+    audio: np.ndarray  # (N,) float32 16 kHz
+    reference: str
+
+
+def _silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SR), dtype=np.float32)
+
+
+def _load(path: Path) -> np.ndarray:
+    audio, rate = sf.read(path, dtype="float32", always_2d=True)
+    return soxr.resample(audio.mean(axis=1), rate, SR).astype(np.float32)
+
+
+def passages(devset: Path) -> list[Passage]:
+    manifest = dict(line.split("\t") for line in (devset / "manifest.tsv").read_text().splitlines())
+    pieces, texts = [_silence(0.5)], []
+    for name in READ:
+        pieces += [_load(devset / name), _silence(0.9)]
+        texts.append(manifest[name])
+    out = [Passage("devset_read", np.concatenate(pieces), " ".join(texts))]
+    for engine, voice, sentences in SYNTH:
+        if shutil.which(engine) is None:
+            continue
+        pieces = [_silence(0.5)]
+        for text in sentences:
+            with tempfile.TemporaryDirectory() as tmp:
+                wav = Path(tmp) / "s.wav"
+                cmd = ([engine, "-voice", voice, "-t", text, "-o", str(wav)] if engine == "flite"
+                       else [engine, "-v", voice, "-w", str(wav), text])
+                subprocess.run(cmd, check=True, capture_output=True)
+                pieces += [_load(wav), _silence(0.9)]
+        out.append(Passage(f"synth_{voice}", np.concatenate(pieces), " ".join(sentences)))
+    return out
+
+
+@dataclass
+class ClientLog:
+    passage: str
+    sent: list[tuple[float, int]] = field(default_factory=list)  # (time, samples sent so far)
+    messages: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    error: str | None = None
+
+    def sent_at(self, seconds: float) -> float | None:
+        """When the sample at ``seconds`` of the stream had been sent."""
+        want = seconds * SR
+        for when, count in self.sent:
+            if count >= want:
+                return when
+        return None
+
+
+async def run_client(url: str, passage: Passage, delay: float) -> ClientLog:
+    log = ClientLog(passage.name)
+    pcm = (np.clip(passage.audio, -1, 1) * 32767).astype("<i2")
+    frame = SR // 10
+    await asyncio.sleep(delay)
+    try:
+        async with websockets.connect(url, max_size=2**22) as ws:
+            await ws.send(json.dumps({"type": "start", "sample_rate": SR, "format": "s16le"}))
+
+            async def receive() -> None:
+                async for raw in ws:
+                    message = json.loads(raw)
+                    log.messages.append((time.monotonic(), message))
+                    if message.get("type") == "done":
+                        return
+
+            reader = asyncio.create_task(receive())
+            start = time.monotonic()
+            for i in range(0, len(pcm), frame):
+                await asyncio.sleep(max(0.0, start + i / SR - time.monotonic()))
+                await ws.send(pcm[i:i + frame].tobytes())
+                log.sent.append((time.monotonic(), min(len(pcm), i + frame)))
+            await ws.send(json.dumps({"type": "end"}))
+            await asyncio.wait_for(reader, 120)
+    except Exception as exc:  # a failed client is reported, not fatal to the run
+        log.error = f"{type(exc).__name__}: {exc}"
+    return log
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, 100 * q)) if values else float("nan")
+
+
+def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]:
+    last_partial, finals = ErrorCounts(), ErrorCounts()
+    lags, partial_lat, changed, refined = [], [], 0, 0
+    for log in logs:
+        last: dict[int, str] = {}
+        stable: dict[int, list[str]] = {}
+        final_texts: list[str] = []
+        shown: list[str] = []  # per final, the last partial of its segment
+        shown_refined, decoded_end = False, -1.0
+        for when, m in log.messages:
+            if m["type"] == "partial":
+                last[m["segment"]] = m["text"]
+                words = m.get("stable", "").split()
+                before = stable.get(m["segment"], [])
+                changed += sum(a != b for a, b in zip(before, words, strict=False))
+                changed += max(0, len(before) - len(words))
+                stable[m["segment"]] = words
+                shown_refined |= bool(m.get("stable") or m.get("tentative"))
+                if m.get("end", 0.0) > decoded_end:
+                    decoded_end = m["end"]
+                    sent = log.sent_at(decoded_end)
+                    if sent is not None:
+                        partial_lat.append(when - sent)
+            elif m["type"] == "final":
+                final_texts.append(m["text"])
+                committed = stable.get(m["segment"], [])
+                if m.get("source") != "ctc":
+                    words = m["text"].split()
+                    changed += sum(a != b for a, b in zip(committed, words, strict=False))
+                    changed += max(0, len(committed) - len(words))
+                shown.append(last.pop(m["segment"], ""))
+                sent = log.sent_at(m["end"])
+                if sent is not None and m["text"]:
+                    lags.append(when - sent)
+        last_partial.add(references[log.passage], " ".join(shown))
+        finals.add(references[log.passage], " ".join(final_texts))
+        refined += shown_refined
+    return {
+        "clients": len(logs), "errors": [log.error for log in logs if log.error],
+        "last_partial_wer": round(last_partial.wer, 1), "final_wer": round(finals.wer, 1),
+        "final_lag_p50": round(percentile(lags, 0.5), 2),
+        "final_lag_p95": round(percentile(lags, 0.95), 2),
+        "partial_p50": round(percentile(partial_lat, 0.5), 3),
+        "partial_p95": round(percentile(partial_lat, 0.95), 3),
+        "changed_committed": changed, "refined_share": round(refined / max(len(logs), 1), 2),
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def server(clients: int, log_path: Path, extra: list[str]) -> Iterator[str]:
+    port = _free_port()
+    cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
+           "sys.exit(server_main(sys.argv[1:]))", "--host", "127.0.0.1", "--port", str(port),
+           "--max-connections", str(clients + 8), "--max-batch-size", str(max(clients, 4)),
+           "--second-pass", "whisper", *extra]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise RuntimeError(log_path.read_text(errors="replace")[-2000:])
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                        break
+                time.sleep(0.5)
+            yield f"127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+async def run_level(address: str, clients: int, material: list[Passage]) -> list[ClientLog]:
+    url = f"ws://{address}/ws/asr"
+    return list(await asyncio.gather(*(
+        run_client(url, material[i % len(material)], 0.64 * i / max(clients, 1))
+        for i in range(clients))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("server_flags", nargs="*", help="more oasr-server flags, after --")
+    args = parser.parse_args(argv)
+    material = passages(args.devset)
+    references = {p.name: p.reference for p in material}
+    print("passages: " + ", ".join(f"{p.name} {len(p.audio) / SR:.1f} s" for p in material))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for level in args.levels:
+            with server(level, Path(tmp) / f"server{level}.log", args.server_flags) as address:
+                logs = asyncio.run(run_level(address, level, material))
+                stats = httpx.get(f"http://{address}/api/stats", timeout=5).json()
+            row = {"level": level, **analyse(logs, references),
+                   "second_pass": {k: v for k, v in stats.get("second_pass", {}).items()
+                                   if isinstance(v, int | float | bool)}}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
+            "partial_p50", "partial_p95", "changed_committed", "refined_share"]
+    print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
+    for row in rows:
+        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+    if args.out is not None:
+        args.out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

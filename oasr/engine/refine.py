@@ -1,0 +1,284 @@
+"""Refined partials: while a segment is open, Whisper re-decodes its audio so far, and the
+words two consecutive refinements agree on become a committed prefix that never changes.
+
+A partial then has three parts (``RefinedPartial``): the **stable** words (committed: every
+later partial and the segment's final begin with them), the newest refinement's **tentative**
+words after them, and the **ctc** words the streaming pass heard after the audio the newest
+refinement saw (CTC token times say where that is). Without refinements a partial is all
+``ctc``.
+
+The agreement rule is LocalAgreement-2 (as in whisper_streaming): a word is committed once two
+consecutive refinements both put it at the same place after the committed prefix, compared as
+they are scored (``oasr.metrics.normalize_transcript`` per word, so "man." and "man" agree).
+Each refinement is decoded with the committed prefix forced as the start of its transcript, so
+a refinement can only add to it; the segment's final is decoded the same way.
+
+Refinement only takes spare capacity (``RefineConfig``): it is scheduled by the engine thread
+when the engine and the second-pass worker are both below their busy budgets, at most
+``max_in_flight`` at a time, the stream whose refined text is oldest first, and it is queued
+behind every final. At many streams the engine is busy and partials are the CTC text, as they
+are with the second pass off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from oasr.metrics import normalize_transcript
+
+if TYPE_CHECKING:
+    from oasr.decoding import Hypothesis
+    from oasr.engine.request import Request
+    from oasr.engine.second_pass import RefineDone
+
+
+@dataclass(frozen=True)
+class RefineConfig:
+    """When open segments are re-decoded.
+
+    Attributes:
+        interval_s: audio a stream must add to its segment before its next refinement.
+        min_audio_s: a segment is refined once it holds this much audio.
+        max_streams: with more live streams than this, nothing is refined (the CTC partials
+            of a busy server).
+        max_in_flight: refinements queued or decoding at once, all streams together.
+        engine_budget: no refinement starts while the engine thread was busy for more than
+            this share of the last seconds (its partial latency comes first).
+        worker_budget: ... or while the second-pass worker was.
+    """
+
+    interval_s: float = 1.0
+    min_audio_s: float = 1.0
+    max_streams: int = 8
+    max_in_flight: int = 2
+    engine_budget: float = 0.6
+    worker_budget: float = 0.7
+
+    def __post_init__(self) -> None:
+        for name in ("interval_s", "min_audio_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"RefineConfig.{name} must be > 0 seconds, got {getattr(self, name)}")
+        for name in ("max_streams", "max_in_flight"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RefineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("engine_budget", "worker_budget"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"RefineConfig.{name} must be in (0, 1], got {getattr(self, name)}")
+
+
+def _key(word: str) -> str:
+    return normalize_transcript(word) or word.lower()
+
+
+@dataclass
+class LocalAgreement:
+    """One segment's committed words (the invariant: ``committed`` only ever grows).
+
+    Attributes:
+        committed: the stable words, as first written.
+        latest: the newest refinement's words (it begins with ``committed``).
+    """
+
+    committed: list[str] = field(default_factory=list)
+    latest: list[str] = field(default_factory=list)
+
+    def update(self, words: Sequence[str]) -> None:
+        """A new refinement's words (which begin with the committed ones): commit what it
+        and the previous refinement agree on after the committed prefix."""
+        words = list(words)
+        n = len(self.committed)
+        if [_key(w) for w in words[:n]] != [_key(w) for w in self.committed]:
+            return  # not built on the committed prefix (a decode that failed to keep it)
+        agreed = n
+        while (agreed < min(len(words), len(self.latest))
+               and _key(words[agreed]) == _key(self.latest[agreed])):
+            agreed += 1
+        self.committed += words[n:agreed]
+        self.latest = words
+
+    @property
+    def tentative(self) -> list[str]:
+        return self.latest[len(self.committed):]
+
+    def reset(self) -> None:
+        self.committed.clear()
+        self.latest.clear()
+
+
+@dataclass
+class RefineState:
+    """A stream's refinement bookkeeping for its open segment (engine thread only).
+
+    Attributes:
+        agreement: the committed / tentative words.
+        prefix_tokens: Whisper tokens of ``agreement.committed`` (forced at the next decode).
+        in_flight: the job id of the refinement being decoded, or None.
+        refined_frames: segment-relative encoder frames the newest refinement saw.
+        requested_frames: ... the one in flight (or the newest) was asked for.
+        refined_at: monotonic time of the newest refinement's request (oldest goes first).
+        num_refinements: refinements applied in this stream.
+    """
+
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+    prefix_tokens: tuple[int, ...] = ()
+    in_flight: int | None = None
+    refined_frames: int = 0
+    requested_frames: int = 0
+    refined_at: float = 0.0
+    num_refinements: int = 0
+
+    def reset(self) -> None:
+        """A new segment: nothing refined or committed (a refinement in flight is stale)."""
+        self.agreement.reset()
+        self.prefix_tokens = ()
+        self.in_flight = None
+        self.refined_frames = self.requested_frames = 0
+
+
+@dataclass(frozen=True)
+class RefinedPartial:
+    """The three parts of a partial, each a space-joined run of words."""
+
+    stable: str
+    tentative: str
+    ctc: str
+
+    @property
+    def text(self) -> str:
+        return " ".join(part for part in (self.stable, self.tentative, self.ctc) if part)
+
+
+def word_start_frames(tokens: Sequence[int], timestamps: Sequence[int],
+                      units: Sequence[str]) -> list[int]:
+    """The frame each word of a CTC hypothesis starts at: a word starts at a unit that begins
+    with the word-boundary mark "▁" (BPE) or at the first unit after a bare "▁" (characters)."""
+    starts: list[int] = []
+    boundary = True
+    for token, frame in zip(tokens, timestamps, strict=True):
+        piece = units[token] if 0 <= token < len(units) else ""
+        if piece == "\u2581":
+            boundary = True
+            continue
+        if boundary or piece.startswith("\u2581"):
+            starts.append(frame)
+        boundary = False
+    return starts
+
+
+def compose(state: RefineState | None, ctc_text: str, ctc_starts: Sequence[int]) -> RefinedPartial:
+    """A partial from the refinement state and the current CTC hypothesis (its words and the
+    frame each starts at, segment-relative)."""
+    if state is None or not state.agreement.latest:
+        return RefinedPartial("", "", ctc_text)
+    words = ctc_text.split()
+    if len(words) == len(ctc_starts):
+        tail = [w for w, start in zip(words, ctc_starts, strict=True)
+                if start >= state.refined_frames]
+    else:  # the text's words and the units' words disagree (special units): no CTC tail
+        tail = []
+    return RefinedPartial(" ".join(state.agreement.committed),
+                          " ".join(state.agreement.tentative), " ".join(tail))
+
+
+class Refiner:
+    """Schedules refinements of open segments and applies their results (engine thread only).
+
+    Args:
+        config: when to refine.
+        worker: the second pass (``SecondPassWorker``): ``try_submit_refine``, ``backlog``,
+            ``busy_seconds``.
+        timing: the model family's frame timing (encoder frame <-> samples).
+        units: the CTC model's units (word starts from token times).
+        next_job_id: the engine's job-id counter (shared with finals).
+    """
+
+    def __init__(self, config: RefineConfig, worker: Any, timing: Any, units: Sequence[str],
+                 next_job_id: Callable[[], int]) -> None:
+        self.config = config
+        self.worker = worker
+        self.timing = timing
+        self.units = list(units)
+        self.next_job_id = next_job_id
+        self.num_refined_streams = 0  # streams that got a refinement in the last schedule
+        self.avg_interval_s = 0.0  # seconds between a stream's refinements (moving average)
+        self._busy_mark = (time.monotonic(), 0.0, 0.0)  # (time, engine busy s, worker busy s)
+        self._busy_share = (0.0, 0.0)
+
+    def compose(self, request: Request, hypothesis: Hypothesis | None, text: str) -> RefinedPartial:
+        """The partial of ``request`` given its current CTC text (and hypothesis, for times)."""
+        starts: list[int] = []
+        if hypothesis is not None:
+            starts = word_start_frames(hypothesis.tokens, hypothesis.timestamps, self.units)
+        request.ctc_starts = starts
+        return compose(request.refine, text, starts)
+
+    def schedule(self, requests: dict[int, Request], now: float, engine_busy_s: float) -> None:
+        """Submit refinements for the streams due, oldest refined first, within the budgets."""
+        live = [r for r in requests.values() if r.is_running and r.refine is not None]
+        if not live or len(live) > self.config.max_streams or self.worker.backlog:
+            return
+        engine_share, worker_share = self._shares(now, engine_busy_s)
+        if engine_share > self.config.engine_budget or worker_share > self.config.worker_budget:
+            return
+        shift = self.timing.frame_shift_s
+        due = []
+        for request in live:
+            state = request.refine
+            assert state is not None
+            frames = request.num_frames_decoded - request.segment_start_frame
+            if (state.in_flight is None and request.last_partial
+                    and frames * shift >= self.config.min_audio_s
+                    and (frames - state.requested_frames) * shift >= self.config.interval_s):
+                due.append((state.refined_at, request, frames))
+        for _, request, frames in sorted(due, key=lambda d: d[0]):
+            if not self._submit(request, frames, now):
+                return
+
+    def _submit(self, request: Request, frames: int, now: float) -> bool:
+        from oasr.engine.second_pass import RefineJob
+
+        per_frame = self.timing.samples_per_frame
+        start = request.segment_start_frame * per_frame
+        audio = request.audio.slice(start, start + frames * per_frame)
+        if audio is None or not audio.size:
+            return True
+        state = request.refine
+        assert state is not None
+        job = RefineJob(self.next_job_id(), request.stream_id, request.segment, audio.copy(),
+                        state.prefix_tokens, frames)
+        if not self.worker.try_submit_refine(job, self.config.max_in_flight):
+            return False
+        if state.refined_at:
+            self.avg_interval_s += (now - state.refined_at - self.avg_interval_s) * 0.2
+        state.in_flight, state.requested_frames, state.refined_at = job.job_id, frames, now
+        return True
+
+    def apply(self, request: Request, done: RefineDone) -> bool:
+        """A refinement's result; True when the request's partial should be republished."""
+        state = request.refine
+        if state is None or state.in_flight != done.job_id or done.segment != request.segment:
+            return False  # stale: the segment ended (its final is decoded on its own)
+        state.in_flight = None
+        words = done.text.split()
+        if done.failed or not words or len(done.word_ends) != len(words):
+            return False
+        state.agreement.update(words)
+        state.refined_frames = done.num_frames
+        state.num_refinements += 1
+        committed = len(state.agreement.committed)
+        if committed and committed <= len(done.word_ends):
+            state.prefix_tokens = done.tokens[: done.word_ends[committed - 1]]
+        return True
+
+    def _shares(self, now: float, engine_busy_s: float) -> tuple[float, float]:
+        """Busy shares of the engine and the worker since the last mark (kept >= 1 s apart)."""
+        then, engine_then, worker_then = self._busy_mark
+        if now - then >= 1.0:
+            worker_busy = float(self.worker.busy_seconds)
+            self._busy_share = ((engine_busy_s - engine_then) / (now - then),
+                                (worker_busy - worker_then) / (now - then))
+            self._busy_mark = (now, engine_busy_s, worker_busy)
+        return self._busy_share

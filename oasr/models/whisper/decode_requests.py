@@ -1,0 +1,73 @@
+"""The continuous decoder's bookkeeping: a request across its decodes, its place in the
+queues, its running rows, and the result it ends with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from oasr.models.whisper.safeguards import DecodeAttempt
+from oasr.models.whisper.window import EncodedSegments
+
+
+@dataclass(frozen=True)
+class SecondPassResult:
+    """A finished request.
+
+    Attributes:
+        request_id: as submitted.
+        tokens: text tokens: the forced prefix (if any), then the generated ones (no prompt,
+            no end token).
+        text: their text.
+        avg_log_prob: log-probability per generated token (end token included).
+        no_speech_prob: P(no-speech) at the start token (None if the vocabulary has none);
+            with a low ``avg_log_prob`` it flags a segment with no speech.
+        temperature: of the kept decode (0 = greedy).
+        num_decodes: decodes tried (1 = no fallback).
+        failed: every temperature failed the fallback rule; the text is the best of them and
+            should not be trusted.
+        looped: the kept decode was stopped by the repetition rule.
+    """
+
+    request_id: int
+    tokens: tuple[int, ...]
+    text: str
+    avg_log_prob: float
+    no_speech_prob: float | None
+    temperature: float = 0.0
+    num_decodes: int = 1
+    failed: bool = False
+    looped: bool = False
+
+
+@dataclass
+class DecodeRequest:
+    """A request across its decodes: budget, encoder states (kept for fallback), attempts."""
+
+    request_id: int
+    max_new_tokens: int
+    encoded: EncodedSegments | None = None  # (1, S, d) once encoded
+    prefix: tuple[int, ...] = ()  # forced text tokens after the start prompt
+    background: bool = False  # decoded when nothing urgent waits; never falls back
+    attempts: list[DecodeAttempt] = field(default_factory=list)
+    temperature_index: int = 0
+    samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
+    num_rows: int = 1  # rows decoding this temperature
+
+
+@dataclass
+class PendingDecode:
+    request: DecodeRequest
+    waveform: torch.Tensor | np.ndarray | None = None
+
+
+@dataclass
+class RunningRow:
+    request: DecodeRequest
+    row_id: int
+    temperature: float
+    no_speech_prob: float | None = None
+    log_prob: float = 0.0
+    tokens: list[int] = field(default_factory=list)

@@ -1,0 +1,78 @@
+"""Refined partials: LocalAgreement's committed prefix, the three parts of a partial, CTC word
+times, and the refiner's bookkeeping of results."""
+
+from __future__ import annotations
+
+import pytest
+
+from oasr.engine.refine import (
+    LocalAgreement,
+    RefineConfig,
+    RefinedPartial,
+    RefineState,
+    compose,
+    word_start_frames,
+)
+
+UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\u2581", "<sos/eos>"]
+SPACE = UNITS.index("\u2581")
+
+
+def ids(text: str) -> list[int]:
+    return [SPACE if c == " " else UNITS.index(c) for c in text]
+
+
+def test_words_are_committed_once_two_refinements_agree() -> None:
+    agreement = LocalAgreement()
+    agreement.update("And Mr. John Dash.".split())
+    assert agreement.committed == [] and agreement.tentative == ["And", "Mr.", "John", "Dash."]
+    agreement.update("And Mr. John Dashwood had then.".split())
+    assert agreement.committed == ["And", "Mr.", "John"]
+    assert agreement.tentative == ["Dashwood", "had", "then."]
+    agreement.update("And Mr. John Dashwood had then leisure".split())
+    # "then." and "then" agree (compared as scored)
+    assert agreement.committed == ["And", "Mr.", "John", "Dashwood", "had", "then"]
+
+
+def test_committed_words_never_change() -> None:
+    agreement = LocalAgreement()
+    agreement.update(["the", "cat", "sat"])
+    agreement.update(["the", "cat", "sat", "on"])
+    committed = list(agreement.committed)
+    agreement.update(["a", "hat", "sat", "on", "the"])  # not built on the committed words
+    assert agreement.committed == committed
+    # same words, other spelling; agreement is with the last refinement built on the prefix
+    agreement.update(["The", "cat", "sat", "on", "the", "mat"])
+    assert agreement.committed[:3] == committed and agreement.committed[3:] == ["on"]
+    agreement.reset()
+    assert agreement.committed == [] and agreement.latest == []
+
+
+def test_word_start_frames_of_character_units() -> None:
+    tokens = ids("he was not")
+    frames = list(range(0, 2 * len(tokens), 2))
+    assert word_start_frames(tokens, frames, UNITS) == [0, 6, 14]
+    bpe_units = ["<blank>", "\u2581he", "\u2581wa", "s", "\u2581not"]
+    assert word_start_frames([1, 2, 3, 4], [3, 5, 6, 9], bpe_units) == [3, 5, 9]
+
+
+def test_a_partial_is_stable_then_tentative_then_the_ctc_words_after_the_refined_audio() -> None:
+    assert compose(None, "he was not", [0, 6, 14]) == RefinedPartial("", "", "he was not")
+    state = RefineState()
+    state.agreement.update(["He", "was", "not", "an"])
+    state.agreement.update(["He", "was", "not", "an", "ill"])
+    state.refined_frames = 30
+    parts = compose(state, "he was not an il disposd yung", [0, 6, 14, 20, 26, 31, 40])
+    assert parts == RefinedPartial("He was not an", "ill", "disposd yung")
+    assert parts.text == "He was not an ill disposd yung"
+    # the CTC words cannot be placed (word counts disagree): no CTC tail rather than a wrong one
+    assert compose(state, "he was", [0]).ctc == ""
+
+
+def test_refine_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="interval_s must be > 0"):
+        RefineConfig(interval_s=0.0)
+    with pytest.raises(ValueError, match="max_in_flight must be >= 1"):
+        RefineConfig(max_in_flight=0)
+    with pytest.raises(ValueError, match=r"engine_budget must be in \(0, 1\]"):
+        RefineConfig(engine_budget=1.5)

