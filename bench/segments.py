@@ -19,22 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from oasr.decoding import EndpointConfig, EndpointRule
+from oasr.decoding import EndpointConfig
 from oasr.engine import EngineConfig
 from oasr.engine.offline import transcribe_files
 from oasr.metrics import ErrorCounts, normalize_transcript
 
 TOLERANCE_S = 0.1
-
-
-def legacy_endpoints() -> EndpointConfig:
-    """The rules before sentence-pause tuning (WeNet's defaults: 5 s / 1 s / 20 s)."""
-    return EndpointConfig(
-        rule2=EndpointRule(must_contain_speech=True, min_trailing_silence_s=1.0),
-        rule4=None,
-        rule3=EndpointRule(must_contain_speech=False, min_trailing_silence_s=0.0,
-                           min_utterance_length_s=20.0),
-        max_cut_window_s=0.0)
 
 
 def classify(segments: list[dict[str, Any]], sentences: list[dict[str, Any]]) -> dict[str, Any]:
@@ -88,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--show", action="store_true", help="print every file's finals")
     args = p.parse_args(argv)
-    endpoint = legacy_endpoints() if args.legacy else EndpointConfig()
+    endpoint = EndpointConfig.wenet() if args.legacy else EndpointConfig()
     # all audio is queued at once: no idle timeout while a busy CPU works through it
     config = replace(EngineConfig(second_pass="none", num_threads=args.threads,
                                   idle_timeout_s=math.inf), endpoint=endpoint)

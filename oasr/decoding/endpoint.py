@@ -125,6 +125,15 @@ class EndpointConfig:
         if self.tail_words < 0:
             raise ValueError(f"tail_words must be >= 0, got {self.tail_words}")
 
+    @classmethod
+    def wenet(cls) -> EndpointConfig:
+        """WeNet's and sherpa's rules (oasr's defaults before they were tuned on read speech):
+        5 s of silence, 1 s of silence after speech, 20 s of segment cut at the chunk's end."""
+        return cls(rule2=EndpointRule(must_contain_speech=True, min_trailing_silence_s=1.0),
+                   rule3=EndpointRule(must_contain_speech=False, min_trailing_silence_s=0.0,
+                                      min_utterance_length_s=20.0),
+                   rule4=None, max_cut_window_s=0.0, tail_words=0)
+
     def rules(self) -> list[tuple[str, EndpointRule]]:
         """The enabled rules in the order they are checked (1, 2, 4, 3)."""
         named = (("rule1", self.rule1), ("rule2", self.rule2), ("rule4", self.rule4),

@@ -77,6 +77,13 @@ def test_rules_are_checked_in_order_and_can_be_disabled() -> None:
     assert Endpointer(off).detect(stats) is None
 
 
+def test_wenet_rules_are_the_old_defaults() -> None:
+    ep = Endpointer(EndpointConfig.wenet())
+    assert ep.detect(FrameStats(26, 24, True)) is None
+    assert ep.detect(FrameStats(26, 25, True)) == "rule2"  # 1 s after speech, no word count
+    assert ep.decide(FrameStats(500, 0, True), [2], [0]) == EndpointDecision("rule3", 500)
+
+
 def test_custom_thresholds_and_frame_shift() -> None:
     cfg = EndpointConfig(
         rule2=EndpointRule(
