@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.refine import RefineConfig
 
@@ -84,6 +85,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="second-pass rows decoded at once (default: 8)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
+    g.add_argument("--endpoint-pause", type=float, default=None, metavar="S",
+                   help="seconds of pause (blank frames) after 3 words that end a segment "
+                        "(default 0.8)")
+    g.add_argument("--max-segment", type=float, default=None, metavar="S",
+                   help="longest segment in seconds, cut at its quietest point in the last 3 s "
+                        "(default 15; the model's 30 s position limit always holds)")
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -107,6 +114,19 @@ def default_beam_size(model: str | None, lm: str) -> int:
         return DEFAULT_LM_BEAM_SIZE
     model_dir = DEFAULT_MODEL_DIR if model is None else Path(model)
     return DEFAULT_LM_BEAM_SIZE if has_char_lm(model_dir) else 1
+
+
+def endpoint_config_from_args(args: argparse.Namespace) -> EndpointConfig:
+    """The default endpoint rules with ``--endpoint-pause`` / ``--max-segment`` applied."""
+    config = EndpointConfig()
+    pause = getattr(args, "endpoint_pause", None)
+    if pause is not None and config.rule2 is not None:
+        config = replace(config, rule2=replace(config.rule2, min_trailing_silence_s=pause))
+    longest = getattr(args, "max_segment", None)
+    if longest is not None and config.rule3 is not None:
+        config = replace(config, rule3=replace(config.rule3, min_utterance_length_s=longest),
+                         max_cut_window_s=min(config.max_cut_window_s, longest / 2))
+    return config
 
 
 def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
@@ -134,6 +154,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         lm=args.lm,
         num_threads=args.threads,
         second_pass=args.second_pass,
+        endpoint=endpoint_config_from_args(args),
         second_pass_decode=replace(EngineConfig().second_pass_decode,
                                    beam_size=args.second_pass_beam),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,

@@ -9,6 +9,7 @@ from oasr.audio.chunking import (
     FrameSource,
     split_windows,
 )
+from oasr.audio.energy import FrameEnergy
 from oasr.audio.fbank import FbankConfig, StreamingFbank, compute_fbank
 from oasr.audio.frontend import AudioFrontend, FrontendConfig
 from oasr.audio.pcm import (
@@ -36,6 +37,7 @@ __all__ = [
     "ChunkGeometry",
     "ChunkWindower",
     "FbankConfig",
+    "FrameEnergy",
     "FeatureSource",
     "FeatureWindow",
     "FrameSource",

@@ -179,15 +179,34 @@ class ChunkWindower:
     """Takes one stream's windows from its frame source, in order, each exactly once.
 
     Invariant: window ``k`` covers frames ``[k * stride, k * stride + window)`` clipped to the
-    input; after it is taken the source keeps only frames from ``(k + 1) * stride`` on (the
-    next window's overlap), so a stream holds at most one window plus the frames not yet
+    input (counted from the last `rewind`); after it is taken the source keeps only frames from
+    ``(k + 1) * stride - retain_frames`` on (the next window's overlap, and what a rewind may
+    need), so a stream holds at most one window, ``retain_frames`` and the frames not yet
     windowed, whatever its length.
     """
 
-    def __init__(self, geometry: ChunkGeometry | None = None) -> None:
+    def __init__(self, geometry: ChunkGeometry | None = None, retain_frames: int = 0) -> None:
+        if retain_frames < 0:
+            raise ValueError(f"retain_frames must be >= 0, got {retain_frames}")
         self.geometry = geometry or ChunkGeometry()
+        self.retain_frames = retain_frames  # frames kept before the next window, for `rewind`
         self.num_windows = 0
         self.next_start_frame = 0
+
+    def rewind(self, start_frame: int) -> None:
+        """Take the next window from ``start_frame`` again (a segment that ended in the past:
+        its later frames are decoded anew).
+
+        Raises:
+            ValueError: ``start_frame`` is ahead of the next window or no longer retained.
+        """
+        if start_frame > self.next_start_frame:
+            raise ValueError(f"cannot rewind forward: frame {start_frame} > next window start "
+                             f"{self.next_start_frame}")
+        if start_frame < self.next_start_frame - self.retain_frames or start_frame < 0:
+            raise ValueError(f"frame {start_frame} is no longer retained (next window starts at "
+                             f"{self.next_start_frame}, {self.retain_frames} frames kept before it)")
+        self.next_start_frame = start_frame
 
     def is_window_ready(self, source: FrameSource) -> bool:
         """True when `pop_window` would return a window now."""
@@ -219,7 +238,8 @@ class ChunkWindower:
             is_last=is_last,
         )
         self.num_windows += 1
-        source.drop_frames_before(min(self.next_start_frame, source.num_frames_ready))
+        keep_from = max(0, self.next_start_frame - self.retain_frames)
+        source.drop_frames_before(min(keep_from, source.num_frames_ready))
         return window
 
     def _next_window_end(self, source: FrameSource) -> int | None:

@@ -2,7 +2,14 @@
 
 from oasr.decoding.config import GpuDecoderConfig, Hypothesis
 from oasr.decoding.decoder import FrameStats, GpuStreamingDecoder, StreamStep
-from oasr.decoding.endpoint import Endpoint, EndpointConfig, Endpointer, EndpointRule
+from oasr.decoding.endpoint import (
+    Endpoint,
+    EndpointConfig,
+    EndpointDecision,
+    Endpointer,
+    EndpointRule,
+    quietest_frame,
+)
 from oasr.decoding.state import DecoderState
 from oasr.decoding.tokenizer import (
     BpeTokenizer,
@@ -19,6 +26,7 @@ __all__ = [
     "DecoderState",
     "Endpoint",
     "EndpointConfig",
+    "EndpointDecision",
     "EndpointRule",
     "Endpointer",
     "FrameStats",
@@ -28,6 +36,7 @@ __all__ = [
     "StreamStep",
     "Tokenizer",
     "load_tokenizer",
+    "quietest_frame",
     "read_units",
     "write_units",
 ]

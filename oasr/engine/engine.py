@@ -15,7 +15,8 @@ import threading
 import time
 from typing import Any
 
-from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow
+from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow, FrameEnergy
+from oasr.decoding import Hypothesis
 from oasr.engine.commands import (
     AbortStream,
     AppendAudio,
@@ -34,6 +35,7 @@ from oasr.engine.refine import RefinedPartial, Refiner, RefineState, compose
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone, SecondPassWorker
+from oasr.engine.segment_cuts import SegmentCuts
 from oasr.engine.stats import EngineStats
 from oasr.engine.streams import ChunkResult, StreamResources
 
@@ -74,6 +76,8 @@ class ASREngine:
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
+        self._cuts = SegmentCuts(self.resources.endpointer, self._geometry)
+        self._retain_frames = self._cuts.retain_feature_frames
         self.stats.refresh(self.requests, self.scheduler)
 
     # -- thread-safe entry points ---------------------------------------------------------------
@@ -135,7 +139,9 @@ class ASREngine:
     def _apply(self, command: Command, now: float) -> None:
         if isinstance(command, OpenStream):
             request = Request(command.stream_id, command.sink, now, self.family.new_features(),
-                              ChunkWindower(self._geometry), last_audio_at=now)
+                              ChunkWindower(self._geometry, self._retain_frames),
+                              last_audio_at=now,
+                              energy=FrameEnergy(self.family.timing.samples_per_frame))
             if self.finals.worker is not None:
                 request.audio = SegmentAudio(
                     int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
@@ -172,6 +178,7 @@ class ASREngine:
         if request.input_ended:
             return
         request.pending_audio.append(command.samples)
+        request.energy.append(command.samples)
         if self.finals.worker is not None:
             request.audio.append(command.samples)
         request.num_samples_received += len(command.samples)
@@ -361,10 +368,12 @@ class ASREngine:
             else:
                 parts = RefinedPartial("", "", result.text)
             self._emit_partial(request, parts)
-        rule = result.endpoint_rule
-        if rule is not None and not window.is_last:
-            self._end_segment(request, "endpoint")
-            self.stats.count_endpoint(rule)
+        decision = result.endpoint
+        if decision is not None and not window.is_last:
+            self._end_segment(request, "endpoint", self._cuts.cut_frame(request, decision))
+            self.stats.count_endpoint(decision.rule)
+        else:
+            self._cuts.forget_old_energy(request)
 
     def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
         """Publish the segment's partial when any of its parts changed."""
@@ -393,18 +402,38 @@ class ASREngine:
         self._end_segment(request, MAX_LENGTH_REASON)
         self.stats.count_endpoint(MAX_LENGTH_REASON)
 
-    def _end_segment(self, request: Request, reason: str) -> None:
-        """Publish the segment's final and start the stream's history over in place."""
-        self._emit_final(request, reason)
+    def _end_segment(self, request: Request, reason: str, cut_frame: int | None = None) -> None:
+        """Publish the segment's final and start the stream's history over in place.
+
+        Args:
+            cut_frame: the segment ends after this many of its frames (None: all decoded);
+                fewer means a cut in the past: its final keeps the tokens before the cut and
+                the frames after it are decoded again as the next segment's first.
+        """
+        decoded = request.num_frames_decoded - request.segment_start_frame
+        cut = decoded if cut_frame is None else cut_frame
+        assert 0 <= cut <= decoded, (cut, decoded)
+        hyp = self.resources.final_hypothesis(request.stream_id,
+                                              None if cut == decoded else cut)
+        request.num_frames_decoded = request.segment_start_frame + cut
+        refine = request.refine
+        if refine is not None and refine.refined_frames > cut:
+            refine.prefix_tokens = ()  # committed words may lie after the cut: not forced
+        self._emit_final(request, reason, hyp)
         self.resources.reset_stream(request.stream_id)
         request.offset = 0
         request.segment_start_frame = request.num_frames_decoded
+        if cut < decoded:
+            request.windower.rewind(request.num_frames_decoded * self._geometry.subsampling)
         request.audio.discard_before(
             request.segment_start_frame * self.family.timing.samples_per_frame)
+        self._cuts.forget_old_energy(request)
 
-    def _emit_final(self, request: Request, reason: str) -> None:
+    def _emit_final(self, request: Request, reason: str, hyp: Hypothesis | None = None) -> None:
         request.last_partial = ""
         request.last_parts = None
-        self.finals.publish(request, self.resources.final_hypothesis(request.stream_id), reason)
+        if hyp is None:
+            hyp = self.resources.final_hypothesis(request.stream_id)
+        self.finals.publish(request, hyp, reason)
         if request.refine is not None:
             request.refine.reset()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oasr.audio import ChunkWindower, FeatureSource
+from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
 from oasr.decoding import Endpointer
 from oasr.engine.events import FinishReason, StreamEvent
 from oasr.engine.refine import RefinedPartial, RefineState
@@ -117,6 +117,7 @@ class Request:
     # the audio-rate window (Scheduler): when it began and the samples received by then
     rate_window_start: float | None = None
     rate_window_samples: int = 0
+    energy: FrameEnergy = field(default_factory=lambda: FrameEnergy(320))  # per encoder frame
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""

@@ -25,7 +25,17 @@ from oasr.cache import (
     CtcStateCacheManager,
     SlotStateCache,
 )
-from oasr.decoding import EndpointConfig, Endpointer, EndpointRule, GpuStreamingDecoder, Hypothesis
+from oasr.decoding import (
+    CharTokenizer,
+    EndpointConfig,
+    EndpointDecision,
+    Endpointer,
+    EndpointRule,
+    FrameStats,
+    GpuStreamingDecoder,
+    Hypothesis,
+)
+from oasr.decoding.decoder import WORD_BOUNDARY
 from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
@@ -104,7 +114,8 @@ class StreamResources:
         endpointer = None
         if config.endpoint is not None:  # rules in seconds, counted in this model's frames
             endpointer = Endpointer(dataclasses.replace(
-                config.endpoint, frame_shift_s=family.timing.frame_shift_s))
+                config.endpoint, frame_shift_s=family.timing.frame_shift_s),
+                separator_ids=_separator_ids(family.tokenizer))
         logger.info(
             "engine: %s (%s) on %s/%s%s, %d slots, chunk %d frames, %d blocks of %d frames "
             "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, LM: %s%s",
@@ -211,21 +222,44 @@ class StreamResources:
         rules = [e if e is not None else self.endpointer for e in own]
         if self.transducer is not None:
             results = self.transducer.decode(stream_ids, output.log_probs, output.lengths)
-            return [ChunkResult(r.hypothesis.text, None if e is None else e.detect(r.stats))
-                    for r, e in zip(results, rules, strict=True)]
+            return [ChunkResult(r.hypothesis.text, _decide(e, r.stats, r.hypothesis),
+                                r.hypothesis) for r, e in zip(results, rules, strict=True)]
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
-        return [ChunkResult(step.hypothesis.text,
-                            None if e is None else e.detect(step.stats), step.hypothesis)
+        return [ChunkResult(step.hypothesis.text, _decide(e, step.stats, step.hypothesis),
+                            step.hypothesis)
                 for step, e in zip(steps, rules, strict=True)]
 
-    def final_hypothesis(self, stream_id: int) -> Hypothesis:
-        """The best hypothesis of the stream's current segment."""
+    def final_hypothesis(self, stream_id: int, num_frames: int | None = None) -> Hypothesis:
+        """The best hypothesis of the stream's current segment; with ``num_frames``, only its
+        tokens first emitted in the segment's first ``num_frames`` frames (a segment that
+        ends in the past: the later tokens are decoded again in the next one)."""
         if self.transducer is not None:
-            return self.transducer.final_hypothesis(stream_id)
-        return self.ctc.decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
+            hyp = self.transducer.final_hypothesis(stream_id)
+            tokenizer = self.family.tokenizer
+        else:
+            decoder = self.ctc.decoder
+            hyp = decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
+            tokenizer = decoder.tokenizer
+        if num_frames is None:
+            return hyp
+        keep = sum(1 for t in hyp.timestamps if t < num_frames)
+        if keep == len(hyp.tokens):
+            return hyp
+        tokens = hyp.tokens[:keep]
+        text = tokenizer.decode(tokens) if tokenizer is not None else ""
+        return dataclasses.replace(hyp, tokens=tokens, text=text,
+                                   timestamps=hyp.timestamps[:keep])
+
+
+def _decide(endpointer: Endpointer | None, stats: FrameStats,
+            hypothesis: Hypothesis) -> EndpointDecision | None:
+    """The endpoint decision for one stream's chunk (None without endpointing)."""
+    if endpointer is None:
+        return None
+    return endpointer.decide(stats, hypothesis.tokens, hypothesis.timestamps)
 
 
 def _transducer_streams(family: ModelFamily, config: EngineConfig) -> TransducerStreams | None:
@@ -260,10 +294,19 @@ def _decoder_lm(config: EngineConfig, tokenizer: object,
     return lm
 
 
+def _separator_ids(tokenizer: object) -> list[int]:
+    """The tokenizer's word-boundary unit (char models), which separates words and is not
+    speech; none for a BPE model (its pieces carry the boundary)."""
+    if not isinstance(tokenizer, CharTokenizer):
+        return []
+    units = tokenizer.units
+    return [units.index(u) for u in (WORD_BOUNDARY, "<space>") if u in units]
+
+
 @dataclass(frozen=True)
 class ChunkResult:
     """What decoding one chunk of one stream produced."""
 
     text: str
-    endpoint_rule: str | None
+    endpoint: EndpointDecision | None
     hypothesis: Hypothesis | None = None  # the best hypothesis (tokens and their frames)

@@ -180,6 +180,26 @@ def test_windower_drops_consumed_frames():
     assert windower.next_start_frame == 128 and windower.num_windows == 2
 
 
+def test_windower_retains_frames_for_a_rewind():
+    fbank = StreamingFbank()
+    fbank.accept_waveform(_samples_for_frames(300))
+    windower = ChunkWindower(retain_frames=40)
+    first, _ = windower.pop_window(fbank), windower.pop_window(fbank)
+    assert fbank.num_frames_dropped == 128 - 40  # 40 frames kept before the next window
+    windower.rewind(100)
+    expected = fbank.get_frames(100, 167)
+    again = windower.pop_window(fbank)
+    assert again is not None and again.start_frame == 100
+    np.testing.assert_array_equal(again.feats, expected)
+    assert first is not None and windower.next_start_frame == 164
+    with pytest.raises(ValueError, match="cannot rewind forward: frame 200 > next window start 164"):
+        windower.rewind(200)
+    with pytest.raises(ValueError, match="frame 100 is no longer retained"):
+        windower.rewind(100)
+    with pytest.raises(ValueError, match="retain_frames must be >= 0, got -1"):
+        ChunkWindower(retain_frames=-1)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -218,10 +218,10 @@ def _silence_is_blank(engine: ASREngine) -> None:
 
 def test_endpoint_finalises_segment_and_resets_the_stream(engine_config: EngineConfig,
                                                           speech: list[np.ndarray]) -> None:
-    # speech, 3 s of digital silence, speech: rule 2 (1 s of silence after speech) fires once
+    # speech, 3 s of digital silence, speech: rule 4 (1.2 s of silence after speech) fires once
     silence = np.zeros(48000, dtype=np.float32)
     audio = np.concatenate([speech[0], silence, speech[1]])
-    endpoint = EndpointConfig(rule1=None, rule3=None)
+    endpoint = EndpointConfig(rule1=None, rule2=None, rule3=None)
     engine = ASREngine(replace(engine_config, endpoint=endpoint))
     _silence_is_blank(engine)
     events = Collector()
@@ -238,7 +238,7 @@ def test_endpoint_finalises_segment_and_resets_the_stream(engine_config: EngineC
     assert [f.segment for f in finals] == [0, 1]
     assert finals[0].end <= finals[1].start
     assert finals[0].start < len(speech[0]) / 16000 < finals[1].start
-    assert dict(engine.stats.endpoints) == {"rule2": 1}
+    assert dict(engine.stats.endpoints) == {"rule4": 1}
     # the reset rewound the attention history in place: it dropped back to one chunk
     drops = [b for a, b in zip(blocks_seen, blocks_seen[1:], strict=False) if b < a]
     assert drops and min(drops) <= engine.resources.chunk_size

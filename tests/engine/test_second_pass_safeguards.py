@@ -14,6 +14,7 @@ import pytest
 import soundfile as sf
 from engine_helpers import Collector, assert_pool_full
 
+from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.final_guard import FirstPassGuard
@@ -49,13 +50,14 @@ def stress(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[np.ndarr
 
 
 def _config(**changes: object) -> EngineConfig:
-    """The product's decoding (``oasr transcribe``'s defaults: CTC beam with the LMs)."""
+    """The product's decoding (``oasr transcribe``'s defaults: CTC beam with the LMs), and the
+    segmentation the stress set's looping files were picked under (one long segment)."""
     from oasr.cli import default_beam_size
     from oasr.decoding import GpuDecoderConfig
 
     base = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=256, num_threads=1,
                         max_wait_time_s=math.inf, second_pass="whisper",
-                        second_pass_max_backlog=64,
+                        second_pass_max_backlog=64, endpoint=EndpointConfig.wenet(),
                         decoder=GpuDecoderConfig(beam_size=default_beam_size(None, "auto")))
     return replace(base, **changes)  # type: ignore[arg-type]
 

@@ -1,0 +1,169 @@
+"""Long read passages with known sentence boundaries, for tuning and checking endpointing.
+
+Two kinds, both written as 16 kHz mono WAVs with a JSON of where every sentence's speech
+starts and ends:
+
+- ``real_*``: the devset's read recordings (LibriVox Sense and Sensibility, JFK), trimmed to
+  their speech and joined in a seeded order: clips that continue one sentence are joined by a
+  breath (0.2-0.4 s), sentences by a sentence pause (0.6-1.2 s).
+- ``tts_*``: public-domain paragraphs (Dickens, Austen, Melville) read by voices the model
+  never trained on (flite awb, espeak-ng en-gb-x-rp + m3) or trained on (flite slt, espeak-ng
+  en-us): every clause is synthesised alone and trimmed, clauses joined by a breath and
+  sentences by a sentence pause (same ranges as the real passages).
+
+    python bench/read_passages.py --out /tmp/passages
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from oasr.audio import MODEL_SAMPLE_RATE, read_audio
+
+DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
+BREATH_S = (0.2, 0.4)
+SENTENCE_PAUSE_S = (0.6, 1.2)
+SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
+# each real sentence: the clips that read it, in order (0880+0890 and 0920+0930 are one
+# sentence each in the book)
+REAL_SENTENCES = [[SS.format(870)], [SS.format(880), SS.format(890)],
+                  [SS.format(920), SS.format(930)], ["real_jfk.wav"]]
+TEXTS = {
+    "dickens": [
+        "It was the best of times, it was the worst of times, it was the age of wisdom, "
+        "it was the age of foolishness, it was the epoch of belief, it was the epoch of "
+        "incredulity.",
+        "There were a king with a large jaw and a queen with a plain face, on the throne of "
+        "England.",
+        "In short, the period was so far like the present period, that some of its noisiest "
+        "authorities insisted on its being received, for good or for evil, in the superlative "
+        "degree of comparison only.",
+        "It was the year of Our Lord one thousand seven hundred and seventy five.",
+    ],
+    "austen": [
+        "It is a truth universally acknowledged, that a single man in possession of a good "
+        "fortune, must be in want of a wife.",
+        "However little known the feelings or views of such a man may be on his first entering "
+        "a neighbourhood, this truth is so well fixed in the minds of the surrounding families, "
+        "that he is considered the rightful property of some one or other of their daughters.",
+        "My dear Mister Bennet, said his lady to him one day, have you heard that Netherfield "
+        "Park is let at last?",
+        "Mister Bennet replied that he had not.",
+    ],
+    "melville": [
+        "Call me Ishmael.",
+        "Some years ago, never mind how long precisely, having little or no money in my purse, "
+        "and nothing particular to interest me on shore, I thought I would sail about a little "
+        "and see the watery part of the world.",
+        "It is a way I have of driving off the spleen and regulating the circulation.",
+        "Whenever I find myself growing grim about the mouth, I account it high time to get "
+        "to sea as soon as I can.",
+    ],
+}
+VOICES = {"awb": ["flite", "-voice", "awb"], "slt": ["flite", "-voice", "slt"],
+          "rp": ["espeak-ng", "-v", "en-gb-x-rp+m3", "-s", "155"],
+          "us": ["espeak-ng", "-v", "en-us", "-s", "165"]}
+
+
+def trim(audio: np.ndarray, threshold_db: float = -40.0, margin_s: float = 0.03) -> np.ndarray:
+    """The span from the first to the last 10 ms frame within ``threshold_db`` of the peak."""
+    hop = MODEL_SAMPLE_RATE // 100
+    frames = audio[: len(audio) // hop * hop].reshape(-1, hop)
+    db = 10 * np.log10(np.mean(frames.astype(np.float64) ** 2, axis=1) + 1e-12)
+    loud = np.flatnonzero(db > db.max() + threshold_db)
+    margin = int(margin_s * MODEL_SAMPLE_RATE)
+    lo, hi = loud[0] * hop - margin, (loud[-1] + 1) * hop + margin
+    return audio[max(0, lo): min(len(audio), hi)]
+
+
+def synthesise(voice: str, text: str) -> np.ndarray:
+    """One clause in ``voice``, 16 kHz float32."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "out.wav"
+        cmd = VOICES[voice]
+        args = [*cmd, "-t", text, "-o", str(wav)] if cmd[0] == "flite" else [*cmd, "-w", str(wav), text]
+        subprocess.run(args, check=True, capture_output=True)
+        return read_audio(wav)
+
+
+def clauses(sentence: str) -> list[str]:
+    """A sentence split at its commas (each clause is read alone, then joined by a breath)."""
+    return [c.strip() for c in sentence.split(",") if c.strip()]
+
+
+def join(sentences: list[list[np.ndarray]], rng: np.random.Generator,
+         lead_s: float = 0.5) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """Clips joined: breaths inside a sentence, sentence pauses between; each sentence's
+    (start, end) in seconds."""
+    pieces = [np.zeros(int(lead_s * MODEL_SAMPLE_RATE), np.float32)]
+    spans, t = [], lead_s
+    for i, clips in enumerate(sentences):
+        start = t
+        for j, clip in enumerate(clips):
+            pieces.append(clip.astype(np.float32))
+            t += len(clip) / MODEL_SAMPLE_RATE
+            if j < len(clips) - 1:
+                gap = rng.uniform(*BREATH_S)
+                pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
+                t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
+        spans.append((round(start, 3), round(t, 3)))
+        gap = rng.uniform(*SENTENCE_PAUSE_S) if i < len(sentences) - 1 else 1.0
+        pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
+        t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
+    audio = np.concatenate(pieces)
+    return audio, spans
+
+
+def build(out: Path, devset: Path = DEVSET, seeds: int = 3) -> list[Path]:
+    """Write every passage (WAV + JSON of sentence spans and texts) under ``out``."""
+    import soundfile as sf
+
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = dict(line.rstrip("\n").split("\t", 1) for line in
+                    (devset / "manifest.tsv").read_text().splitlines() if "\t" in line)
+    written = []
+    real = {name: trim(read_audio(devset / name)) for s in REAL_SENTENCES for name in s}
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(REAL_SENTENCES))
+        sents = [REAL_SENTENCES[i] for i in order]
+        audio, spans = join([[real[n] for n in s] for s in sents], rng)
+        texts = [" ".join(manifest[n] for n in s) for s in sents]
+        written.append(_write(out / f"real_{seed}", audio, spans, texts, sf))
+    for seed, (voice, (name, sentences)) in enumerate(
+            (v, t) for v in VOICES for t in TEXTS.items()):
+        rng = np.random.default_rng(100 + seed)
+        clips = [[trim(synthesise(voice, c)) for c in clauses(s)] for s in sentences]
+        audio, spans = join(clips, rng)
+        written.append(_write(out / f"tts_{voice}_{name}", audio, spans, sentences, sf))
+    return written
+
+
+def _write(stem: Path, audio: np.ndarray, spans: list[tuple[float, float]],
+           texts: list[str], sf: object) -> Path:
+    wav = stem.with_suffix(".wav")
+    sf.write(wav, audio, MODEL_SAMPLE_RATE, subtype="PCM_16")  # type: ignore[attr-defined]
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"sentences": [{"start": s, "end": e, "text": t} for (s, e), t in zip(spans, texts, strict=True)],
+         "duration": round(len(audio) / MODEL_SAMPLE_RATE, 3)}, indent=1))
+    return wav
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("/tmp/passages"))
+    p.add_argument("--devset", type=Path, default=DEVSET)
+    args = p.parse_args(argv)
+    for wav in build(args.out, args.devset):
+        print(wav)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

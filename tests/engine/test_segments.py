@@ -1,0 +1,141 @@
+"""Segments follow speech: the bundled model's endpoints on real read speech fall in the
+sentence pauses, a long sentence is cut at its quietest point, and the frames after a cut in
+the past are decoded again (no audio lost)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from oasr.audio import read_audio
+from oasr.decoding import EndpointConfig
+from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from tests.engine.conftest import DEVSET
+
+SR = 16000
+SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
+
+pytestmark = pytest.mark.slow
+
+
+def passage(parts: list[str | float]) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """Recordings (names) and pauses (seconds) joined; the (start, end) of each pause."""
+    pieces, gaps, t = [np.zeros(int(0.3 * SR), np.float32)], [], 0.3
+    for part in parts:
+        if isinstance(part, str):
+            clip = read_audio(DEVSET / part)
+        else:
+            clip = np.zeros(int(part * SR), np.float32)
+            gaps.append((t, t + part))
+        pieces.append(clip)
+        t += len(clip) / SR
+    return np.concatenate(pieces), gaps
+
+
+def segments(audio: np.ndarray, endpoint: EndpointConfig) -> list[tuple[str, float]]:
+    """Each final's text and the stream time (s) where its segment was cut."""
+    engine = ASREngine(EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1,
+                                    endpoint=endpoint))
+    finals: list[tuple[str, float]] = []
+
+    def sink(event) -> None:
+        if event.type is EventType.FINAL:
+            request = engine.requests.get(1)
+            cut = request.num_frames_decoded * 0.02 if request is not None else -1.0
+            finals.append((event.text, cut))
+
+    engine.submit(OpenStream(1, sink))
+    engine.submit(AppendAudio(1, audio))
+    engine.submit(EndStream(1))
+    for _ in range(10_000):
+        engine.step()
+        if not engine.requests:
+            break
+    return finals
+
+
+def test_a_read_passage_is_cut_at_its_sentence_pauses() -> None:
+    audio, gaps = passage([SS.format(870), 1.0, SS.format(930), 0.9, SS.format(880)])
+    got = segments(audio, EndpointConfig())
+    cuts = [cut for _, cut in got[:-1]]  # the last final ends with the stream
+    assert len(got) == 3, got
+    for lo, hi in gaps:
+        assert any(lo < cut <= hi for cut in cuts), (lo, hi, got)
+    assert "dash" in got[0][0] and "miable" in got[1][0] and "man" in got[2][0], got
+
+
+def test_a_long_sentence_is_cut_at_its_quietest_point_and_nothing_is_lost() -> None:
+    # four clips joined by 0.35 s breaths (~19 s); only the length rule may cut
+    audio, gaps = passage([SS.format(870), 0.35, SS.format(880), 0.35, SS.format(890), 0.35,
+                           SS.format(930)])
+    endpoint = EndpointConfig(rule2=None, rule4=None)
+    got = segments(audio, endpoint)
+    assert len(got) == 2, got
+    cut = got[0][1]
+    assert 12.0 <= cut <= 15.0, got  # within the 3 s before the 15 s limit
+    # in a pause: the audio around the cut is far below speech (-15 to -30 dB here)
+    around = audio[int((cut - 0.06) * SR): int((cut + 0.06) * SR)]
+    assert 10 * np.log10(np.mean(around.astype(np.float64) ** 2)) < -38.0, cut
+    # the frames after the cut were decoded again: the words on both sides are all there
+    whole = segments(audio, EndpointConfig(rule2=None, rule3=None, rule4=None))
+    assert len(whole) == 1
+    joined = " ".join(text for text, _ in got).split()
+    assert abs(len(joined) - len(whole[0][0].split())) <= 2, (got, whole)
+
+
+def test_no_text_before_speech_on_leading_silence_and_low_noise() -> None:
+    rng = np.random.default_rng(0)
+    white = rng.standard_normal(2 * SR)
+    spectrum = np.fft.rfft(rng.standard_normal(2 * SR))
+    spectrum[1:] /= np.sqrt(np.arange(1, len(spectrum)))  # pink
+    pink = np.fft.irfft(spectrum, 2 * SR)
+    lead = np.concatenate([np.zeros(SR), 10 ** (-60 / 20) * white,
+                           10 ** (-50 / 20) * pink / pink.std()]).astype(np.float32)
+    speech = read_audio(DEVSET / SS.format(880))
+    engine = ASREngine(EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1))
+    texts: list[tuple[float, str]] = []
+    engine.submit(OpenStream(1, lambda e: texts.append(
+        (engine.requests[1].num_frames_decoded * 0.02 if 1 in engine.requests else 99.0, e.text))
+        if e.type in (EventType.PARTIAL, EventType.FINAL) else None))
+    engine.submit(AppendAudio(1, np.concatenate([lead, speech])))
+    engine.submit(EndStream(1))
+    engine.step()
+    while engine.requests:
+        engine.step()
+    lead_s = len(lead) / SR
+    assert texts, "the speech was not transcribed"
+    assert all(t > lead_s for t, _ in texts), texts  # nothing emitted during the lead
+    assert texts[0][1].startswith("he"), texts
+
+
+def _espeak(text: str) -> np.ndarray:
+    """``text`` read by espeak-ng (en-us), 16 kHz, trimmed to its speech."""
+    import subprocess
+    import tempfile
+
+    from oasr.audio import read_audio as read
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = f"{tmp}/say.wav"
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "165", "-w", wav, text], check=True)
+        audio = read(wav)
+    loud = np.flatnonzero(np.abs(audio) > 0.01)
+    return audio[loud[0]: loud[-1] + 1]
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
+def test_a_last_word_after_a_pause_stays_in_its_sentence() -> None:
+    # "... degree of comparison" [0.9 s] "only." [1.0 s] "It was the year ...": the pause
+    # before "only" is as long as a sentence pause, but one word then a pause keeps it
+    parts = [_espeak(t) for t in ("in the superlative degree of comparison", "only",
+                                  "it was the year of our lord one thousand seven hundred")]
+    gap = [np.zeros(int(s * SR), np.float32) for s in (0.3, 0.9, 1.0, 0.5)]
+    audio = np.concatenate([gap[0], parts[0], gap[1], parts[1], gap[2], parts[2], gap[3]])
+    kept = segments(audio, EndpointConfig())
+    assert len(kept) == 2, kept
+    assert "nly" in kept[0][0].split()[-1] and kept[1][0].startswith("it"), kept
+    cut_at_once = segments(audio, EndpointConfig(tail_words=0))
+    assert "nly" not in cut_at_once[0][0], cut_at_once  # what tail_words prevents
