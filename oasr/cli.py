@@ -19,6 +19,14 @@ from oasr.engine.config import EngineConfig
 # 640 ms step at beam 8 / 16 / 32 (bench/decode_cost.py), beside ~240 ms for the encoder.
 DEFAULT_LM_BEAM_SIZE = 16
 
+# Attention history of the commands' engines, in chunks (8 x 640 ms = 5.1 s): a stream keeps at
+# most 8 chunks of K/V and evicts the oldest block as each new chunk commits, so a chunk's cost
+# stays flat however long a segment runs, and the demo's pool shows evictions as soon as
+# someone speaks for more than 5 s. CTC WER of the bundled model at 8 vs unlimited history
+# (bench/history_wer.py, docs/benchmarks.md): devset real 30.1 vs 30.7 %, synthetic 11.3 vs
+# 11.3 %, long 20-35 s streams 26.6 vs 28.0 %: no loss. EngineConfig itself keeps -1 (all).
+DEFAULT_NUM_LEFT_CHUNKS = 8
+
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every command that builds an engine."""
@@ -36,8 +44,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk-size", type=int, default=EngineConfig.chunk_size,
                    help="encoder frames per chunk; default: the model's trained chunk "
                    "(640 ms: 16 Conformer frames, 32 Whisper-CTC frames)")
-    g.add_argument("--num-left-chunks", type=int, default=EngineConfig.num_left_chunks,
-                   help="attention history in chunks; -1 keeps everything")
+    g.add_argument("--num-left-chunks", type=int, default=DEFAULT_NUM_LEFT_CHUNKS,
+                   help="attention history in chunks; older K/V blocks are evicted; -1 keeps "
+                   f"everything (default: {DEFAULT_NUM_LEFT_CHUNKS})")
     g.add_argument("--max-num-blocks", type=int, default=None,
                    help="K/V pool size in blocks; default: derived from free memory")
     g.add_argument("--beam-size", type=int, default=None,

@@ -1,8 +1,13 @@
-// The pool panel: the block grid (pool-grid.js) and the engine's
-// counters (occupancy, evictions, streams, finish reasons, step time, real-time factor).
+// The pool panel: the whole pool as a bar (pool-overview.js), the block grid zoomed on the
+// blocks in use (pool-grid.js), batch width per step (batch-chart.js), the second pass
+// (second-pass-view.js) and the engine's counters (occupancy, evictions, streams, finish
+// reasons, step time, real-time factor).
 
+import { BatchChart } from "./batch-chart.js";
 import { streamColor } from "./colors.js";
 import { PoolGrid } from "./pool-grid.js";
+import { PoolOverview } from "./pool-overview.js";
+import { SecondPassView } from "./second-pass-view.js";
 
 const FINISH_REASONS = ["stop", "length", "timeout", "abort", "error"];
 
@@ -10,11 +15,11 @@ function fmt(value, digits = 1) {
   return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "-";
 }
 
-function describeSecondPass(pass) {
-  if (!pass || !pass.enabled) return "off (CTC finals)";
-  return `Whisper: ${pass.num_second_pass_finals} finals, avg ${fmt(pass.avg_latency_ms, 0)} ms,` +
-    ` backlog ${pass.backlog}; ${pass.num_temperature_fallbacks} temperature fallbacks;` +
-    ` CTC text kept: ${pass.num_rejected} rejected by the guard, ${pass.num_backlog_full} backlog full`;
+function describeHistory(numLeftChunks, chunkMs) {
+  if (typeof numLeftChunks !== "number") return "-";
+  if (numLeftChunks < 0) return "unbounded (no evictions)";
+  const seconds = chunkMs ? ` = ${((numLeftChunks * chunkMs) / 1000).toFixed(1)} s` : "";
+  return `${numLeftChunks} chunks${seconds}; older blocks are evicted`;
 }
 
 export class PoolPanel {
@@ -23,6 +28,11 @@ export class PoolPanel {
     this.root = root;
     this.grid = root.querySelector("[data-grid]");
     this.poolGrid = new PoolGrid(this.grid);
+    this.overview = new PoolOverview(root.querySelector("[data-overview]"),
+      root.querySelector("[data-overview-caption]"));
+    this.chart = new BatchChart(root.querySelector("[data-batch-chart]"),
+      root.querySelector("[data-batch-caption]"));
+    this.secondPass = new SecondPassView(root.querySelector("[data-second-pass]"));
     this.legend = root.querySelector("[data-legend]");
     this.reasons = root.querySelector("[data-reasons]");
     this.myStreamId = null;
@@ -41,7 +51,10 @@ export class PoolPanel {
 
   update(snapshot) {
     const { pool, streams, step } = snapshot;
-    this.poolGrid.update(pool.owners || []);
+    const owners = pool.owners || [];
+    this.poolGrid.update(owners, (streams.list || []).map((s) => s.stream_id));
+    this.overview.update(owners, this.poolGrid.view || { start: 0, size: owners.length });
+    this.chart.update(step.recent_batch_sizes || [], step.num_steps || 0);
     const percent = pool.num_blocks ? (100 * pool.num_used_blocks) / pool.num_blocks : 0;
     this.field("occupancy", `${pool.num_used_blocks} / ${pool.num_blocks} blocks (${fmt(percent)}%)`);
     this.field("evictions", String(snapshot.num_evictions));
@@ -52,8 +65,9 @@ export class PoolPanel {
     this.field("steps", String(step.num_steps));
     const model = snapshot.model || {};
     this.field("model", `${model.name || "?"} · ${model.chunk_ms || "?"} ms chunks · ${model.device || "?"}`);
+    this.field("history", describeHistory(model.num_left_chunks, model.chunk_ms));
     this.field("uptime", `${fmt(snapshot.uptime_s, 0)} s`);
-    this.field("second-pass", describeSecondPass(snapshot.second_pass));
+    this.secondPass.update(snapshot.second_pass);
     if (snapshot.server) {
       this.field("connections", `${snapshot.server.connections} / ${snapshot.server.max_connections}`);
     }
