@@ -1,8 +1,9 @@
 // The second pass in the panel: finals by the pass that wrote their text ("whisper",
 // "combined": a digit string repaired from both passes, "ctc": the streaming pass's text
 // kept), why the CTC text was kept (the guard rejected Whisper's text, the backlog was full),
-// Whisper's own temperature fallbacks, its backlog and latency, and, when the server refines
-// partials with it, how many streams are being refined and how often. Counts only.
+// Whisper's own temperature fallbacks, its backlog and latency, and, when the snapshot has
+// them (a server that refines partials with Whisper), how many refinements are in flight, how
+// often a stream's partial is refined and how many streams have refined partials. Counts only.
 
 const SOURCES = [
   ["whisper", "Whisper"],
@@ -61,13 +62,23 @@ export class SecondPassView {
       chip("rejected by the guard", pass.num_rejected, "rejected"),
       chip("backlog full", pass.num_backlog_full, "backlog_full"),
     );
-    const refining = typeof pass.num_refining === "number";
+    this.paintRefine(pass);
+  }
+
+  /** Refined partials: shown when the snapshot has them (a server that refines), else hidden. */
+  paintRefine(pass) {
+    const refining = typeof pass.num_refining === "number" && pass.refine !== false;
     this.refine.hidden = !refining;
-    if (refining) {
-      const every = typeof pass.refine_interval_s === "number"
-        ? ` every ${pass.refine_interval_s.toFixed(1)} s` : "";
-      this.refine.textContent = `Refining the partials of ${pass.num_refining} ` +
-        `stream${pass.num_refining === 1 ? "" : "s"}${every}.`;
-    }
+    if (!refining) return;
+    const every = typeof pass.refine_interval_s === "number" && pass.refine_interval_s > 0
+      ? `, one every ${pass.refine_interval_s.toFixed(1)} s per stream` : "";
+    const streams = typeof pass.num_refined_streams === "number"
+      ? `; ${pass.num_refined_streams} live stream${pass.num_refined_streams === 1 ? "" : "s"}` +
+        " with refined partials" : "";
+    const total = typeof pass.num_refinements === "number"
+      ? ` (${pass.num_refinements} refinements so far)` : "";
+    this.refine.textContent = `Refining partials: ${pass.num_refining} in flight${every}` +
+      `${streams}${total}.`;
+    this.refine.dataset.numRefining = String(pass.num_refining);
   }
 }

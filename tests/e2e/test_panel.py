@@ -69,7 +69,7 @@ def grid_state(page: DemoPage) -> dict[str, Any]:
 
 
 def test_grid_zooms_on_the_blocks_in_use_and_the_chart_follows_the_steps(
-        open_page: OpenPage, devset_dir: Path, tmp_path: Path) -> None:
+        open_page: OpenPage, devset_dir: Path, demo_server: Any, tmp_path: Path) -> None:
     capture = joined_speech(devset_dir, [f"tts_0{i}.wav" for i in range(5)],
                             tmp_path / "five_sentences.wav")  # ~13 s of speech
     page = open_page(capture)
@@ -104,6 +104,19 @@ def test_grid_zooms_on_the_blocks_in_use_and_the_chart_follows_the_steps(
     page.wait_done()
     page.wait_grid_empty()
     assert grid_state(page)["evictions"] > 0
+    # the second pass's panel: finals by source when it runs, refinement only when reported
+    second = demo_server.stats()["second_pass"]
+    if second["enabled"]:
+        page.page.wait_for_function(
+            "[...document.querySelectorAll('[data-sp-sources] .count')]"
+            ".reduce((n, c) => n + Number(c.textContent), 0) >= 1")
+    shown = page.page.evaluate("""() => {
+      const root = document.querySelector('[data-second-pass]');
+      return {enabled: root.dataset.enabled === 'true',
+              refineHidden: root.querySelector('[data-sp-refine]').hidden};
+    }""")
+    assert shown["enabled"] == second["enabled"]
+    assert shown["refineHidden"] == (not second.get("refine", False))
 
 
 def test_two_pages_with_chunks_ready_together_show_a_batch_of_two(
@@ -145,3 +158,36 @@ def test_two_pages_with_chunks_ready_together_show_a_batch_of_two(
     for page in pages:
         assert page.wait_done().startswith("done: stop")
     assert stream_ids[0] != stream_ids[1]
+
+
+def test_the_grid_window_holds_every_block_in_use(open_page: OpenPage) -> None:
+    """``chooseView``: the arc of block ids the grid shows, on owner lists made up here."""
+    page = open_page()
+    result = page.page.evaluate("""async () => {
+      const { chooseView, MIN_VIEW } = await import("/js/pool-grid.js");
+      const pool = (total, used) => {
+        const owners = new Array(total).fill(null);
+        for (const [id, owner] of used) owners[id] = owner;
+        return owners;
+      };
+      const inView = (view, total, id) => (id - view.start + total) % total < view.size;
+      const wrapped = pool(1024, [[1000, 1], [1010, 1], [1023, 2], [0, 2], [5, 1]]);
+      const first = chooseView(wrapped, null);
+      const moved = pool(1024, [[1010, 1], [1023, 2], [0, 2], [5, 1], [6, 1]]);
+      const many = pool(1024, Array.from({length: 300}, (_, i) => [(i * 3) % 1024, i % 4]));
+      return {
+        minView: MIN_VIEW,
+        first, firstHolds: [1000, 1010, 1023, 0, 5].every((id) => inView(first, 1024, id)),
+        kept: chooseView(moved, first),
+        empty: chooseView(pool(1024, []), null),
+        small: chooseView(pool(100, [[7, 1]]), null),
+        many: chooseView(many, null),
+      };
+    }""")
+    first = result["first"]
+    assert result["firstHolds"], first  # the arc wraps past block 1023
+    assert result["minView"] <= first["size"] < 1024
+    assert result["kept"] == first, "the window moved although every block still fits"
+    assert result["empty"] == {"start": 0, "size": result["minView"]}
+    assert result["small"] == {"start": 0, "size": 100}, "a small pool is shown whole"
+    assert result["many"] == {"start": 0, "size": 1024}, "blocks all over the pool: show it all"
