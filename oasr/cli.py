@@ -24,7 +24,7 @@ DEFAULT_LM_BEAM_SIZE = 16
 # stays flat however long a segment runs, and the demo's pool shows evictions as soon as
 # someone speaks for more than 5 s. CTC WER of the bundled model at 8 vs unlimited history
 # (bench/history_wer.py, docs/benchmarks.md): devset real 30.1 vs 30.7 %, synthetic 11.3 vs
-# 11.3 %, long 20-35 s streams 26.6 vs 28.0 %: no loss. EngineConfig itself keeps -1 (all).
+# 11.3 %, long 25-36 s streams 26.6 vs 28.0 %: no loss. EngineConfig itself keeps -1 (all).
 DEFAULT_NUM_LEFT_CHUNKS = 8
 
 
