@@ -1,6 +1,6 @@
 // The block grid: one square element per K/V block (.cell; .used with data-owner and the
 // owning stream's colour; .mine for this tab's stream; .evicted for a moment after a live
-// stream's block was freed, i.e. evicted from its bounded history).
+// stream lost the block to its bounded history while keeping its newer blocks).
 //
 // A pool of thousands of blocks with a few streams in it would be a sea of grey, so the grid
 // shows a window of the pool: every block in use plus headroom (at least MIN_VIEW blocks, and
@@ -74,12 +74,15 @@ export class PoolGrid {
 
   /** @param {Array<number|null>} owners owner per block id @param {number[]} activeIds live streams */
   update(owners, activeIds = []) {
+    // a block freed while its stream lives on and keeps other blocks was evicted (a stream
+    // whose blocks all went at once was reset at an endpoint, or ended)
     const active = new Set(activeIds);
+    const holding = new Set(owners.filter((owner) => owner !== null && owner !== undefined));
     const now = performance.now();
     owners.forEach((owner, id) => {
       const before = this.owners[id];
       if ((owner === null || owner === undefined) && before !== null && before !== undefined &&
-          active.has(before)) {
+          active.has(before) && holding.has(before)) {
         this.evictedAt.set(id, now);
       }
     });
