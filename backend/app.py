@@ -23,6 +23,9 @@ from starlette.websockets import WebSocket
 from backend.admission import ConnectionLimiter, is_origin_allowed
 from backend.asr_socket import AsrConnection
 from backend.config import ServerConfig
+from backend.drain import Drain
+from backend.health import liveness, readiness
+from backend.limits import AudioFlowGate
 from backend.metrics import ServerMetrics
 from backend.protocol import CloseCode, ProtocolError, Session
 from backend.stats import StatsHub, stream_stats
@@ -42,12 +45,27 @@ class AppContext:
         # One limit per websocket endpoint, each of max_connections.
         self.limiters = {endpoint: ConnectionLimiter(config.max_connections)
                          for endpoint in (ASR_ENDPOINT, STATS_ENDPOINT)}
-        self.metrics = ServerMetrics(self.engine_stats)
-        self.hub = StatsHub(self.snapshot, self.metrics, config.stats_interval_s)
+        self.metrics = ServerMetrics(self.engine_stats, config.replica)
+        self.hub = StatsHub(self.snapshot, self.metrics, config.stats_interval_s,
+                            config.stats_send_timeout_s)
+        self.drain = Drain(config.drain_timeout_s)
+        self.flow = AudioFlowGate(self._queued_audio_s, config.max_socket_audio_s,
+                                  config.max_queued_audio_s, self._two_chunks_s)
 
     @property
     def is_ready(self) -> bool:
+        """The engine runs (admission is open); `readiness` adds capacity and draining."""
         return self.engine is not None and self.engine.ready and self.engine.is_alive()
+
+    def _queued_audio_s(self, stream_id: int) -> float:
+        return 0.0 if self.engine is None else self.engine.queued_audio_s(stream_id)
+
+    def _two_chunks_s(self) -> float:
+        """Audio the engine may need for a stream's next chunk, with its look-ahead."""
+        if self.engine is None:
+            return 1.0
+        resources = self.engine.engine.resources
+        return 2 * resources.chunk_size * resources.family.timing.frame_shift_s
 
     def engine_stats(self) -> dict[str, Any] | None:
         """The engine's latest snapshot; None before its first step has produced one."""
@@ -66,6 +84,11 @@ class AppContext:
             "connections": asr.num_connections,
             "max_connections": asr.max_connections,
             "stats_viewers": viewers.num_connections,
+            "replica": self.config.replica,
+            "draining": self.drain.is_draining,
+            "drain_seconds_left": self.drain.seconds_left(),
+            "queued_audio_s": round(self.flow.total_queued_s, 2),
+            "num_flow_pauses": self.flow.num_pauses,
         }}
 
 
@@ -133,7 +156,10 @@ async def _admit(websocket: WebSocket, context: AppContext, endpoint: str) -> bo
     await websocket.accept()
     limiter = context.limiters[endpoint]
     refusal = None
-    if not context.is_ready:
+    if endpoint == ASR_ENDPOINT and context.drain.is_draining:
+        refusal = ("draining", ProtocolError(
+            "draining", "this server is shutting down; connect again (another replica)"))
+    elif not context.is_ready:
         refusal = ("not_ready", ProtocolError("busy", "the engine is not ready yet"))
     elif not limiter.try_acquire():
         refusal = ("max_connections", ProtocolError(
@@ -165,9 +191,10 @@ async def _serve_socket(websocket: WebSocket, endpoint: str,
 async def _asr_endpoint(websocket: WebSocket) -> None:
     async def handle(context: AppContext) -> None:
         assert context.engine is not None  # _admit refuses until the engine is ready
-        session = Session(context.config.max_frame_bytes, context.config.max_text_bytes)
-        await AsrConnection(websocket, context.engine, session,
-                            context.config.idle_timeout_s).run()
+        config = context.config
+        session = Session(config.max_frame_bytes, config.max_text_bytes, config.max_json_depth)
+        await AsrConnection(websocket, context.engine, session, config.idle_timeout_s,
+                            flow=context.flow, replica=config.replica).run()
 
     await _serve_socket(websocket, ASR_ENDPOINT, handle)
 
@@ -192,12 +219,13 @@ async def _metrics(request: Request) -> Response:
 
 async def _healthz(request: Request) -> Response:
     context = _context(request)
-    if context.engine is not None and not context.engine.is_alive():
-        return PlainTextResponse("engine thread died\n", status_code=503)
-    return PlainTextResponse("ok\n")
+    verdict = liveness(context.engine, context.config.stuck_after_s)
+    return PlainTextResponse(f"{verdict.reason}\n", status_code=verdict.status_code)
 
 
 async def _readyz(request: Request) -> Response:
-    if _context(request).is_ready:
-        return PlainTextResponse("ready\n")
-    return PlainTextResponse("not ready\n", status_code=503)
+    context = _context(request)
+    verdict = readiness(context.engine, context.drain.is_draining, context.engine_stats(),
+                        context.config.ready_headroom_streams)
+    text = "ready\n" if verdict.ok else f"not ready: {verdict.reason}\n"
+    return PlainTextResponse(text, status_code=verdict.status_code)

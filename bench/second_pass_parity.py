@@ -107,6 +107,8 @@ def run_engine(items: list[Item], config: EngineConfig, column: str) -> dict[str
     engine = ASREngine(config)
     results = transcribe_files(config, [i.path for i in items], progress=False, engine=engine)
     for item, result in zip(items, results, strict=True):
+        if result.finish_reason != "stop":
+            raise RuntimeError(f"{item.path.name} ended {result.finish_reason!r}: {result.error}")
         item.results[column] = {"text": result.text,
                                 "sources": [s["source"] for s in result.segments]}
     engine.shutdown()
@@ -118,8 +120,11 @@ def engine_config(second_pass: str, decode: WhisperDecodeConfig,
     from oasr.cli import default_beam_size
     from oasr.decoding import GpuDecoderConfig
 
+    # a pool for 32 streams of 30 s (64 blocks each), not one sized from free memory: a pool
+    # that ran short would end streams early ("length") and score truncated texts
     return EngineConfig(
         decoder=GpuDecoderConfig(beam_size=default_beam_size(None, "auto")),
+        max_batch_size=32, max_num_blocks=32 * 64,
         num_threads=threads, second_pass=second_pass, second_pass_decode=decode,
         final_guard=guard, max_wait_time_s=math.inf, idle_timeout_s=math.inf,
         max_session_s=math.inf, max_pending_audio_s=math.inf,

@@ -67,20 +67,21 @@ function openStream(sampleRate, label, activity) {
     format: "s16le",
     handlers: {
       onReady: (m) => {
-        panel.setMyStream(m.stream_id);
-        setStatus(`${activity}: stream ${m.stream_id}, ${m.chunk_ms} ms chunks.`, "live");
+        panel.setMyStream(m.stream_id, m.replica || null);
+        const where = m.replica ? ` on replica ${m.replica}` : "";
+        setStatus(`${activity}: stream ${m.stream_id}${where}, ${m.chunk_ms} ms chunks.`, "live");
       },
       onPartial: (m) => transcript.partial(m),
       onFinal: (m) => transcript.final(m),
       onDone: (m) => {
         transcript.note(`done: ${m.finish_reason}, ${m.segments} segment(s)`);
-        const why = FINISH_EXPLANATIONS[m.finish_reason];
+        const why = m.message || FINISH_EXPLANATIONS[m.finish_reason];
         finish(`Finished (${m.finish_reason})${why ? `: ${why}` : ""}.`,
           m.finish_reason === "stop" ? "info" : "error");
       },
       onError: (m) => {
-        const text = m.code === "busy"
-          ? `The server is busy (${m.message}).`
+        const text = m.code === "busy" || m.code === "draining"
+          ? `The server is ${m.code} (${m.message}).`
           : `Server error (${m.code}): ${m.message}`;
         transcript.note(text, "error");
         finish(text, "error");

@@ -10,7 +10,8 @@
 // leave it: live streams fill it from one side and evictions empty it from the other.
 //
 // The grid element carries data-num-blocks (the whole pool), data-num-used, data-num-mine,
-// data-view-start and data-view-size.
+// data-view-start and data-view-size. The same grid shows stream slots (unit "slot") for a
+// model without paged blocks.
 
 import { streamColor } from "./colors.js";
 
@@ -62,6 +63,7 @@ export class PoolGrid {
     this.owners = [];
     this.shown = [];  // owner shown per cell
     this.view = null;
+    this.unit = "block";
     this.myStreamId = null;
     this.evictedAt = new Map();  // block id -> time its live owner lost it
     new ResizeObserver(() => this.layout()).observe(root.parentElement);
@@ -72,8 +74,14 @@ export class PoolGrid {
     this.paint(true);
   }
 
-  /** @param {Array<number|null>} owners owner per block id @param {number[]} activeIds live streams */
-  update(owners, activeIds = []) {
+  /**
+   * @param {Array<number|null>} owners owner per block id (or per slot)
+   * @param {number[]} activeIds live streams
+   * @param {"block"|"slot"} unit what a cell stands for
+   */
+  update(owners, activeIds = [], unit = "block") {
+    const relabel = unit !== this.unit;
+    this.unit = unit;
     // a block freed while its stream lives on and keeps other blocks was evicted (a stream
     // whose blocks all went at once was reset at an endpoint, or ended)
     const active = new Set(activeIds);
@@ -92,7 +100,7 @@ export class PoolGrid {
       this.view = view;
       this.rebuild();
     }
-    this.paint(false);
+    this.paint(relabel);
   }
 
   rebuild() {
@@ -145,7 +153,7 @@ export class PoolGrid {
       cell.style.background = taken ? streamColor(owner) : "";
       cell.classList.toggle("used", taken);
       cell.classList.toggle("mine", taken && owner === this.myStreamId);
-      cell.title = taken ? `block ${id}: stream ${owner}` : `block ${id}: free`;
+      cell.title = taken ? `${this.unit} ${id}: stream ${owner}` : `${this.unit} ${id}: free`;
       if (taken) cell.dataset.owner = String(owner);
       else delete cell.dataset.owner;
     });

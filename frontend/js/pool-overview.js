@@ -20,8 +20,12 @@ export class PoolOverview {
     new ResizeObserver(() => this.draw()).observe(canvas.parentElement);
   }
 
-  /** @param {Array<number|null>} owners @param {{start: number, size: number}} view */
-  update(owners, view) {
+  /**
+   * @param {Array<number|null>} owners owner per block id (or per slot)
+   * @param {{start: number, size: number}} view the grid's window
+   * @param {"block"|"slot"} unit what an entry stands for
+   */
+  update(owners, view, unit = "block") {
     this.owners = owners;
     this.view = view;
     this.draw();
@@ -35,9 +39,9 @@ export class PoolOverview {
     const percent = total ? ((100 * used) / total).toFixed(1) : "0.0";
     const last = (view.start + view.size - 1) % Math.max(total, 1);
     this.caption.textContent = view.size >= total
-      ? `${used} of ${total.toLocaleString("en")} blocks in use (${percent}%); the grid shows the whole pool.`
-      : `${used} of ${total.toLocaleString("en")} blocks in use (${percent}%); the grid shows ` +
-        `${view.size} of them, blocks ${view.start}–${last} (outlined).`;
+      ? `${used} of ${total.toLocaleString("en")} ${unit}s in use (${percent}%); the grid shows them all.`
+      : `${used} of ${total.toLocaleString("en")} ${unit}s in use (${percent}%); the grid shows ` +
+        `${view.size} of them, ${unit}s ${view.start}–${last} (outlined).`;
   }
 
   draw() {

@@ -1,7 +1,10 @@
-// The pool panel: the whole pool as a bar (pool-overview.js), the block grid zoomed on the
-// blocks in use (pool-grid.js), batch width per step (batch-chart.js), the second pass
-// (second-pass-view.js) and the engine's counters (occupancy, evictions, streams, finish
-// reasons, step time, real-time factor).
+// The pool panel: the block grid (pool-grid.js) and the engine's
+// counters (occupancy, evictions, streams, finish reasons, step time, real-time factor).
+// A slot-runtime model (pool.kind "slots": the Zipformer) has no paged blocks: the grid then
+// shows one cell per stream slot and the occupancy counts slots.
+// The panel also shows the whole pool as a bar (pool-overview.js), the grid zoomed on the
+// blocks in use (pool-grid.js), batch width per step (batch-chart.js) and the second pass
+// (second-pass-view.js).
 
 import { BatchChart } from "./batch-chart.js";
 import { streamColor } from "./colors.js";
@@ -38,9 +41,12 @@ export class PoolPanel {
     this.myStreamId = null;
   }
 
-  /** Mark the stream this tab owns (its cells get an outline, its legend row a label). */
-  setMyStream(streamId) {
+  /** Mark the stream this tab owns (its cells get an outline, its legend row a label), and
+   * the replica it landed on (behind a load balancer, the panel says whether it shows that
+   * replica's pool). */
+  setMyStream(streamId, replica = null) {
     this.myStreamId = streamId;
+    this.myReplica = replica;
     this.poolGrid.setMyStream(streamId);
   }
 
@@ -51,12 +57,19 @@ export class PoolPanel {
 
   update(snapshot) {
     const { pool, streams, step } = snapshot;
-    const owners = pool.owners || [];
-    this.poolGrid.update(owners, (streams.list || []).map((s) => s.stream_id));
-    this.overview.update(owners, this.poolGrid.view || { start: 0, size: owners.length });
+    const slots = pool.kind === "slots";
+    const owners = (slots ? pool.slot_owners : pool.owners) || [];
+    this.poolGrid.update(owners, (streams.list || []).map((s) => s.stream_id),
+      slots ? "slot" : "block");
+    this.overview.update(owners, this.poolGrid.view || { start: 0, size: owners.length },
+      slots ? "slot" : "block");
     this.chart.update(step.recent_batch_sizes || [], step.num_steps || 0);
-    const percent = pool.num_blocks ? (100 * pool.num_used_blocks) / pool.num_blocks : 0;
-    this.field("occupancy", `${pool.num_used_blocks} / ${pool.num_blocks} blocks (${fmt(percent)}%)`);
+    const [used, total] = slots ? [pool.num_used_slots, pool.num_slots]
+      : [pool.num_used_blocks, pool.num_blocks];
+    const percent = total ? (100 * used) / total : 0;
+    this.field("occupancy", slots
+      ? `${used} / ${total} slots (${fmt(percent)}%) · no paged blocks: fixed-size slot state`
+      : `${used} / ${total} blocks (${fmt(percent)}%)`);
     this.field("evictions", String(snapshot.num_evictions));
     this.field("active", `${streams.active} / ${streams.max_batch_size}`);
     this.field("waiting", String(streams.waiting));
@@ -65,16 +78,20 @@ export class PoolPanel {
     this.field("steps", String(step.num_steps));
     const model = snapshot.model || {};
     this.field("model", `${model.name || "?"} · ${model.chunk_ms || "?"} ms chunks · ${model.device || "?"}`);
-    this.field("history", describeHistory(model.num_left_chunks, model.chunk_ms));
+    this.field("history", slots ? "fixed-size slot state (no paged blocks)"
+      : describeHistory(model.num_left_chunks, model.chunk_ms));
     this.field("uptime", `${fmt(snapshot.uptime_s, 0)} s`);
     this.secondPass.update(snapshot.second_pass);
     if (snapshot.server) {
-      this.field("connections", `${snapshot.server.connections} / ${snapshot.server.max_connections}`);
+      const server = snapshot.server;
+      this.field("connections", `${server.connections} / ${server.max_connections}`);
+      this.field("replica", describeReplica(server, this.myReplica));
     }
-    this.grid.setAttribute("aria-label",
-      `Block pool: ${pool.num_used_blocks} of ${pool.num_blocks} blocks in use by ${streams.active} streams`);
+    this.grid.setAttribute("aria-label", slots
+      ? `Stream slots: ${used} of ${total} in use (no paged blocks)`
+      : `Block pool: ${used} of ${total} blocks in use by ${streams.active} streams`);
     this.paintReasons(snapshot.finish_reasons || {});
-    this.paintLegend(streams.list || [], pool.block_size_frames);
+    this.paintLegend(streams.list || [], slots ? null : pool.block_size_frames);
   }
 
   paintReasons(counts) {
@@ -104,11 +121,26 @@ export class PoolPanel {
       swatch.style.background = streamColor(stream.stream_id);
       const label = document.createElement("span");
       const mine = stream.stream_id === this.myStreamId ? " (this tab)" : "";
-      label.textContent = `stream ${stream.stream_id}${mine}: ${stream.num_blocks} blocks` +
-        ` (${stream.num_blocks * (blockFrames || 0)} frames), ${fmt(stream.audio_s)} s audio,` +
-        ` lag ${fmt(stream.lag_s, 2)} s`;
+      const held = blockFrames === null ? `slot ${stream.slot}`
+        : `${stream.num_blocks} blocks (${stream.num_blocks * (blockFrames || 0)} frames)`;
+      label.textContent = `stream ${stream.stream_id}${mine}: ${held}, ${fmt(stream.audio_s)} s` +
+        ` audio, lag ${fmt(stream.lag_s, 2)} s`;
       item.append(swatch, label);
       this.legend.append(item);
     }
   }
+}
+
+/** "name", plus whether this tab's stream runs there, plus "draining (N s left)". */
+function describeReplica(server, myReplica) {
+  let text = server.replica || "this server";
+  if (myReplica) {
+    text += myReplica === server.replica ? " (your stream runs here)"
+      : ` (your stream runs on ${myReplica})`;
+  }
+  if (server.draining) {
+    const left = server.drain_seconds_left;
+    text += ` · draining${left === null || left === undefined ? "" : ` (${fmt(left, 0)} s left)`}`;
+  }
+  return text;
 }

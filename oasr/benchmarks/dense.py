@@ -9,8 +9,13 @@ stream), one per model family.
   [history + whole chunk] (the chunk-causal rule the model trains with), history trimmed to the
   last ``num_left_chunks`` chunks when bounded.
 
-Both take a chunk's feature window and the stream's offset and return the chunk's CTC
-log-probabilities and the stream's new caches; the old cache tensors are not modified.
+- Zipformer (icefall): the model's own ``streaming_step`` on a batch of one (its named state
+  tensors are already dense and fixed-size: the one-stream loop is what icefall's
+  ``streaming_decode.py`` does with one stream).
+
+Each takes a chunk's feature window and the stream's offset and returns the frames its
+family's decoder reads (CTC log-probabilities; a transducer's joiner-projected encoder frames)
+and the stream's new caches; the old cache tensors are not modified.
 """
 
 from __future__ import annotations
@@ -127,9 +132,34 @@ class WhisperDense:
         return x + block.ffn(x), k_all, v_all
 
 
+class ZipformerDense:
+    """A Zipformer stream alone: ``streaming_step`` at batch 1 with its own named states."""
+
+    def __init__(self, model: nn.Module) -> None:
+        from oasr.engine.zipformer_family import ZipformerFamily
+
+        self.family = ZipformerFamily(model)
+
+    def empty_cache(self) -> dict[str, Tensor]:
+        return self.family.model.init_states(1)
+
+    def forward(self, xs: Tensor, offset: int,
+                cache: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        model = self.family.model
+        feats = self.family.full_windows(xs, torch.tensor([xs.shape[1]], device=xs.device))
+        lens = torch.full((1,), feats.shape[1], dtype=torch.int64, device=xs.device)
+        out, _, new = model.streaming_step(feats, lens, cache)  # (1, chunk / 2, C)
+        if self.family.decoding == "transducer":
+            return model.joiner.encoder_proj(out), new
+        return model.ctc_log_probs(out), new
+
+
 def dense_model_for(model: nn.Module, family: str, chunk_size: int,
                     num_left_chunks: int) -> DenseChunkModel:
-    """The dense baseline of ``model``'s family (``conformer_ctc`` / ``whisper_ctc``)."""
+    """The dense baseline of ``model``'s family (``conformer_ctc`` / ``whisper_ctc`` /
+    ``zipformer``)."""
+    if family == "zipformer":
+        return ZipformerDense(model)
     if family == "whisper_ctc":
         return WhisperDense(model, chunk_size, num_left_chunks)  # type: ignore[arg-type]
     return ConformerDense(model, chunk_size, num_left_chunks)

@@ -34,6 +34,7 @@ from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.family import family_for
 from oasr.engine.model_runner import BatchPlan
 from oasr.engine.streams import StreamResources
+from oasr.engine.transducer import TransducerStreams
 
 
 def sync(device: torch.device) -> None:
@@ -164,6 +165,11 @@ class DenseLoop:
         family = bench.family
         self.decoder = GpuStreamingDecoder(GpuDecoderConfig(), family.tokenizer,
                                            device=self.device)
+        self.transducer = None  # a transducer family decodes as the engine does: greedy
+        if family.decoding == "transducer":
+            self.transducer = TransducerStreams(self.model, family.tokenizer)  # type: ignore[arg-type]
+            for index in range(len(speech)):
+                self.transducer.allocate_stream(index)
         self.streams = [
             _DenseStream(family.new_features(), ChunkWindower(bench.chunk_geometry),
                          self.decoder.create_state(1, family.vocab_size), self.dense.empty_cache())
@@ -182,8 +188,12 @@ class DenseLoop:
             return 0.0
         xs = torch.from_numpy(window.feats).to(self.device, self.dtype).unsqueeze(0)  # (1, T, F)
         log_probs, stream.cache = self.dense.forward(xs, stream.offset, stream.cache)
-        self.decoder.decode_chunk(log_probs.float(), stream.decoder_state)  # (1, T', V)
-        stream.text = self.decoder.partial(stream.decoder_state).text
+        if self.transducer is not None:  # (1, T', joiner_dim) projected frames
+            (result,) = self.transducer.decode([index], log_probs, [log_probs.size(1)])
+            stream.text = result.hypothesis.text
+        else:
+            self.decoder.decode_chunk(log_probs.float(), stream.decoder_state)  # (1, T', V)
+            stream.text = self.decoder.partial(stream.decoder_state).text
         stream.offset += log_probs.size(1)
         return log_probs.size(1) * self.frame_seconds
 

@@ -144,8 +144,10 @@ class SteadyStateCheck:
 
 
 def _cache_tensors(resources: StreamResources) -> list[tuple[int, tuple[int, ...]]]:
-    tensors = [resources.pool.k_pool, resources.pool.v_pool, resources.attention.block_table,
-               resources.attention.cache_seqlens, *resources.states.buffers.values()]
+    pool, attention = resources.pool, resources.attention
+    paged = [] if pool is None or attention is None else [
+        pool.k_pool, pool.v_pool, attention.block_table, attention.cache_seqlens]
+    tensors = [*paged, *resources.states.buffers.values()]
     return [(t.data_ptr(), tuple(t.shape)) for t in tensors]
 
 
@@ -180,7 +182,8 @@ def check_steady_state(bench: BenchModel, audio_dir: Path, num_streams: int,
     used = []
     for _ in range(steps):
         driver.step()
-        used.append(resources.pool.num_blocks - resources.pool.num_free_blocks)
+        pool = resources.pool
+        used.append(0 if pool is None else pool.num_blocks - pool.num_free_blocks)
     after = TensorCensus.take()
     device_delta = torch.cuda.memory_allocated() - allocated if cuda else None
     decoder_after = _decoder_storages(resources, streams)

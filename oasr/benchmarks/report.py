@@ -51,6 +51,8 @@ def format_markdown(result: dict[str, Any]) -> str:
     family = result.get("family", "conformer_ctc")
     out = [f"Model: {result['model_source']} [{family}]{speed_dtype}", ""]
     h = result["headline"]
+    if "not_applicable" in result:
+        return "\n".join(out + _slot_runtime_tables(result))
     late = h.get("history_late_chunk", 200)
     left4 = h.get("paged_cost_ratio_late_vs_chunk10_left4",
                   h.get("paged_cost_ratio_chunk200_vs_chunk10_left4"))
@@ -178,6 +180,29 @@ def second_pass_table(sp: dict[str, Any]) -> list[str]:
     if sp.get("full_window"):
         rows += _second_pass_rows(sp["full_window"], "30 s window")
     return out + _table(["stage", "seconds"], rows)
+
+
+def _slot_runtime_tables(result: dict[str, Any]) -> list[str]:
+    """A slot-runtime model's report: headline, throughput, real-time probes."""
+    h = result["headline"]
+    out = _table(["headline", "value"], [
+        [f"speedup batched vs one stream at a time ({h['speedup_num_streams']} streams)",
+         _fmt(h["speedup_batched_vs_sequential"], 2) + "x"],
+        ["max real-time streams (engine)", str(h["max_realtime_streams"])],
+        [f"slot state per stream ({h['num_state_tensors']} tensors, float32)",
+         f"{h['slot_state_bytes_per_stream_fp32']:,} bytes"],
+    ])
+    out += ["Throughput (audio seconds per wall second; one chunk of every stream per step):", ""]
+    out += _table(["streams", "engine (batched slots)", "one stream at a time", "speedup",
+                   "engine step ms", "one-at-a-time step ms"],
+                  [[str(r["num_streams"]), _fmt(r["engine_rate"]), _fmt(r["dense_rate"]),
+                    _fmt(r["speedup"], 2) + "x", _fmt(r["engine_step_ms"]),
+                    _fmt(r["dense_step_ms"])] for r in result["throughput"]])
+    out += ["Real-time probes (engine step vs the audio of one chunk):", ""]
+    out += _table(["streams", "step ms", "real-time"],
+                  [[str(p["num_streams"]), _fmt(p["step_ms"]), "yes" if p["is_realtime"] else "no"]
+                   for p in result["realtime_probes"]])
+    return out + [f"Not measured: {result['not_applicable']}.", ""]
 
 
 def _memory_tables(result: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import datetime
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -192,6 +193,8 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
         _log(f"throughput: {n} streams, engine vs dense loop ({config.dtype})")
         rows.append(measure_throughput(speed, audio_dir, n, config.warmup, config.steps,
                                        config.device, config.dtype))
+    if not bench.family.paged_kv:
+        return _slot_runtime_benchmarks(config, bench, audio_dir, rows)
     history = _history(config, bench, audio_dir)
     biggest = max(rows, key=lambda r: r.num_streams)
     estimate = max(1, int(biggest.engine_rate * 0.9))
@@ -226,6 +229,38 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
         "steady_state": _record(steady, "allocates_no_cache_tensors"),
         "profile": _record(profile, "shares") if profile is not None else None,
         "frontends": _record(frontends, "log_mel_vs_fbank") if frontends is not None else None,
+    }
+
+
+def _slot_runtime_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path,
+                             rows: list[Any]) -> dict[str, Any]:
+    """A slot-runtime model (no paged K/V: the Zipformer): throughput against its one-stream
+    loop and the real-time stream count. The paged sections (per-chunk cost as history grows,
+    K/V bytes, the paged steady state, the FLOP count and profile of the paged step) do not
+    apply: its per-stream state is fixed-size by construction, reported as state bytes."""
+    biggest = max(rows, key=lambda r: r.num_streams)
+    _log(f"real-time streams: search from {max(1, int(biggest.engine_rate * 0.9))}")
+    max_rt, probes = find_max_realtime_streams(
+        bench, audio_dir, max(1, int(biggest.engine_rate * 0.9)), warmup=2,
+        steps=2 if config.quick else 3, max_probes=config.realtime_probes,
+        device=config.device, dtype=config.dtype)
+    headline_row = next((r for r in rows if r.num_streams == HEADLINE_STREAMS), biggest)
+    specs = bench.model.state_specs()  # type: ignore[operator]
+    state_bytes = sum(math.prod(s.shape) * (4 if s.dtype is None else s.dtype.itemsize)
+                      for s in specs)
+    return {
+        "headline": {
+            "speedup_batched_vs_sequential": headline_row.speedup,
+            "speedup_num_streams": headline_row.num_streams,
+            "max_realtime_streams": max_rt,
+            "slot_state_bytes_per_stream_fp32": state_bytes,
+            "num_state_tensors": len(specs),
+        },
+        "throughput": [_record(r, "speedup") for r in rows],
+        "history": [],
+        "realtime_probes": [_record(p, "is_realtime") for p in probes],
+        "not_applicable": "history, compute, kv_bytes, steady_state, profile: paged-pool "
+                          "measurements; this family keeps no paged K/V (slot runtime)",
     }
 
 

@@ -33,7 +33,8 @@ FAMILY_CHOICES = {"conformer": CONFORMER_CTC, CONFORMER_CTC: CONFORMER_CTC,
 HOP_SAMPLES = 160  # both frontends: one feature frame every 10 ms
 # feature frame i of a stream is complete once 160 i + this many samples have arrived:
 # kaldi fbank frames span [160 i, 160 i + 400); causal log-mel frames [160 i - 200, 160 i + 200)
-FRAME_COMPLETE_SAMPLES = {CONFORMER_CTC: 400, WHISPER_CTC: 200}
+# icefall fbank (no snip_edges) frames are centred: [160 i - 120, 160 i + 280)
+FRAME_COMPLETE_SAMPLES = {CONFORMER_CTC: 400, WHISPER_CTC: 200, "zipformer": 280}
 
 
 def tiny_architecture() -> ConformerConfig:
@@ -115,6 +116,10 @@ class BenchModel:
         """The family's features of a whole utterance: (N,) float32 -> (F, 80) float32."""
         if self.family_name == WHISPER_CTC:
             return causal_log_mel(samples, self.config.n_mels)  # type: ignore[union-attr]
+        if self.family_name == "zipformer":
+            from oasr.models.zipformer.features import ICEFALL_FBANK
+
+            return compute_fbank(samples, ICEFALL_FBANK)
         return compute_fbank(samples)
 
     def windows(self, feats: np.ndarray) -> list[np.ndarray]:

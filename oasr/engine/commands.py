@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oasr.engine.events import FinishReason
 from oasr.engine.request import EventSink
 from oasr.engine.second_pass import RefineDone, SecondPassDone
 
@@ -32,4 +33,12 @@ class AbortStream:
     stream_id: int
 
 
-Command = OpenStream | AppendAudio | EndStream | AbortStream | SecondPassDone | RefineDone
+@dataclass(frozen=True)
+class FinishAll:
+    """End every stream now with ``reason`` (each gets its final and done): a drain's deadline."""
+
+    reason: FinishReason
+    message: str = ""
+
+
+Command = OpenStream | AppendAudio | EndStream | AbortStream | FinishAll | SecondPassDone | RefineDone

@@ -70,6 +70,9 @@ class StreamEvent:
                     "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,
                     "source": self.source}
         if self.type is EventType.DONE:
-            return {"type": kind, "finish_reason": self.finish_reason,
-                    "segments": self.num_segments}
+            done: dict[str, Any] = {"type": kind, "finish_reason": self.finish_reason,
+                                    "segments": self.num_segments}
+            if self.message:
+                done["message"] = self.message  # why, when the server ended the stream
+            return done
         return {"type": kind, "code": self.code, "message": self.message}

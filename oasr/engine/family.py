@@ -10,8 +10,10 @@ The engine serves two streaming CTC encoder families through one interface, `Mod
 | fixed-extent state | per-layer depthwise-conv cache (`CnnCacheManager`) | conv-stem tails (2 specs) |
 | positions | relative, unlimited | absolute, ``max_positions`` (1500 = 30 s) |
 
-Both keep their self-attention K/V in the same paged pool. A family holds the model; it keeps
-no stream state (the cache layer does).
+Both keep their self-attention K/V in the same paged pool. A third family, icefall's Zipformer
+(`oasr.engine.zipformer_family`), keeps none (``paged_kv = False``): its whole cache is
+declared slot state (the slot runtime). A family holds the model; it keeps no stream state
+(the cache layer does).
 """
 
 from __future__ import annotations
@@ -103,6 +105,12 @@ class ModelFamily(ABC):
     specs, the batched paged chunk forward, frame timing and the position limit."""
 
     name: str = ""
+    # False: the family's whole per-stream cache is declared slot state (the slot runtime,
+    # `oasr.engine.zipformer_family`); the engine builds no block pool for it
+    paged_kv: bool = True
+    # what forward_chunk returns and which decoder reads it: "ctc" (log-probs, the CTC decoder)
+    # or "transducer" (joiner-projected encoder frames, `oasr.engine.transducer`)
+    decoding: str = "ctc"
     # Linear layers (qualified-name suffixes) `quantize_int8` keeps in float
     float_linears: tuple[str, ...] = ()
 
@@ -303,8 +311,14 @@ def family_for(model: nn.Module) -> ModelFamily:
 
     if isinstance(model, WhisperCtcModel):
         return WhisperCtcFamily(model)
+    from oasr.models.zipformer.model import ZipformerModel
+
+    if isinstance(model, ZipformerModel):
+        from oasr.engine.zipformer_family import ZipformerFamily
+
+        return ZipformerFamily(model)
     raise TypeError(
-        f"no model family serves {type(model).__name__}: expected an AsrModel (Conformer-CTC) "
-        "or a WhisperCtcModel"
+        f"no model family serves {type(model).__name__}: expected an AsrModel (Conformer-CTC), "
+        "a WhisperCtcModel or a ZipformerModel"
     )
 

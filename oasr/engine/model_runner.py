@@ -75,7 +75,7 @@ class ModelRunner:
     succeeded.
     """
 
-    def __init__(self, family: ModelFamily, attention: AttentionCacheManager,
+    def __init__(self, family: ModelFamily, attention: AttentionCacheManager | None,
                  states: SlotStateCache, device: torch.device, dtype: torch.dtype) -> None:
         self.family = family
         self.attention = attention
@@ -88,8 +88,10 @@ class ModelRunner:
         return self.family.model
 
     def prepare(self, plan: BatchPlan) -> None:
-        """Allocate the blocks every row's chunk needs: one pool allocation for the cohort."""
-        self.attention.prepare_chunks_batched(plan.stream_ids)
+        """Allocate the blocks every row's chunk needs: one pool allocation for the cohort
+        (nothing for a family without paged K/V)."""
+        if self.attention is not None:
+            self.attention.prepare_chunks_batched(plan.stream_ids)
 
     @torch.inference_mode()
     def forward(self, plan: BatchPlan) -> StepOutput:
@@ -101,7 +103,8 @@ class ModelRunner:
             feat_lens=feat_lens,
             offsets=torch.tensor(plan.offsets, dtype=torch.int64, device=self.device),
             max_offset=max(plan.offsets),
-            caches=self.attention.get_batched_paged_caches(plan.stream_ids),
+            caches=([] if self.attention is None
+                    else self.attention.get_batched_paged_caches(plan.stream_ids)),
             states=self.states.views(plan.stream_ids),
         )
         log_probs = self.family.forward_chunk(batch)  # (B, T', V)
@@ -109,6 +112,8 @@ class ModelRunner:
 
     def commit(self, plan: BatchPlan) -> None:
         """Record each row's new frames (eviction happens here)."""
+        if self.attention is None:
+            return
         for stream_id, frames in zip(plan.stream_ids, plan.num_output_frames, strict=True):
             self.attention.commit_chunk_paged(stream_id, frames)
 

@@ -106,23 +106,16 @@ class EngineStats:
                         scheduler: Scheduler) -> dict[str, Any]:
         res = self.resources
         cfg = res.cache_config
-        owners = res.attention.block_owner_snapshot()[: cfg.max_num_blocks]
         running = [r for r in requests.values() if r.status is RequestStatus.RUNNING]
         return {
-            "pool": {
-                "num_blocks": cfg.max_num_blocks,
-                "num_used_blocks": cfg.max_num_blocks - res.pool.num_free_blocks,
-                "num_free_blocks": res.pool.num_free_blocks,
-                "block_size_frames": cfg.block_size_frames,
-                "owners": owners,
-            },
+            "pool": self._pool_entry(),
             "streams": {
                 "active": len(running),
                 "waiting": len(scheduler.waiting),
                 "max_batch_size": cfg.max_batch_size,
                 "list": [self._stream_entry(r, now) for r in running],
             },
-            "num_evictions": res.attention.num_evictions,
+            "num_evictions": 0 if res.attention is None else res.attention.num_evictions,
             "finish_reasons": dict(self.finish_reasons),
             "num_refused": self.num_refused,
             "endpoints": dict(self.endpoints),
@@ -144,6 +137,32 @@ class EngineStats:
                 "device": str(cfg.device),
                 "num_left_chunks": cfg.num_left_chunks,
             },
+        }
+
+    def _pool_entry(self) -> dict[str, Any]:
+        """The paged block pool, or for a slot-runtime family (no paged blocks) its slots:
+        ``kind`` says which; ``slot_owners[i]`` is slot i's stream id or None."""
+        res = self.resources
+        cfg = res.cache_config
+        states = res.states
+        slot_owners: list[int | None] = [None] * states.num_slots
+        for stream_id in states.stream_ids:
+            slot_owners[states.slot_of(stream_id)] = stream_id
+        slots = {"num_slots": states.num_slots,
+                 "num_used_slots": states.num_slots - res.num_free_slots,
+                 "slot_owners": slot_owners}
+        if res.pool is None or res.attention is None:
+            return {"kind": "slots", "num_blocks": 0, "num_used_blocks": 0, "num_free_blocks": 0,
+                    "block_size_frames": 0, "owners": [], **slots,
+                    "state_bytes": sum(b.nbytes for b in states.buffers.values())}
+        return {
+            "kind": "paged",
+            "num_blocks": cfg.max_num_blocks,
+            "num_used_blocks": cfg.max_num_blocks - res.pool.num_free_blocks,
+            "num_free_blocks": res.pool.num_free_blocks,
+            "block_size_frames": cfg.block_size_frames,
+            "owners": res.attention.block_owner_snapshot()[: cfg.max_num_blocks],
+            **slots,
         }
 
     def _second_pass_entry(self, running: list[Request]) -> dict[str, Any]:
@@ -189,7 +208,8 @@ class EngineStats:
         return {
             "stream_id": request.stream_id,
             "slot": request.slot,
-            "num_blocks": len(self.resources.attention.stream_info(request.stream_id).block_ids),
+            "num_blocks": (0 if self.resources.attention is None else
+                           len(self.resources.attention.stream_info(request.stream_id).block_ids)),
             "audio_s": round(received_s, 2),
             "lag_s": round(max(0.0, received_s - decoded_s), 2),
             "segment": request.segment,

@@ -2,7 +2,8 @@
 
 One object owns everything a stream holds while it runs (a slot, K/V blocks, its rows of the
 model family's fixed-extent state, a pooled decoder state) so the engine can open, reset and close a stream in one call and
-its step reads as policy, not bookkeeping.
+its step reads as policy, not bookkeeping. A family without paged K/V (``paged_kv = False``:
+the Zipformer's slot runtime) gets no block pool: its slot comes from its state cache.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from oasr.cache import (
     SlotStateCache,
 )
 from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
+from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.host_memory import retain_freed_host_memory
 from oasr.engine.model_runner import ModelRunner, StepOutput
+from oasr.engine.transducer import TransducerStreams
 from oasr.lm import DecoderLm, load_decoder_lm
 from oasr.models import load_model
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
@@ -40,26 +43,29 @@ logger = logging.getLogger(__name__)
 class StreamResources:
     """Model family + cache managers + decoder of one engine.
 
-    Invariant: a stream id is known to the attention manager, the family's state cache and the
-    CTC state pool at once, from `open_stream` to `close_stream`, under one slot.
+    Invariant: a stream id is known to the attention manager (paged families), the family's
+    state cache and the decoder's state pool (CTC, or the transducer's) at once, from
+    `open_stream` to `close_stream`, under one slot.
     """
 
     config: EngineConfig
     family: ModelFamily
     cache_config: CacheConfig
-    pool: BlockPool
-    attention: AttentionCacheManager
+    pool: BlockPool | None
+    attention: AttentionCacheManager | None
     states: SlotStateCache
     ctc: CtcStateCacheManager
     runner: ModelRunner
     endpointer: Endpointer | None
+    transducer: TransducerStreams | None = None
 
     @classmethod
     def build(cls, config: EngineConfig, model: nn.Module | None = None) -> StreamResources:
         """Load the model (unless given), pick its family and preallocate every pool.
 
         Raises:
-            ValueError: a chunk longer than the model's position limit.
+            ValueError: a chunk longer than the model's position limit; a pool too small for
+                its slots (`check_pool_covers_slots`).
         """
         device = config.resolve_device()
         if config.num_threads is not None:
@@ -67,7 +73,8 @@ class StreamResources:
         retain_freed_host_memory()  # step buffers stay mapped between steps (host_memory.py)
         given = model is not None
         if model is None:
-            model = load_model(config.model)
+            chunk, left = _icefall_decode_setting(config)
+            model = load_model(config.model, chunk_size=chunk, left_context_frames=left)
         family_name = family_for(model).name
         dtype = config.resolve_dtype(device, family_name)
         int8 = config.int8_linears
@@ -84,30 +91,36 @@ class StreamResources:
             raise ValueError(f"chunk_size {chunk} exceeds the model's {limit} positions")
         cache_config = config.build_cache_config(family.kv_geometry(), device, dtype, chunk,
                                                   max_stream_frames=limit)
-        pool = BlockPool(cache_config)
-        attention = AttentionCacheManager(pool, cache_config)
+        if family.paged_kv:
+            check_pool_covers_slots(cache_config)
+        pool = BlockPool(cache_config) if family.paged_kv else None
+        attention = None if pool is None else AttentionCacheManager(pool, cache_config)
         states = family.build_states(cache_config)
         lm = _decoder_lm(config, family.tokenizer, device)
         decoder = GpuStreamingDecoder(config.decoder, family.tokenizer, device=device, lm=lm)
         ctc = CtcStateCacheManager(decoder)
         runner = ModelRunner(family, attention, states, device, dtype)
+        transducer = _transducer_streams(family, config)
         endpointer = None
         if config.endpoint is not None:  # rules in seconds, counted in this model's frames
             endpointer = Endpointer(dataclasses.replace(
                 config.endpoint, frame_shift_s=family.timing.frame_shift_s))
         logger.info(
             "engine: %s (%s) on %s/%s%s, %d slots, chunk %d frames, %d blocks of %d frames "
-            "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, LM: %s",
+            "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, LM: %s%s",
             type(model).__name__, family.name, device, dtype,
             " + int8 linears" if int8 else "",
             cache_config.max_batch_size,
-            chunk, cache_config.max_num_blocks, cache_config.block_size_frames,
-            pool.k_pool.nbytes * 2 / 2**20, cache_config.max_stream_frames,
+            chunk, 0 if pool is None else cache_config.max_num_blocks,
+            cache_config.block_size_frames, 0.0 if pool is None else pool.k_pool.nbytes * 2 / 2**20,
+            cache_config.max_stream_frames,
             config.decoder.beam_size,
             "none" if lm is None else (f"{lm!r}, weight {decoder.config.lm_weight}, "
                                        f"word weight {decoder.config.word_lm_weight}"),
+            "" if transducer is None else " (transducer: 1 = greedy, else modified beam search)",
         )
-        return cls(config, family, cache_config, pool, attention, states, ctc, runner, endpointer)
+        return cls(config, family, cache_config, pool, attention, states, ctc, runner, endpointer,
+                   transducer)
 
     @property
     def model(self) -> nn.Module:
@@ -134,30 +147,47 @@ class StreamResources:
     # -- lifecycle -----------------------------------------------------------------------------
     @property
     def num_free_slots(self) -> int:
+        if self.attention is None:
+            return self.states.slot_pool.num_free_slots
         return self.attention.slot_pool.num_free_slots
 
     def open_stream(self, stream_id: int) -> int:
         """Bind the stream to a slot and give it zeroed caches and a fresh decoder state."""
-        slot = self.attention.allocate_stream(stream_id)
-        self.states.allocate_stream(stream_id, slot)
-        self.ctc.allocate_stream(stream_id, batch=1, vocab_size=self.family.vocab_size)
+        if self.attention is None:  # slot runtime: the state cache owns the slot
+            slot = self.states.allocate_stream(stream_id)
+        else:
+            slot = self.attention.allocate_stream(stream_id)
+            self.states.allocate_stream(stream_id, slot)
+        if self.transducer is not None:
+            self.transducer.allocate_stream(stream_id)
+        else:
+            self.ctc.allocate_stream(stream_id, batch=1, vocab_size=self.family.vocab_size)
         return slot
 
     def close_stream(self, stream_id: int) -> None:
         """Return the stream's blocks, slot, state rows and decoder state to their pools."""
-        self.ctc.free_stream(stream_id)
+        if self.transducer is not None:
+            self.transducer.free_stream(stream_id)
+        else:
+            self.ctc.free_stream(stream_id)
         self.states.free_stream(stream_id)
-        self.attention.free_stream(stream_id)
+        if self.attention is not None:
+            self.attention.free_stream(stream_id)
 
     def reset_stream(self, stream_id: int) -> None:
         """A segment's end: start the stream's history over in place, keeping its slot
         (K/V blocks freed, fixed-extent state zeroed, decoder state reset)."""
-        self.attention.reset_stream(stream_id)
+        if self.attention is not None:
+            self.attention.reset_stream(stream_id)
         self.states.reset_stream(stream_id)
-        self.ctc.reset_stream(stream_id)
+        if self.transducer is not None:
+            self.transducer.reset_stream(stream_id)
+        else:
+            self.ctc.reset_stream(stream_id)
 
     def at_capacity(self, stream_id: int) -> bool:
-        return self.attention.at_capacity(stream_id)
+        """A paged stream that filled its block table; a slot-runtime stream never is."""
+        return self.attention is not None and self.attention.at_capacity(stream_id)
 
     # -- decoding ------------------------------------------------------------------------------
     def decode(self, stream_ids: list[int], output: StepOutput) -> list[ChunkResult]:
@@ -165,11 +195,16 @@ class StreamResources:
 
         Returns each stream's current best text and the endpoint rule that fired, if any.
         """
+        endpointer = self.endpointer
+        if self.transducer is not None:
+            results = self.transducer.decode(stream_ids, output.log_probs, output.lengths)
+            return [ChunkResult(r.hypothesis.text,
+                                None if endpointer is None else endpointer.detect(r.stats))
+                    for r in results]
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
-        endpointer = self.endpointer
         return [ChunkResult(step.hypothesis.text,
                             None if endpointer is None else endpointer.detect(step.stats),
                             step.hypothesis)
@@ -177,7 +212,26 @@ class StreamResources:
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
         """The best hypothesis of the stream's current segment."""
+        if self.transducer is not None:
+            return self.transducer.final_hypothesis(stream_id)
         return self.ctc.decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
+
+
+def _transducer_streams(family: ModelFamily, config: EngineConfig) -> TransducerStreams | None:
+    """The transducer search states of a transducer family (beam = the decoder's beam_size)."""
+    if family.decoding != "transducer":
+        return None
+    return TransducerStreams(family.model, family.tokenizer,  # type: ignore[arg-type]
+                             beam=config.decoder.beam_size)
+
+
+def _icefall_decode_setting(config: EngineConfig) -> tuple[int, int]:
+    """An icefall Zipformer's decode-time (chunk, left context) in 50 Hz frames from the
+    engine's chunk (40 ms encoder frames) and left chunks: ``--chunk-size 8`` (the default)
+    is icefall's ``--chunk-size 16``; left context ``--num-left-chunks`` chunks (default 4, as
+    icefall's 16/64 and 32/128 pairs). Other families ignore it."""
+    chunk = 2 * (config.chunk_size or 8)
+    return chunk, chunk * (config.num_left_chunks if config.num_left_chunks > 0 else 4)
 
 
 def _decoder_lm(config: EngineConfig, tokenizer: object,

@@ -59,6 +59,7 @@ def make_config(tiny_model_dir: Path) -> Callable[..., ServerConfig]:
         engine_config = EngineConfig(
             **{"model": str(tiny_model_dir), **TEST_ENGINE, **(engine or {})})
         server.setdefault("stats_interval_s", 0.05)
+        server.setdefault("replica", "")  # unlabelled metrics (test_server_http checks labels)
         return ServerConfig(engine=engine_config, **server)
 
     return make

@@ -40,7 +40,10 @@ def test_api_stats_snapshot(client: TestClient) -> None:
     assert pool["owners"] == [None] * 16
     assert snapshot["streams"]["max_batch_size"] == 2
     assert set(snapshot["finish_reasons"]) == {"stop", "length", "timeout", "abort", "error"}
-    assert snapshot["server"] == {"connections": 0, "max_connections": 64, "stats_viewers": 0}
+    assert snapshot["server"] == {
+        "connections": 0, "max_connections": 64, "stats_viewers": 0, "replica": "",
+        "draining": False, "drain_seconds_left": None, "queued_audio_s": 0.0,
+        "num_flow_pauses": 0}
     assert snapshot["model"]["chunk_ms"] == 640
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from server_helpers import (
     DEFAULT_MODEL_DIR,
     DEVSET_DIR,
@@ -23,7 +22,7 @@ from server_helpers import (
 from websockets.asyncio.client import connect
 
 from backend.config import ServerConfig
-from backend.server import _serve, build_uvicorn_config
+from backend.server import DrainingServer, _serve, build_uvicorn_config
 from oasr.audio import read_audio
 from oasr.engine import EngineConfig, transcribe_files
 from oasr.metrics import word_error_rate
@@ -133,7 +132,8 @@ def _wav_s16le(path: Path) -> bytes:
 def test_run_prints_the_url_once_serving(make_config: Callable[..., ServerConfig],
                                          capsys: pytest.CaptureFixture[str]) -> None:
     config = make_config(port=0)
-    server = uvicorn.Server(build_uvicorn_config(config))
+    uvicorn_config = build_uvicorn_config(config)
+    server = DrainingServer(uvicorn_config, uvicorn_config.app.state.context)
     thread = threading.Thread(target=asyncio.run, args=(_serve(server, config),), daemon=True)
     printed: list[str] = []
     thread.start()

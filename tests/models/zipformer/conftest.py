@@ -1,0 +1,25 @@
+"""Fixtures of the icefall Zipformer2 tests: the reference outputs and icefall's decode loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from torch import Tensor
+from zipformer_helpers import FIXTURE_DIR, StreamRecord, icefall_decode_loop
+
+from oasr.models.zipformer import ZipformerModel
+
+
+@pytest.fixture(scope="session")
+def ref() -> dict[str, np.ndarray]:
+    if not (FIXTURE_DIR / "reference_outputs.npz").is_file():
+        pytest.skip(f"icefall Zipformer fixture not found at {FIXTURE_DIR}")
+    with np.load(FIXTURE_DIR / "reference_outputs.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="session")
+def decode_loop() -> Callable[[ZipformerModel, list[Tensor]], list[StreamRecord]]:
+    return icefall_decode_loop
