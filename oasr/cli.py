@@ -48,9 +48,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk-size", type=int, default=EngineConfig.chunk_size,
                    help="encoder frames per chunk; default: the model's trained chunk "
                    "(640 ms: 16 Conformer frames, 32 Whisper-CTC frames)")
-    g.add_argument("--num-left-chunks", type=int, default=DEFAULT_NUM_LEFT_CHUNKS,
+    g.add_argument("--num-left-chunks", type=int, default=None,
                    help="attention history in chunks; older K/V blocks are evicted; -1 keeps "
-                   f"everything (default: {DEFAULT_NUM_LEFT_CHUNKS})")
+                   f"everything (default: {DEFAULT_NUM_LEFT_CHUNKS}; an icefall Zipformer: its "
+                   "own left context, 4 chunks)")
     g.add_argument("--max-num-blocks", type=int, default=None,
                    help="K/V pool size in blocks; default: derived from free memory")
     g.add_argument("--beam-size", type=int, default=None,
@@ -105,6 +106,17 @@ def default_beam_size(model: str | None, lm: str) -> int:
     return DEFAULT_LM_BEAM_SIZE if has_char_lm(model_dir) else 1
 
 
+def default_num_left_chunks(model: str | None) -> int:
+    """The history when none is given: `DEFAULT_NUM_LEFT_CHUNKS` for the paged families; an
+    icefall Zipformer directory keeps EngineConfig's -1 (the slot runtime then uses its own
+    left context, 4 chunks)."""
+    from oasr.models.zipformer.checkpoint import is_icefall_dir
+
+    if model is not None and is_icefall_dir(Path(model)):
+        return EngineConfig.num_left_chunks
+    return DEFAULT_NUM_LEFT_CHUNKS
+
+
 def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
     from oasr.decoding import GpuDecoderConfig
 
@@ -118,7 +130,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         dtype=args.dtype,
         max_batch_size=args.max_batch_size,
         chunk_size=args.chunk_size,
-        num_left_chunks=args.num_left_chunks,
+        num_left_chunks=(args.num_left_chunks if args.num_left_chunks is not None
+                         else default_num_left_chunks(args.model)),
         max_num_blocks=args.max_num_blocks,
         decoder=GpuDecoderConfig(beam_size=beam_size, lm_weight=args.lm_weight,
                                  lm_unit_bonus=args.lm_unit_bonus,
