@@ -22,6 +22,14 @@ from oasr.engine.refine import RefineConfig
 # 640 ms step at beam 8 / 16 / 32 (bench/decode_cost.py), beside ~240 ms for the encoder.
 DEFAULT_LM_BEAM_SIZE = 16
 
+# Attention history of the commands' engines, in chunks (8 x 640 ms = 5.1 s): a stream keeps at
+# most 8 chunks of K/V and evicts the oldest block as each new chunk commits, so a chunk's cost
+# stays flat however long a segment runs, and the demo's pool shows evictions as soon as
+# someone speaks for more than 5 s. CTC WER of the bundled model at 8 vs unlimited history
+# (bench/history_wer.py, docs/benchmarks.md): devset real 30.1 vs 30.7 %, synthetic 11.3 vs
+# 11.3 %, long 25-36 s streams 26.6 vs 28.0 %: no loss. EngineConfig itself keeps -1 (all).
+DEFAULT_NUM_LEFT_CHUNKS = 8
+
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every command that builds an engine."""
@@ -40,8 +48,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk-size", type=int, default=EngineConfig.chunk_size,
                    help="encoder frames per chunk; default: the model's trained chunk "
                    "(640 ms: 16 Conformer frames, 32 Whisper-CTC frames)")
-    g.add_argument("--num-left-chunks", type=int, default=EngineConfig.num_left_chunks,
-                   help="attention history in chunks; -1 keeps everything")
+    g.add_argument("--num-left-chunks", type=int, default=None,
+                   help="attention history in chunks; older K/V blocks are evicted; -1 keeps "
+                   f"everything (default: {DEFAULT_NUM_LEFT_CHUNKS}; an icefall Zipformer: its "
+                   "own left context, 4 chunks)")
     g.add_argument("--max-num-blocks", type=int, default=None,
                    help="K/V pool size in blocks; default: derived from free memory")
     g.add_argument("--beam-size", type=int, default=None,
@@ -129,6 +139,17 @@ def endpoint_config_from_args(args: argparse.Namespace) -> EndpointConfig:
     return config
 
 
+def default_num_left_chunks(model: str | None) -> int:
+    """The history when none is given: `DEFAULT_NUM_LEFT_CHUNKS` for the paged families; an
+    icefall Zipformer directory keeps EngineConfig's -1 (the slot runtime then uses its own
+    left context, 4 chunks)."""
+    from oasr.models.zipformer.checkpoint import is_icefall_dir
+
+    if model is not None and is_icefall_dir(Path(model)):
+        return EngineConfig.num_left_chunks
+    return DEFAULT_NUM_LEFT_CHUNKS
+
+
 def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
     from oasr.decoding import GpuDecoderConfig
     from oasr.models.whisper.quantization import parse_quantization_options
@@ -143,7 +164,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         dtype=args.dtype,
         max_batch_size=args.max_batch_size,
         chunk_size=args.chunk_size,
-        num_left_chunks=args.num_left_chunks,
+        num_left_chunks=(args.num_left_chunks if args.num_left_chunks is not None
+                         else default_num_left_chunks(args.model)),
         prefill_kv_window=args.prefill_kv_window,
         max_num_blocks=args.max_num_blocks,
         decoder=GpuDecoderConfig(beam_size=beam_size, lm_weight=args.lm_weight,

@@ -2,9 +2,15 @@
 // counters (occupancy, evictions, streams, finish reasons, step time, real-time factor).
 // A slot-runtime model (pool.kind "slots": the Zipformer) has no paged blocks: the grid then
 // shows one cell per stream slot and the occupancy counts slots.
+// The panel also shows the whole pool as a bar (pool-overview.js), the grid zoomed on the
+// blocks in use (pool-grid.js), batch width per step (batch-chart.js) and the second pass
+// (second-pass-view.js).
 
+import { BatchChart } from "./batch-chart.js";
 import { streamColor } from "./colors.js";
 import { PoolGrid } from "./pool-grid.js";
+import { PoolOverview } from "./pool-overview.js";
+import { SecondPassView } from "./second-pass-view.js";
 
 const FINISH_REASONS = ["stop", "length", "timeout", "abort", "error"];
 
@@ -12,11 +18,11 @@ function fmt(value, digits = 1) {
   return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "-";
 }
 
-function describeSecondPass(pass) {
-  if (!pass || !pass.enabled) return "off (CTC finals)";
-  return `Whisper: ${pass.num_second_pass_finals} finals, avg ${fmt(pass.avg_latency_ms, 0)} ms,` +
-    ` backlog ${pass.backlog}; ${pass.num_temperature_fallbacks} temperature fallbacks;` +
-    ` CTC text kept: ${pass.num_rejected} rejected by the guard, ${pass.num_backlog_full} backlog full`;
+function describeHistory(numLeftChunks, chunkMs) {
+  if (typeof numLeftChunks !== "number") return "-";
+  if (numLeftChunks < 0) return "unbounded (no evictions)";
+  const seconds = chunkMs ? ` = ${((numLeftChunks * chunkMs) / 1000).toFixed(1)} s` : "";
+  return `${numLeftChunks} chunks${seconds}; older blocks are evicted`;
 }
 
 export class PoolPanel {
@@ -25,6 +31,11 @@ export class PoolPanel {
     this.root = root;
     this.grid = root.querySelector("[data-grid]");
     this.poolGrid = new PoolGrid(this.grid);
+    this.overview = new PoolOverview(root.querySelector("[data-overview]"),
+      root.querySelector("[data-overview-caption]"));
+    this.chart = new BatchChart(root.querySelector("[data-batch-chart]"),
+      root.querySelector("[data-batch-caption]"));
+    this.secondPass = new SecondPassView(root.querySelector("[data-second-pass]"));
     this.legend = root.querySelector("[data-legend]");
     this.reasons = root.querySelector("[data-reasons]");
     this.myStreamId = null;
@@ -47,7 +58,12 @@ export class PoolPanel {
   update(snapshot) {
     const { pool, streams, step } = snapshot;
     const slots = pool.kind === "slots";
-    this.poolGrid.update((slots ? pool.slot_owners : pool.owners) || [], slots ? "slot" : "block");
+    const owners = (slots ? pool.slot_owners : pool.owners) || [];
+    this.poolGrid.update(owners, (streams.list || []).map((s) => s.stream_id),
+      slots ? "slot" : "block");
+    this.overview.update(owners, this.poolGrid.view || { start: 0, size: owners.length },
+      slots ? "slot" : "block");
+    this.chart.update(step.recent_batch_sizes || [], step.num_steps || 0);
     const [used, total] = slots ? [pool.num_used_slots, pool.num_slots]
       : [pool.num_used_blocks, pool.num_blocks];
     const percent = total ? (100 * used) / total : 0;
@@ -62,8 +78,10 @@ export class PoolPanel {
     this.field("steps", String(step.num_steps));
     const model = snapshot.model || {};
     this.field("model", `${model.name || "?"} · ${model.chunk_ms || "?"} ms chunks · ${model.device || "?"}`);
+    this.field("history", slots ? "fixed-size slot state (no paged blocks)"
+      : describeHistory(model.num_left_chunks, model.chunk_ms));
     this.field("uptime", `${fmt(snapshot.uptime_s, 0)} s`);
-    this.field("second-pass", describeSecondPass(snapshot.second_pass));
+    this.secondPass.update(snapshot.second_pass);
     if (snapshot.server) {
       const server = snapshot.server;
       this.field("connections", `${server.connections} / ${server.max_connections}`);

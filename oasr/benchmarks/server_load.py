@@ -113,6 +113,7 @@ def running_server(model_dir: Path | None, max_streams: int, max_num_blocks: int
            "sys.exit(server_main(sys.argv[1:]))", "--host", "127.0.0.1", "--port", str(port),
            "--max-connections", str(max_streams + 8), "--max-batch-size", str(max_streams),
            "--max-num-blocks", str(max_num_blocks), "--idle-timeout", "30",
+           "--num-left-chunks", "-1",  # unlimited history, as the EngineConfig reference run
            "--second-pass", "none",  # the streaming path under test; no Whisper re-decode
            "--dtype", dtype]
     if model_dir is not None:

@@ -17,6 +17,7 @@ from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
 from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.family import FrameTiming
+from oasr.engine.final_guard import SOURCES
 from oasr.engine.request import PendingFinal, Request
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
@@ -29,7 +30,8 @@ class FinalPublisher:
     frames, 20 ms Whisper-CTC frames). Counters (for stats): ``num_second_pass`` finals that carry the second pass's text (Whisper's, or digits combined with the CTC text),
     ``num_first_pass`` finals that kept the CTC text (second pass off, backlog full, segment
     too long, Whisper raised, or the guard rejected its text), ``num_backlog_full`` segments
-    not queued because the backlog was full, ``second_pass_seconds`` summed latency.
+    not queued because the backlog was full, ``second_pass_seconds`` summed latency,
+    ``num_by_source`` published finals by their ``source`` ("whisper", "ctc", "combined").
     """
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
@@ -42,6 +44,7 @@ class FinalPublisher:
         self.num_first_pass = 0
         self.num_backlog_full = 0
         self.second_pass_seconds = 0.0
+        self.num_by_source = dict.fromkeys(SOURCES, 0)
 
     def publish(self, request: Request, hyp: Hypothesis, reason: str) -> None:
         """The segment that just ended: publish or queue its final, advance the segment.
@@ -137,5 +140,6 @@ class FinalPublisher:
             self.num_second_pass += 1
         else:
             self.num_first_pass += 1
+        self.num_by_source[event.source] = self.num_by_source.get(event.source, 0) + 1
         request.num_segments_emitted += 1
         request.emit(event)

@@ -8,6 +8,7 @@ consistent dict without a lock.
 from __future__ import annotations
 
 import collections
+import itertools
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 SNAPSHOT_INTERVAL_S = 0.1
 RTF_WINDOW_S = 5.0
+NUM_RECENT_STEPS = 64  # batch widths of the last busy steps in the snapshot (the panel's chart)
 
 
 class EngineStats:
@@ -95,6 +97,11 @@ class EngineStats:
         audio = sum(a for _, a in recent)
         return sum(s for s, _ in recent) / audio if audio > 0 else 0.0
 
+    def recent_batch_sizes(self) -> list[int]:
+        """Streams in each of the last ``NUM_RECENT_STEPS`` busy steps, oldest first."""
+        start = max(0, len(self.step_history) - NUM_RECENT_STEPS)
+        return [batch for _, _, _, batch in itertools.islice(self.step_history, start, None)]
+
     def _build_snapshot(self, now: float, requests: dict[int, Request],
                         scheduler: Scheduler) -> dict[str, Any]:
         res = self.resources
@@ -117,6 +124,7 @@ class EngineStats:
                 "avg_ms": round(self.avg_step_ms, 3),
                 "last_batch_size": self.last_batch_size,
                 "num_steps": self.num_busy_steps,
+                "recent_batch_sizes": self.recent_batch_sizes(),
             },
             "second_pass": self._second_pass_entry(running),
             "rtf": round(self.recent_rtf(now), 4),
@@ -170,6 +178,7 @@ class EngineStats:
             "num_temperature_fallbacks": worker.num_temperature_fallbacks if worker is not None else 0,
             "num_rejected": worker.num_rejected if worker is not None else 0,
             "num_combined": worker.num_combined if worker is not None else 0,
+            "finals_by_source": dict(finals.num_by_source),
             "rejected": (dict(worker.rejected) if worker is not None
                          else dict.fromkeys(GUARD_REASONS, 0)),
             # segments Whisper answered "" for: too quiet to decode / decoded but no speech

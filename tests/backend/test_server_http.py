@@ -64,6 +64,8 @@ def test_stats_socket_pushes_owners_of_a_live_stream(client: TestClient) -> None
         assert snapshot["streams"]["list"][0]["stream_id"] == stream_id
         assert snapshot["server"]["connections"] == 1
         assert snapshot["server"]["stats_viewers"] == 1
+        step = snapshot["step"]  # the panel's batch chart: one width per busy step so far
+        assert step["recent_batch_sizes"] == [1] * min(step["num_steps"], 64) != []
 
 
 def test_metrics_exposition(client: TestClient) -> None:

@@ -43,7 +43,8 @@ def test_page_names_the_replica_of_its_stream(make_config: Callable[..., ServerC
 
 def test_page_shows_a_draining_server(tiny_model_dir: Path, tmp_path: Path) -> None:
     server = launch_server(tiny_model_dir, ("--replica", "oasr-c", "--stats-interval", "0.1",
-                                            "--max-batch-size", "2", "--max-num-blocks", "16"),
+                                            "--max-batch-size", "2", "--max-num-blocks", "16",
+                                            "--num-left-chunks", "-1"),
                            tmp_path / "server.log")
     try:
         with sync_api.sync_playwright() as playwright, connect(server.ws_url) as session:

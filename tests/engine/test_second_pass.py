@@ -121,6 +121,8 @@ def test_backlog_falls_back_to_ctc_text(config: EngineConfig, speech: list[np.nd
     assert "ctc" in sources and "whisper" in sources
     second = engine.stats.snapshot["second_pass"]
     assert second["num_backlog_full"] == sources.count("ctc")
+    assert second["finals_by_source"] == {"whisper": sources.count("whisper"),
+                                          "ctc": sources.count("ctc"), "combined": 0}
     assert all(events.done(s).finish_reason == "stop" for s in (1, 2, 3))
     engine.shutdown()
 

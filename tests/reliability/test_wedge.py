@@ -43,7 +43,7 @@ def good_client_transcribes(server: Any, clip: Clip, reference: list[str]) -> No
 
 @pytest.mark.parametrize(("flags", "message"), [
     (("--num-left-chunks", "4", "--max-num-blocks", "8"), "raise max_num_blocks to 320"),
-    (("--max-num-blocks", "70"), "each stream could hold only 1 block"),
+    (("--num-left-chunks", "-1", "--max-num-blocks", "70"), "each stream could hold only 1 block"),
     (("--chunk-size", "1"), "chunk_size 1 is below 4"),
     (("--lm-weight", "nan"), "lm_weight must be a finite number"),
     (("--idle-timeout", "nan"), "idle_timeout_s=nan"),

@@ -39,8 +39,11 @@ def server_flags(max_batch_size: int, *, blocks_per_stream: int = BLOCKS_PER_STR
     """``oasr-server`` flags: ``max_batch_size`` slots, each able to hold ``blocks_per_stream``.
 
     No second pass: finals are the streaming CTC decoder's own, as ``transcribe_files`` gives.
+    Unlimited history, as `EngineConfig`'s default (the commands default to 8 chunks): the
+    offline references are made with EngineConfig, and a stream must be able to reach the ceiling.
     """
-    return ("--second-pass", "none", "--max-batch-size", str(max_batch_size),
+    return ("--second-pass", "none", "--num-left-chunks", "-1",
+            "--max-batch-size", str(max_batch_size),
             "--max-num-blocks", str(max_batch_size * blocks_per_stream),
             "--max-wait", str(max_wait_s), *extra)
 
