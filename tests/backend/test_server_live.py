@@ -101,10 +101,16 @@ def test_real_speech_over_the_wire_matches_offline_transcription() -> None:
     references = dict(line.split("\t", 1) for line in
                       (DEVSET_DIR / "manifest.tsv").read_text().splitlines() if "\t" in line)
     pytest.importorskip("tokenizers")
-    # the product's path: CTC partials, Whisper finals (the bundled model's CTC pass alone is
-    # trained on synthetic speech only; docs/model.md has its own WER)
+    # the product's path: CTC partials (beam + LMs, as oasr-server decodes), Whisper finals
+    # and its guard (the bundled model's CTC pass alone is trained on synthetic speech only;
+    # docs/model.md has its own WER). No refined partials: their forced prefixes make a live
+    # final depend on timing, and this test compares the wire with offline word for word.
+    from oasr.cli import default_beam_size
+    from oasr.decoding import GpuDecoderConfig
+
     engine = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=4 * 64,
-                          second_pass="whisper")
+                          second_pass="whisper", refine=None,
+                          decoder=GpuDecoderConfig(beam_size=default_beam_size(None, "auto")))
     config = ServerConfig(port=0, engine=engine)
     paths = [DEVSET_DIR / name for name in DEVSET_FILES]
     offline = [r.text for r in transcribe_files(engine, paths, progress=False)]
