@@ -96,11 +96,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
     g.add_argument("--endpoint-pause", type=float, default=None, metavar="S",
-                   help="seconds of pause (blank frames) after 3 words that end a segment "
-                        "(default 0.8)")
+                   help="sentence-pause endpointing: seconds of pause (blank frames) after 3 "
+                        "words that end a segment (0.8 when only --max-segment is given); "
+                        "default: WeNet's rules, 1 s of silence after speech")
     g.add_argument("--max-segment", type=float, default=None, metavar="S",
-                   help="longest segment in seconds, cut at its quietest point in the last 3 s "
-                        "(default 15; the model's 30 s position limit always holds)")
+                   help="sentence-pause endpointing: longest segment in seconds, cut at its "
+                        "quietest point in the last 3 s (15 when only --endpoint-pause is "
+                        "given); default: WeNet's 20 s")
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -127,12 +129,16 @@ def default_beam_size(model: str | None, lm: str) -> int:
 
 
 def endpoint_config_from_args(args: argparse.Namespace) -> EndpointConfig:
-    """The default endpoint rules with ``--endpoint-pause`` / ``--max-segment`` applied."""
-    config = EndpointConfig()
+    """The endpoint rules: WeNet's (1 s of silence after speech, 20 s segments) unless
+    ``--endpoint-pause`` / ``--max-segment`` ask for the sentence-pause rules (see
+    `EngineConfig.endpoint`)."""
     pause = getattr(args, "endpoint_pause", None)
+    longest = getattr(args, "max_segment", None)
+    if pause is None and longest is None:
+        return EndpointConfig.wenet()
+    config = EndpointConfig()
     if pause is not None and config.rule2 is not None:
         config = replace(config, rule2=replace(config.rule2, min_trailing_silence_s=pause))
-    longest = getattr(args, "max_segment", None)
     if longest is not None and config.rule3 is not None:
         config = replace(config, rule3=replace(config.rule3, min_utterance_length_s=longest),
                          max_cut_window_s=min(config.max_cut_window_s, longest / 2))
