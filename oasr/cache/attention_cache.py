@@ -321,6 +321,22 @@ class AttentionCacheManager:
             held.append(self.config.prefill_frames)
         return self._layer_caches(block_table, cache_seqlens, max(held, default=0))
 
+    def paged_caches_for_slots(self, slots: torch.Tensor, host_seqlen: int) -> list[PagedKVCache]:
+        """One ``PagedKVCache`` per layer for rows given as a device slots tensor (a captured
+        step's static input: the gather reads the tables at replay time).
+
+        Args:
+            slots: (B,) int64 rows: stream slots and pad lanes, prepared by the caller.
+            host_seqlen: an upper bound of the rows' held frames (sizes the gather).
+        """
+        block_table, cache_seqlens = self._tables.gather(slots)  # (B, max_blocks), (B,)
+        return self._layer_caches(block_table, cache_seqlens, host_seqlen)
+
+    def flush_tables(self) -> None:
+        """Bring the device block table and cache lengths up to date (before a replay, which
+        reads them without running the host code that would flush)."""
+        self._tables.flush()
+
     def _layer_caches(
         self, block_table: torch.Tensor, cache_seqlens: torch.Tensor, host_seqlen: int
     ) -> list[PagedKVCache]:

@@ -28,8 +28,10 @@ from oasr.cache import (
 from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
+from oasr.engine.graphs import CudaGraphBackend
 from oasr.engine.host_memory import retain_freed_host_memory
 from oasr.engine.model_runner import ModelRunner, StepOutput
+from oasr.engine.padding import StepPadding, WidthLadder
 from oasr.engine.transducer import TransducerStreams
 from oasr.lm import DecoderLm, load_decoder_lm
 from oasr.models import load_model
@@ -89,13 +91,17 @@ class StreamResources:
             raise ValueError(f"chunk_size {chunk} exceeds the model's {limit} positions")
         cache_config = config.build_cache_config(family.kv_geometry(), device, dtype, chunk,
                                                   max_stream_frames=limit)
-        pool = BlockPool(cache_config) if family.paged_kv else None
-        attention = None if pool is None else AttentionCacheManager(pool, cache_config)
-        states = family.build_states(cache_config)
+        lanes = 1 if config.resolve_pad_cohorts(device) else 0  # the padding lane (padding.py)
+        pool = BlockPool(cache_config, scratch_blocks=lanes) if family.paged_kv else None
+        attention = None if pool is None else AttentionCacheManager(pool, cache_config, lanes)
+        states = family.build_states(cache_config, lanes)
         lm = _decoder_lm(config, family.tokenizer, device)
         decoder = GpuStreamingDecoder(config.decoder, family.tokenizer, device=device, lm=lm)
         ctc = CtcStateCacheManager(decoder)
-        runner = ModelRunner(family, attention, states, device, dtype)
+        runner = ModelRunner(family, attention, states, device, dtype,
+                             _step_padding(family, cache_config) if lanes else None)
+        if config.resolve_cuda_graphs(device):
+            runner.enable_graphs(CudaGraphBackend(device))
         transducer = _transducer_streams(family, config)
         endpointer = None
         if config.endpoint is not None:  # rules in seconds, counted in this model's frames
@@ -211,6 +217,20 @@ class StreamResources:
         if self.transducer is not None:
             return self.transducer.final_hypothesis(stream_id)
         return self.ctc.decoder.finalize_stream(self.ctc.get_state(stream_id))[0]
+
+
+def _step_padding(family: ModelFamily, cache_config: CacheConfig) -> StepPadding:
+    """How the family's padded steps round their shapes (`oasr.engine.padding`)."""
+    chunk = cache_config.chunk_size
+    return StepPadding(
+        ladder=WidthLadder(cache_config.max_batch_size),
+        window_frames=family.chunk_geometry(chunk).window_frames,
+        chunk_size=chunk,
+        block_size=cache_config.block_size_frames,
+        max_blocks_per_seq=cache_config.max_blocks_per_seq,
+        offset_sized_positions=family.offset_sized_positions,
+        max_positions=family.max_positions,
+    )
 
 
 def _transducer_streams(family: ModelFamily, config: EngineConfig) -> TransducerStreams | None:
