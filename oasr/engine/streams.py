@@ -206,6 +206,8 @@ class StreamResources:
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
+        if output.log_probs.is_cuda:  # the search uploads it when rows differ in length
+            lengths = lengths.pin_memory()
         steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
         return [ChunkResult(step.hypothesis.text,
                             None if endpointer is None else endpointer.detect(step.stats),
