@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
+from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.refine import RefineConfig
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
@@ -68,6 +68,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
                    help="refined partials: re-decode an open segment with Whisper after this "
                    "many seconds of new audio, in spare capacity; 0 turns them off")
+    g.add_argument("--cuda-graphs", choices=CUDA_GRAPH_MODES, default="auto",
+                   help="capture the encoder step as one CUDA graph per batch width, replayed "
+                   "over the padding lane (auto: on for CUDA, off on CPU)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
 
@@ -108,6 +111,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
                                  word_oov_penalty=args.lm_oov_penalty),
         lm=args.lm,
         num_threads=args.threads,
+        cuda_graphs=args.cuda_graphs,
         second_pass=args.second_pass,
         second_pass_decode=WhisperDecodeConfig(beam_size=args.second_pass_beam),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
