@@ -360,6 +360,20 @@ class AttentionCacheManager:
         """(B,) int32 frames each stream holds (its cache_seqlens rows), on the device."""
         return self._tables.gather(self.batch_slots(stream_ids))[1]
 
+    def max_cached_frames(self, stream_ids: Sequence[int]) -> int:
+        """Host int: the most frames any of the prepared streams holds (a gather's size).
+
+        Raises:
+            RuntimeError: a stream with no prepared chunk (its row would address no block).
+        """
+        held = 0
+        for sid in stream_ids:
+            state = self._get_state(sid)
+            if not state.prepared:
+                raise RuntimeError(f"stream {sid} has no prepared chunk: call prepare_chunk first")
+            held = max(held, state.num_committed_frames)
+        return held
+
     def num_cached_frames(self, stream_id: int) -> int:
         """Host int: frames the stream holds (no device read)."""
         return self._get_state(stream_id).num_committed_frames

@@ -138,7 +138,7 @@ class ModelRunner:
         """The cohort's shape: exact, or padded up (`StepPadding.shape`)."""
         held = 0
         if self.attention is not None:
-            held = max(self.attention.num_cached_frames(s) for s in plan.stream_ids)
+            held = self.attention.max_cached_frames(plan.stream_ids)
         if self.padding is not None:
             return self.padding.shape(len(plan.stream_ids), held, max(plan.offsets))
         return StepShape(len(plan.stream_ids), max(w.num_frames for w in plan.windows), held,
