@@ -42,8 +42,13 @@ class GraphBackend(Protocol):
 
 
 class CudaGraphBackend:
-    """``torch.cuda.CUDAGraph`` capture: warm-up on a side stream, then record; every graph
-    shares one memory pool (graphs replay one at a time on the engine thread)."""
+    """``torch.cuda.CUDAGraph`` capture: warm-up on a side stream, then record.
+
+    Every graph shares one memory pool. That is safe here because graphs replay one at a time
+    on the engine thread and `StepGraphs.replay` copies a graph's static output out before any
+    other graph runs: a later replay may reuse an earlier graph's intermediates, never a value
+    still to be read. Static inputs are allocated outside the capture (`pad_inputs`).
+    """
 
     def __init__(self, device: torch.device, warmup: int = 2) -> None:
         if device.type != "cuda":
