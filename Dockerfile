@@ -25,5 +25,5 @@ ENV OASR_FRONTEND_DIR=/app/frontend
 USER oasr
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
 CMD ["oasr-server", "--host", "0.0.0.0", "--port", "8000"]

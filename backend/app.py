@@ -1,4 +1,5 @@
-"""The Starlette app: websockets, stats, metrics, health checks and the page itself.
+"""The Starlette app: websockets, OpenAI's transcription APIs, stats, metrics, health checks and
+the page itself, behind the allowed-hosts check and (when keys are set) API keys.
 
 ``create_app(config, engine=None)`` builds the app. The lifespan builds the engine thread from
 ``config.build_engine_config()`` when none is given, starts it (unless it is already running)
@@ -9,27 +10,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
+from backend import openai_http
 from backend.admission import ConnectionLimiter, is_origin_allowed
 from backend.asr_socket import AsrConnection
+from backend.auth import (
+    ApiKeyMiddleware,
+    Credentials,
+    TokenStore,
+    accepted_subprotocol,
+    bearer_secret,
+    openai_error,
+)
 from backend.config import ServerConfig
+from backend.drain import Drain
+from backend.health import liveness, readiness
+from backend.limits import AudioFlowGate
 from backend.metrics import ServerMetrics
+from backend.openai_realtime import RealtimeConnection
 from backend.protocol import CloseCode, ProtocolError, Session
 from backend.stats import StatsHub, stream_stats
 from oasr.engine import EngineThread
 
 ASR_ENDPOINT = "/ws/asr"
 STATS_ENDPOINT = "/ws/stats"
+REALTIME_ENDPOINT = "/v1/realtime"
 
 
 class AppContext:
@@ -39,15 +57,32 @@ class AppContext:
         self.config = config
         self.engine = engine
         self.owns_engine = False  # the lifespan started it, so the lifespan stops it
+        self.started_at = time.time()
+        self.credentials = Credentials(config.api_keys, TokenStore(config.token_ttl_s))
         # One limit per websocket endpoint, each of max_connections.
         self.limiters = {endpoint: ConnectionLimiter(config.max_connections)
-                         for endpoint in (ASR_ENDPOINT, STATS_ENDPOINT)}
-        self.metrics = ServerMetrics(self.engine_stats)
-        self.hub = StatsHub(self.snapshot, self.metrics, config.stats_interval_s)
+                         for endpoint in (ASR_ENDPOINT, STATS_ENDPOINT, REALTIME_ENDPOINT)}
+        self.metrics = ServerMetrics(self.engine_stats, config.replica)
+        self.hub = StatsHub(self.snapshot, self.metrics, config.stats_interval_s,
+                            config.stats_send_timeout_s)
+        self.drain = Drain(config.drain_timeout_s)
+        self.flow = AudioFlowGate(self._queued_audio_s, config.max_socket_audio_s,
+                                  config.max_queued_audio_s, self._two_chunks_s)
 
     @property
     def is_ready(self) -> bool:
+        """The engine runs (admission is open); `readiness` adds capacity and draining."""
         return self.engine is not None and self.engine.ready and self.engine.is_alive()
+
+    def _queued_audio_s(self, stream_id: int) -> float:
+        return 0.0 if self.engine is None else self.engine.queued_audio_s(stream_id)
+
+    def _two_chunks_s(self) -> float:
+        """Audio the engine may need for a stream's next chunk, with its look-ahead."""
+        if self.engine is None:
+            return 1.0
+        resources = self.engine.engine.resources
+        return 2 * resources.chunk_size * resources.family.timing.frame_shift_s
 
     def engine_stats(self) -> dict[str, Any] | None:
         """The engine's latest snapshot; None before its first step has produced one."""
@@ -65,7 +100,13 @@ class AppContext:
         return {**stats, "server": {
             "connections": asr.num_connections,
             "max_connections": asr.max_connections,
+            "realtime_connections": self.limiters[REALTIME_ENDPOINT].num_connections,
             "stats_viewers": viewers.num_connections,
+            "replica": self.config.replica,
+            "draining": self.drain.is_draining,
+            "drain_seconds_left": self.drain.seconds_left(),
+            "queued_audio_s": round(self.flow.total_queued_s, 2),
+            "num_flow_pauses": self.flow.num_pauses,
         }}
 
 
@@ -87,13 +128,21 @@ def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Star
     routes = [
         WebSocketRoute(ASR_ENDPOINT, _asr_endpoint),
         WebSocketRoute(STATS_ENDPOINT, _stats_endpoint),
+        WebSocketRoute(REALTIME_ENDPOINT, _realtime_endpoint),
+        Route("/v1/audio/transcriptions", openai_http.transcriptions, methods=["POST"]),
+        Route("/v1/models", openai_http.models),
+        Route("/api/token", _api_token, methods=["POST"]),
         Route("/api/stats", _api_stats),
         Route("/metrics", _metrics),
         Route("/healthz", _healthz),
         Route("/readyz", _readyz),
         Mount("/", StaticFiles(directory=config.static_dir, html=True), name="frontend"),
     ]
-    app = Starlette(routes=routes, lifespan=_lifespan)
+    middleware = [
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts)),
+        Middleware(ApiKeyMiddleware, credentials=context.credentials),
+    ]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=_lifespan)
     app.state.context = context
     return app
 
@@ -130,10 +179,13 @@ async def _admit(websocket: WebSocket, context: AppContext, endpoint: str) -> bo
         context.metrics.rejected.labels(reason="origin").inc()
         await websocket.close(code=CloseCode.POLICY_VIOLATION)  # before accept: HTTP 403
         return False
-    await websocket.accept()
+    await websocket.accept(subprotocol=accepted_subprotocol(websocket))
     limiter = context.limiters[endpoint]
     refusal = None
-    if not context.is_ready:
+    if endpoint == ASR_ENDPOINT and context.drain.is_draining:
+        refusal = ("draining", ProtocolError(
+            "draining", "this server is shutting down; connect again (another replica)"))
+    elif not context.is_ready:
         refusal = ("not_ready", ProtocolError("busy", "the engine is not ready yet"))
     elif not limiter.try_acquire():
         refusal = ("max_connections", ProtocolError(
@@ -165,11 +217,20 @@ async def _serve_socket(websocket: WebSocket, endpoint: str,
 async def _asr_endpoint(websocket: WebSocket) -> None:
     async def handle(context: AppContext) -> None:
         assert context.engine is not None  # _admit refuses until the engine is ready
-        session = Session(context.config.max_frame_bytes, context.config.max_text_bytes)
-        await AsrConnection(websocket, context.engine, session,
-                            context.config.idle_timeout_s).run()
+        config = context.config
+        session = Session(config.max_frame_bytes, config.max_text_bytes, config.max_json_depth)
+        await AsrConnection(websocket, context.engine, session, config.idle_timeout_s,
+                            flow=context.flow, replica=config.replica).run()
 
     await _serve_socket(websocket, ASR_ENDPOINT, handle)
+
+
+async def _realtime_endpoint(websocket: WebSocket) -> None:
+    async def handle(context: AppContext) -> None:
+        assert context.engine is not None  # _admit refuses until the engine is ready
+        await RealtimeConnection(websocket, context.engine, context.config).run()
+
+    await _serve_socket(websocket, REALTIME_ENDPOINT, handle)
 
 
 async def _stats_endpoint(websocket: WebSocket) -> None:
@@ -186,18 +247,32 @@ async def _api_stats(request: Request) -> Response:
     return JSONResponse(snapshot)
 
 
+async def _api_token(request: Request) -> Response:
+    """A short-lived token for the page's websockets, for the holder of a key. Without keys
+    configured there is nothing to prove: ``{"token": null}``."""
+    credentials = _context(request).credentials
+    if not credentials.enabled:
+        return JSONResponse({"token": None, "expires_at": None})
+    if not credentials.is_key(bearer_secret(request.headers)):  # a token cannot mint tokens
+        return JSONResponse(openai_error("a token is minted for an API key only",
+                                         code="invalid_api_key"), status_code=401)
+    token, expires_at = credentials.tokens.mint()
+    return JSONResponse({"token": token, "expires_at": int(expires_at)})
+
+
 async def _metrics(request: Request) -> Response:
     return Response(_context(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 async def _healthz(request: Request) -> Response:
     context = _context(request)
-    if context.engine is not None and not context.engine.is_alive():
-        return PlainTextResponse("engine thread died\n", status_code=503)
-    return PlainTextResponse("ok\n")
+    verdict = liveness(context.engine, context.config.stuck_after_s)
+    return PlainTextResponse(f"{verdict.reason}\n", status_code=verdict.status_code)
 
 
 async def _readyz(request: Request) -> Response:
-    if _context(request).is_ready:
-        return PlainTextResponse("ready\n")
-    return PlainTextResponse("not ready\n", status_code=503)
+    context = _context(request)
+    verdict = readiness(context.engine, context.drain.is_draining, context.engine_stats(),
+                        context.config.ready_headroom_streams)
+    text = "ready\n" if verdict.ok else f"not ready: {verdict.reason}\n"
+    return PlainTextResponse(text, status_code=verdict.status_code)

@@ -1,7 +1,9 @@
 """One ``/ws/asr`` connection: client messages in, engine events out.
 
 Two tasks per connection. The receiver parses client messages through ``Session`` and forwards
-audio to the engine; the sender is the only task that writes to the socket: it sends each
+audio to the engine (frames over ``OFF_LOOP_FRAME_BYTES`` are decoded and resampled on a
+worker thread, so one big frame cannot stall every other connection; and it reads nothing while
+the flow gate says its stream has enough audio queued: backpressure); the sender is the only task that writes to the socket: it sends each
 engine event (delivered from the engine thread through ``call_soon_threadsafe``) and the
 receiver's protocol errors, and closes the socket after the stream's last event.
 """
@@ -16,6 +18,7 @@ from typing import Any, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from backend.limits import AudioFlowGate
 from backend.protocol import (
     CloseCode,
     EndRequest,
@@ -33,6 +36,7 @@ class Engine(Protocol):
 
     def open_stream(self, sample_rate: int, fmt: str, sink: Any) -> int: ...
     def feed_audio(self, stream_id: int, data: bytes) -> None: ...
+    def queued_audio_s(self, stream_id: int) -> float: ...
     def end_stream(self, stream_id: int) -> None: ...
     def abort_stream(self, stream_id: int) -> None: ...
 
@@ -43,6 +47,7 @@ class ReceiverExit(enum.Enum):
 
 
 Outgoing = StreamEvent | ProtocolError
+OFF_LOOP_FRAME_BYTES = 16 * 1024  # 0.5 s of 16 kHz s16le: larger frames decode off the loop
 # What sending to / receiving from a socket whose client has gone away raises.
 _GONE = (WebSocketDisconnect, RuntimeError, OSError)
 
@@ -55,11 +60,14 @@ class AsrConnection:
     """
 
     def __init__(self, websocket: WebSocket, engine: Engine, session: Session,
-                 idle_timeout_s: float) -> None:
+                 idle_timeout_s: float, flow: AudioFlowGate | None = None,
+                 replica: str = "") -> None:
         self.websocket = websocket
         self.engine = engine
         self.session = session
         self.idle_timeout_s = idle_timeout_s
+        self.flow = flow
+        self.replica = replica  # added to the ready message: which server took the stream
         self.stream_id: int | None = None
         self.is_finished = False  # the engine freed the stream (terminal event seen)
         self._loop = asyncio.get_running_loop()
@@ -77,6 +85,8 @@ class AsrConnection:
             sender.cancel()
             if self.stream_id is not None and not self.is_finished:
                 self.engine.abort_stream(self.stream_id)  # before any await: cannot be skipped
+            if self.stream_id is not None and self.flow is not None:
+                self.flow.forget(self.stream_id)
             for task in (receiver, sender):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task  # re-raises a task's own failure, for the server's log
@@ -89,6 +99,8 @@ class AsrConnection:
     async def _receive_loop(self) -> ReceiverExit:
         while True:
             timeout = self.idle_timeout_s if self.stream_id is None else None
+            if self.stream_id is not None and self.flow is not None:
+                await self.flow.wait_for_room(self.stream_id)
             try:
                 message = await asyncio.wait_for(self.websocket.receive(), timeout)
             except asyncio.TimeoutError:  # before _GONE: TimeoutError is an OSError
@@ -100,18 +112,21 @@ class AsrConnection:
             if message["type"] == "websocket.disconnect":
                 return ReceiverExit.DISCONNECTED
             try:
-                self._handle(message)
+                await self._handle(message)
             except ProtocolError as error:
                 self._outgoing.put_nowait(error)
                 return ReceiverExit.HANDED_OVER
 
-    def _handle(self, message: MutableMapping[str, Any]) -> None:
+    async def _handle(self, message: MutableMapping[str, Any]) -> None:
         data = message.get("bytes")
         if data is not None:
             start = self.session.on_audio(data)
             if start is not None:
                 self._open(start)
-            self._feed(data)
+            if len(data) > OFF_LOOP_FRAME_BYTES:
+                await asyncio.to_thread(self._feed, data)
+            else:
+                self._feed(data)
             return
         request = self.session.on_text(message.get("text") or "")
         if isinstance(request, StartRequest):
@@ -125,6 +140,8 @@ class AsrConnection:
                 sample_rate=start.sample_rate, fmt=start.fmt, sink=self._sink)
         except ValueError as exc:
             raise ProtocolError("unsupported", str(exc)) from None
+        except RuntimeError as exc:  # the engine died between admission and this start
+            raise ProtocolError("internal", str(exc)) from None
 
     def _feed(self, data: bytes) -> None:
         if not data or self.stream_id is None:
@@ -150,7 +167,10 @@ class AsrConnection:
                     self.is_finished = True
                     await self._send_and_close(item.to_json(), close_code)
                     return
-                await self.websocket.send_json(item.to_json())
+                message = item.to_json()
+                if item.type is EventType.READY and self.replica:
+                    message["replica"] = self.replica
+                await self.websocket.send_json(message)
 
     async def _send_and_close(self, message: dict[str, Any], code: int) -> None:
         await self.websocket.send_json(message)

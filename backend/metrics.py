@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-REJECTION_REASONS = ("origin", "max_connections", "not_ready")
+REJECTION_REASONS = ("origin", "max_connections", "not_ready", "draining")
 STEP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 RTF_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 
@@ -83,9 +83,14 @@ class _SnapshotCollector(Collector):
 
 
 class ServerMetrics:
-    """One registry per app (no process-global state): the engine's and the server's metrics."""
+    """One registry per app (no process-global state): the engine's and the server's metrics.
 
-    def __init__(self, stats: Callable[[], dict[str, Any] | None]) -> None:
+    Every sample carries ``replica="<name>"`` so that Prometheus can sum replicas behind a
+    load balancer (``sum by (...)``) and tell them apart.
+    """
+
+    def __init__(self, stats: Callable[[], dict[str, Any] | None], replica: str = "") -> None:
+        self.replica = replica
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_SnapshotCollector(stats))
         self.rejected = Counter(
@@ -114,5 +119,23 @@ class ServerMetrics:
         self._num_steps = num_steps
 
     def render(self) -> bytes:
-        """The Prometheus text exposition of every metric."""
-        return generate_latest(self.registry)
+        """The Prometheus text exposition of every metric (with the replica label)."""
+        if not self.replica:
+            return generate_latest(self.registry)
+        return generate_latest(_Labelled(self.registry, {"replica": self.replica}))
+
+
+class _Labelled:
+    """A registry view whose every sample has ``labels`` added (what ``generate_latest``
+    reads: an object with ``collect()``)."""
+
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        self._registry = registry
+        self._labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [sample._replace(labels={**sample.labels, **self._labels})
+                                for sample in family.samples]
+            yield labelled

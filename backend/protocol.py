@@ -13,13 +13,14 @@ formats are checked with ``oasr.audio``'s own rules, the ones the engine applies
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass
 
+from backend.limits import JsonTooDeep, loads_bounded
 from oasr.audio import PCM_FORMATS, validate_sample_rate
 
 DEFAULT_SAMPLE_RATE = 16000
 DEFAULT_FORMAT = "s16le"
+DEFAULT_MAX_JSON_DEPTH = 8
 
 
 class CloseCode(enum.IntEnum):
@@ -42,6 +43,7 @@ ERROR_CLOSE_CODES: dict[str, CloseCode] = {
     "too_much_audio": CloseCode.POLICY_VIOLATION,
     "timeout": CloseCode.POLICY_VIOLATION,
     "busy": CloseCode.TRY_AGAIN_LATER,
+    "draining": CloseCode.TRY_AGAIN_LATER,
 }
 
 
@@ -92,10 +94,12 @@ class Session:
     message that would move it elsewhere raises ``ProtocolError`` and leaves it unchanged.
     """
 
-    def __init__(self, max_frame_bytes: int, max_text_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, max_text_bytes: int,
+                 max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> None:
         self.state = SessionState.AWAITING_START
         self.max_frame_bytes = max_frame_bytes
         self.max_text_bytes = max_text_bytes
+        self.max_json_depth = max_json_depth
         self.num_audio_bytes = 0
 
     def on_text(self, text: str) -> StartRequest | EndRequest:
@@ -110,7 +114,7 @@ class Session:
         if size > self.max_text_bytes:
             raise ProtocolError(
                 "too_large", f"text message of {size} bytes; the limit is {self.max_text_bytes}")
-        message = _parse_object(text)
+        message = _parse_object(text, self.max_json_depth)
         kind = message.get("type")
         if kind == "start":
             return self._start(message)
@@ -160,9 +164,11 @@ class Session:
         return EndRequest()
 
 
-def _parse_object(text: str) -> dict[str, object]:
+def _parse_object(text: str, max_depth: int) -> dict[str, object]:
     try:
-        message = json.loads(text)
+        message = loads_bounded(text, max_depth)
+    except JsonTooDeep as exc:
+        raise ProtocolError("bad_request", f"text message rejected: {exc}") from None
     except ValueError as exc:
         raise ProtocolError("bad_request", f"text message is not JSON: {exc}") from None
     if not isinstance(message, dict):

@@ -24,10 +24,12 @@ class StatsHub:
     """
 
     def __init__(self, stats: Callable[[], Snapshot | None], metrics: ServerMetrics,
-                 interval_s: float) -> None:
+                 interval_s: float, send_timeout_s: float = 5.0) -> None:
         self._stats = stats
         self._metrics = metrics
         self.interval_s = interval_s
+        self.send_timeout_s = send_timeout_s  # a viewer slower than this is dropped
+        self.num_dropped_viewers = 0
         self._subscribers: set[asyncio.Queue[Snapshot]] = set()
 
     @property
@@ -70,19 +72,32 @@ class StatsHub:
 
 async def stream_stats(websocket: WebSocket, hub: StatsHub,
                        first: Snapshot | None) -> None:
-    """Push snapshots to an accepted ``/ws/stats`` socket until the client goes away."""
+    """Push snapshots to an accepted ``/ws/stats`` socket until the client goes away.
+
+    Each send must complete within ``hub.send_timeout_s``: a viewer that stops reading fills
+    its TCP window, the send blocks, and the viewer is dropped (its place freed) instead of
+    holding it for as long as it likes.
+    """
     queue = hub.subscribe()
     watcher = asyncio.create_task(_wait_for_disconnect(websocket))
+
+    async def send(snapshot: Snapshot) -> None:
+        await asyncio.wait_for(websocket.send_json(snapshot), hub.send_timeout_s)
+
     try:
         if first is not None:
-            await websocket.send_json(first)
+            await send(first)
         while not watcher.done():
             getter = asyncio.create_task(queue.get())
             done, _ = await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if getter not in done:
                 getter.cancel()
                 break
-            await websocket.send_json(getter.result())
+            await send(getter.result())
+    except asyncio.TimeoutError:  # before OSError: TimeoutError is one
+        hub.num_dropped_viewers += 1
+        logger.warning("dropped a /ws/stats viewer that did not read for %g s",
+                       hub.send_timeout_s)
     except (WebSocketDisconnect, RuntimeError, OSError):
         pass  # the client went away while we were sending
     finally:

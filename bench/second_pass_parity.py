@@ -189,10 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     items = load_items(args.stress, None if args.no_devset else args.devset)[: args.limit]
-    decode, guard = WhisperDecodeConfig(beam_size=args.beam), FirstPassGuard()
+    decode = replace(EngineConfig().second_pass_decode, beam_size=args.beam)
+    guard = FirstPassGuard()
     variants = {"": (decode, guard)}
     if args.compare:  # the second pass as it was: greedy, no safeguards, no guard
-        plain = without_safeguards(replace(decode, beam_size=1))
+        plain = without_safeguards(WhisperDecodeConfig())  # greedy, the segment's window
         variants = {"_plain": (plain, None), **variants}
     run_reference(items, args.threads)
     stats = {}

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.refine import RefineConfig
-from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
 # model with both LMs, held-out-sentence WER is 52.2% greedy, 21.8% at beam 8, 19.8% at beam 16
@@ -75,6 +75,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="torch CPU threads for the engine (default: torch's choice)")
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: ...)" to every option's help unless the help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and "default" in action.help:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def default_beam_size(model: str | None, lm: str) -> int:
     """The beam width when none is given: `DEFAULT_LM_BEAM_SIZE` when a char LM will be used
     (``lm`` names a directory, or is "auto" and the model directory has one), else 1."""
@@ -113,7 +122,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         num_threads=args.threads,
         cuda_graphs=args.cuda_graphs,
         second_pass=args.second_pass,
-        second_pass_decode=WhisperDecodeConfig(beam_size=args.second_pass_beam),
+        second_pass_decode=replace(EngineConfig().second_pass_decode,
+                                   beam_size=args.second_pass_beam),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]
@@ -165,7 +175,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     # second pass (a live server keeps the CTC text when Whisper falls behind)
     config = engine_config_from_args(
         args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
-        max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize,
+        max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
     )
     results = transcribe_files(config, args.files, progress=not args.no_progress)
     failed = 0
@@ -182,16 +192,20 @@ def _transcribe(args: argparse.Namespace) -> int:
 
 def server_main(argv: Sequence[str] | None = None) -> int:
     """``oasr-server``: the live demo (Starlette + uvicorn) with the engine on its own thread."""
-    from backend.config import ServerConfig
+    from backend.config import API_KEYS_ENV, ServerConfig
+    from backend.options import add_hardening_arguments
     from backend.server import run
 
     defaults = ServerConfig()
-    parser = argparse.ArgumentParser(prog="oasr-server", description="oasr live transcription demo")
+    parser = argparse.ArgumentParser(prog="oasr-server", description="oasr live transcription demo",
+                                     formatter_class=_DefaultsFormatter)
     g = parser.add_argument_group("server")
     g.add_argument("--host", default=defaults.host, help="address to listen on (0.0.0.0: all)")
     g.add_argument("--port", type=int, default=defaults.port, help="port (0 picks a free one)")
-    g.add_argument("--max-connections", type=int, default=defaults.max_connections)
-    g.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
+    g.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                   help="simultaneous /ws/asr connections; more are refused 'busy'")
+    g.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
+                   help="largest binary websocket frame")
     g.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout_s,
                    help="seconds without audio before a stream ends with 'timeout'")
     g.add_argument("--max-session", type=float, default=defaults.max_session_s,
@@ -200,10 +214,30 @@ def server_main(argv: Sequence[str] | None = None) -> int:
                    help="websocket Origin to accept (repeatable; default: same host only; * any)")
     g.add_argument("--max-wait", type=float, default=EngineConfig.max_wait_time_s,
                    help="seconds a new stream may wait for a slot before 'busy'")
+    add_hardening_arguments(parser, defaults)
+    g.add_argument("--api-key", action="append", default=[],
+                   help="API key clients must send as 'Authorization: Bearer KEY' (repeatable; "
+                   f"also ${API_KEYS_ENV}, comma-separated); default: no keys, no auth")
+    g.add_argument("--allowed-host", action="append", default=[],
+                   help="Host header to accept (repeatable; *.example.com and * work); "
+                   "default: localhost, 127.0.0.1, [::1] and the --host address")
+    g.add_argument("--max-upload-mb", type=float, default=defaults.max_upload_bytes / 2**20,
+                   help="largest POST /v1/audio/transcriptions body, in MiB")
     add_engine_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    config = ServerConfig(
+    try:
+        config = _server_config(args, ServerConfig)
+    except ValueError as exc:  # a knob out of range: say which, like argparse does
+        parser.error(str(exc))
+    return run(config)
+
+
+def _server_config(args: argparse.Namespace, server_config: type) -> Any:
+    from backend.config import api_keys_from_env
+    from backend.options import hardening_config_from_args
+
+    return server_config(
         host=args.host,
         port=args.port,
         max_connections=args.max_connections,
@@ -211,10 +245,15 @@ def server_main(argv: Sequence[str] | None = None) -> int:
         idle_timeout_s=args.idle_timeout,
         max_session_s=args.max_session,
         allowed_origins=tuple(args.allowed_origin),
-        engine=engine_config_from_args(args, max_wait_time_s=args.max_wait),
+        api_keys=(*args.api_key, *api_keys_from_env()),
+        allowed_hosts=tuple(args.allowed_host),
+        max_upload_bytes=int(args.max_upload_mb * 2**20),
+        engine=engine_config_from_args(
+            args, max_wait_time_s=args.max_wait, min_audio_rate=args.min_audio_rate,
+            audio_rate_window_s=args.audio_rate_window,
+            second_pass_max_backlog=args.second_pass_max_backlog),
+        **hardening_config_from_args(args),
     )
-    run(config)
-    return 0
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ class ServerProcess:
     address: str
     log_path: Path
     flags: tuple[str, ...] = field(default=())
+    api_key: str | None = None  # sent as a Bearer token by get_json when the server has keys
 
     @property
     def url(self) -> str:
@@ -63,7 +64,9 @@ class ServerProcess:
         return self.process.poll() is None
 
     def get_json(self, path: str) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://{self.address}{path}", timeout=10) as response:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        request = urllib.request.Request(f"http://{self.address}{path}", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
 
     def stats(self) -> dict[str, Any]:

@@ -26,12 +26,12 @@ const CLOSE_MEANINGS = {
  * onError({code, message}), onClosed({code, reason, clean, explanation}).
  */
 export class AsrStream {
-  constructor({ sampleRate, format = "s16le", handlers }) {
+  constructor({ sampleRate, format = "s16le", protocols = [], handlers }) {
     this.handlers = handlers;
     this.isDone = false;
     this.lastError = null;
     this.pending = [];
-    this.ws = new WebSocket(socketUrl("/ws/asr"));
+    this.ws = new WebSocket(socketUrl("/ws/asr"), protocols);
     this.ws.binaryType = "arraybuffer";
     this.ws.onopen = () => {
       this.ws.send(JSON.stringify({ type: "start", sample_rate: sampleRate, format }));

@@ -1,6 +1,7 @@
 // Wires the page: mic and file sources -> /ws/asr -> transcript; /ws/stats -> pool panel.
 
 import { AsrStream } from "./asr-socket.js";
+import { socketProtocols } from "./auth.js";
 import { decodeFile, FILE_SAMPLE_RATE, streamSamples } from "./file-source.js";
 import { MicError, micUnavailableReason, startMic } from "./mic.js";
 import { PoolPanel } from "./pool-panel.js";
@@ -60,27 +61,29 @@ function finish(message, kind) {
   if (message) setStatus(message, kind);
 }
 
-function openStream(sampleRate, label, activity) {
+function openStream(sampleRate, label, activity, protocols) {
   transcript.beginRun(label);
   return new AsrStream({
     sampleRate,
     format: "s16le",
+    protocols,
     handlers: {
       onReady: (m) => {
-        panel.setMyStream(m.stream_id);
-        setStatus(`${activity}: stream ${m.stream_id}, ${m.chunk_ms} ms chunks.`, "live");
+        panel.setMyStream(m.stream_id, m.replica || null);
+        const where = m.replica ? ` on replica ${m.replica}` : "";
+        setStatus(`${activity}: stream ${m.stream_id}${where}, ${m.chunk_ms} ms chunks.`, "live");
       },
       onPartial: (m) => transcript.partial(m),
       onFinal: (m) => transcript.final(m),
       onDone: (m) => {
         transcript.note(`done: ${m.finish_reason}, ${m.segments} segment(s)`);
-        const why = FINISH_EXPLANATIONS[m.finish_reason];
+        const why = m.message || FINISH_EXPLANATIONS[m.finish_reason];
         finish(`Finished (${m.finish_reason})${why ? `: ${why}` : ""}.`,
           m.finish_reason === "stop" ? "info" : "error");
       },
       onError: (m) => {
-        const text = m.code === "busy"
-          ? `The server is busy (${m.message}).`
+        const text = m.code === "busy" || m.code === "draining"
+          ? `The server is ${m.code} (${m.message}).`
           : `Server error (${m.code}): ${m.message}`;
         transcript.note(text, "error");
         finish(text, "error");
@@ -97,6 +100,7 @@ async function startMicRun() {
   setStatus("Asking for the microphone…");
   let stream = null;
   try {
+    const protocols = await socketProtocols();
     const mic = await startMic({
       onFrame: (pcm) => stream && stream.sendAudio(pcm),
       onLevel: (peak) => {
@@ -104,12 +108,13 @@ async function startMicRun() {
         ui.meter.style.width = `${Math.min(100, peak * 140)}%`;
       },
     });
-    stream = openStream(mic.sampleRate, `mic (${mic.sampleRate} Hz)`, "Listening");
+    stream = openStream(mic.sampleRate, `mic (${mic.sampleRate} Hz)`, "Listening", protocols);
     active = { kind: "mic", stream, stopSource: mic.stop, ending: false };
     setStatus(`Connecting (mic at ${mic.sampleRate} Hz)…`);
   } catch (error) {
     setBusy(null);
-    setStatus(error instanceof MicError ? error.message : `Mic failed: ${error}`, "error");
+    setStatus(error instanceof MicError ? error.message : `Could not start: ${error.message ?? error}`,
+      "error");
   }
 }
 
@@ -127,7 +132,9 @@ async function startFileRun(file) {
   setBusy("file");
   setStatus(`Decoding ${file.name}…`);
   let samples;
+  let protocols;
   try {
+    protocols = await socketProtocols();
     samples = await decodeFile(file);
   } catch (error) {
     setBusy(null);
@@ -137,7 +144,7 @@ async function startFileRun(file) {
   const controller = new AbortController();
   const seconds = (samples.length / FILE_SAMPLE_RATE).toFixed(1);
   const stream = openStream(FILE_SAMPLE_RATE, `${file.name} (${seconds} s)`,
-    `Streaming ${file.name} at real-time pace`);
+    `Streaming ${file.name} at real-time pace`, protocols);
   active = { kind: "file", stream, stopSource: async () => controller.abort(), ending: false };
   setStatus(`Streaming ${file.name} at real-time pace…`, "live");
   await streamSamples(samples, {

@@ -30,9 +30,12 @@ export class PoolPanel {
     this.myStreamId = null;
   }
 
-  /** Mark the stream this tab owns (its cells get an outline, its legend row a label). */
-  setMyStream(streamId) {
+  /** Mark the stream this tab owns (its cells get an outline, its legend row a label), and
+   * the replica it landed on (behind a load balancer, the panel says whether it shows that
+   * replica's pool). */
+  setMyStream(streamId, replica = null) {
     this.myStreamId = streamId;
+    this.myReplica = replica;
     this.poolGrid.setMyStream(streamId);
   }
 
@@ -62,7 +65,9 @@ export class PoolPanel {
     this.field("uptime", `${fmt(snapshot.uptime_s, 0)} s`);
     this.field("second-pass", describeSecondPass(snapshot.second_pass));
     if (snapshot.server) {
-      this.field("connections", `${snapshot.server.connections} / ${snapshot.server.max_connections}`);
+      const server = snapshot.server;
+      this.field("connections", `${server.connections} / ${server.max_connections}`);
+      this.field("replica", describeReplica(server, this.myReplica));
     }
     this.grid.setAttribute("aria-label", slots
       ? `Stream slots: ${used} of ${total} in use (no paged blocks)`
@@ -106,4 +111,18 @@ export class PoolPanel {
       this.legend.append(item);
     }
   }
+}
+
+/** "name", plus whether this tab's stream runs there, plus "draining (N s left)". */
+function describeReplica(server, myReplica) {
+  let text = server.replica || "this server";
+  if (myReplica) {
+    text += myReplica === server.replica ? " (your stream runs here)"
+      : ` (your stream runs on ${myReplica})`;
+  }
+  if (server.draining) {
+    const left = server.drain_seconds_left;
+    text += ` · draining${left === null || left === undefined ? "" : ` (${fmt(left, 0)} s left)`}`;
+  }
+  return text;
 }

@@ -2,6 +2,7 @@
 // backoff when the connection drops, and reports the connection state.
 
 import { socketUrl } from "./asr-socket.js";
+import { socketProtocols } from "./auth.js";
 
 /**
  * @param {{onSnapshot: (s: object) => void, onState: (state: "live"|"lost", detail: string) => void}} handlers
@@ -13,8 +14,22 @@ export function connectStats({ onSnapshot, onState }) {
   let stopped = false;
   let timer = null;
 
-  function open() {
-    ws = new WebSocket(socketUrl("/ws/stats"));
+  function retry(why) {
+    onState("lost", `${why}; retrying in ${(delayMs / 1000).toFixed(1)} s`);
+    timer = setTimeout(open, delayMs);
+    delayMs = Math.min(delayMs * 2, 10000);
+  }
+
+  async function open() {
+    let protocols;
+    try {
+      protocols = await socketProtocols();
+    } catch (error) {
+      retry(error.message);
+      return;
+    }
+    if (stopped) return;
+    ws = new WebSocket(socketUrl("/ws/stats"), protocols);
     ws.onopen = () => { delayMs = 500; onState("live", ""); };
     ws.onmessage = (event) => {
       try {
@@ -25,10 +40,8 @@ export function connectStats({ onSnapshot, onState }) {
     };
     ws.onclose = (event) => {
       if (stopped) return;
-      const why = event.code === 1013 ? "server busy" : "connection lost";
-      onState("lost", `${why}; retrying in ${(delayMs / 1000).toFixed(1)} s`);
-      timer = setTimeout(open, delayMs);
-      delayMs = Math.min(delayMs * 2, 10000);
+      const why = { 1013: "server busy", 1008: "API key refused" }[event.code] ?? "connection lost";
+      retry(why);
     };
   }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -86,6 +87,11 @@ class GpuDecoderConfig:
             if value is not None and value < 0.0:
                 raise ValueError(f"{name} must be >= 0 (or None: the LM's tuned value), "
                                  f"got {value}")
+        for name in ("min_token_log_prob", "blank_penalty", "lm_weight", "lm_unit_bonus",
+                     "lm_word_bonus", "word_lm_weight", "word_oov_penalty"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value}")
         if self.initial_token_capacity < 1:
             raise ValueError(
                 f"initial_token_capacity must be >= 1, got {self.initial_token_capacity}"

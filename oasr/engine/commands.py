@@ -6,14 +6,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oasr.engine.events import FinishReason
 from oasr.engine.request import EventSink
 from oasr.engine.second_pass import RefineDone, SecondPassDone
 
 
 @dataclass(frozen=True)
 class OpenStream:
+    """A new stream. ``endpoint_silence_s``: seconds of silence after speech that end a
+    segment of this stream (endpoint rule 2); None keeps the engine's rules."""
+
     stream_id: int
     sink: EventSink
+    endpoint_silence_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -32,4 +37,12 @@ class AbortStream:
     stream_id: int
 
 
-Command = OpenStream | AppendAudio | EndStream | AbortStream | SecondPassDone | RefineDone
+@dataclass(frozen=True)
+class FinishAll:
+    """End every stream now with ``reason`` (each gets its final and done): a drain's deadline."""
+
+    reason: FinishReason
+    message: str = ""
+
+
+Command = OpenStream | AppendAudio | EndStream | AbortStream | FinishAll | SecondPassDone | RefineDone

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.refine import RefineConfig
 from oasr.models import ConformerConfig
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
+from oasr.models.whisper.window import EncoderWindow
 
 if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
@@ -26,6 +28,9 @@ DTYPE_NAMES = ("auto", *_DTYPES, INT8)
 SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
 BF16_AUTO_FAMILY = "whisper_ctc"  # the family dtype "auto" runs in bfloat16 on such CPUs
 _NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# The smallest chunk a deployment may ask for (encoder frames: 160 ms of Conformer output);
+# below it every chunk is mostly padding for the conv stem and the transcripts are noise.
+MIN_CHUNK_SIZE = 4
 CUDA_GRAPH_MODES = ("auto", "on", "off")
 
 
@@ -84,8 +89,9 @@ class EngineConfig:
             final; "none" publishes the CTC text.
         second_pass_max_backlog: segments the second pass may have queued; beyond that a
             final keeps its CTC text (and is counted as a first-pass fallback).
-        second_pass_decode: how Whisper decodes: beam 5 at temperature 0 (the reference
-            decoders' default), its safeguards (temperature fallback, token budget, repetition
+        second_pass_decode: how Whisper decodes: beam 5 at temperature 0 on the whole 30 s
+            window (the reference decoders' defaults; refinements stay greedy on the segment's
+            own window), its safeguards (temperature fallback, token budget, repetition
             stop; ``without_safeguards(...)`` for plain greedy).
         final_guard: when Whisper's text must not replace the CTC text of the same segment;
             None keeps Whisper's text always.
@@ -94,6 +100,11 @@ class EngineConfig:
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
             often faster (each step is many small kernels).
+        min_audio_rate: the least audio a running stream must send, as a fraction of real
+            time, in every ``audio_rate_window_s`` after its admission; a stream that sends
+            less (2 bytes every few seconds keep a byte-counting idle timer happy) ends with
+            "timeout". 0 disables the rule (offline transcription).
+        audio_rate_window_s: the window of that rule, in seconds of wall time.
         cuda_graphs: "auto" (on for a CUDA device, off on CPU), "on" (needs CUDA) or "off":
             capture the encoder's chunk step as one CUDA graph per batch width of a ladder
             (1, 2, 4, ... max_batch_size; `oasr.engine.graphs`), replayed over the padding lane.
@@ -122,10 +133,13 @@ class EngineConfig:
     second_pass: str = "none"
     second_pass_max_backlog: int = 16
     second_pass_decode: WhisperDecodeConfig = field(
-        default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE))
+        default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE,
+                                                    encoder_window=EncoderWindow("full")))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     num_threads: int | None = None
+    min_audio_rate: float = 0.1
+    audio_rate_window_s: float = 10.0
     cuda_graphs: str = "auto"
     pad_cohorts: bool | None = None
 
@@ -163,8 +177,19 @@ class EngineConfig:
             raise ValueError(f"cuda_graphs must be one of {', '.join(CUDA_GRAPH_MODES)}, "
                              f"got {self.cuda_graphs!r}")
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0:  # NaN fails too; inf means "never"
                 raise ValueError(f"EngineConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.chunk_size is not None and self.chunk_size < MIN_CHUNK_SIZE:
+            raise ValueError(
+                f"chunk_size {self.chunk_size} is below {MIN_CHUNK_SIZE} encoder frames: models "
+                "see too little audio per chunk to decode; leave it unset (the model's trained "
+                f"chunk) or use >= {MIN_CHUNK_SIZE}")
+        if not 0.0 <= self.min_audio_rate < 1.0:
+            raise ValueError(f"min_audio_rate must be in [0, 1) (a fraction of real time), "
+                             f"got {self.min_audio_rate}")
+        if not (math.isfinite(self.audio_rate_window_s) and self.audio_rate_window_s >= 1.0):
+            raise ValueError(
+                f"audio_rate_window_s must be a finite number >= 1 s, got {self.audio_rate_window_s}")
 
     def resolve_device(self) -> torch.device:
         """The torch device this config selects."""

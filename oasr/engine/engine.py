@@ -8,6 +8,7 @@ on the thread that calls `step` (the engine thread, or a test / `oasr transcribe
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -15,10 +16,18 @@ import time
 from typing import Any
 
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow
-from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, OpenStream
+from oasr.engine.commands import (
+    AbortStream,
+    AppendAudio,
+    Command,
+    EndStream,
+    FinishAll,
+    OpenStream,
+)
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import EventType, FinishReason, StreamEvent
 from oasr.engine.family import FEATURE_SHIFT_S
+from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.model_runner import BatchPlan, StepOutput
 from oasr.engine.refine import RefinedPartial, Refiner, RefineState, compose
@@ -52,9 +61,9 @@ class ASREngine:
         if config.second_pass == "whisper":
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device,
-                                           config.second_pass_decode, config.final_guard)
+                                           config.second_pass_decode, self._guard(config))
         self.family = self.resources.family
-        self.finals = FinalPublisher(worker, self.family.timing)
+        self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
         self.refiner = None
         if worker is not None and config.refine is not None:
             units = getattr(self.family.tokenizer, "units", [])
@@ -101,7 +110,7 @@ class ASREngine:
         for stream_id in plan.refuse:
             self._refuse_busy(stream_id)
         for stream_id in plan.timed_out:
-            self._finish(stream_id, FinishReason.TIMEOUT)
+            self._finish(stream_id, FinishReason.TIMEOUT, plan.timeout_messages.get(stream_id, ""))
         for stream_id in plan.finish:
             self._finish(stream_id, FinishReason.STOP)
         for stream_id in plan.run:
@@ -129,6 +138,9 @@ class ASREngine:
             if self.finals.worker is not None:
                 request.audio = SegmentAudio(
                     int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
+            if command.endpoint_silence_s is not None:
+                request.endpointer = self.resources.endpointer_with_silence(
+                    command.endpoint_silence_s)
             if self.refiner is not None:
                 request.refine = RefineState()
             self.requests[command.stream_id] = request
@@ -139,6 +151,10 @@ class ASREngine:
             return
         if isinstance(command, RefineDone):
             self._on_refined(command)
+            return
+        if isinstance(command, FinishAll):
+            for stream_id in list(self.requests):
+                self._finish(stream_id, command.reason, command.message)
             return
         live = self.requests.get(command.stream_id)
         if live is None:
@@ -208,9 +224,9 @@ class ASREngine:
         request.emit(StreamEvent(EventType.ERROR, stream_id, code=code, message=message))
         self._finish(stream_id, FinishReason.ERROR)
 
-    def _finish(self, stream_id: int, reason: FinishReason) -> None:
+    def _finish(self, stream_id: int, reason: FinishReason, message: str = "") -> None:
         """End a stream: last final (if it said anything), free everything, then done (once
-        the second pass has answered for its segments)."""
+        the second pass has answered for its segments); ``message`` tells the client why."""
         request = self.requests.pop(stream_id, None)
         if request is None:
             return
@@ -221,6 +237,7 @@ class ASREngine:
             self.resources.close_stream(stream_id)
         request.transition(RequestStatus.FINISHED)
         request.finish_reason = reason
+        request.finish_message = message
         self.stats.count_finish(reason)
         if reason is FinishReason.ABORT:
             self.finals.drop_pending(request)
@@ -233,7 +250,8 @@ class ASREngine:
         assert request.finish_reason is not None
         request.emit(StreamEvent(EventType.DONE, request.stream_id,
                                  finish_reason=request.finish_reason.value,
-                                 num_segments=request.num_segments_emitted))
+                                 num_segments=request.num_segments_emitted,
+                                 message=request.finish_message))
 
     def _on_second_pass(self, done: SecondPassDone) -> None:
         request = self.requests.get(done.stream_id) or self.draining.get(done.stream_id)
@@ -244,6 +262,14 @@ class ASREngine:
         if request.is_finished and not request.pending_finals:
             del self.draining[request.stream_id]
             self._emit_done(request)
+
+    def _guard(self, config: EngineConfig) -> FirstPassGuard | None:
+        """The guard against the first pass, without its distance check when the CTC pass
+        decodes without an LM (see ``FirstPassGuard.max_char_distance``)."""
+        guard = config.final_guard
+        if guard is not None and not self.resources.ctc.decoder.has_lm:
+            return dataclasses.replace(guard, max_char_distance=None)
+        return guard
 
     def shutdown(self) -> None:
         """Abort every stream (server shutdown) and stop the second pass."""
@@ -266,15 +292,41 @@ class ASREngine:
             windows=[r.windower.pop_window(r.features) for r in requests],  # type: ignore[misc]
             offsets=[r.offset for r in requests],
         )
-        self.resources.runner.prepare(plan)
+        plan = self._prepare_or_stop(plan)
+        if not plan.stream_ids:
+            return 0.0
         plan, output = self._forward_isolating_failures(plan)
         if not plan.stream_ids:
             return 0.0
         self.resources.runner.commit(plan)
-        results = self.resources.decode(plan.stream_ids, output)
+        endpointers = [self.requests[s].endpointer for s in plan.stream_ids]
+        results = self.resources.decode(plan.stream_ids, output, endpointers)
         for stream_id, window, result in zip(plan.stream_ids, plan.windows, results, strict=True):
             self._after_chunk(self.requests[stream_id], window, result)
         return sum(plan.num_output_frames) * self.family.timing.frame_shift_s
+
+    def _prepare_or_stop(self, plan: BatchPlan) -> BatchPlan:
+        """Allocate the cohort's blocks in one call; if the pool cannot cover it (a pool sized
+        below its slots' needs), give blocks stream by stream and end the streams that get
+        none with "length" (their transcript so far as the final): never the engine.
+
+        Returns the rows that got their blocks.
+        """
+        runner = self.resources.runner
+        try:
+            runner.prepare(plan)  # all-or-nothing: on failure nothing was allocated
+            return plan
+        except RuntimeError as exc:
+            logger.warning("K/V allocation for %d streams failed (%s); allocating one by one",
+                           len(plan.stream_ids), exc)
+        rows = []
+        for row, stream_id in enumerate(plan.stream_ids):
+            try:
+                runner.prepare(plan.select([row]))
+                rows.append(row)
+            except RuntimeError:
+                self._finish(stream_id, FinishReason.LENGTH)
+        return plan.select(rows)
 
     def _forward_isolating_failures(self, plan: BatchPlan) -> tuple[BatchPlan, StepOutput]:
         """One batched forward; if it fails, each row alone, so only the bad stream ends.
@@ -300,6 +352,7 @@ class ASREngine:
         frames = window.num_output_frames
         request.offset += frames
         request.num_frames_decoded += frames
+        request.last_decoded_at = time.monotonic()
         if result.text != request.last_partial or self.refiner is not None:
             request.last_partial = result.text
             if self.refiner is not None:

@@ -46,6 +46,8 @@ class StreamEvent:
     chunk_ms: int = 0
     num_segments: int = 0
     source: str = ""  # finals: "ctc" (first pass), "whisper" (second pass) or "combined" (digits)
+    # finals: the CTC pass's words with their times, (word, start s, end s); not in to_json
+    ctc_words: tuple[tuple[str, float, float], ...] = ()
     stable: str = ""  # partials: the committed words (``oasr.engine.refine``) ...
     tentative: str = ""  # ... the newest refinement's words after them ...
     ctc: str = ""  # ... and the streaming pass's words after the refined audio
@@ -70,6 +72,9 @@ class StreamEvent:
                     "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,
                     "source": self.source}
         if self.type is EventType.DONE:
-            return {"type": kind, "finish_reason": self.finish_reason,
-                    "segments": self.num_segments}
+            done: dict[str, Any] = {"type": kind, "finish_reason": self.finish_reason,
+                                    "segments": self.num_segments}
+            if self.message:
+                done["message"] = self.message  # why, when the server ended the stream
+            return done
         return {"type": kind, "code": self.code, "message": self.message}

@@ -63,7 +63,12 @@ class FirstPassGuard:
         max_word_ratio: Whisper may write at most this many times the CTC pass's words, and
             at least its reciprocal.
         max_char_distance: the most character edits per character (normalised Levenshtein
-            distance between the normalised texts) Whisper may differ by.
+            distance between the normalised texts) Whisper may differ by; None: no distance
+            check. The threshold was calibrated against a CTC pass decoded with its LMs
+            (beam search with the char and word LMs, which spells real words); a first pass
+            without an LM misspells too much to be a witness of distance ("tee one ei eight
+            five ighigh" for a digit string Whisper got right), so the engine turns the check
+            off then and keeps the word-count check.
         min_words: the word-count and distance checks apply once the CTC text has this many
             words (a one-word CTC text is too weak a witness).
         min_digit_share: a CTC text of ``min_words`` or more words with at least this share
@@ -72,16 +77,17 @@ class FirstPassGuard:
     """
 
     max_word_ratio: float = 2.0
-    max_char_distance: float = 0.6
+    max_char_distance: float | None = 0.6
     min_words: int = 3
     min_digit_share: float | None = 0.75
 
     def __post_init__(self) -> None:
         if not self.max_word_ratio >= 1.0:
             raise ValueError(f"FirstPassGuard.max_word_ratio must be >= 1, got {self.max_word_ratio}")
-        if not 0.0 < self.max_char_distance <= 1.0:
+        if self.max_char_distance is not None and not 0.0 < self.max_char_distance <= 1.0:
             raise ValueError(
-                f"FirstPassGuard.max_char_distance must be in (0, 1], got {self.max_char_distance}")
+                f"FirstPassGuard.max_char_distance must be in (0, 1] or None, got "
+                f"{self.max_char_distance}")
         if self.min_words < 1:
             raise ValueError(f"FirstPassGuard.min_words must be >= 1, got {self.min_words}")
         if self.min_digit_share is not None and not 0.0 < self.min_digit_share <= 1.0:
@@ -108,7 +114,9 @@ class FirstPassGuard:
         ratio = len(ours) / len(theirs)
         if ratio > self.max_word_ratio or ratio < 1.0 / self.max_word_ratio:
             return "length"
-        if Levenshtein.normalized_distance(" ".join(ours), " ".join(theirs)) > self.max_char_distance:
+        limit = self.max_char_distance
+        if limit is not None and Levenshtein.normalized_distance(" ".join(ours),
+                                                                 " ".join(theirs)) > limit:
             return "distance"
         return None
 

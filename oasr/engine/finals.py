@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.family import FrameTiming
 from oasr.engine.request import PendingFinal, Request
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
+from oasr.engine.words import WordTime, ctc_word_times
 
 
 class FinalPublisher:
@@ -30,15 +32,16 @@ class FinalPublisher:
     not queued because the backlog was full, ``second_pass_seconds`` summed latency.
     """
 
-    def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming) -> None:
+    def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
+                 tokenizer: Any = None) -> None:
         self.worker = worker
         self.timing = timing
+        self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
         self._job_ids = itertools.count(1)
         self.num_second_pass = 0
         self.num_first_pass = 0
         self.num_backlog_full = 0
         self.second_pass_seconds = 0.0
-        self.recent: list[dict[str, str]] = []  # last finals: CTC text beside Whisper's
 
     def publish(self, request: Request, hyp: Hypothesis, reason: str) -> None:
         """The segment that just ended: publish or queue its final, advance the segment.
@@ -59,7 +62,7 @@ class FinalPublisher:
         last = base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)
         event = StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
                             text=hyp.text, start=first * shift, end=max(last, first) * shift,
-                            reason=reason, source="ctc")
+                            reason=reason, source="ctc", ctc_words=self._words(hyp, base))
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         if audio is not None and self.worker is not None:
@@ -74,6 +77,12 @@ class FinalPublisher:
         if hyp.text:
             request.segment += 1
             self._emit(request, event)
+
+    def _words(self, hyp: Hypothesis, base: int) -> tuple[WordTime, ...]:
+        if self.tokenizer is None or not hasattr(self.tokenizer, "raw_text"):
+            return ()
+        return ctc_word_times(self.tokenizer, hyp.tokens, hyp.timestamps, base,
+                              self.timing.frame_shift_s)
 
     def next_job_id(self) -> int:
         """A new second-pass job id (finals and refinements share the sequence)."""
@@ -103,8 +112,6 @@ class FinalPublisher:
             del request.pending_finals[job_id]
             event = pending.event
             if pending.text is not None:
-                if pending.text:
-                    self._remember(event.text, pending.text)
                 event = replace(event, text=pending.text, source=pending.source)
             self._emit(request, event)
 
@@ -132,6 +139,3 @@ class FinalPublisher:
             self.num_first_pass += 1
         request.num_segments_emitted += 1
         request.emit(event)
-
-    def _remember(self, ctc: str, whisper: str) -> None:
-        self.recent = [*self.recent[-9:], {"ctc": ctc, "whisper": whisper}]

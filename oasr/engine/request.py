@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oasr.audio import ChunkWindower, FeatureSource
+from oasr.decoding import Endpointer
 from oasr.engine.events import FinishReason, StreamEvent
 from oasr.engine.refine import RefinedPartial, RefineState
 
@@ -95,6 +96,7 @@ class Request:
     slot: int | None = None
     admitted_at: float = 0.0
     last_audio_at: float = 0.0
+    last_decoded_at: float = 0.0  # the last chunk decoded: a stream with a backlog is not idle
     pending_audio: list[np.ndarray] = field(default_factory=list)
     num_samples_received: int = 0
     input_ended: bool = False
@@ -106,10 +108,15 @@ class Request:
     last_parts: RefinedPartial | None = None  # the partial last published
     num_segments_emitted: int = 0
     finish_reason: FinishReason | None = None
+    finish_message: str = ""  # why it finished, when the client needs telling (timeouts)
     audio: SegmentAudio = field(default_factory=lambda: SegmentAudio(0))
     pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
+    endpointer: Endpointer | None = None  # this stream's own endpoint rules; None: the engine's
     refine: RefineState | None = None  # refined partials of the open segment (second pass on)
     ctc_starts: list[int] = field(default_factory=list)  # frame each word of last_partial starts
+    # the audio-rate window (Scheduler): when it began and the samples received by then
+    rate_window_start: float | None = None
+    rate_window_samples: int = 0
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.config import EngineConfig
 from oasr.engine.request import Request, RequestStatus
 
@@ -23,6 +24,7 @@ class SchedulerOutput:
         timed_out: running or waiting streams past the idle timeout or the session limit.
         finish: running streams whose input ended and whose every window was decoded.
         run: running streams with an encoder window ready (the step's cohort).
+        timeout_messages: why each of ``timed_out`` timed out, for its client.
     """
 
     admit: list[int] = field(default_factory=list)
@@ -30,6 +32,7 @@ class SchedulerOutput:
     timed_out: list[int] = field(default_factory=list)
     finish: list[int] = field(default_factory=list)
     run: list[int] = field(default_factory=list)
+    timeout_messages: dict[int, str] = field(default_factory=dict)
 
     @property
     def is_empty(self) -> bool:
@@ -80,7 +83,45 @@ class Scheduler:
         for stream_id, request in requests.items():
             if request.is_finished or request.input_ended:
                 continue
-            idle = now - max(request.last_audio_at, request.created_at)
-            if idle >= cfg.idle_timeout_s or now - request.created_at >= cfg.max_session_s:
+            # idle: neither audio in nor a chunk decoded (a stream whose backlog the engine is
+            # still working through, its socket paused by backpressure, is not idle)
+            idle = now - max(request.last_audio_at, request.last_decoded_at, request.created_at)
+            message = None
+            if idle >= cfg.idle_timeout_s:
+                message = f"no audio for {cfg.idle_timeout_s:g} s"
+            elif now - request.created_at >= cfg.max_session_s:
+                message = f"the session reached its limit of {cfg.max_session_s:g} s"
+            else:
+                message = starved_message(request, now, cfg)
+            if message is not None:
                 out.timed_out.append(stream_id)
+                out.timeout_messages[stream_id] = message
                 self.remove(stream_id)
+
+
+def starved_message(request: Request, now: float, config: EngineConfig) -> str | None:
+    """Whether a running stream fed less than ``min_audio_rate`` of real time over its last
+    full ``audio_rate_window_s`` (counted in audio seconds, not bytes or messages); the
+    reason for its client when it did, else None. Starts a new window when one is over."""
+    if request.status is not RequestStatus.RUNNING or config.min_audio_rate <= 0:
+        return None
+    window = config.audio_rate_window_s
+    if request.rate_window_start is None:
+        request.rate_window_start = request.admitted_at
+        request.rate_window_samples = request.num_samples_received
+    if request.windower.is_window_ready(request.features):
+        # audio waits to be decoded: the server is behind, not the client (backpressure may
+        # be holding the client's audio back); judge a window that starts once caught up
+        request.rate_window_start = now
+        request.rate_window_samples = request.num_samples_received
+        return None
+    if now - request.rate_window_start < window:
+        return None
+    audio_s = (request.num_samples_received - request.rate_window_samples) / MODEL_SAMPLE_RATE
+    if audio_s < config.min_audio_rate * window:
+        return (f"{audio_s:.2f} s of audio in the last {window:g} s, under "
+                f"{config.min_audio_rate:.0%} of real time: a stream must keep sending audio "
+                "to keep its slot")
+    request.rate_window_start = now
+    request.rate_window_samples = request.num_samples_received
+    return None

@@ -177,7 +177,6 @@ class EngineStats:
             "num_no_speech": worker.num_no_speech if worker is not None else 0,
             "avg_latency_ms": round(finals.second_pass_seconds / done * 1e3, 1) if done else 0.0,
             **self._refine_entry(running),
-            "recent": list(finals.recent),
         }
 
     def _refine_entry(self, running: list[Request]) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from oasr.cache import (
     CtcStateCacheManager,
     SlotStateCache,
 )
-from oasr.decoding import Endpointer, GpuStreamingDecoder, Hypothesis
+from oasr.decoding import EndpointConfig, Endpointer, EndpointRule, GpuStreamingDecoder, Hypothesis
+from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.graphs import CudaGraphBackend
@@ -65,7 +66,8 @@ class StreamResources:
         """Load the model (unless given), pick its family and preallocate every pool.
 
         Raises:
-            ValueError: a chunk longer than the model's position limit.
+            ValueError: a chunk longer than the model's position limit; a pool too small for
+                its slots (`check_pool_covers_slots`).
         """
         device = config.resolve_device()
         if config.num_threads is not None:
@@ -91,6 +93,8 @@ class StreamResources:
             raise ValueError(f"chunk_size {chunk} exceeds the model's {limit} positions")
         cache_config = config.build_cache_config(family.kv_geometry(), device, dtype, chunk,
                                                   max_stream_frames=limit)
+        if family.paged_kv:
+            check_pool_covers_slots(cache_config)
         lanes = 1 if config.resolve_pad_cohorts(device) else 0  # the padding lane (padding.py)
         pool = BlockPool(cache_config, scratch_blocks=lanes) if family.paged_kv else None
         attention = None if pool is None else AttentionCacheManager(pool, cache_config, lanes)
@@ -192,17 +196,29 @@ class StreamResources:
         return self.attention is not None and self.attention.at_capacity(stream_id)
 
     # -- decoding ------------------------------------------------------------------------------
-    def decode(self, stream_ids: list[int], output: StepOutput) -> list[ChunkResult]:
+    def endpointer_with_silence(self, silence_s: float) -> Endpointer:
+        """The engine's endpoint rules with rule 2 (silence after speech) at ``silence_s``
+        (the defaults when the engine's endpointing is off)."""
+        base = self.endpointer.config if self.endpointer is not None else dataclasses.replace(
+            EndpointConfig(), frame_shift_s=self.family.timing.frame_shift_s)
+        rule2 = EndpointRule(must_contain_speech=True, min_trailing_silence_s=silence_s)
+        return Endpointer(dataclasses.replace(base, rule2=rule2))
+
+    def decode(self, stream_ids: list[int], output: StepOutput,
+               endpointers: list[Endpointer | None] | None = None) -> list[ChunkResult]:
         """Decode the cohort's log-probs with one batched decoder call.
 
+        Args:
+            endpointers: per stream, its own endpoint rules; None entries (or None) use the
+                engine's.
         Returns each stream's current best text and the endpoint rule that fired, if any.
         """
-        endpointer = self.endpointer
+        own = endpointers if endpointers is not None else [None] * len(stream_ids)
+        rules = [e if e is not None else self.endpointer for e in own]
         if self.transducer is not None:
             results = self.transducer.decode(stream_ids, output.log_probs, output.lengths)
-            return [ChunkResult(r.hypothesis.text,
-                                None if endpointer is None else endpointer.detect(r.stats))
-                    for r in results]
+            return [ChunkResult(r.hypothesis.text, None if e is None else e.detect(r.stats))
+                    for r, e in zip(results, rules, strict=True)]
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
@@ -210,9 +226,8 @@ class StreamResources:
             lengths = lengths.pin_memory()
         steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
         return [ChunkResult(step.hypothesis.text,
-                            None if endpointer is None else endpointer.detect(step.stats),
-                            step.hypothesis)
-                for step in steps]
+                            None if e is None else e.detect(step.stats), step.hypothesis)
+                for step, e in zip(steps, rules, strict=True)]
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
         """The best hypothesis of the stream's current segment."""

@@ -22,10 +22,10 @@ from oasr.audio import (
     decode_pcm,
     validate_sample_rate,
 )
-from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
+from oasr.engine.commands import AbortStream, AppendAudio, EndStream, FinishAll, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.events import StreamEvent
+from oasr.engine.events import EventType, FinishReason, StreamEvent
 from oasr.engine.request import EventSink
 
 logger = logging.getLogger(__name__)
@@ -35,11 +35,13 @@ IDLE_POLL_S = 0.25  # how often an idle engine wakes to enforce timeouts
 
 @dataclass
 class _StreamInput:
-    """Caller-side state of one stream: its PCM format and resampler."""
+    """Caller-side state of one stream: its PCM format, resampler, sink and samples fed."""
 
     fmt: str
     resampler: StreamingResampler
+    sink: EventSink
     ended: bool = False
+    num_samples_fed: int = 0  # 16 kHz samples handed to the engine
 
 
 class EngineThread:
@@ -58,6 +60,7 @@ class EngineThread:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self.last_beat = time.monotonic()  # the loop's last pass (liveness: is_stuck)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -81,26 +84,57 @@ class EngineThread:
         """True while the loop runs and has not died."""
         return self.is_alive() and self.error is None and not self._stop.is_set()
 
+    def is_stuck(self, after_s: float) -> bool:
+        """True when the loop is alive but has not come round for ``after_s`` seconds (a step
+        that never returns); an idle loop comes round every ``IDLE_POLL_S``."""
+        return self.is_alive() and time.monotonic() - self.last_beat > after_s
+
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                self.last_beat = time.monotonic()
                 if not self.engine.step():
                     self.engine.wait_for_work(IDLE_POLL_S)
             self.engine.shutdown()
         except BaseException as exc:  # the loop itself died: readiness must say so
             logger.exception("engine thread died")
             self.error = exc
+            self._fail_every_stream(exc)
+
+    def _fail_every_stream(self, exc: BaseException) -> None:
+        """The loop died: tell every stream's owner (an error, then done "error") so no client
+        waits for events that will never come."""
+        with self._lock:
+            streams = list(self._inputs.items())
+            self._inputs.clear()
+        message = f"the engine failed ({type(exc).__name__}: {exc}); the server restarts"
+        for stream_id, stream in streams:
+            try:
+                stream.sink(StreamEvent(EventType.ERROR, stream_id, code="internal",
+                                        message=message))
+                stream.sink(StreamEvent(EventType.DONE, stream_id,
+                                        finish_reason=FinishReason.ERROR.value))
+            except Exception:
+                logger.exception("could not tell stream %d that the engine failed", stream_id)
 
     # -- streams -------------------------------------------------------------------------------
     def open_stream(self, sample_rate: int = MODEL_SAMPLE_RATE, fmt: str = "s16le",
-                    sink: EventSink | None = None) -> int:
+                    sink: EventSink | None = None,
+                    endpoint_silence_s: float | None = None) -> int:
         """Register a new stream; admission (ready or busy) arrives later through ``sink``.
+
+        ``endpoint_silence_s`` sets this stream's silence-after-speech endpoint (rule 2).
 
         Raises:
             ValueError: unsupported sample rate or PCM format.
+            RuntimeError: the engine loop has died.
         """
+        if self.error is not None:
+            raise RuntimeError(f"the engine is not running: it failed with {self.error!r}")
         if fmt not in PCM_FORMATS:
             raise ValueError(f"unsupported format {fmt!r}; use one of {', '.join(PCM_FORMATS)}")
+        if endpoint_silence_s is not None and not 0 < endpoint_silence_s <= 60:
+            raise ValueError(f"endpoint silence of {endpoint_silence_s} s; use 0..60 s")
         resampler = StreamingResampler(validate_sample_rate(sample_rate), MODEL_SAMPLE_RATE)
         stream_id = next(self._ids)
         user_sink = sink if sink is not None else (lambda event: None)
@@ -112,8 +146,8 @@ class EngineThread:
             user_sink(event)
 
         with self._lock:
-            self._inputs[stream_id] = _StreamInput(fmt, resampler)
-        self.engine.submit(OpenStream(stream_id, deliver))
+            self._inputs[stream_id] = _StreamInput(fmt, resampler, user_sink)
+        self.engine.submit(OpenStream(stream_id, deliver, endpoint_silence_s))
         return stream_id
 
     def feed_audio(self, stream_id: int, data: bytes) -> None:
@@ -129,7 +163,27 @@ class EngineThread:
         samples = decode_pcm(data, stream.fmt)
         resampled = stream.resampler.process(samples)
         if resampled.size:
+            stream.num_samples_fed += resampled.size
             self.engine.submit(AppendAudio(stream_id, resampled))
+
+    def queued_audio_s(self, stream_id: int) -> float:
+        """Seconds of the stream's audio handed over and not decoded yet (0 once finished).
+
+        Read from the caller's thread: the engine's per-stream frame counter only grows and
+        a dict lookup is atomic, so the value is at worst one step old.
+        """
+        with self._lock:
+            stream = self._inputs.get(stream_id)
+        if stream is None:
+            return 0.0
+        request = self.engine.requests.get(stream_id)
+        decoded = 0 if request is None else (
+            request.num_frames_decoded * self.engine.family.timing.samples_per_frame)
+        return max(0, stream.num_samples_fed - decoded) / MODEL_SAMPLE_RATE
+
+    def finish_all(self, reason: FinishReason, message: str = "") -> None:
+        """End every live stream at the next step with ``reason`` (its final, then done)."""
+        self.engine.submit(FinishAll(reason, message))
 
     def end_stream(self, stream_id: int) -> None:
         """No more audio: flush the resampler and let the engine finish the stream."""

@@ -59,6 +59,9 @@ def make_config(tiny_model_dir: Path) -> Callable[..., ServerConfig]:
         engine_config = EngineConfig(
             **{"model": str(tiny_model_dir), **TEST_ENGINE, **(engine or {})})
         server.setdefault("stats_interval_s", 0.05)
+        server.setdefault("replica", "")  # unlabelled metrics (test_server_http checks labels)
+        # TestClient sends Host: testserver; uvicorn-served tests use 127.0.0.1
+        server.setdefault("allowed_hosts", ("testserver", "127.0.0.1", "localhost"))
         return ServerConfig(engine=engine_config, **server)
 
     return make

@@ -68,3 +68,22 @@ def live_server(config: ServerConfig) -> Iterator[str]:
 def get_stats(address: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://{address}/api/stats", timeout=5) as response:
         return json.loads(response.read())
+
+
+def wav_bytes(seconds: float, sample_rate: int = 16000, seed: int = 0) -> bytes:
+    """``synthetic_pcm`` as a 16-bit wav file."""
+    import io
+
+    import soundfile as sf
+
+    samples = np.frombuffer(synthetic_pcm(seconds, sample_rate, seed), dtype="<i2")
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, sample_rate, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def pool_is_full(stats: dict[str, Any]) -> bool:
+    """Every block free and no stream active or waiting."""
+    pool, streams = stats["pool"], stats["streams"]
+    return (pool["num_used_blocks"] == 0 and pool["num_free_blocks"] == pool["num_blocks"]
+            and streams["active"] == 0 and streams["waiting"] == 0)

@@ -159,7 +159,9 @@ def test_malformed_or_unknown_messages_are_refused(client: TestClient, text: str
         assert_refused(ws, "bad_request", 1008)
 
 
-def test_audio_after_end_is_refused(client: TestClient) -> None:
+def test_audio_after_end_is_refused(make_client: Callable[..., TestClient]) -> None:
+    # backpressure off (30 s per socket): the server reads every frame as it comes
+    client = make_client(max_socket_audio_s=30.0, max_queued_audio_s=30.0)
     with client.websocket_connect("/ws/asr") as ws:
         # 10 s of audio before the end keeps the engine busy for ~16 chunk steps, so the
         # trailing frame is read (and refused) before the stream's own done could be sent.

@@ -40,7 +40,10 @@ def test_api_stats_snapshot(client: TestClient) -> None:
     assert pool["owners"] == [None] * 16
     assert snapshot["streams"]["max_batch_size"] == 2
     assert set(snapshot["finish_reasons"]) == {"stop", "length", "timeout", "abort", "error"}
-    assert snapshot["server"] == {"connections": 0, "max_connections": 64, "stats_viewers": 0}
+    assert snapshot["server"] == {
+        "connections": 0, "max_connections": 64, "realtime_connections": 0, "stats_viewers": 0,
+        "replica": "", "draining": False, "drain_seconds_left": None, "queued_audio_s": 0.0,
+        "num_flow_pauses": 0}
     assert snapshot["model"]["chunk_ms"] == 640
 
 
@@ -141,14 +144,14 @@ def test_second_pass_metrics_appear_when_it_is_on(client: TestClient) -> None:
     snapshot = client.get("/api/stats").json()
     assert not snapshot["second_pass"]["enabled"]
     assert "oasr_finals_total" not in client.get("/metrics").text
-    assert set(snapshot["second_pass"]["rejected"]) == {"failed", "length", "distance", "digits"}
+    assert set(snapshot["second_pass"]["rejected"]) == {"failed", "length", "distance"}
     snapshot["second_pass"].update(enabled=True, backlog=2, num_second_pass_finals=5,
                                    num_first_pass_finals=1, num_temperature_fallbacks=3)
-    snapshot["second_pass"]["rejected"]["digits"] = 1
+    snapshot["second_pass"]["rejected"]["distance"] = 1
     text = ServerMetrics(lambda: snapshot).render().decode()
     assert 'oasr_finals_total{source="whisper"} 5.0' in text
     assert 'oasr_finals_total{source="ctc"} 1.0' in text
     assert "oasr_second_pass_backlog 2.0" in text
-    assert 'oasr_second_pass_rejected_total{reason="digits"} 1.0' in text
+    assert 'oasr_second_pass_rejected_total{reason="distance"} 1.0' in text
     assert 'oasr_second_pass_rejected_total{reason="length"} 0.0' in text
     assert "oasr_second_pass_temperature_fallbacks_total 3.0" in text

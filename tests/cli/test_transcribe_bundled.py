@@ -46,7 +46,9 @@ def test_transcribe_cli_waits_for_every_second_pass(capsys: pytest.CaptureFixtur
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [d["file"] for d in lines] == [str(DEVSET / n) for n in names]
-    assert {s["source"] for d in lines for s in d["segments"]} == {"whisper"}
+    # every final from the second pass (digit strings combined from both passes), none kept
+    # as CTC text because the live server's backlog was full
+    assert {s["source"] for d in lines for s in d["segments"]} <= {"whisper", "combined"}
     counts = ErrorCounts()
     for name, line in zip(names, lines, strict=True):
         counts.add(manifest[name], normalize_transcript(line["text"]))

@@ -24,12 +24,12 @@ def ids(text: str) -> list[int]:
 
 def test_words_are_committed_once_two_refinements_agree() -> None:
     agreement = LocalAgreement()
-    agreement.update("And Mr. John Dash.".split())
+    agreement.update(["And", "Mr.", "John", "Dash."])
     assert agreement.committed == [] and agreement.tentative == ["And", "Mr.", "John", "Dash."]
-    agreement.update("And Mr. John Dashwood had then.".split())
+    agreement.update(["And", "Mr.", "John", "Dashwood", "had", "then."])
     assert agreement.committed == ["And", "Mr.", "John"]
     assert agreement.tentative == ["Dashwood", "had", "then."]
-    agreement.update("And Mr. John Dashwood had then leisure".split())
+    agreement.update(["And", "Mr.", "John", "Dashwood", "had", "then", "leisure"])
     # "then." and "then" agree (compared as scored)
     assert agreement.committed == ["And", "Mr.", "John", "Dashwood", "had", "then"]
 

@@ -180,6 +180,7 @@ def test_abort_reset_and_finish_return_every_slot(speech: list[np.ndarray]) -> N
     for _ in range(3):
         engine.step()
     res = engine.resources
+    engine.stats.refresh(engine.requests, engine.scheduler)  # not only every 0.1 s
     assert res.num_free_slots == 1 and engine.latest_stats()["pool"]["num_used_slots"] == 3
     slot = res.states.slot_of(2)
     assert res.states.buffers["embed_left_pad"][slot].abs().sum() > 0

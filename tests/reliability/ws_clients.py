@@ -30,7 +30,8 @@ SAMPLE_RATE = 16000
 CLOSE_TIMEOUT_S = 60.0
 # The close code that follows each error code (DESIGN §5); nothing else is acceptable.
 ERROR_CLOSE_CODES = {"bad_request": 1008, "unsupported": 1003, "bad_audio": 1003,
-                     "too_large": 1009, "timeout": 1008, "busy": 1013}
+                     "too_large": 1009, "timeout": 1008, "busy": 1013, "draining": 1013,
+                     "internal": 1011}
 
 
 def server_flags(max_batch_size: int, *, blocks_per_stream: int = BLOCKS_PER_STREAM,

@@ -7,10 +7,13 @@ decoder call, and returns the requests that finished. Rows join and leave betwee
 any length; a row's pages are freed the step it finishes.
 
 Every request is decoded under Whisper's safeguards (``oasr.models.whisper.safeguards``): its
-rows stop at the token budget of its duration or as soon as they loop, and a failed decode is
-queued again, ahead of new requests, at the next temperature (``best_of`` sampled rows, which
-are batched with everything else like any row). A request finishes when a decode passes the
-fallback rule or the temperatures run out (then its result says ``failed``).
+rows stop at the token budget of its duration or as soon as they loop, and a first decode that
+fails is queued again, ahead of new requests, as the whole fallback ladder at once: sampled
+rows at every remaining temperature (0.2 ... 1.0, ``samples_per_temperature`` each), batched
+together and with everything else like any rows. The kept decode is the one the reference
+decoders' sequential ladder would keep: the likeliest sample of the lowest temperature that
+passes, so one extra decode pass costs what one temperature would, not five. A request whose
+every temperature fails is answered with the best attempt, flagged ``failed``.
 """
 
 from __future__ import annotations
@@ -63,7 +66,14 @@ class ContinuousWhisperDecoder:
         self.ceiling = len(spec.prompt) + self.max_new_tokens
         self.manager = build_decoder_manager(checkpoint, self.config)
         self.encoder = SegmentEncoder(model, self.config.encoder_window)
-        self.best_of = min(self.config.fallback.best_of, self.config.max_rows)
+        # background refinements (for display, decoded again at the segment's end) take the
+        # cheap window: the segment plus 2 s, the rest of the window a silent one's states
+        self.refine_encoder = SegmentEncoder(model, self.config.refine_window)
+        ladder = max(1, len(self.config.fallback.temperatures) - 1)
+        # the fallback decodes every remaining temperature at once, best_of rows each as far as
+        # the row cap allows (at least one row per temperature)
+        self.samples_per_temperature = max(1, min(self.config.fallback.best_of,
+                                                  self.config.max_rows // ladder))
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
         self._generator = torch.Generator(device=model.device).manual_seed(seed)
         self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO
@@ -71,7 +81,7 @@ class ContinuousWhisperDecoder:
         self._running: list[RunningRow] = []
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
-        self.num_fallbacks = 0  # decodes redone at a higher temperature
+        self.num_fallbacks = 0  # first decodes that failed and went down the temperature ladder
         self.num_loops = 0  # rows stopped by the repetition rule
 
     @property
@@ -194,11 +204,17 @@ class ContinuousWhisperDecoder:
         return DecodeAttempt(tokens, self.checkpoint.tokenizer.decode(tokens), temperature,
                              log_prob / (len(generated) + 1), no_speech_prob, looped, truncated)
 
-    def _temperature(self, request: DecodeRequest) -> float:
-        return self.config.fallback.temperatures[request.temperature_index]
+    def _row_temperatures(self, request: DecodeRequest) -> list[float]:
+        """The temperature of each row of the request's next decode: one row for the first
+        decode; for the fallback, every remaining temperature of the ladder at once, with
+        ``samples_per_temperature`` rows each."""
+        temperatures = self.config.fallback.temperatures
+        if request.temperature_index == 0:
+            return [temperatures[0]]
+        return [t for t in temperatures[1:] for _ in range(self.samples_per_temperature)]
 
     def _rows_for(self, request: DecodeRequest) -> int:
-        return 1 if self._temperature(request) == 0.0 else self.best_of
+        return len(self._row_temperatures(request))
 
     def _admit(self) -> list[PendingDecode]:
         """Requests to prefill this step, urgent ones first, all of one prompt length, as many
@@ -229,25 +245,25 @@ class ContinuousWhisperDecoder:
 
     def _encode(self, pending: list[PendingDecode]) -> None:
         """Encode the admitted requests that arrived as waveforms (one batched call)."""
-        fresh = [p for p in pending if p.request.encoded is None]
-        if not fresh:
-            return
-        waves = [p.waveform for p in fresh if p.waveform is not None]
-        encoded = self.encoder.encode(waves)
-        for row, p in enumerate(fresh):
-            p.request.encoded = EncodedSegments(encoded.states[row : row + 1],
-                                                (encoded.num_encoded[row],))
-            p.waveform = None
+        for encoder, background in ((self.encoder, False), (self.refine_encoder, True)):
+            fresh = [p for p in pending
+                     if p.request.encoded is None and p.request.background == background]
+            if not fresh:
+                continue
+            encoded = encoder.encode([p.waveform for p in fresh if p.waveform is not None])
+            for row, p in enumerate(fresh):
+                p.request.encoded = EncodedSegments(encoded.states[row : row + 1],
+                                                    (encoded.num_encoded[row],))
+                p.waveform = None
 
     def _prefill(self, admitted: list[PendingDecode]) -> list[SecondPassResult]:
         model, spec = self.checkpoint.model, self.checkpoint.spec
         self._encode(admitted)
         rows: list[RunningRow] = []
         for p in admitted:
-            p.request.num_rows = self._rows_for(p.request)
-            p.request.samples = []
-            rows += [RunningRow(p.request, next(self._row_ids), self._temperature(p.request))
-                     for _ in range(p.request.num_rows)]
+            temperatures = self._row_temperatures(p.request)
+            p.request.num_rows, p.request.samples = len(temperatures), []
+            rows += [RunningRow(p.request, next(self._row_ids), t) for t in temperatures]
         states = [r.request.encoded for r in rows]
         encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
                                   tuple(s.num_encoded[0] for s in states if s is not None))
@@ -325,22 +341,39 @@ class ContinuousWhisperDecoder:
         request.samples.append(self._attempt(request, tokens, row.temperature, row.log_prob,
                                              row.no_speech_prob, looped, truncated))
         if len(request.samples) < request.num_rows:
-            return None  # sampled rows of this temperature still running
-        return self._settle(request, max(request.samples, key=lambda a: a.avg_log_prob))
+            return None  # other rows of this decode still running
+        if request.temperature_index == 0:
+            return self._settle(request, request.samples[0])
+        # the ladder: per temperature its likeliest sample; the first that passes is kept, as
+        # if the temperatures had been tried one after the other
+        rule = self.config.fallback
+        for temperature in rule.temperatures[1:]:
+            samples = [a for a in request.samples if a.temperature == temperature]
+            request.attempts.append(max(samples, key=lambda a: a.avg_log_prob))
+            if not rule.is_failed(request.attempts[-1]):
+                break
+        return self._result(request)
 
     def _settle(self, request: DecodeRequest, attempt: DecodeAttempt) -> SecondPassResult | None:
-        """A decode of ``request`` is complete: its result, or None when it was queued again
-        at the next temperature."""
+        """The first decode of ``request`` is complete: its result, or None when the fallback
+        ladder was queued (ahead of new requests)."""
         request.attempts.append(attempt)
         rule = self.config.fallback
-        failed = rule.is_failed(attempt)
-        if (failed and not request.background
-                and request.temperature_index + 1 < len(rule.temperatures)):
-            request.temperature_index += 1
+        if (rule.is_failed(attempt) and not request.background
+                and len(rule.temperatures) > 1):
+            request.temperature_index = 1
             self.num_fallbacks += 1
-            self._waiting.appendleft(PendingDecode(request))  # ahead of new requests
+            self._waiting.appendleft(PendingDecode(request))
             return None
-        kept = best_attempt(request.attempts, rule) if failed else attempt
+        return self._result(request)
+
+    def _result(self, request: DecodeRequest) -> SecondPassResult:
+        """The request's result from its attempts: the last one if it passed, else the best
+        of all (flagged ``failed``)."""
+        rule = self.config.fallback
+        last = request.attempts[-1]
+        failed = rule.is_failed(last)
+        kept = best_attempt(request.attempts, rule) if failed else last
         return SecondPassResult(request.request_id, kept.tokens, kept.text, kept.avg_log_prob,
                                 request.attempts[0].no_speech_prob, kept.temperature,
                                 len(request.attempts), failed, kept.looped)

@@ -52,7 +52,7 @@ class DecodeRequest:
     prefix: tuple[int, ...] = ()  # forced text tokens after the start prompt
     background: bool = False  # decoded when nothing urgent waits; never falls back
     attempts: list[DecodeAttempt] = field(default_factory=list)
-    temperature_index: int = 0
+    temperature_index: int = 0  # 0: the first decode; 1: the fallback ladder
     samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
     num_rows: int = 1  # rows decoding this temperature
 

@@ -6,8 +6,9 @@ faster-whisper guard a segment's decode with the same three rules, built here:
 
 - **temperature fallback**: decode at temperature 0; when the text compresses too well (zlib
   ratio above 2.4: a loop) or its average log-probability is below -1.0, decode again by
-  sampling at 0.2, 0.4, ... 1.0 (``best_of`` samples per temperature, the likeliest kept),
-  unless the no-speech probability says the segment is silence;
+  sampling at 0.2, 0.4, ... 1.0 (``best_of`` samples per temperature, the likeliest kept; the
+  lowest temperature that passes wins), unless the no-speech probability says the segment is
+  silence;
 - **a token budget from the segment's duration**: a 4 s segment cannot need 224 tokens, so a
   row stops at ``TokenBudget.max_tokens(num_samples)``;
 - **early stop on repetition**: a row whose last tokens repeat one short pattern over and over

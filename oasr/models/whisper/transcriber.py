@@ -41,11 +41,14 @@ class WhisperDecodeConfig:
         kv_cache: None (served dtype) or ``"fp8_e4m3"``.
         beam_size: 1 is greedy; more runs beam search on dense per-group buffers.
         max_new_tokens: generated-token cap per row; None = every position the model has.
-        max_rows: rows decoded together, and rows of the paged pool.
+        max_rows: rows decoded together, and rows of the paged pool (16: a fallback ladder of
+            five temperatures x three samples fits at once).
         block_size: tokens (frames) per page of the paged pool.
         max_num_blocks: pages of the paged pool; None = ``max_rows`` rows at full ceiling.
         encoder_window: how much audio the encoder runs on (default: the segment plus 2 s,
             in 2 s buckets, the rest of the 30 s window filled with silence's states).
+        refine_window: the same for the continuous decoder's background requests (refined
+            partials).
         fallback: when the continuous decoder redoes a decode at a higher temperature
             (``FallbackRule(temperatures=(0.0,))``: never; a failed decode is still flagged).
         token_budget: per-segment token cap from its duration (continuous decoder); None:
@@ -57,10 +60,11 @@ class WhisperDecodeConfig:
     kv_cache: str | None = None
     beam_size: int = 1
     max_new_tokens: int | None = None
-    max_rows: int = 8
+    max_rows: int = 16
     block_size: int = 16
     max_num_blocks: int | None = None
     encoder_window: EncoderWindow = EncoderWindow()
+    refine_window: EncoderWindow = EncoderWindow()
     fallback: FallbackRule = FallbackRule()
     token_budget: TokenBudget | None = TokenBudget()
     repetition: RepetitionStop | None = RepetitionStop()

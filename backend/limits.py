@@ -1,0 +1,146 @@
+"""Bounds on what one client can make the server hold or do: JSON shape, queued audio, slow
+HTTP requests.
+
+- `loads_bounded`: JSON control messages are checked for nesting depth before ``json.loads``
+  (whose recursion would otherwise raise RecursionError on 2,000 nested brackets).
+- `AudioFlowGate`: per-socket backpressure plus a global budget of queued audio. A connection
+  asks ``wait_for_room`` before it reads its next frame; while its stream has more than
+  ``max_socket_s`` seconds queued and not decoded, or all streams together more than
+  ``max_total_s``, it does not read, so uvicorn stops reading the socket and TCP pushes back
+  on the client: a flood costs the flooder, not everyone's latency and memory.
+- `header_timeout_protocol`: uvicorn's HTTP protocol with a deadline for a request's headers,
+  so half-open requests do not hold connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+FLOW_POLL_S = 0.02  # how often a paused socket looks at its queue again
+
+
+class JsonTooDeep(ValueError):
+    """A JSON text nests deeper than allowed."""
+
+
+def json_depth_exceeds(text: str, max_depth: int) -> bool:
+    """Whether ``text`` opens more than ``max_depth`` nested arrays / objects (brackets inside
+    strings do not count). Linear and allocation-free: it runs before any parsing."""
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def loads_bounded(text: str, max_depth: int) -> Any:
+    """``json.loads`` for text nesting at most ``max_depth`` levels.
+
+    Raises:
+        JsonTooDeep: deeper nesting (checked before parsing).
+        ValueError: not JSON.
+    """
+    if json_depth_exceeds(text, max_depth):
+        raise JsonTooDeep(f"JSON nested deeper than {max_depth} levels")
+    return json.loads(text)
+
+
+class AudioFlowGate:
+    """Decides when a ``/ws/asr`` connection may read its next message.
+
+    Used from the event loop only. ``queued_s(stream_id)`` reports a stream's audio handed to
+    the engine and not decoded yet; the gate keeps a per-stream view of it to bound the sum.
+    """
+
+    def __init__(self, queued_s: Callable[[int], float], max_socket_s: float,
+                 max_total_s: float, floor_s: Callable[[], float] = lambda: 1.0) -> None:
+        if not 0 < max_socket_s <= max_total_s:
+            raise ValueError(f"need 0 < max_socket_s ({max_socket_s}) <= max_total_s "
+                             f"({max_total_s})")
+        self._queued_s = queued_s
+        # A stream with less than floor_s() queued may always send: the engine may need that
+        # much for the stream's next chunk, and holding it back would stall the stream for
+        # good (nothing to decode, nothing read). Two chunks' worth.
+        self._floor_s = floor_s
+        self.max_socket_s = max_socket_s
+        self.max_total_s = max_total_s
+        self._queued: dict[int, float] = {}
+        self.num_pauses = 0  # times a socket had to wait (for the stats)
+
+    @property
+    def total_queued_s(self) -> float:
+        return sum(self._queued.values())
+
+    def _refresh(self, stream_id: int) -> float:
+        queued = self._queued_s(stream_id)
+        self._queued[stream_id] = queued
+        return queued
+
+    def _must_wait(self, stream_id: int) -> bool:
+        own = self._refresh(stream_id)
+        floor = self._floor_s()
+        if own <= floor:  # what the engine may need for this stream's next chunk
+            return False
+        if own > self.max_socket_s:
+            return True
+        for other in list(self._queued):  # over the global budget, every queued stream waits
+            if other != stream_id:
+                self._refresh(other)
+        return self.total_queued_s > self.max_total_s
+
+    async def wait_for_room(self, stream_id: int) -> None:
+        """Return once ``stream_id`` may hand over more audio."""
+        if not self._must_wait(stream_id):
+            return
+        self.num_pauses += 1
+        while self._must_wait(stream_id):
+            await asyncio.sleep(FLOW_POLL_S)
+
+    def forget(self, stream_id: int) -> None:
+        """The connection is gone: its stream no longer counts against the budget."""
+        self._queued.pop(stream_id, None)
+
+
+def header_timeout_protocol(base: type[asyncio.Protocol], timeout_s: float) -> type:
+    """``base`` (uvicorn's HTTP protocol class) closing connections that have not completed a
+    request's headers ``timeout_s`` seconds after they connected.
+
+    uvicorn times out idle keep-alive connections but not a request whose headers never
+    finish; a production deployment also sits behind HAProxy (``timeout http-request``).
+    """
+
+    class HeaderTimeoutProtocol(base):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            self._header_deadline = asyncio.get_running_loop().call_later(
+                timeout_s, self._on_header_deadline)
+
+        def _on_header_deadline(self) -> None:
+            transport = self.transport
+            if (getattr(self, "cycle", None) is None and not transport.is_closing()
+                    and transport.get_protocol() is self):  # not upgraded to a websocket
+                transport.close()  # no request started: a half-open request
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._header_deadline.cancel()
+            super().connection_lost(exc)
+
+    HeaderTimeoutProtocol.__name__ = f"HeaderTimeout{base.__name__}"
+    return HeaderTimeoutProtocol

@@ -1,0 +1,86 @@
+"""``backend.limits``: JSON depth before parsing, and the audio flow gate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from backend.limits import AudioFlowGate, JsonTooDeep, json_depth_exceeds, loads_bounded
+
+
+@pytest.mark.parametrize(("text", "depth"), [
+    ('{"type": "start"}', 1), ("[[[]]]", 3), ('{"a": [{"b": []}]}', 4), ("1", 0),
+    ('"[[[[[[[["', 0), ('{"a": "\\"[[[["}', 1), ("[" * 2000, 2000)])
+def test_json_depth_is_counted_outside_strings(text: str, depth: int) -> None:
+    assert not json_depth_exceeds(text, depth)
+    assert json_depth_exceeds(text, depth - 1) == (depth > 0)
+
+
+def test_loads_bounded_refuses_deep_json_and_parses_the_rest() -> None:
+    with pytest.raises(JsonTooDeep, match="deeper than 8"):
+        loads_bounded("[" * 2000 + "]" * 2000, 8)
+    assert loads_bounded('{"type": "start", "x": [[1]]}', 8) == json.loads(
+        '{"type": "start", "x": [[1]]}')
+    with pytest.raises(ValueError):
+        loads_bounded("{", 8)
+
+
+def test_flow_gate_pauses_a_socket_over_its_limit_until_the_engine_catches_up() -> None:
+    queued = {1: 6.0, 2: 0.0}
+    gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=5.0, max_total_s=8.0)
+
+    async def scenario() -> None:
+        waiter = asyncio.create_task(gate.wait_for_room(1))
+        await asyncio.sleep(0.1)
+        assert not waiter.done()  # 6 s queued > 5 s: not reading
+        await gate.wait_for_room(2)  # another socket with nothing queued is not held up
+        queued[1] = 4.0
+        await asyncio.wait_for(waiter, 1.0)
+
+    asyncio.run(scenario())
+    assert gate.num_pauses == 1
+
+
+def test_flow_gate_holds_sockets_with_audio_queued_while_over_the_global_budget() -> None:
+    queued = {1: 4.0, 2: 4.5, 3: 0.9}
+    gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=5.0, max_total_s=8.0)
+
+    async def scenario() -> None:
+        await gate.wait_for_room(1)  # 4 s alone: under both limits
+        waiter = asyncio.create_task(gate.wait_for_room(2))  # 8.5 s in all > 8 s
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        # under a chunk's worth queued (the 1 s floor) may always send: the engine may need
+        # more audio before it can decode anything of that stream
+        await asyncio.wait_for(gate.wait_for_room(3), 0.5)
+        queued[1] = 1.0
+        await asyncio.wait_for(waiter, 1.0)
+        for stream_id in (1, 2, 3):
+            gate.forget(stream_id)
+        assert gate.total_queued_s == 0.0
+
+    asyncio.run(scenario())
+
+
+def test_flow_gate_never_holds_a_stream_below_its_next_chunk() -> None:
+    queued = {1: 1.2}
+    gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=0.5, max_total_s=0.5,
+                         floor_s=lambda: 1.28)  # two 640 ms chunks
+
+    async def scenario() -> None:
+        await asyncio.wait_for(gate.wait_for_room(1), 0.5)  # over both limits, under the floor
+        queued[1] = 1.5
+        waiter = asyncio.create_task(gate.wait_for_room(1))
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        queued[1] = 1.0
+        await asyncio.wait_for(waiter, 1.0)
+
+    asyncio.run(scenario())
+
+
+def test_flow_gate_limits_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_socket_s"):
+        AudioFlowGate(lambda sid: 0.0, max_socket_s=10.0, max_total_s=5.0)
