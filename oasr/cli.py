@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from oasr.decoding.endpoint import EndpointConfig
-from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
+from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.refine import RefineConfig
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
@@ -92,7 +92,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="second-pass decoder K/V pool in GiB; default: --max-decode-slots "
                    "rows at their full length")
     g.add_argument("--max-decode-slots", type=int, default=None,
-                   help="second-pass rows decoded at once (default: 8)")
+                   help="second-pass rows decoded at once (default: 16)")
+    g.add_argument("--cuda-graphs", choices=CUDA_GRAPH_MODES, default="off",
+                   help="capture the encoder step as one CUDA graph per batch width, replayed "
+                   "over the padding lane (auto: on for CUDA, off on CPU); off by default "
+                   "until it has run on a GPU (bench/gpu_check.sh)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the engine (default: torch's choice)")
     g.add_argument("--endpoint-pause", type=float, default=None, metavar="S",
@@ -181,6 +185,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
                                  word_oov_penalty=args.lm_oov_penalty),
         lm=args.lm,
         num_threads=args.threads,
+        cuda_graphs=args.cuda_graphs,
         second_pass=args.second_pass,
         endpoint=endpoint_config_from_args(args),
         second_pass_decode=replace(EngineConfig().second_pass_decode,

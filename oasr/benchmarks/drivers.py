@@ -45,12 +45,12 @@ def sync(device: torch.device) -> None:
 
 def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int = -1,
                         chunk_size: int | None = None, device: str = "auto",
-                        dtype: str = "auto") -> EngineConfig:
+                        dtype: str = "auto", cuda_graphs: str = "auto") -> EngineConfig:
     """An engine for ``num_streams`` streams of up to ``num_chunks`` chunks each.
 
     The pool is sized exactly (every stream's history plus one in-flight block), not derived
     from free memory; endpointing is off so both ways keep the same history; no timeouts;
-    ``chunk_size`` None = the model's trained chunk.
+    ``chunk_size`` None = the model's trained chunk; ``cuda_graphs`` as `EngineConfig`'s.
     """
     per_stream = num_left_chunks + 2 if num_left_chunks >= 0 else num_chunks + 2
     return EngineConfig(
@@ -58,6 +58,7 @@ def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int 
         num_left_chunks=num_left_chunks, max_num_blocks=num_streams * per_stream,
         max_blocks_per_seq=max(per_stream, 8), endpoint=None, max_wait_time_s=math.inf,
         idle_timeout_s=math.inf, max_session_s=math.inf, max_pending_audio_s=math.inf,
+        cuda_graphs=cuda_graphs,
     )
 
 

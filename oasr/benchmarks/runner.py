@@ -38,7 +38,7 @@ from oasr.benchmarks.workload import (
     default_audio_dir,
     load_bench_model,
 )
-from oasr.engine.config import DTYPE_NAMES, EngineConfig
+from oasr.engine.config import CUDA_GRAPH_MODES, DTYPE_NAMES, EngineConfig
 
 HEADLINE_STREAMS = 64
 SPEED_DTYPES = DTYPE_NAMES  # auto, float32, float16, bfloat16, int8
@@ -72,6 +72,8 @@ class BenchConfig:
         realtime_probes: most engine runs spent finding the real-time stream count.
         server_levels: websocket client counts (empty: no server load).
         server_seconds: audio each websocket client sends.
+        cuda_graphs: the engine's ``cuda_graphs`` in the throughput and real-time runs
+            (auto: on for CUDA).
     """
 
     quick: bool = False
@@ -90,6 +92,7 @@ class BenchConfig:
     realtime_probes: int = 6
     server_levels: tuple[int, ...] = (16, 32, 64, 128)
     server_seconds: float = 8.0
+    cuda_graphs: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.stream_counts or min(self.stream_counts) < 1:
@@ -103,6 +106,9 @@ class BenchConfig:
             raise ValueError(f"dtype must be one of {', '.join(SPEED_DTYPES)}, got {self.dtype!r}")
         if self.family is not None and self.family not in FAMILY_CHOICES:
             raise ValueError(f"family must be conformer or whisper_ctc, got {self.family!r}")
+        if self.cuda_graphs not in CUDA_GRAPH_MODES:
+            raise ValueError(f"cuda_graphs must be one of {', '.join(CUDA_GRAPH_MODES)}, "
+                             f"got {self.cuda_graphs!r}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0 = torch's default), got {self.threads}")
         if self.warmup < 1:
@@ -162,6 +168,7 @@ def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
         "quick": config.quick,
         "dtype": config.dtype,
         "dtype_resolved": resolved_dtype_name(config, bench.family_name),
+        "cuda_graphs": config.cuda_graphs,
     }
     _log(f"model: {bench.source} ({bench.family_name})")
     result.update(_engine_benchmarks(config, bench, audio_dir))
@@ -192,7 +199,7 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
     for n in config.stream_counts:
         _log(f"throughput: {n} streams, engine vs dense loop ({config.dtype})")
         rows.append(measure_throughput(speed, audio_dir, n, config.warmup, config.steps,
-                                       config.device, config.dtype))
+                                       config.device, config.dtype, config.cuda_graphs))
     if not bench.family.paged_kv:
         return _slot_runtime_benchmarks(config, bench, audio_dir, rows)
     history = _history(config, bench, audio_dir)
@@ -201,7 +208,8 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
     _log(f"real-time streams: search from {estimate}")
     max_rt, probes = find_max_realtime_streams(
         speed, audio_dir, estimate, warmup=2, steps=2 if config.quick else 3,
-        max_probes=config.realtime_probes, device=config.device, dtype=config.dtype)
+        max_probes=config.realtime_probes, device=config.device, dtype=config.dtype,
+        cuda_graphs=config.cuda_graphs)
     _log(f"compute: batch {biggest.num_streams}")
     compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 5, config.device)
     steady = check_steady_state(bench, audio_dir, min(16, biggest.num_streams),
@@ -243,7 +251,7 @@ def _slot_runtime_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: 
     max_rt, probes = find_max_realtime_streams(
         bench, audio_dir, max(1, int(biggest.engine_rate * 0.9)), warmup=2,
         steps=2 if config.quick else 3, max_probes=config.realtime_probes,
-        device=config.device, dtype=config.dtype)
+        device=config.device, dtype=config.dtype, cuda_graphs=config.cuda_graphs)
     headline_row = next((r for r in rows if r.num_streams == HEADLINE_STREAMS), biggest)
     specs = bench.model.state_specs()  # type: ignore[operator]
     state_bytes = sum(math.prod(s.shape) * (4 if s.dtype is None else s.dtype.itemsize)
@@ -326,6 +334,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--server-clients", type=int, nargs="*", default=None,
                    help="websocket client counts (none: skip the server load)")
     p.add_argument("--server-seconds", type=float, default=None, help="audio per client")
+    p.add_argument("--cuda-graphs", default="auto", choices=CUDA_GRAPH_MODES,
+                   help="graph-captured steps in the throughput and real-time runs "
+                        "(auto: on for CUDA)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps before each throughput point (graph captures land here)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per throughput point")
     return p
 
 
@@ -333,7 +347,11 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     overrides: dict[str, Any] = dict(model=args.model, family=args.family,
                                      tiny_model=args.tiny_model,
                                      audio_dir=args.audio_dir, device=args.device,
-                                     dtype=args.dtype, threads=args.threads)
+                                     dtype=args.dtype, threads=args.threads,
+                                     cuda_graphs=args.cuda_graphs)
+    for name in ("warmup", "steps"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
     if args.streams:
         overrides["stream_counts"] = tuple(args.streams)
     if args.realtime_probes is not None:

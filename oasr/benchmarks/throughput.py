@@ -42,13 +42,15 @@ class ThroughputRow:
 
 
 def measure_throughput(bench: BenchModel, audio_dir: Path, num_streams: int, warmup: int,
-                       steps: int, device: str = "auto", dtype: str = "auto") -> ThroughputRow:
+                       steps: int, device: str = "auto", dtype: str = "auto",
+                       cuda_graphs: str = "auto") -> ThroughputRow:
     """Engine vs dense loop for ``num_streams`` streams: ``warmup`` untimed steps each, then
     ``steps`` timed steps, alternating one engine step with one dense step. Both run the
     model in ``dtype`` (an `EngineConfig.dtype` name; they share the model object)."""
     total = warmup + steps
     speech = load_speech(audio_dir, num_streams, bench.chunk_seconds * (total + 2))
-    config = bench_engine_config(num_streams, total + 1, device=device, dtype=dtype)
+    config = bench_engine_config(num_streams, total + 1, device=device, dtype=dtype,
+                                 cuda_graphs=cuda_graphs)
     engine = EngineDriver(bench, speech, config)
     torch_device = config.resolve_device()
     dense = DenseLoop(bench, speech, device=torch_device,
@@ -95,12 +97,12 @@ class RealtimeProbe:
 
 def probe_realtime(bench: BenchModel, audio_dir: Path, num_streams: int, warmup: int,
                    steps: int, num_left_chunks: int = -1, device: str = "auto",
-                   dtype: str = "auto") -> RealtimeProbe:
+                   dtype: str = "auto", cuda_graphs: str = "auto") -> RealtimeProbe:
     """Run ``num_streams`` streams through the engine; time ``steps`` steps after ``warmup``."""
     total = warmup + steps
     speech = load_speech(audio_dir, num_streams, bench.chunk_seconds * (total + 2))
     config = bench_engine_config(num_streams, total + 1, num_left_chunks, device=device,
-                                 dtype=dtype)
+                                 dtype=dtype, cuda_graphs=cuda_graphs)
     driver = EngineDriver(bench, speech, config)
     driver.run(warmup)
     times = sorted(driver.run(1)[0] for _ in range(steps))
@@ -142,12 +144,12 @@ def search_max_realtime(probe: Callable[[int], RealtimeProbe], estimate: int,
 
 def find_max_realtime_streams(bench: BenchModel, audio_dir: Path, estimate: int, warmup: int,
                               steps: int, max_probes: int, num_left_chunks: int = -1,
-                              device: str = "auto",
-                              dtype: str = "auto") -> tuple[int, list[RealtimeProbe]]:
+                              device: str = "auto", dtype: str = "auto",
+                              cuda_graphs: str = "auto") -> tuple[int, list[RealtimeProbe]]:
     """`search_max_realtime` over real engine runs (`probe_realtime`)."""
     def probe(n: int) -> RealtimeProbe:
         return probe_realtime(bench, audio_dir, n, warmup, steps, num_left_chunks, device,
-                              dtype)
+                              dtype, cuda_graphs)
 
     found = search_max_realtime(probe, estimate, max_probes)
     if torch.cuda.is_available():

@@ -321,6 +321,22 @@ class AttentionCacheManager:
             held.append(self.config.prefill_frames)
         return self._layer_caches(block_table, cache_seqlens, max(held, default=0))
 
+    def paged_caches_for_slots(self, slots: torch.Tensor, host_seqlen: int) -> list[PagedKVCache]:
+        """One ``PagedKVCache`` per layer for rows given as a device slots tensor (a captured
+        step's static input: the gather reads the tables at replay time).
+
+        Args:
+            slots: (B,) int64 rows: stream slots and pad lanes, prepared by the caller.
+            host_seqlen: an upper bound of the rows' held frames (sizes the gather).
+        """
+        block_table, cache_seqlens = self._tables.gather(slots)  # (B, max_blocks), (B,)
+        return self._layer_caches(block_table, cache_seqlens, host_seqlen)
+
+    def flush_tables(self) -> None:
+        """Bring the device block table and cache lengths up to date (before a replay, which
+        reads them without running the host code that would flush)."""
+        self._tables.flush()
+
     def _layer_caches(
         self, block_table: torch.Tensor, cache_seqlens: torch.Tensor, host_seqlen: int
     ) -> list[PagedKVCache]:
@@ -343,6 +359,20 @@ class AttentionCacheManager:
     def cached_frames(self, stream_ids: Sequence[int]) -> torch.Tensor:
         """(B,) int32 frames each stream holds (its cache_seqlens rows), on the device."""
         return self._tables.gather(self.batch_slots(stream_ids))[1]
+
+    def max_cached_frames(self, stream_ids: Sequence[int]) -> int:
+        """Host int: the most frames any of the prepared streams holds (a gather's size).
+
+        Raises:
+            RuntimeError: a stream with no prepared chunk (its row would address no block).
+        """
+        held = 0
+        for sid in stream_ids:
+            state = self._get_state(sid)
+            if not state.prepared:
+                raise RuntimeError(f"stream {sid} has no prepared chunk: call prepare_chunk first")
+            held = max(held, state.num_committed_frames)
+        return held
 
     def num_cached_frames(self, stream_id: int) -> int:
         """Host int: frames the stream holds (no device read)."""

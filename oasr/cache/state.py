@@ -278,4 +278,8 @@ class SlotStateCache:
     ) -> dict[str, SlotStateView]:
         """A gather/scatter view per spec for the batch, sharing one device slots tensor."""
         slots = slots_to_device(self.batch_slot_list(stream_ids, pad_to), self.device)
+        return self.views_for_slots(slots)
+
+    def views_for_slots(self, slots: torch.Tensor) -> dict[str, SlotStateView]:
+        """A gather/scatter view per spec for rows given as a (B,) int64 device slots tensor."""
         return {name: SlotStateView(spec, self.buffers[name], slots) for name, spec in self.specs.items()}

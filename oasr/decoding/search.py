@@ -91,7 +91,7 @@ def prepare_chunk(
         valid = torch.ones((batch, num_frames), dtype=torch.bool, device=state.device)
     else:
         assert lengths is not None
-        valid = steps[None, :] < lengths.to(state.device)[:, None]  # (B, T)
+        valid = steps[None, :] < lengths.to(state.device, non_blocking=True)[:, None]  # (B, T)
     top_lp = top_tok = None
     if config.is_greedy:
         max_lp, argmax = lp.max(dim=-1)  # (B, T)

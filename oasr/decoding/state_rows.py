@@ -115,7 +115,10 @@ class StateRows:
         unchanged, so a steady step copies no index to the device."""
         key = tuple(rows)
         if self._index_cache is None or self._index_cache[0] != key:
-            self._index_cache = (key, torch.tensor(rows, dtype=torch.int64, device=self.device))
+            staged = torch.tensor(rows, dtype=torch.int64)
+            if torch.device(self.device).type == "cuda":  # pinned: no wait for queued work
+                staged = staged.pin_memory()
+            self._index_cache = (key, staged.to(self.device, non_blocking=True))
         return self._index_cache[1]
 
     def ensure_capacity(self, states: list[DecoderState], index: torch.Tensor,

@@ -32,6 +32,7 @@ _NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # The smallest chunk a deployment may ask for (encoder frames: 160 ms of Conformer output);
 # below it every chunk is mostly padding for the conv stem and the transcripts are noise.
 MIN_CHUNK_SIZE = 4
+CUDA_GRAPH_MODES = ("auto", "on", "off")
 
 
 @functools.cache
@@ -134,6 +135,13 @@ class EngineConfig:
             less (2 bytes every few seconds keep a byte-counting idle timer happy) ends with
             "timeout". 0 disables the rule (offline transcription).
         audio_rate_window_s: the window of that rule, in seconds of wall time.
+        cuda_graphs: "off" (the default until it has run on a GPU), "auto" (on for a CUDA
+            device, off on CPU) or "on" (needs CUDA):
+            capture the encoder's chunk step as one CUDA graph per batch width of a ladder
+            (1, 2, 4, ... max_batch_size; `oasr.engine.graphs`), replayed over the padding lane.
+        pad_cohorts: pad every cohort up to the next ladder width with pad-lane rows (they
+            write only into a scratch block and a pad row; their outputs are dropped); None
+            follows ``cuda_graphs``. True on CPU exercises the padded path without graphs.
     """
 
     model: str | None = None
@@ -168,6 +176,8 @@ class EngineConfig:
     num_threads: int | None = None
     min_audio_rate: float = 0.1
     audio_rate_window_s: float = 10.0
+    cuda_graphs: str = "off"  # "auto" once bench/gpu_check.sh has passed on a device
+    pad_cohorts: bool | None = None
 
     def __post_init__(self) -> None:
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
@@ -204,6 +214,9 @@ class EngineConfig:
                              "(or lm 'none')")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
+        if self.cuda_graphs not in CUDA_GRAPH_MODES:
+            raise ValueError(f"cuda_graphs must be one of {', '.join(CUDA_GRAPH_MODES)}, "
+                             f"got {self.cuda_graphs!r}")
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
             if not getattr(self, name) >= 0:  # NaN fails too; inf means "never"
                 raise ValueError(f"EngineConfig.{name} must be >= 0, got {getattr(self, name)}")
@@ -266,6 +279,25 @@ class EngineConfig:
         if device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"device {self.device!r} requested but CUDA is not available")
         return device
+
+    def resolve_cuda_graphs(self, device: torch.device) -> bool:
+        """Whether steps are captured as CUDA graphs on ``device`` ("auto": CUDA only).
+
+        Raises:
+            ValueError: "on" for a device that is not CUDA.
+        """
+        if self.cuda_graphs == "on" and device.type != "cuda":
+            raise ValueError(f"cuda_graphs='on' needs a CUDA device, got {device}: use 'auto' "
+                             "or 'off' (pad_cohorts=True pads cohorts without graphs)")
+        return self.cuda_graphs == "on" or (self.cuda_graphs == "auto" and device.type == "cuda")
+
+    def resolve_pad_cohorts(self, device: torch.device) -> bool:
+        """Whether cohorts are padded to the width ladder (always when graphs are on)."""
+        graphs = self.resolve_cuda_graphs(device)
+        if graphs and self.pad_cohorts is False:
+            raise ValueError("cuda_graphs replay fixed widths: pad_cohorts=False needs "
+                             "cuda_graphs='off'")
+        return graphs or bool(self.pad_cohorts)
 
     def resolve_dtype(self, device: torch.device, family_name: str | None = None) -> torch.dtype:
         """The float dtype of activations and the K/V pool; float32 with "int8".

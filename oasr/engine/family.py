@@ -113,6 +113,9 @@ class ModelFamily(ABC):
     decoding: str = "ctc"
     # Linear layers (qualified-name suffixes) `quantize_int8` keeps in float
     float_linears: tuple[str, ...] = ()
+    # the chunk forward's position table grows with ``ChunkBatch.max_offset`` (so a padded
+    # step rounds the offset up, `oasr.engine.padding`); otherwise it only guards a fixed table
+    offset_sized_positions: bool = False
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -151,8 +154,9 @@ class ModelFamily(ABC):
         """A fresh feature extractor for one stream."""
 
     @abstractmethod
-    def build_states(self, cache_config: CacheConfig) -> SlotStateCache:
-        """The slot-addressed fixed-extent state of every stream (zeroed slots)."""
+    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
+        """The slot-addressed fixed-extent state of every stream (zeroed slots), plus
+        ``pad_lanes`` rows that padded steps write instead of a stream's."""
 
     def quantize_int8(self) -> list[str]:
         """Swap the model's Linear layers for `Int8Linear` in place, except ``float_linears``.
@@ -185,6 +189,7 @@ class ConformerFamily(ModelFamily):
     # (applied once to the sinusoid table and cached; the attention reads its weight) and the
     # conv2d stem's output Linear (the stem stays float: it reads its dtype off that layer)
     float_linears = ("ctc.ctc_lo", "linear_pos", "embed.out.0")
+    offset_sized_positions = True  # the relative table has max_offset + T rows
 
     @property
     def timing(self) -> FrameTiming:
@@ -219,8 +224,8 @@ class ConformerFamily(ModelFamily):
     def new_features(self) -> FeatureSource:
         return StreamingFbank()
 
-    def build_states(self, cache_config: CacheConfig) -> SlotStateCache:
-        return CnnCacheManager(cache_config)
+    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
+        return CnnCacheManager(cache_config, pad_lanes)
 
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
         view = batch.states[CNN_STATE]
@@ -282,11 +287,12 @@ class WhisperCtcFamily(ModelFamily):
 
         return BufferedFeatures(CausalLogMel(self.model.config.n_mels), self.model.config.n_mels)
 
-    def build_states(self, cache_config: CacheConfig) -> SlotStateCache:
+    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
         from oasr.models.whisper_ctc.streaming import whisper_ctc_state_specs
 
         return SlotStateCache(whisper_ctc_state_specs(self.model.config),
-                              cache_config.max_batch_size, cache_config.device, cache_config.dtype)
+                              cache_config.max_batch_size, cache_config.device, cache_config.dtype,
+                              pad_lanes)
 
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
         from oasr.models.whisper_ctc.streaming import CONV1_STATE, CONV2_STATE, forward_chunk_paged

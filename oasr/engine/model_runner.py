@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from oasr.audio import FeatureWindow
 from oasr.cache import AttentionCacheManager, SlotStateCache
 from oasr.engine.family import ChunkBatch, ModelFamily
+from oasr.engine.graphs import GraphBackend, StepGraphs
+from oasr.engine.padding import StepPadding, StepShape
+from oasr.engine.staging import StepInputs, StepStaging
 
 
 @dataclass(frozen=True)
@@ -66,26 +68,49 @@ class StepOutput:
 
 
 class ModelRunner:
-    """Owns the model call: stacks windows, builds the paged views, runs, commits.
+    """Owns the model call: stages the windows, builds the paged views, runs, commits.
 
     The model is reached only through its `ModelFamily`, so the same runner serves the
     Conformer and Whisper-CTC. The three phases are separate so the engine can isolate a
     failing stream: `prepare` allocates each row's block once; `forward` may be retried on
     sub-cohorts without allocating again; `commit` records the frames of the rows that
     succeeded.
+
+    With ``padding`` (`oasr.engine.padding`) a cohort runs at the next width of a ladder, its
+    extra rows on the padding lane (they write only into the pool's scratch block and the
+    state caches' pad row; their outputs are dropped), with its shapes rounded up so that few
+    shapes recur; `enable_graphs` then replays each shape as a captured graph. Inputs reach
+    the device through `StepStaging` (persistent buffers, asynchronous copies).
     """
 
     def __init__(self, family: ModelFamily, attention: AttentionCacheManager | None,
-                 states: SlotStateCache, device: torch.device, dtype: torch.dtype) -> None:
+                 states: SlotStateCache, device: torch.device, dtype: torch.dtype,
+                 padding: StepPadding | None = None) -> None:
         self.family = family
         self.attention = attention
         self.states = states
         self.device = device
         self.dtype = dtype
+        self.padding = padding
+        self.graphs: StepGraphs | None = None
+        self.staging: StepStaging | None = None
+        if padding is not None and not self._pad_lane_slots:
+            raise ValueError("padded steps need a pad lane: build the caches with pad_lanes=1")
 
     @property
     def model(self) -> torch.nn.Module:
         return self.family.model
+
+    def enable_graphs(self, backend: GraphBackend, max_graphs: int = 64) -> StepGraphs:
+        """Replay padded steps as graphs captured by ``backend`` (one per step shape).
+
+        Raises:
+            ValueError: the runner does not pad (a graph needs fixed widths).
+        """
+        if self.padding is None:
+            raise ValueError("graphs replay fixed widths: build the runner with padding")
+        self.graphs = StepGraphs(self.run_step, backend, self.pad_inputs, max_graphs)
+        return self.graphs
 
     def prepare(self, plan: BatchPlan) -> None:
         """Allocate the blocks every row's chunk needs: one pool allocation for the cohort
@@ -97,18 +122,57 @@ class ModelRunner:
     def forward(self, plan: BatchPlan) -> StepOutput:
         """Run the encoder and CTC head on the cohort's windows in one call; the rows' new
         fixed-extent state is written back only when the call succeeds."""
-        feats, feat_lens = self._stack_windows(plan.windows)
+        shape = self.step_shape(plan)
+        slots = self._slot_list(plan.stream_ids, shape.width)
+        staging = self._staging_for(shape.frames, plan.windows[0].feats.shape[1])
+        inputs = staging.upload(plan.windows, plan.offsets, slots, shape.frames)
+        if self.attention is not None:
+            self.attention.flush_tables()  # a replay reads the tables without flushing them
+        if self.graphs is not None:
+            log_probs = self.graphs.run(inputs, shape)  # (W, T', V)
+        else:
+            log_probs = self.run_step(inputs, shape)
+        return StepOutput(log_probs[: len(plan.stream_ids)], plan.num_output_frames)
+
+    def step_shape(self, plan: BatchPlan) -> StepShape:
+        """The cohort's shape: exact, or padded up (`StepPadding.shape`)."""
+        held = 0
+        if self.attention is not None:
+            held = self.attention.max_cached_frames(plan.stream_ids)
+        if self.padding is not None:
+            return self.padding.shape(len(plan.stream_ids), held, max(plan.offsets))
+        return StepShape(len(plan.stream_ids), max(w.num_frames for w in plan.windows), held,
+                         max(plan.offsets))
+
+    def run_step(self, inputs: StepInputs, shape: StepShape) -> torch.Tensor:
+        """The eager step (what a graph records): paged views and state views of the rows in
+        ``inputs.slots``, one family forward.
+
+        Returns:
+            (W, T', V) the family's output, pad rows included.
+        """
         batch = ChunkBatch(
-            feats=feats,
-            feat_lens=feat_lens,
-            offsets=torch.tensor(plan.offsets, dtype=torch.int64, device=self.device),
-            max_offset=max(plan.offsets),
+            feats=inputs.feats.to(self.dtype),  # (W, T, F)
+            feat_lens=inputs.feat_lens,
+            offsets=inputs.offsets,
+            max_offset=shape.max_offset,
             caches=([] if self.attention is None
-                    else self.attention.get_batched_paged_caches(plan.stream_ids)),
-            states=self.states.views(plan.stream_ids),
+                    else self.attention.paged_caches_for_slots(inputs.slots, shape.host_seqlen)),
+            states=self.states.views_for_slots(inputs.slots),
         )
-        log_probs = self.family.forward_chunk(batch)  # (B, T', V)
-        return StepOutput(log_probs, plan.num_output_frames)
+        return self.family.forward_chunk(batch)
+
+    def pad_inputs(self, shape: StepShape) -> StepInputs:
+        """Inputs of ``shape`` whose every row is the padding lane (a capture's static inputs)."""
+        assert self.staging is not None, "a step stages its inputs before any capture"
+        width, frames, device = shape.width, shape.frames, self.device
+        return StepInputs(
+            feats=torch.zeros(width, frames, self.staging.feat_dim, dtype=self.dtype,
+                              device=device),
+            feat_lens=torch.full((width,), frames, dtype=torch.int64, device=device),
+            offsets=torch.zeros(width, dtype=torch.int64, device=device),
+            slots=torch.full((width,), self._pad_lane_slots[0], dtype=torch.int64, device=device),
+        )
 
     def commit(self, plan: BatchPlan) -> None:
         """Record each row's new frames (eviction happens here)."""
@@ -117,12 +181,23 @@ class ModelRunner:
         for stream_id, frames in zip(plan.stream_ids, plan.num_output_frames, strict=True):
             self.attention.commit_chunk_paged(stream_id, frames)
 
-    def _stack_windows(self, windows: list[FeatureWindow]) -> tuple[torch.Tensor, torch.Tensor]:
-        longest = max(w.num_frames for w in windows)
-        dim = windows[0].feats.shape[1]
-        stacked = np.zeros((len(windows), longest, dim), dtype=np.float32)  # (B, T, F)
-        for row, window in enumerate(windows):
-            stacked[row, : window.num_frames] = window.feats
-        feats = torch.from_numpy(stacked).to(self.device, self.dtype, non_blocking=True)
-        lens = torch.tensor([w.num_frames for w in windows], dtype=torch.int64, device=self.device)
-        return feats, lens
+    @property
+    def _pad_lane_slots(self) -> tuple[int, ...]:
+        if self.attention is not None:
+            return self.attention.pad_lane_slots if self.states.pad_lane_slots else ()
+        return self.states.pad_lane_slots
+
+    def _slot_list(self, stream_ids: list[int], width: int) -> list[int]:
+        if self.attention is not None:
+            return self.attention.batch_slot_list(stream_ids, pad_to=width)
+        return self.states.batch_slot_list(stream_ids, pad_to=width)
+
+    def _staging_for(self, frames: int, feat_dim: int) -> StepStaging:
+        """The staging buffers, (re)allocated only when a step outgrows them."""
+        staging = self.staging
+        rows = self.states.num_rows
+        if staging is None or frames > staging.max_frames or feat_dim != staging.feat_dim:
+            window = 0 if self.padding is None else self.padding.window_frames
+            staging = StepStaging(rows, max(frames, window), feat_dim, self.device)
+            self.staging = staging
+        return staging

@@ -39,8 +39,10 @@ from oasr.decoding.decoder import WORD_BOUNDARY
 from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
+from oasr.engine.graphs import CudaGraphBackend
 from oasr.engine.host_memory import retain_freed_host_memory
 from oasr.engine.model_runner import ModelRunner, StepOutput
+from oasr.engine.padding import StepPadding, WidthLadder
 from oasr.engine.transducer import TransducerStreams
 from oasr.lm import DecoderLm, load_decoder_lm
 from oasr.models import load_model
@@ -103,13 +105,17 @@ class StreamResources:
                                                   max_stream_frames=limit)
         if family.paged_kv:
             check_pool_covers_slots(cache_config)
-        pool = BlockPool(cache_config) if family.paged_kv else None
-        attention = None if pool is None else AttentionCacheManager(pool, cache_config)
-        states = family.build_states(cache_config)
+        lanes = 1 if config.resolve_pad_cohorts(device) else 0  # the padding lane (padding.py)
+        pool = BlockPool(cache_config, scratch_blocks=lanes) if family.paged_kv else None
+        attention = None if pool is None else AttentionCacheManager(pool, cache_config, lanes)
+        states = family.build_states(cache_config, lanes)
         lm = _decoder_lm(config, family.tokenizer, device)
         decoder = GpuStreamingDecoder(config.decoder, family.tokenizer, device=device, lm=lm)
         ctc = CtcStateCacheManager(decoder)
-        runner = ModelRunner(family, attention, states, device, dtype)
+        runner = ModelRunner(family, attention, states, device, dtype,
+                             _step_padding(family, cache_config) if lanes else None)
+        if config.resolve_cuda_graphs(device):
+            runner.enable_graphs(CudaGraphBackend(device))
         transducer = _transducer_streams(family, config)
         endpointer = None
         if config.endpoint is not None:  # rules in seconds, counted in this model's frames
@@ -227,6 +233,8 @@ class StreamResources:
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
+        if output.log_probs.is_cuda:  # the search uploads it when rows differ in length
+            lengths = lengths.pin_memory()
         steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
         return [ChunkResult(step.hypothesis.text, _decide(e, step.stats, step.hypothesis),
                             step.hypothesis)
@@ -260,6 +268,20 @@ def _decide(endpointer: Endpointer | None, stats: FrameStats,
     if endpointer is None:
         return None
     return endpointer.decide(stats, hypothesis.tokens, hypothesis.timestamps)
+
+
+def _step_padding(family: ModelFamily, cache_config: CacheConfig) -> StepPadding:
+    """How the family's padded steps round their shapes (`oasr.engine.padding`)."""
+    chunk = cache_config.chunk_size
+    return StepPadding(
+        ladder=WidthLadder(cache_config.max_batch_size),
+        window_frames=family.chunk_geometry(chunk).window_frames,
+        chunk_size=chunk,
+        block_size=cache_config.block_size_frames,
+        max_blocks_per_seq=cache_config.max_blocks_per_seq,
+        offset_sized_positions=family.offset_sized_positions,
+        max_positions=family.max_positions,
+    )
 
 
 def _transducer_streams(family: ModelFamily, config: EngineConfig) -> TransducerStreams | None:

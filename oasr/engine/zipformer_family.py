@@ -106,10 +106,11 @@ class ZipformerFamily(ModelFamily):
 
         return icefall_features()
 
-    def build_states(self, cache_config: CacheConfig) -> SlotStateCache:
-        """Every declared tensor, one row per slot plus a pad lane."""
+    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 1) -> SlotStateCache:
+        """Every declared tensor, one row per slot plus (at least) one pad lane."""
         return SlotStateCache(self.model.state_specs(), cache_config.max_batch_size,
-                              cache_config.device, cache_config.dtype, pad_lanes=1)
+                              cache_config.device, cache_config.dtype,
+                              pad_lanes=max(1, pad_lanes))
 
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
         """One batched streaming step over the cohort's slot rows.
