@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from backend import openai_http
@@ -139,12 +140,27 @@ def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Star
         Mount("/", StaticFiles(directory=config.static_dir, html=True), name="frontend"),
     ]
     middleware = [
-        Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts)),
+        Middleware(ProbeExemptHosts, allowed_hosts=list(config.allowed_hosts)),
         Middleware(ApiKeyMiddleware, credentials=context.credentials),
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=_lifespan)
     app.state.context = context
     return app
+
+
+PROBE_PATHS = ("/healthz", "/readyz")
+
+
+class ProbeExemptHosts(TrustedHostMiddleware):
+    """Starlette's Host check on every route but the health probes: a load balancer's or
+    kubelet's check (HAProxy's ``httpchk`` sends no Host; kubelet sends the pod's IP) must
+    reach ``/healthz`` and ``/readyz``, which reveal nothing a rebinding page could use."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in PROBE_PATHS:
+            await self.app(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 @contextlib.asynccontextmanager

@@ -55,6 +55,8 @@ def readiness(engine: EngineThread | None, draining: bool,
     free_slots = streams["max_batch_size"] - streams["active"] - streams["waiting"]
     if free_slots < headroom:
         return Verdict(False, f"{free_slots} free stream slots (need {headroom})")
+    if pool.get("kind") == "slots":  # a slot-runtime family: its state does not grow
+        return Verdict(True, "ready")
     per_stream = blocks_for_one_stream(engine.engine.resources.cache_config)
     if pool["num_free_blocks"] < headroom * per_stream:
         return Verdict(False, f"{pool['num_free_blocks']} free K/V blocks; {headroom} more "

@@ -291,7 +291,7 @@ def server_main(argv: Sequence[str] | None = None) -> int:
                    f"also ${API_KEYS_ENV}, comma-separated); default: no keys, no auth")
     g.add_argument("--allowed-host", action="append", default=[],
                    help="Host header to accept (repeatable; *.example.com and * work); "
-                   "default: localhost, 127.0.0.1, [::1] and the --host address")
+                   "default: localhost, 127.0.0.1, [::1] and the address the server binds")
     g.add_argument("--max-upload-mb", type=float, default=defaults.max_upload_bytes / 2**20,
                    help="largest POST /v1/audio/transcriptions body, in MiB")
     add_engine_arguments(parser)

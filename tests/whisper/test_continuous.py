@@ -124,8 +124,9 @@ def test_a_failed_prefill_frees_its_rows_and_the_decoder_goes_on(tmp_path: Path)
 
 
 def test_submit_refuses_waveforms_whisper_cannot_take(tmp_path: Path) -> None:
-    decoder = ContinuousWhisperDecoder(tiny_checkpoint(tmp_path, seed=27),
-                                       WhisperDecodeConfig(max_rows=1, max_new_tokens=4))
+    decoder = ContinuousWhisperDecoder(
+        tiny_checkpoint(tmp_path, seed=27),
+        without_safeguards(WhisperDecodeConfig(max_rows=1, max_new_tokens=4)))
     with pytest.raises(ValueError, match=r"request 3: waveform of shape \(480001,\)"):
         decoder.submit(3, torch.zeros(480001))
     with pytest.raises(ValueError, match=r"shape \(2, 100\)"):

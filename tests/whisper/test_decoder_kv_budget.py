@@ -114,13 +114,17 @@ def test_can_admit_decides_how_many_rows_run(tmp_path: Path, kv_cache: str | Non
 
 
 def test_a_pool_that_cannot_hold_a_fallback_is_refused(tmp_path: Path) -> None:
-    """A sampled fallback decodes best_of (5) rows at once; pages for 2 rows would leave such a
-    request waiting forever, so the engine's second pass refuses the budget up front."""
+    """The fallback ladder decodes every remaining temperature at once (5 rows at least);
+    pages for 2 rows would leave such a request waiting forever, so the engine's second pass
+    refuses the budget up front."""
     ck = checkpoint(tmp_path)
-    small = WhisperDecodeConfig(max_new_tokens=12, block_size=4,
+    small = WhisperDecodeConfig(max_new_tokens=12, block_size=4, max_rows=5,
                                 kv_budget_gib=budget(2 * ROW_PAGES, FP32_PAGE))
     assert rows_per_request(small) == 5 and rows_per_request(without_safeguards(small)) == 1
-    assert rows_per_request(replace(small, max_rows=3)) == 3  # best_of is capped by the rows
+    # best_of samples per temperature as far as the rows allow: 16 rows hold 5 x 3
+    assert rows_per_request(replace(small, max_rows=16)) == 15
+    with pytest.raises(ValueError, match="max_rows=3 cannot hold the fallback ladder"):
+        ContinuousWhisperDecoder(ck, replace(small, max_rows=3))
     with pytest.raises(ValueError, match=r"cannot admit one request's 5 rows .* 5 rows need 45 "
                        r"blocks, 18 unreserved of 18"):
         check_pool_admits_a_request(build_decoder_manager(ck, small), small, 14)
@@ -150,8 +154,8 @@ def test_engine_config_carries_the_second_pass_kv_options() -> None:
                                                               max_num_blocks=500),
                        decode_kv_budget_gib=1.0).second_pass_decode_config()
     assert (own.kv_cache, own.max_num_blocks, own.kv_budget_gib) == ("fp8_e4m3", None, 1.0)
-    assert EngineConfig().second_pass_decode_config().max_rows == 8
-    assert EngineConfig(max_batch_size=3).resolved_max_decode_slots == 8
+    assert EngineConfig().second_pass_decode_config().max_rows == 16
+    assert EngineConfig(max_batch_size=3).resolved_max_decode_slots == 16
     assert EngineConfig().second_pass_decode_config().kv_cache is None
     with pytest.raises(ValueError, match="needs an autoregressive decoder: set second_pass="):
         EngineConfig(quantization={"kv_cache": "fp8_e4m3"})

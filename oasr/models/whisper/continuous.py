@@ -76,6 +76,12 @@ class ContinuousWhisperDecoder:
         # the fallback decodes every remaining temperature at once, best_of rows each as far as
         # the row cap allows (at least one row per temperature)
         self.samples_per_temperature = samples_per_temperature(self.config)
+        ladder = len(self.config.fallback.temperatures) - 1
+        if self.config.max_rows < ladder:
+            raise ValueError(
+                f"max_rows={self.config.max_rows} cannot hold the fallback ladder ({ladder} "
+                f"temperatures decoded at once): raise max_rows to >= {ladder} or use fewer "
+                "fallback temperatures")
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
         self._generator = torch.Generator(device=model.device).manual_seed(seed)
         self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO

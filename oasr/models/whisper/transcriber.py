@@ -84,6 +84,7 @@ class WhisperDecodeConfig:
         for name in ("max_rows", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"WhisperDecodeConfig.{name} must be >= 1, got {getattr(self, name)}")
+
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1 or None, got {self.max_new_tokens}")
         if self.kv_budget_gib is not None:
