@@ -37,6 +37,8 @@ from oasr.models.whisper.transcriber import WhisperDecodeConfig
 logger = logging.getLogger(__name__)
 
 MAX_SEGMENT_S = 30.0  # Whisper's window: longer segments keep their CTC text
+# finals queued beyond this many are decoded fast (greedy on the segment's own window)
+FAST_BACKLOG = 2
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,9 @@ class SecondPassWorker:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        # a CPU budget: torch's intra-op threads are per calling thread, so the second pass
+        # takes at most half the engine's threads and the streaming step keeps the rest
+        torch.set_num_threads(max(1, min(4, torch.get_num_threads() // 2)))
         jobs: dict[int, SecondPassJob | RefineJob] = {}
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
@@ -312,7 +317,10 @@ class SecondPassWorker:
                 self._finish(item, "")
                 continue
             jobs[item.job_id] = item
-            self.decoder.submit(item.job_id, item.audio, prefix=item.prefix)  # type: ignore[attr-defined]
+            # under backlog the finals are decoded fast (greedy, the segment's window) so
+            # the second pass keeps up and leaves the streaming step its CPU
+            self.decoder.submit(item.job_id, item.audio, prefix=item.prefix,  # type: ignore[attr-defined]
+                                fast=self.backlog > FAST_BACKLOG)
 
     def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
                 rejected: str | None = None) -> None:

@@ -119,7 +119,8 @@ class ContinuousWhisperDecoder:
                                                                          self.max_new_tokens)
 
     def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray,
-               prefix: tuple[int, ...] = (), background: bool = False) -> None:
+               prefix: tuple[int, ...] = (), background: bool = False,
+               fast: bool = False) -> None:
         """Queue a 16 kHz mono waveform of at most 30 s.
 
         Args:
@@ -127,6 +128,9 @@ class ContinuousWhisperDecoder:
                 the result then begins with; the budget counts the tokens after it).
             background: decode only when no other request waits, at temperature 0 only (a
                 refinement of an open segment; finals go first).
+            fast: decode greedily on the segment's own window (as refinements are) instead
+                of the configured beam and window: for a busy server, whose second pass would
+                otherwise fall behind (the fallback ladder still applies).
         Raises:
             ValueError: the waveform is not 1-D or is longer than one 30 s window, or the
                 prefix leaves no room in the decoder's window.
@@ -140,7 +144,8 @@ class ContinuousWhisperDecoder:
             raise ValueError(f"request {request_id}: a prefix of {len(prefix)} tokens leaves no "
                              f"room in the decoder's {self.max_new_tokens} positions")
         request = DecodeRequest(request_id, min(room, self.budget(shape[0])),
-                                prefix=tuple(prefix), background=background)
+                                prefix=tuple(prefix), background=background,
+                                fast=fast or background)
         (self._background if background else self._waiting).append(
             PendingDecode(request, waveform=waveform))
 
@@ -249,13 +254,13 @@ class ContinuousWhisperDecoder:
         """Decoded by the batched beam search: a first decode of an urgent request when the
         beam is wider than 1 (background refinements stay greedy: they are for display)."""
         return (self.config.beam_size > 1 and request.temperature_index == 0
-                and not request.background)
+                and not request.fast)
 
     def _encode(self, pending: list[PendingDecode]) -> None:
         """Encode the admitted requests that arrived as waveforms (one batched call)."""
-        for encoder, background in ((self.encoder, False), (self.refine_encoder, True)):
+        for encoder, fast in ((self.encoder, False), (self.refine_encoder, True)):
             fresh = [p for p in pending
-                     if p.request.encoded is None and p.request.background == background]
+                     if p.request.encoded is None and p.request.fast == fast]
             if not fresh:
                 continue
             encoded = encoder.encode([p.waveform for p in fresh if p.waveform is not None])

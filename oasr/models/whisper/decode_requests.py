@@ -51,6 +51,7 @@ class DecodeRequest:
     encoded: EncodedSegments | None = None  # (1, S, d) once encoded
     prefix: tuple[int, ...] = ()  # forced text tokens after the start prompt
     background: bool = False  # decoded when nothing urgent waits; never falls back
+    fast: bool = False  # greedy on the segment's own window (a busy server's finals)
     attempts: list[DecodeAttempt] = field(default_factory=list)
     temperature_index: int = 0  # 0: the first decode; 1: the fallback ladder
     samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
