@@ -99,11 +99,19 @@ def test_tokens_expire() -> None:
     assert token not in store._expiry  # expired tokens are dropped when one is minted
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/api/stats", "/", "/v1/models"])
+@pytest.mark.parametrize("path", ["/api/stats", "/", "/v1/models"])
 def test_other_host_headers_get_400(client: TestClient, path: str) -> None:
     response = client.get(path, headers={"host": "attacker.example:8000"})
     assert response.status_code == 400
     assert client.get(path, headers={"host": "localhost:8000"}).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_probes_answer_any_host(client: TestClient, path: str) -> None:
+    """HAProxy's httpchk sends no Host header and kubelet sends the pod's IP."""
+    for host in ("attacker.example:8000", "10.1.2.3:8000"):
+        assert client.get(path, headers={"host": host}).status_code in (200, 503)
+    assert client.get("/api/stats", headers={"host": "10.1.2.3:8000"}).status_code == 400
 
 
 def test_a_rebound_websocket_is_refused(client: TestClient) -> None:
@@ -119,8 +127,8 @@ def test_allowed_host_defaults_and_wildcards(make_client: Callable[..., TestClie
     assert default_allowed_hosts("fd00::5")[-1] == "[fd00::5]"
     assert ServerConfig(host="192.168.0.9").allowed_hosts[-1] == "192.168.0.9"
     client = make_client(allowed_hosts=("*.example.com",))
-    assert client.get("/healthz", headers={"host": "asr.example.com"}).status_code == 200
-    assert client.get("/healthz", headers={"host": "example.org"}).status_code == 400
+    assert client.get("/v1/models", headers={"host": "asr.example.com"}).status_code == 200
+    assert client.get("/v1/models", headers={"host": "example.org"}).status_code == 400
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
