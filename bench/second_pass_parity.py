@@ -15,6 +15,7 @@ For every file (each one segment of at most 30 s) it reports, side by side:
 greedy, no guard: the second pass as it was) and with them. WER after
 ``oasr.metrics.normalize_transcript`` (digits and number words scored alike).
 
+    pip install -e ".[bench]"     # faster-whisper, the reference
     python bench/stress_set.py --out /tmp/oasr-stress
     python bench/second_pass_parity.py --stress /tmp/oasr-stress --compare --out parity.json
 """
