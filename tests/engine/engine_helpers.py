@@ -40,6 +40,18 @@ def run_until_idle(engine: ASREngine, max_steps: int = 10_000) -> None:
     raise AssertionError(f"engine still has {len(engine.requests)} streams after {max_steps} steps")
 
 
+def run_until_idle_with_finals(engine: ASREngine, max_steps: int = 50_000) -> None:
+    """Step until every stream is done, its second-pass finals included (they answer on the
+    worker's thread, so an idle step waits for them instead of spinning)."""
+    engine.step()
+    for _ in range(max_steps):
+        if engine.is_idle:
+            return
+        if not engine.step():
+            engine.wait_for_work(0.05)
+    raise AssertionError("engine did not become idle")
+
+
 def transcribe_alone(config: EngineConfig, audio: np.ndarray) -> Collector:
     """One stream through its own engine, all audio at once."""
     engine = ASREngine(replace(config, max_batch_size=1))

