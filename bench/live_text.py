@@ -28,9 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +44,7 @@ import soundfile as sf
 import soxr
 import websockets
 
+from oasr.benchmarks.server_load import server_process
 from oasr.metrics import ErrorCounts
 
 SR = 16000
@@ -198,37 +197,13 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def server(clients: int, log_path: Path, extra: list[str]) -> Iterator[str]:
-    port = _free_port()
-    cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
-           "sys.exit(server_main(sys.argv[1:]))", "--host", "127.0.0.1", "--port", str(port),
-           "--max-connections", str(clients + 8), "--max-batch-size", str(max(clients, 4)),
-           "--second-pass", "whisper", *extra]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise RuntimeError(log_path.read_text(errors="replace")[-2000:])
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.5)
-            yield f"127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    """One ``oasr-server`` with the second pass for ``clients`` clients (plus ``extra`` flags)."""
+    flags = ["--max-connections", str(clients + 8), "--max-batch-size", str(max(clients, 4)),
+             "--second-pass", "whisper", *extra]
+    with server_process(flags, log_path) as address:
+        yield address
 
 
 async def run_level(address: str, clients: int, material: list[Passage]) -> list[ClientLog]:

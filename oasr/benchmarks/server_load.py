@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,21 +108,32 @@ def _free_port() -> int:
 def running_server(model_dir: Path | None, max_streams: int, max_num_blocks: int,
                    log_path: Path, threads: int | None, dtype: str = "auto") -> Iterator[str]:
     """``oasr-server`` on 127.0.0.1 in a child process; yields its host:port; stops it."""
-    port = _free_port()
-    cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
-           "sys.exit(server_main(sys.argv[1:]))", "--host", "127.0.0.1", "--port", str(port),
-           "--max-connections", str(max_streams + 8), "--max-batch-size", str(max_streams),
-           "--max-num-blocks", str(max_num_blocks), "--idle-timeout", "30",
-           "--num-left-chunks", "-1",  # unlimited history, as the EngineConfig reference run
-           "--second-pass", "none",  # the streaming path under test; no Whisper re-decode
-           "--dtype", dtype]
+    flags = ["--max-connections", str(max_streams + 8), "--max-batch-size", str(max_streams),
+             "--max-num-blocks", str(max_num_blocks), "--idle-timeout", "30",
+             "--num-left-chunks", "-1",  # unlimited history, as the EngineConfig reference run
+             "--second-pass", "none",  # the streaming path under test; no Whisper re-decode
+             "--dtype", dtype]
     if model_dir is not None:
-        cmd += ["--model", str(model_dir)]
+        flags += ["--model", str(model_dir)]
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    with server_process(flags, log_path, env) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def server_process(flags: Sequence[str], log_path: Path,
+                   env: dict[str, str] | None = None) -> Iterator[str]:
+    """``oasr-server`` with ``flags`` on a free 127.0.0.1 port in a child process (its output
+    in ``log_path``); yields host:port once ``/readyz`` answers 200; stops it at the end."""
+    port = _free_port()
+    cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
+           "sys.exit(server_main(sys.argv[1:]))", "--host", "127.0.0.1", "--port", str(port),
+           *flags]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                env=env if env is not None else dict(os.environ))
         try:
             address = f"127.0.0.1:{port}"
             _wait_ready(address, proc, log_path)

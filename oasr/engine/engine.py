@@ -69,8 +69,8 @@ class ASREngine:
         self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
         self.refiner = None
         if worker is not None and config.refine is not None:
-            units = getattr(self.family.tokenizer, "units", [])
-            self.refiner = Refiner(config.refine, worker, self.family.timing, units,
+            self.refiner = Refiner(config.refine, worker, self.family.timing,
+                                   self.family.tokenizer,
                                    self.finals.next_job_id)
         self.stats = EngineStats(self.resources, self.finals, self.refiner)
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
@@ -152,6 +152,9 @@ class ASREngine:
                 request.refine = RefineState()
             self.requests[command.stream_id] = request
             self.scheduler.add(request)
+            # publish at this step's end: a snapshot older than the stream would still show
+            # the server idle after the stream's done event reached its client
+            self.stats.mark_changed()
             return
         if isinstance(command, SecondPassDone):
             self._on_second_pass(command)

@@ -40,8 +40,6 @@ class FinalPublisher:
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
         self._job_ids = itertools.count(1)
-        self.num_second_pass = 0
-        self.num_first_pass = 0
         self.num_backlog_full = 0
         self.second_pass_seconds = 0.0
         self.num_by_source = dict.fromkeys(SOURCES, 0)
@@ -135,11 +133,17 @@ class FinalPublisher:
         audio = request.audio.slice(start, end)
         return audio.copy() if audio is not None and audio.size else None
 
+    @property
+    def num_second_pass(self) -> int:
+        """Finals with the second pass's text (Whisper's, or a combined digit string)."""
+        return sum(n for source, n in self.num_by_source.items() if source != "ctc")
+
+    @property
+    def num_first_pass(self) -> int:
+        """Finals that kept the CTC text."""
+        return self.num_by_source["ctc"]
+
     def _emit(self, request: Request, event: StreamEvent) -> None:
-        if event.source != "ctc":
-            self.num_second_pass += 1
-        else:
-            self.num_first_pass += 1
         self.num_by_source[event.source] = self.num_by_source.get(event.source, 0) + 1
         request.num_segments_emitted += 1
         request.emit(event)

@@ -27,12 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from oasr.engine.second_pass import RefineDone, RefineJob
+from oasr.engine.words import ctc_word_times
 from oasr.metrics import normalize_transcript
 
 if TYPE_CHECKING:
     from oasr.decoding import Hypothesis
     from oasr.engine.request import Request
-    from oasr.engine.second_pass import RefineDone
 
 
 @dataclass(frozen=True)
@@ -151,21 +152,11 @@ class RefinedPartial:
         return " ".join(part for part in (self.stable, self.tentative, self.ctc) if part)
 
 
-def word_start_frames(tokens: Sequence[int], timestamps: Sequence[int],
-                      units: Sequence[str]) -> list[int]:
-    """The frame each word of a CTC hypothesis starts at: a word starts at a unit that begins
-    with the word-boundary mark "▁" (BPE) or at the first unit after a bare "▁" (characters)."""
-    starts: list[int] = []
-    boundary = True
-    for token, frame in zip(tokens, timestamps, strict=True):
-        piece = units[token] if 0 <= token < len(units) else ""
-        if piece == "\u2581":
-            boundary = True
-            continue
-        if boundary or piece.startswith("\u2581"):
-            starts.append(frame)
-        boundary = False
-    return starts
+def word_start_frames(tokenizer: Any, tokens: Sequence[int],
+                      timestamps: Sequence[int]) -> list[int]:
+    """The frame each word of a CTC hypothesis starts at (``oasr.engine.words``' word times,
+    counted in frames)."""
+    return [int(start) for _, start, _ in ctc_word_times(tokenizer, tokens, timestamps, 0, 1.0)]
 
 
 def compose(state: RefineState | None, ctc_text: str, ctc_starts: Sequence[int]) -> RefinedPartial:
@@ -177,7 +168,7 @@ def compose(state: RefineState | None, ctc_text: str, ctc_starts: Sequence[int])
     if len(words) == len(ctc_starts):
         tail = [w for w, start in zip(words, ctc_starts, strict=True)
                 if start >= state.refined_frames]
-    else:  # the text's words and the units' words disagree (special units): no CTC tail
+    else:  # the text's words and the tokens' words disagree (special units): no CTC tail
         tail = []
     return RefinedPartial(" ".join(state.agreement.committed),
                           " ".join(state.agreement.tentative), " ".join(tail))
@@ -191,16 +182,17 @@ class Refiner:
         worker: the second pass (``SecondPassWorker``): ``try_submit_refine``, ``backlog``,
             ``busy_seconds``.
         timing: the model family's frame timing (encoder frame <-> samples).
-        units: the CTC model's units (word starts from token times).
+        tokenizer: the CTC model's tokenizer (word starts from token times; one without
+            ``raw_text`` gives no CTC tail).
         next_job_id: the engine's job-id counter (shared with finals).
     """
 
-    def __init__(self, config: RefineConfig, worker: Any, timing: Any, units: Sequence[str],
+    def __init__(self, config: RefineConfig, worker: Any, timing: Any, tokenizer: Any,
                  next_job_id: Callable[[], int]) -> None:
         self.config = config
         self.worker = worker
         self.timing = timing
-        self.units = list(units)
+        self.tokenizer = tokenizer if hasattr(tokenizer, "raw_text") else None
         self.next_job_id = next_job_id
         self.num_refined_streams = 0  # streams that got a refinement in the last schedule
         self.avg_interval_s = 0.0  # seconds between a stream's refinements (moving average)
@@ -210,8 +202,8 @@ class Refiner:
     def compose(self, request: Request, hypothesis: Hypothesis | None, text: str) -> RefinedPartial:
         """The partial of ``request`` given its current CTC text (and hypothesis, for times)."""
         starts: list[int] = []
-        if hypothesis is not None:
-            starts = word_start_frames(hypothesis.tokens, hypothesis.timestamps, self.units)
+        if hypothesis is not None and self.tokenizer is not None:
+            starts = word_start_frames(self.tokenizer, hypothesis.tokens, hypothesis.timestamps)
         request.ctc_starts = starts
         return compose(request.refine, text, starts)
 
@@ -238,8 +230,6 @@ class Refiner:
                 return
 
     def _submit(self, request: Request, frames: int, now: float) -> bool:
-        from oasr.engine.second_pass import RefineJob
-
         per_frame = self.timing.samples_per_frame
         start = request.segment_start_frame * per_frame
         audio = request.audio.slice(start, start + frames * per_frame)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from oasr.decoding.tokenizer import CharTokenizer
 from oasr.engine.refine import (
     LocalAgreement,
     RefineConfig,
@@ -51,9 +52,9 @@ def test_committed_words_never_change() -> None:
 def test_word_start_frames_of_character_units() -> None:
     tokens = ids("he was not")
     frames = list(range(0, 2 * len(tokens), 2))
-    assert word_start_frames(tokens, frames, UNITS) == [0, 6, 14]
+    assert word_start_frames(CharTokenizer(UNITS), tokens, frames) == [0, 6, 14]
     bpe_units = ["<blank>", "\u2581he", "\u2581wa", "s", "\u2581not"]
-    assert word_start_frames([1, 2, 3, 4], [3, 5, 6, 9], bpe_units) == [3, 5, 9]
+    assert word_start_frames(CharTokenizer(bpe_units), [1, 2, 3, 4], [3, 5, 6, 9]) == [3, 5, 9]
 
 
 def test_a_partial_is_stable_then_tentative_then_the_ctc_words_after_the_refined_audio() -> None:

@@ -92,3 +92,21 @@ def test_finals_are_counted_by_source_with_no_text(engine_config: EngineConfig,
     step = engine.stats.snapshot["step"]
     assert _numbers_only(step) and _numbers_only(second["finals_by_source"])
     json.dumps(engine.stats.snapshot)  # what /api/stats serves
+
+
+def test_a_new_stream_is_in_the_next_snapshot(engine_config: EngineConfig,
+                                              speech: list[np.ndarray]) -> None:
+    # a short stream can open, run and end inside one snapshot interval: the snapshot taken
+    # when it opened must not still read "idle" (with the old finish count) after its done
+    engine = ASREngine(engine_config)
+    events = Collector()
+    engine.step()
+    engine.submit(OpenStream(1, events.sink(1)))
+    engine.step()
+    streams = engine.stats.snapshot["streams"]
+    assert streams["active"] + streams["waiting"] == 1
+    engine.submit(AppendAudio(1, speech[1][:16000]))
+    engine.submit(EndStream(1))
+    run_until_idle(engine)
+    assert engine.stats.snapshot["finish_reasons"]["stop"] == 1
+    assert engine.stats.snapshot["streams"]["active"] == 0

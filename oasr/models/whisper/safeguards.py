@@ -42,9 +42,10 @@ class TokenBudget:
     """Tokens a segment of a given duration may generate: ``base + per_second * seconds``.
 
     Calibrated on faster-whisper's own transcripts of the devset and the stress set
-    (``bench/second_pass_parity.py``): the densest segment needed 7.2 tokens per second
-    (digit strings with a comma after each digit), so 12 per second plus 16 leaves room for
-    any real speech and still cuts a loop at a tenth of the 446 positions a 4 s segment had.
+    (``bench/second_pass_parity.py``): the densest file needed 6.8 tokens per second
+    (a 1.3 s fluent digit string with a comma after each digit), so 12 per second plus 16
+    leaves room for any real speech and still cuts a 4 s segment's loop at 64 tokens instead
+    of the 446 positions it ran to.
 
     Attributes:
         per_second: tokens per second of audio.
