@@ -129,7 +129,8 @@ def engine_config(second_pass: str, decode: WhisperDecodeConfig,
         num_threads=threads, second_pass=second_pass, second_pass_decode=decode,
         final_guard=guard, max_wait_time_s=math.inf, idle_timeout_s=math.inf,
         max_session_s=math.inf, max_pending_audio_s=math.inf,
-        second_pass_max_backlog=sys.maxsize, refine=None,  # offline, as oasr transcribe
+        second_pass_max_backlog=sys.maxsize, second_pass_fast_backlog=None,
+        refine=None,  # offline, as oasr transcribe
     )
 
 

@@ -76,6 +76,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="re-decode each finished segment with Whisper tiny.en for accurate finals")
     g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
                    help="Whisper's beam at temperature 0 (1 = greedy)")
+    g.add_argument("--final-context", type=float, default=EngineConfig.final_context_s,
+                   metavar="S",
+                   help="a segment's second pass also decodes the previous segment when it is "
+                   "at most this long, continuing its final's text (short segments keep "
+                   "their sentence's context); 0 decodes each segment alone")
     g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
                    help="refined partials: re-decode an open segment with Whisper after this "
                    "many seconds of new audio, in spare capacity; 0 turns them off")
@@ -191,6 +196,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         second_pass_decode=replace(EngineConfig().second_pass_decode,
                                    beam_size=args.second_pass_beam),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
+        final_context_s=args.final_context,
         streaming_cohort_admit=args.streaming_cohort_admit,
         quantization=parse_quantization_options(args.quantization_option) or None,
         decode_kv_budget_gib=args.decode_kv_budget_gib,
@@ -246,6 +252,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     config = engine_config_from_args(
         args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
         max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
+        second_pass_fast_backlog=None,  # every final decoded in full, however many wait
         refine=None,  # no one reads partials offline
     )
     results = transcribe_files(config, args.files, progress=not args.no_progress)

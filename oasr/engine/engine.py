@@ -64,9 +64,10 @@ class ASREngine:
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device,
                                            config.second_pass_decode_config(),
-                                           self._guard(config))
+                                           self._guard(config), config.second_pass_fast_backlog)
         self.family = self.resources.family
-        self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
+        self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer,
+                                     config.final_context_s)
         self.refiner = None
         if worker is not None and config.refine is not None:
             self.refiner = Refiner(config.refine, worker, self.family.timing,
@@ -425,11 +426,13 @@ class ASREngine:
         self._emit_final(request, reason, hyp)
         self.resources.reset_stream(request.stream_id)
         request.offset = 0
+        # with context carried, the next segment's second pass may decode this one again
+        kept_from = (request.segment_start_frame if self.config.final_context_s > 0
+                     else request.num_frames_decoded)
         request.segment_start_frame = request.num_frames_decoded
         if cut < decoded:
             request.windower.rewind(request.num_frames_decoded * self._geometry.subsampling)
-        request.audio.discard_before(
-            request.segment_start_frame * self.family.timing.samples_per_frame)
+        request.audio.discard_before(kept_from * self.family.timing.samples_per_frame)
         self._cuts.forget_old_energy(request)
 
     def _emit_final(self, request: Request, reason: str, hyp: Hypothesis | None = None) -> None:

@@ -18,7 +18,7 @@ from oasr.decoding import Hypothesis
 from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import SOURCES
-from oasr.engine.request import PendingFinal, Request
+from oasr.engine.request import PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
 
@@ -35,10 +35,11 @@ class FinalPublisher:
     """
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
-                 tokenizer: Any = None) -> None:
+                 tokenizer: Any = None, context_s: float = 0.0) -> None:
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
+        self.context_s = context_s  # longest previous segment carried as context (0: none)
         self._job_ids = itertools.count(1)
         self.num_backlog_full = 0
         self.second_pass_seconds = 0.0
@@ -68,16 +69,19 @@ class FinalPublisher:
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         if audio is not None and self.worker is not None:
             prefix = request.refine.prefix_tokens if request.refine is not None else ()
-            job = SecondPassJob(self.next_job_id(), request.stream_id, request.segment, audio,
-                                time.monotonic(), hyp.text, prefix)
+            context, context_job, context_audio = self._context(request)
+            job = SecondPassJob(self.next_job_id(), request.stream_id, request.segment,
+                                np.concatenate([context_audio, audio]), time.monotonic(),
+                                hyp.text, prefix, context=context,
+                                context_samples=len(context_audio), context_job=context_job)
             if self.worker.try_submit(job):
                 request.segment += 1
-                request.pending_finals[job.job_id] = PendingFinal(event)
+                request.pending_finals[job.job_id] = PendingFinal(event, base)
                 return
             self.num_backlog_full += 1
         if hyp.text:
             request.segment += 1
-            self._emit(request, event)
+            self._emit(request, event, base)
 
     def _words(self, hyp: Hypothesis, base: int) -> tuple[WordTime, ...]:
         if self.tokenizer is None or not hasattr(self.tokenizer, "raw_text"):
@@ -114,7 +118,7 @@ class FinalPublisher:
             event = pending.event
             if pending.text is not None:
                 event = replace(event, text=pending.text, source=pending.source)
-            self._emit(request, event)
+            self._emit(request, event, pending.start_frame)
 
     def drop_pending(self, request: Request) -> None:
         """The stream vanished: forget its queued segments."""
@@ -133,6 +137,38 @@ class FinalPublisher:
         audio = request.audio.slice(start, end)
         return audio.copy() if audio is not None and audio.size else None
 
+    def _context(self, request: Request) -> tuple[str, int | None, np.ndarray]:
+        """What this segment's second pass carries from the previous segment: its final's
+        text (or, while that is still being decoded, its job id: the worker then waits for
+        it) and its audio; none unless the previous segment is at most ``context_s`` long
+        and both fit Whisper's window together. The decode then continues the previous text
+        instead of starting cold on a few seconds of audio (Whisper's own long-form
+        transcription conditions on the previous text the same way)."""
+        none = ("", None, np.zeros(0, dtype=np.float32))
+        if self.context_s <= 0:
+            return none
+        text, job_id, start_frame = "", None, 0
+        if request.pending_finals:
+            job_id, pending = next(reversed(request.pending_finals.items()))
+            if pending.event.segment != request.segment - 1:
+                return none
+            start_frame = pending.start_frame
+        else:
+            last = request.last_final
+            if last is None or last.segment != request.segment - 1:
+                return none
+            text, start_frame = last.text, last.start_frame
+        per_frame = self.timing.samples_per_frame
+        start, end = start_frame * per_frame, request.segment_start_frame * per_frame
+        whole = request.num_frames_decoded * per_frame + self.timing.right_context_samples
+        if (end - start > self.context_s * MODEL_SAMPLE_RATE
+                or whole - start > MAX_SEGMENT_S * MODEL_SAMPLE_RATE):
+            return none
+        audio = request.audio.slice(start, end)
+        if audio is None or len(audio) != end - start:
+            return none
+        return text, job_id, audio.astype(np.float32, copy=True)
+
     @property
     def num_second_pass(self) -> int:
         """Finals with the second pass's text (Whisper's, or a combined digit string)."""
@@ -143,7 +179,9 @@ class FinalPublisher:
         """Finals that kept the CTC text."""
         return self.num_by_source["ctc"]
 
-    def _emit(self, request: Request, event: StreamEvent) -> None:
+    def _emit(self, request: Request, event: StreamEvent, start_frame: int) -> None:
+        if event.text:
+            request.last_final = SpokenContext(event.segment, start_frame, event.text)
         self.num_by_source[event.source] = self.num_by_source.get(event.source, 0) + 1
         request.num_segments_emitted += 1
         request.emit(event)

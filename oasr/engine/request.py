@@ -66,11 +66,22 @@ class SegmentAudio:
         return joined[start - self.start_sample : max(start, end) - self.start_sample]
 
 
+@dataclass(frozen=True)
+class SpokenContext:
+    """A stream's last published final: what the next segment's second pass may carry as
+    context (its audio from ``start_frame`` and its ``text``, forced as the transcript so far)."""
+
+    segment: int
+    start_frame: int
+    text: str
+
+
 @dataclass
 class PendingFinal:
     """A segment's final waiting for its second pass (``answered`` once it has replied)."""
 
     event: StreamEvent
+    start_frame: int = 0  # where the segment's audio begins (encoder frames)
     answered: bool = False
     text: str | None = None  # the second pass's text; "" = no speech; None = keep the CTC text
     source: str = "whisper"  # whose text ``text`` is: "whisper" or "combined"
@@ -111,6 +122,7 @@ class Request:
     finish_message: str = ""  # why it finished, when the client needs telling (timeouts)
     audio: SegmentAudio = field(default_factory=lambda: SegmentAudio(0))
     pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
+    last_final: SpokenContext | None = None  # the last final published (its text, its audio)
     endpointer: Endpointer | None = None  # this stream's own endpoint rules; None: the engine's
     refine: RefineState | None = None  # refined partials of the open segment (second pass on)
     ctc_starts: list[int] = field(default_factory=list)  # frame each word of last_partial starts

@@ -178,6 +178,8 @@ class EngineStats:
             "num_temperature_fallbacks": worker.num_temperature_fallbacks if worker is not None else 0,
             "num_rejected": worker.num_rejected if worker is not None else 0,
             "num_combined": worker.num_combined if worker is not None else 0,
+            # finals decoded with the previous segment as context (final_context_s)
+            "num_with_context": worker.num_with_context if worker is not None else 0,
             "finals_by_source": dict(finals.num_by_source),
             "rejected": (dict(worker.rejected) if worker is not None
                          else dict.fromkeys(GUARD_REASONS, 0)),
