@@ -81,6 +81,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a segment's second pass also decodes the previous segment when it is "
                    "at most this long, continuing its final's text (short segments keep "
                    "their sentence's context); 0 decodes each segment alone")
+    g.add_argument("--early-final", type=float, default=EngineConfig.early_final_s, metavar="S",
+                   help="start a segment's final decode after this pause (s) after the last "
+                   "word, before the endpoint, so the final is ready when the segment ends; "
+                   "0 waits for the endpoint")
     g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
                    help="refined partials: re-decode an open segment with Whisper after this "
                    "many seconds of new audio, in spare capacity; 0 turns them off")
@@ -197,6 +201,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
                                    beam_size=args.second_pass_beam),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
         final_context_s=args.final_context,
+        early_final_s=args.early_final,
         streaming_cohort_admit=args.streaming_cohort_admit,
         quantization=parse_quantization_options(args.quantization_option) or None,
         decode_kv_budget_gib=args.decode_kv_budget_gib,

@@ -119,6 +119,10 @@ class EngineConfig:
             that one is at most this long, its final is out, and both fit Whisper's 30 s
             window) with the previous final's text forced as the transcript so far, so a short
             segment keeps the context of the sentence before it; 0 decodes each segment alone.
+        early_final_s: a pause this long after the last word starts the segment's final
+            decode before the endpoint (while the second pass has no backlog); when the
+            segment then ends on the same words, that decode is its final, ready at the
+            endpoint instead of a decode after it; 0 waits for the endpoint.
         refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
             committed prefix that never changes); None: partials are the CTC text.
         quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
@@ -180,6 +184,7 @@ class EngineConfig:
                                                     encoder_window=EncoderWindow("full")))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     final_context_s: float = 0.0
+    early_final_s: float = 0.0
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
     decode_kv_budget_gib: float | None = None
@@ -216,6 +221,8 @@ class EngineConfig:
             raise ValueError(f"kv_memory_fraction must be in (0, 0.9], got {self.kv_memory_fraction}")
         if self.second_pass not in ("none", "whisper"):
             raise ValueError(f"second_pass must be 'none' or 'whisper', got {self.second_pass!r}")
+        if self.early_final_s < 0:
+            raise ValueError(f"early_final_s must be >= 0, got {self.early_final_s}")
         if self.final_context_s < 0:
             raise ValueError(f"final_context_s must be >= 0, got {self.final_context_s}")
         if self.second_pass_fast_backlog is not None and self.second_pass_fast_backlog < 0:

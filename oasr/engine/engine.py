@@ -67,7 +67,7 @@ class ASREngine:
                                            self._guard(config), config.second_pass_fast_backlog)
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer,
-                                     config.final_context_s)
+                                     config.final_context_s, config.early_final_s)
         self.refiner = None
         if worker is not None and config.refine is not None:
             self.refiner = Refiner(config.refine, worker, self.family.timing,
@@ -378,6 +378,8 @@ class ASREngine:
             self.stats.count_endpoint(decision.rule)
         else:
             self._cuts.forget_old_energy(request)
+            if not window.is_last:
+                self.finals.start_early(request, result.hypothesis)
 
     def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
         """Publish the segment's partial when any of its parts changed."""

@@ -18,9 +18,12 @@ from oasr.decoding import Hypothesis
 from oasr.engine.events import EventType, StreamEvent
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import SOURCES
-from oasr.engine.request import PendingFinal, Request, SpokenContext
+from oasr.engine.request import EarlyFinal, PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
+
+# early final decodes start only while fewer finals than this wait for the second pass
+EARLY_MAX_BACKLOG = 2
 
 
 class FinalPublisher:
@@ -35,11 +38,15 @@ class FinalPublisher:
     """
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
-                 tokenizer: Any = None, context_s: float = 0.0) -> None:
+                 tokenizer: Any = None, context_s: float = 0.0, early_s: float = 0.0) -> None:
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
         self.context_s = context_s  # longest previous segment carried as context (0: none)
+        # a pause this long (in frames) after the last token starts the final's decode early
+        self.early_frames = round(early_s / timing.frame_shift_s) if early_s > 0 else 0
+        self.num_early_used = 0  # finals whose early decode was their final's
+        self.num_early_discarded = 0  # early decodes dropped: the speaker went on
         self._job_ids = itertools.count(1)
         self.num_backlog_full = 0
         self.second_pass_seconds = 0.0
@@ -67,13 +74,18 @@ class FinalPublisher:
                             reason=reason, source="ctc", ctc_words=self._words(hyp, base))
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
+        early, request.early = request.early, None
+        if early is not None and audio is not None and early.tokens == tuple(hyp.tokens):
+            self.num_early_used += 1  # decoded at the pause on the same words: it is the final
+            request.segment += 1
+            request.pending_finals[early.job_id] = PendingFinal(event, base)
+            if early.done is not None:
+                self.on_second_pass(request, early.done)
+            return
+        if early is not None:
+            self._discard_early(early)
         if audio is not None and self.worker is not None:
-            prefix = request.refine.prefix_tokens if request.refine is not None else ()
-            context, context_job, context_audio = self._context(request)
-            job = SecondPassJob(self.next_job_id(), request.stream_id, request.segment,
-                                np.concatenate([context_audio, audio]), time.monotonic(),
-                                hyp.text, prefix, context=context,
-                                context_samples=len(context_audio), context_job=context_job)
+            job = self._job(request, hyp, audio)
             if self.worker.try_submit(job):
                 request.segment += 1
                 request.pending_finals[job.job_id] = PendingFinal(event, base)
@@ -82,6 +94,43 @@ class FinalPublisher:
         if hyp.text:
             request.segment += 1
             self._emit(request, event, base)
+
+    def start_early(self, request: Request, hyp: Hypothesis | None) -> None:
+        """After a chunk that did not end the segment: when the stream has paused for
+        ``early_s`` after its last token and the second pass has no backlog, start the
+        segment's final decode now, so that the final is ready when the endpoint comes; an
+        early decode whose words the speaker went on from is dropped."""
+        early = request.early
+        tokens = tuple(hyp.tokens) if hyp is not None else ()
+        if early is not None and early.tokens != tokens:
+            request.early = None
+            self._discard_early(early)
+        if (request.early is not None or not self.early_frames or self.worker is None
+                or hyp is None or not hyp.timestamps
+                or request.offset - (hyp.timestamps[-1] + 1) < self.early_frames
+                or self.worker.backlog >= EARLY_MAX_BACKLOG):
+            return
+        audio = self._segment_audio(request)
+        if audio is None:
+            return
+        job = self._job(request, hyp, audio)
+        if self.worker.try_submit(job):
+            request.early = EarlyFinal(job.job_id, tokens)
+
+    def _discard_early(self, early: EarlyFinal) -> None:
+        self.num_early_discarded += 1
+        if self.worker is not None and early.done is None:
+            self.worker.abort(early.job_id)
+
+    def _job(self, request: Request, hyp: Hypothesis, audio: np.ndarray) -> SecondPassJob:
+        """The second-pass job of the open segment: its audio (after the previous segment's,
+        when that is carried as context), its CTC text, the refinement's committed words."""
+        prefix = request.refine.prefix_tokens if request.refine is not None else ()
+        context, context_job, context_audio = self._context(request)
+        return SecondPassJob(self.next_job_id(), request.stream_id, request.segment,
+                             np.concatenate([context_audio, audio]), time.monotonic(),
+                             hyp.text, prefix, context=context,
+                             context_samples=len(context_audio), context_job=context_job)
 
     def _words(self, hyp: Hypothesis, base: int) -> tuple[WordTime, ...]:
         if self.tokenizer is None or not hasattr(self.tokenizer, "raw_text"):
@@ -97,6 +146,8 @@ class FinalPublisher:
         """Whisper's answer for one of the request's segments; publish what is now in order."""
         pending = request.pending_finals.get(done.job_id)
         if pending is None:
+            if request.early is not None and request.early.job_id == done.job_id:
+                request.early.done = done  # kept for the final, if the segment ends on it
             return
         self.second_pass_seconds += done.seconds
         pending.text = done.text
@@ -122,6 +173,9 @@ class FinalPublisher:
 
     def drop_pending(self, request: Request) -> None:
         """The stream vanished: forget its queued segments."""
+        if request.early is not None:
+            self._discard_early(request.early)
+            request.early = None
         for job_id in request.pending_finals:
             if self.worker is not None:
                 self.worker.abort(job_id)

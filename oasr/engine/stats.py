@@ -180,6 +180,9 @@ class EngineStats:
             "num_combined": worker.num_combined if worker is not None else 0,
             # finals decoded with the previous segment as context (final_context_s)
             "num_with_context": worker.num_with_context if worker is not None else 0,
+            # finals decoded at a pause before their endpoint / such decodes dropped
+            "num_early_finals": finals.num_early_used,
+            "num_early_discarded": finals.num_early_discarded,
             "finals_by_source": dict(finals.num_by_source),
             "rejected": (dict(worker.rejected) if worker is not None
                          else dict.fromkeys(GUARD_REASONS, 0)),

@@ -245,3 +245,49 @@ def test_finals_through_the_engine_carry_the_previous_segment(
     # the second final is the second sentence alone, with or without the first as context
     assert texts[10.0][0] == texts[0.0][0]
     assert "weather" not in texts[10.0][1] and "volume" in texts[10.0][1]
+
+
+@pytest.fixture(scope="module")
+def bundled() -> EngineConfig:
+    from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+        pytest.skip("the bundled default model is not installed")
+    if whisper.default_model_dir() is None:
+        pytest.skip("no Whisper tiny.en weights")
+    return EngineConfig(device="cpu", second_pass="whisper", max_num_blocks=256,
+                        max_batch_size=4, refine=None, endpoint=EndpointConfig.wenet())
+
+
+def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], dict[str, int]]:
+    """One stream fed in 0.64 s pieces, one step after each (as a live client's audio comes)."""
+    engine = ASREngine(config)
+    events = Collector()
+    engine.submit(OpenStream(1, events.sink(1)))
+    piece = int(0.64 * RATE)
+    for start in range(0, len(audio), piece):
+        engine.submit(AppendAudio(1, audio[start : start + piece]))
+        engine.step()
+        engine.step()
+    engine.submit(EndStream(1))
+    run_until_idle_with_finals(engine)
+    second = engine.stats.snapshot["second_pass"]
+    engine.shutdown()
+    return [f.text for f in events.of_type(1, EventType.FINAL)], second
+
+
+@pytest.mark.slow
+def test_an_early_decode_at_the_pause_becomes_the_final(
+        bundled: EngineConfig, speech: list[np.ndarray]) -> None:
+    pause, short = np.zeros(int(1.6 * RATE), np.float32), np.zeros(int(0.85 * RATE), np.float32)
+    # two sentences ended by endpoints; the first has a 0.85 s pause inside it, where an early
+    # decode starts and is dropped when the speaker goes on
+    audio = np.concatenate([speech[0][: int(1.6 * RATE)], short, speech[0][int(1.6 * RATE):],
+                            pause, speech[1], pause])
+    plain, plain_stats = _run_live(replace(bundled, early_final_s=0.0), audio)
+    # 0.16 s: a chunk boundary (every 0.64 s) surely falls in the inner pause after it
+    early, early_stats = _run_live(replace(bundled, early_final_s=0.16), audio)
+    assert plain_stats["num_early_finals"] == 0 and len(plain) == 2
+    assert early_stats["num_early_finals"] == 2  # both finals were decoded at their pause
+    assert early_stats["num_early_discarded"] >= 1  # the pause inside the first sentence
+    assert [normalize_transcript(t) for t in early] == [normalize_transcript(t) for t in plain]
