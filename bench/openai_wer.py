@@ -11,7 +11,7 @@ say otherwise):
   (100 ms appends, then 1.5 s of silence) with ``server_vad`` (500 ms silence) or manual
   commits; the item transcripts joined.
 
-Texts are scored with `oasr.metrics.ErrorCounts` after `normalize_transcript`.
+Texts are scored with `oasr.text.wer.ErrorCounts` after `normalize_transcript`.
 
     python bench/openai_wer.py --out bench/results_openai_wer.json [-- ENGINE FLAGS]
 """
@@ -36,7 +36,7 @@ import openai
 import soxr
 
 from oasr.audio import read_audio
-from oasr.metrics import ErrorCounts, normalize_transcript
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 KEY = "sk-bench"

@@ -192,9 +192,9 @@ def decode_set(rows: list, beam: int, lm: object | None = None, lm_weight: float
     (`CharNgramLm` or `DecoderLm`); all utterances in one batched decoder call. ``settings``
     replaces the three weights when given."""
     from oasr.decoding import GpuStreamingDecoder
-    from oasr.decoding.tokenizer import CharTokenizer
-    from oasr.metrics import ErrorCounts
     from oasr.models.bundled import BUNDLED_UNITS
+    from oasr.text.tokenizer import CharTokenizer
+    from oasr.text.wer import ErrorCounts
 
     if settings is None:
         settings = FusionSettings(lm_weight, unit_bonus, word_bonus)
@@ -223,8 +223,8 @@ def measure_cost(rows: list, lm: object, num_streams: int = 64, chunk: int = 32,
     import statistics
 
     from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-    from oasr.decoding.tokenizer import CharTokenizer
     from oasr.models.bundled import BUNDLED_UNITS
+    from oasr.text.tokenizer import CharTokenizer
 
     frames = chunk * num_steps
     long_rows = [lp for _, lp, _ in rows if len(lp) >= frames][:num_streams]

@@ -26,9 +26,9 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.models import AsrModel, ConformerConfig, load_cmvn, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
+from oasr.text.tokenizer import CharTokenizer
 from recipes.data import FeatureSet, SpecAugmentConfig
 from recipes.wer import ErrorCounts, decode_batch
 

@@ -26,9 +26,9 @@ import torch
 
 from oasr.audio.wav import read_audio
 from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-from oasr.decoding.tokenizer import CharTokenizer
-from oasr.metrics import ErrorCounts
 from oasr.models.whisper_ctc import WhisperCtcModel, causal_log_mel, load_whisper_ctc_dir
+from oasr.text.tokenizer import CharTokenizer
+from oasr.text.wer import ErrorCounts
 from recipes.data import FeatureSet
 from recipes.wctc_train import DATA, UNITS, load_checkpoint_model
 from recipes.wer import greedy_ctc

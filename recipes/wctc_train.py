@@ -25,10 +25,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from oasr.decoding.tokenizer import CharTokenizer
-from oasr.metrics import ErrorCounts
 from oasr.models.bundled import BUNDLED_UNITS
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, init_from_whisper
+from oasr.text.tokenizer import CharTokenizer
+from oasr.text.wer import ErrorCounts
 from recipes.data import Batch, FeatureSet, SpecAugmentConfig
 from recipes.train import TrainState as ConformerTrainState
 from recipes.train import resume_latest

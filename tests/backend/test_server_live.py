@@ -25,7 +25,7 @@ from backend.config import ServerConfig
 from backend.server import DrainingServer, _serve, build_uvicorn_config
 from oasr.audio import read_audio
 from oasr.engine import EngineConfig, transcribe_files
-from oasr.metrics import word_error_rate
+from oasr.text.wer import word_error_rate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

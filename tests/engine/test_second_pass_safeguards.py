@@ -19,8 +19,8 @@ from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass import SecondPassWorker
-from oasr.metrics import normalize_transcript, word_error_rate
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+from oasr.text.wer import normalize_transcript, word_error_rate
 
 whisper = pytest.importorskip("oasr.models.whisper")
 if whisper.default_model_dir() is None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, load_whisper_ctc_dir
+from oasr.text.tokenizer import CharTokenizer
 from recipes.data import FeatureSet, SpecAugmentConfig
 from recipes.wctc_evaluate import heldout_utterances, score
 from recipes.wctc_export import export

@@ -8,8 +8,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, causal_log_mel
+from oasr.text.tokenizer import CharTokenizer
 from recipes.data import FeatureSet, SpecAugmentConfig
 from recipes.wctc_augment import (
     SILENCE_VALUE,
