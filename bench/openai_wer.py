@@ -44,7 +44,7 @@ READY = re.compile(r"oasr is ready: open http://127\.0\.0\.1:(\d+)/")
 
 
 def start_server(extra: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
+    cmd = [sys.executable, "-c", "import sys; from backend.cli import server_main; "
            "sys.exit(server_main())", "--host", "127.0.0.1", "--port", "0", "--api-key", KEY,
            "--max-batch-size", "8", *extra]
     process = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)

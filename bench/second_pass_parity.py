@@ -118,8 +118,8 @@ def run_engine(items: list[Item], config: EngineConfig, column: str) -> dict[str
 
 def engine_config(second_pass: str, decode: WhisperDecodeConfig,
                   guard: FirstPassGuard | None, threads: int) -> EngineConfig:
-    from oasr.cli import default_beam_size
     from oasr.decoding import GpuDecoderConfig
+    from oasr.engine.options import default_beam_size
 
     # a pool for 32 streams of 30 s (64 blocks each), not one sized from free memory: a pool
     # that ran short would end streams early ("length") and score truncated texts

@@ -1,30 +1,6 @@
-"""Text, the bottom layer: token ids <-> text (`tokenizer`) and transcript scoring (`wer`).
+"""Text, the bottom layer: token ids <-> text (`oasr.text.tokenizer`) and transcript scoring
+(`oasr.text.wer`).
 
 Pure Python over strings and files; every layer above may import it, and it imports no other
-part of oasr.
+part of oasr. (`oasr.decoding` re-exports the tokenizers for the decoder's users.)
 """
-
-from oasr.text.tokenizer import (
-    BpeTokenizer,
-    CharTokenizer,
-    Tokenizer,
-    clean_text,
-    load_tokenizer,
-    read_units,
-    write_units,
-)
-from oasr.text.wer import ErrorCounts, edit_distance, normalize_transcript, word_error_rate
-
-__all__ = [
-    "BpeTokenizer",
-    "CharTokenizer",
-    "ErrorCounts",
-    "Tokenizer",
-    "clean_text",
-    "edit_distance",
-    "load_tokenizer",
-    "normalize_transcript",
-    "read_units",
-    "word_error_rate",
-    "write_units",
-]

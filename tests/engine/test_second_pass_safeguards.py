@@ -52,8 +52,8 @@ def stress(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[np.ndarr
 def _config(**changes: object) -> EngineConfig:
     """The product's decoding (``oasr transcribe``'s defaults: CTC beam with the LMs), and the
     segmentation the stress set's looping files were picked under (one long segment)."""
-    from oasr.cli import default_beam_size
     from oasr.decoding import GpuDecoderConfig
+    from oasr.engine.options import default_beam_size
 
     base = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=256, num_threads=1,
                         max_wait_time_s=math.inf, second_pass="whisper",
