@@ -66,8 +66,8 @@ def dump_log_probs(ckpt: Path, out: Path, heldout_limit: int = 1000,
                    feats: Path | None = None) -> None:
     """Save {set: [(name, (T, V) float32 log-probs, reference)]} of chunk-32 streaming; the
     held-out splits' features come from ``feats`` (default ``/work/data/wctc/feats``)."""
-    from recipes.wctc_evaluate import DEVSET, chunked_rows, load_for_eval, test_sets
-    from recipes.wctc_train import DATA
+    from recipes.whisper_ctc.evaluate import DEVSET, chunked_rows, load_for_eval, test_sets
+    from recipes.whisper_ctc.train import DATA
 
     model, state = load_for_eval(ckpt)
     sets = test_sets(DEVSET, feats if feats is not None else DATA / "feats", heldout_limit)
