@@ -15,7 +15,7 @@ as WeNet's rules, on material with several segments per file:
 
 Every file goes through the engine as ``oasr transcribe`` runs it (offline: all streams at
 once, every second pass awaited). Reported per subset and variant: WER (after
-``oasr.metrics.normalize_transcript``), segments, and finals decoded with context.
+``oasr.text.wer.normalize_transcript``), segments, and finals decoded with context.
 
     python bench/read_passages.py --out /tmp/passages
     python bench/stress_set.py --out /tmp/oasr-stress
@@ -41,7 +41,7 @@ from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.offline import transcribe_files
-from oasr.metrics import ErrorCounts
+from oasr.text.wer import ErrorCounts
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 PAUSE_S, LONGEST_S = 0.8, 15.0  # the sentence-pause rules: --endpoint-pause 0.8 --max-segment 15

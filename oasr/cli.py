@@ -1,4 +1,8 @@
-"""Command-line entry points: ``oasr transcribe``, ``oasr export``, ``oasr-server``."""
+"""The ``oasr`` command: ``oasr transcribe``, ``oasr export``, ``oasr bench``.
+
+The live server's command, ``oasr-server``, is the web layer's (`backend.cli`): the library
+never imports it.
+"""
 
 from __future__ import annotations
 
@@ -8,206 +12,9 @@ import logging
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from oasr.decoding.endpoint import EndpointConfig
-from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
-from oasr.engine.refine import RefineConfig
-
-# Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
-# model with both LMs, held-out-sentence WER is 52.2% greedy, 21.8% at beam 8, 19.8% at beam 16
-# and 18.6% at beam 32; the search costs ~22 / 36 / 55 ms of one CPU thread per 64-stream x
-# 640 ms step at beam 8 / 16 / 32 (bench/decode_cost.py), beside ~240 ms for the encoder.
-DEFAULT_LM_BEAM_SIZE = 16
-
-# Attention history of the commands' engines, in chunks (8 x 640 ms = 5.1 s): a stream keeps at
-# most 8 chunks of K/V and evicts the oldest block as each new chunk commits, so a chunk's cost
-# stays flat however long a segment runs, and the demo's pool shows evictions as soon as
-# someone speaks for more than 5 s. CTC WER of the bundled model at 8 vs unlimited history
-# (bench/history_wer.py, docs/benchmarks.md): devset real 30.1 vs 30.7 %, synthetic 11.3 vs
-# 11.3 %, long 25-36 s streams 26.6 vs 28.0 %: no loss. EngineConfig itself keeps -1 (all).
-DEFAULT_NUM_LEFT_CHUNKS = 8
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by every command that builds an engine."""
-    from oasr.decoding import GpuDecoderConfig
-
-    g = parser.add_argument_group("engine")
-    g.add_argument("--model", default=None,
-                   help="model dir (oasr format: Conformer-CTC or Whisper-CTC; a WeNet "
-                   "experiment dir; or an icefall Zipformer experiment dir); default: bundled "
-                   "model")
-    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    g.add_argument("--dtype", default="auto",
-                   help="auto | float32 | float16 | bfloat16 | int8 (int8 encoder linears)")
-    g.add_argument("--max-batch-size", type=int, default=EngineConfig.max_batch_size,
-                   help="streams decoded at once (stream slots)")
-    g.add_argument("--chunk-size", type=int, default=EngineConfig.chunk_size,
-                   help="encoder frames per chunk; default: the model's trained chunk "
-                   "(640 ms: 16 Conformer frames, 32 Whisper-CTC frames)")
-    g.add_argument("--num-left-chunks", type=int, default=None,
-                   help="attention history in chunks; older K/V blocks are evicted; -1 keeps "
-                   f"everything (default: {DEFAULT_NUM_LEFT_CHUNKS}; an icefall Zipformer: its "
-                   "own left context, 4 chunks)")
-    g.add_argument("--max-num-blocks", type=int, default=None,
-                   help="K/V pool size in blocks; default: derived from free memory")
-    g.add_argument("--beam-size", type=int, default=None,
-                   help="1 = greedy CTC, >1 = prefix beam; default: "
-                   f"{DEFAULT_LM_BEAM_SIZE} when a char LM is used (see --lm), else 1")
-    g.add_argument("--lm", default="auto",
-                   help="LMs fused into beam search: auto (the model dir's char_lm.* and, when "
-                   "present, word_lm.*), none, or a directory holding char_lm.safetensors + "
-                   "char_lm.json (+ word_lm.txt + word_lm.json)")
-    g.add_argument("--lm-weight", type=float, default=GpuDecoderConfig.lm_weight,
-                   help="char LM weight of shallow fusion (beam search with an LM only); "
-                   "default: the value tuned with the LM files")
-    g.add_argument("--lm-unit-bonus", type=float, default=GpuDecoderConfig.lm_unit_bonus,
-                   help="score added per emitted unit when an LM is used; default: tuned")
-    g.add_argument("--lm-word-bonus", type=float, default=GpuDecoderConfig.lm_word_bonus,
-                   help="score added per word boundary when an LM is used")
-    g.add_argument("--lm-word-weight", type=float, default=GpuDecoderConfig.word_lm_weight,
-                   help="word LM weight (with a word_lm.*); default: tuned")
-    g.add_argument("--lm-oov-penalty", type=float, default=GpuDecoderConfig.word_oov_penalty,
-                   help="penalty per word outside the word LM's lexicon; default: tuned")
-    g.add_argument("--second-pass", choices=("whisper", "none"), default="whisper",
-                   help="re-decode each finished segment with Whisper tiny.en for accurate finals")
-    g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
-                   help="Whisper's beam at temperature 0 (1 = greedy)")
-    g.add_argument("--final-context", type=float, default=EngineConfig.final_context_s,
-                   metavar="S",
-                   help="a segment's second pass also decodes the previous segment when it is "
-                   "at most this long, continuing its final's text (short segments keep "
-                   "their sentence's context); 0 decodes each segment alone")
-    g.add_argument("--early-final", type=float, default=EngineConfig.early_final_s, metavar="S",
-                   help="start a segment's final decode after this pause (s) after the last "
-                   "word, before the endpoint, so the final is ready when the segment ends; "
-                   "0 waits for the endpoint")
-    g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
-                   help="refined partials: re-decode an open segment with Whisper after this "
-                   "many seconds of new audio, in spare capacity; 0 turns them off")
-    g.add_argument("--prefill-kv-window", action="store_true",
-                   help="give each stream its whole --num-left-chunks window, zeroed, at "
-                   "admission (models trained with a fixed attention window)")
-    g.add_argument("--streaming-cohort-admit", action="store_true",
-                   help="admit waiting streams shortest audio first (bounded by the wait "
-                   "limit) instead of oldest first")
-    g.add_argument("--quantization-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="second-pass decoder K/V format: kv_cache=fp8_e4m3 (float8 plus a "
-                   "scale per token and head: ~1.9x the rows of float16 in the same memory)")
-    g.add_argument("--decode-kv-budget-gib", type=float, default=None,
-                   help="second-pass decoder K/V pool in GiB; default: --max-decode-slots "
-                   "rows at their full length")
-    g.add_argument("--max-decode-slots", type=int, default=None,
-                   help="second-pass rows decoded at once (default: 16)")
-    g.add_argument("--cuda-graphs", choices=CUDA_GRAPH_MODES, default="off",
-                   help="capture the encoder step as one CUDA graph per batch width, replayed "
-                   "over the padding lane (auto: on for CUDA, off on CPU); off by default "
-                   "until it has run on a GPU (bench/gpu_check.sh)")
-    g.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads for the engine (default: torch's choice)")
-    g.add_argument("--endpoint-pause", type=float, default=None, metavar="S",
-                   help="sentence-pause endpointing: seconds of pause (blank frames) after 3 "
-                        "words that end a segment (0.8 when only --max-segment is given); "
-                        "default: WeNet's rules, 1 s of silence after speech")
-    g.add_argument("--max-segment", type=float, default=None, metavar="S",
-                   help="sentence-pause endpointing: longest segment in seconds, cut at its "
-                        "quietest point in the last 3 s (15 when only --endpoint-pause is "
-                        "given); default: WeNet's 20 s")
-
-
-class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends "(default: ...)" to every option's help unless the help already names it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.help and "default" in action.help:
-            return action.help
-        return super()._get_help_string(action)
-
-
-def default_beam_size(model: str | None, lm: str) -> int:
-    """The beam width when none is given: `DEFAULT_LM_BEAM_SIZE` when a char LM will be used
-    (``lm`` names a directory, or is "auto" and the model directory has one), else 1."""
-    from oasr.lm import has_char_lm
-    from oasr.models.checkpoint import DEFAULT_MODEL_DIR
-
-    if lm == "none":
-        return 1
-    if lm != "auto":
-        return DEFAULT_LM_BEAM_SIZE
-    model_dir = DEFAULT_MODEL_DIR if model is None else Path(model)
-    return DEFAULT_LM_BEAM_SIZE if has_char_lm(model_dir) else 1
-
-
-def endpoint_config_from_args(args: argparse.Namespace) -> EndpointConfig:
-    """The endpoint rules: WeNet's (1 s of silence after speech, 20 s segments) unless
-    ``--endpoint-pause`` / ``--max-segment`` ask for the sentence-pause rules (see
-    `EngineConfig.endpoint`)."""
-    pause = getattr(args, "endpoint_pause", None)
-    longest = getattr(args, "max_segment", None)
-    if pause is None and longest is None:
-        return EndpointConfig.wenet()
-    config = EndpointConfig()
-    if pause is not None and config.rule2 is not None:
-        config = replace(config, rule2=replace(config.rule2, min_trailing_silence_s=pause))
-    if longest is not None and config.rule3 is not None:
-        config = replace(config, rule3=replace(config.rule3, min_utterance_length_s=longest),
-                         max_cut_window_s=min(config.max_cut_window_s, longest / 2))
-    return config
-
-
-def default_num_left_chunks(model: str | None) -> int:
-    """The history when none is given: `DEFAULT_NUM_LEFT_CHUNKS` for the paged families; an
-    icefall Zipformer directory keeps EngineConfig's -1 (the slot runtime then uses its own
-    left context, 4 chunks)."""
-    from oasr.models.zipformer.checkpoint import is_icefall_dir
-
-    if model is not None and is_icefall_dir(Path(model)):
-        return EngineConfig.num_left_chunks
-    return DEFAULT_NUM_LEFT_CHUNKS
-
-
-def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
-    from oasr.decoding import GpuDecoderConfig
-    from oasr.models.whisper.quantization import parse_quantization_options
-
-    beam_size = args.beam_size
-    if beam_size is None:
-        beam_size = default_beam_size(args.model, args.lm)
-
-    config = EngineConfig(
-        model=args.model,
-        device=args.device,
-        dtype=args.dtype,
-        max_batch_size=args.max_batch_size,
-        chunk_size=args.chunk_size,
-        num_left_chunks=(args.num_left_chunks if args.num_left_chunks is not None
-                         else default_num_left_chunks(args.model)),
-        prefill_kv_window=args.prefill_kv_window,
-        max_num_blocks=args.max_num_blocks,
-        decoder=GpuDecoderConfig(beam_size=beam_size, lm_weight=args.lm_weight,
-                                 lm_unit_bonus=args.lm_unit_bonus,
-                                 lm_word_bonus=args.lm_word_bonus,
-                                 word_lm_weight=args.lm_word_weight,
-                                 word_oov_penalty=args.lm_oov_penalty),
-        lm=args.lm,
-        num_threads=args.threads,
-        cuda_graphs=args.cuda_graphs,
-        second_pass=args.second_pass,
-        endpoint=endpoint_config_from_args(args),
-        second_pass_decode=replace(EngineConfig().second_pass_decode,
-                                   beam_size=args.second_pass_beam),
-        refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
-        final_context_s=args.final_context,
-        early_final_s=args.early_final,
-        streaming_cohort_admit=args.streaming_cohort_admit,
-        quantization=parse_quantization_options(args.quantization_option) or None,
-        decode_kv_budget_gib=args.decode_kv_budget_gib,
-        max_decode_slots=args.max_decode_slots,
-    )
-    return replace(config, **overrides)  # type: ignore[arg-type]
+from oasr.engine.options import add_engine_arguments, engine_config_from_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -258,6 +65,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
         max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
         second_pass_fast_backlog=None,  # every final decoded in full, however many wait
+        early_final_s=0.0,  # no one waits for a final offline
         refine=None,  # no one reads partials offline
     )
     results = transcribe_files(config, args.files, progress=not args.no_progress)
@@ -271,72 +79,6 @@ def _transcribe(args: argparse.Namespace) -> int:
         else:
             print(f"{result.file}\t{result.text}")
     return 1 if failed else 0
-
-
-def server_main(argv: Sequence[str] | None = None) -> int:
-    """``oasr-server``: the live demo (Starlette + uvicorn) with the engine on its own thread."""
-    from backend.config import API_KEYS_ENV, ServerConfig
-    from backend.options import add_hardening_arguments
-    from backend.server import run
-
-    defaults = ServerConfig()
-    parser = argparse.ArgumentParser(prog="oasr-server", description="oasr live transcription demo",
-                                     formatter_class=_DefaultsFormatter)
-    g = parser.add_argument_group("server")
-    g.add_argument("--host", default=defaults.host, help="address to listen on (0.0.0.0: all)")
-    g.add_argument("--port", type=int, default=defaults.port, help="port (0 picks a free one)")
-    g.add_argument("--max-connections", type=int, default=defaults.max_connections,
-                   help="simultaneous /ws/asr connections; more are refused 'busy'")
-    g.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
-                   help="largest binary websocket frame")
-    g.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout_s,
-                   help="seconds without audio before a stream ends with 'timeout'")
-    g.add_argument("--max-session", type=float, default=defaults.max_session_s,
-                   help="longest stream in seconds")
-    g.add_argument("--allowed-origin", action="append", default=[],
-                   help="websocket Origin to accept (repeatable; default: same host only; * any)")
-    g.add_argument("--max-wait", type=float, default=EngineConfig.max_wait_time_s,
-                   help="seconds a new stream may wait for a slot before 'busy'")
-    add_hardening_arguments(parser, defaults)
-    g.add_argument("--api-key", action="append", default=[],
-                   help="API key clients must send as 'Authorization: Bearer KEY' (repeatable; "
-                   f"also ${API_KEYS_ENV}, comma-separated); default: no keys, no auth")
-    g.add_argument("--allowed-host", action="append", default=[],
-                   help="Host header to accept (repeatable; *.example.com and * work); "
-                   "default: localhost, 127.0.0.1, [::1] and the address the server binds")
-    g.add_argument("--max-upload-mb", type=float, default=defaults.max_upload_bytes / 2**20,
-                   help="largest POST /v1/audio/transcriptions body, in MiB")
-    add_engine_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        config = _server_config(args, ServerConfig)
-    except ValueError as exc:  # a knob out of range: say which, like argparse does
-        parser.error(str(exc))
-    return run(config)
-
-
-def _server_config(args: argparse.Namespace, server_config: type) -> Any:
-    from backend.config import api_keys_from_env
-    from backend.options import hardening_config_from_args
-
-    return server_config(
-        host=args.host,
-        port=args.port,
-        max_connections=args.max_connections,
-        max_frame_bytes=args.max_frame_bytes,
-        idle_timeout_s=args.idle_timeout,
-        max_session_s=args.max_session,
-        allowed_origins=tuple(args.allowed_origin),
-        api_keys=(*args.api_key, *api_keys_from_env()),
-        allowed_hosts=tuple(args.allowed_host),
-        max_upload_bytes=int(args.max_upload_mb * 2**20),
-        engine=engine_config_from_args(
-            args, max_wait_time_s=args.max_wait, min_audio_rate=args.min_audio_rate,
-            audio_rate_window_s=args.audio_rate_window,
-            second_pass_max_backlog=args.second_pass_max_backlog),
-        **hardening_config_from_args(args),
-    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -22,7 +23,7 @@ from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.final_guard import GuardVerdict
 from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
-from oasr.metrics import normalize_transcript
+from oasr.text.wer import normalize_transcript
 
 RATE = 16_000
 
@@ -260,15 +261,21 @@ def bundled() -> EngineConfig:
 
 
 def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], dict[str, int]]:
-    """One stream fed in 0.64 s pieces, one step after each (as a live client's audio comes)."""
+    """One stream fed in 0.64 s pieces, as a live client's audio comes; after each piece the
+    second pass catches up (an idle server: early decodes start only without a backlog)."""
     engine = ASREngine(config)
     events = Collector()
     engine.submit(OpenStream(1, events.sink(1)))
     piece = int(0.64 * RATE)
+    worker = engine.finals.worker
+    assert worker is not None
     for start in range(0, len(audio), piece):
         engine.submit(AppendAudio(1, audio[start : start + piece]))
         engine.step()
-        engine.step()
+        deadline = time.monotonic() + 60
+        while worker.backlog and time.monotonic() < deadline:
+            time.sleep(0.01)
+            engine.step()
     engine.submit(EndStream(1))
     run_until_idle_with_finals(engine)
     second = engine.stats.snapshot["second_pass"]
