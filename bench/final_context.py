@@ -97,7 +97,7 @@ def engine_config(endpoint: EndpointConfig, context_s: float, threads: int) -> E
         max_batch_size=32, max_num_blocks=32 * 64, num_threads=threads, second_pass="whisper",
         max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
         max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize,
-        second_pass_fast_backlog=None, refine=None)
+        second_pass_fast_backlog=None, early_final_s=0.0, refine=None)
 
 
 def run(items: list[Item], config: EngineConfig, column: str) -> float:

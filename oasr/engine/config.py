@@ -184,7 +184,7 @@ class EngineConfig:
                                                     encoder_window=EncoderWindow("full")))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     final_context_s: float = 0.0
-    early_final_s: float = 0.0
+    early_final_s: float = 0.5
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
     decode_kv_budget_gib: float | None = None

@@ -22,8 +22,9 @@ from oasr.engine.request import EarlyFinal, PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
 
-# early final decodes start only while fewer finals than this wait for the second pass
-EARLY_MAX_BACKLOG = 2
+# early final decodes start only while fewer jobs than this wait for the second pass: an
+# idle one (a busy one's spare time goes to the finals and refinements that are sure)
+EARLY_MAX_BACKLOG = 1
 
 
 class FinalPublisher:
@@ -75,7 +76,8 @@ class FinalPublisher:
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         early, request.early = request.early, None
-        if early is not None and audio is not None and early.tokens == tuple(hyp.tokens):
+        if (early is not None and audio is not None and early.tokens == tuple(hyp.tokens)
+                and early.prefix == self._committed(request)):
             self.num_early_used += 1  # decoded at the pause on the same words: it is the final
             request.segment += 1
             request.pending_finals[early.job_id] = PendingFinal(event, base)
@@ -97,7 +99,7 @@ class FinalPublisher:
 
     def start_early(self, request: Request, hyp: Hypothesis | None) -> None:
         """After a chunk that did not end the segment: when the stream has paused for
-        ``early_s`` after its last token and the second pass has no backlog, start the
+        ``early_s`` after its last token and the second pass is idle, start the
         segment's final decode now, so that the final is ready when the endpoint comes; an
         early decode whose words the speaker went on from is dropped."""
         early = request.early
@@ -115,7 +117,12 @@ class FinalPublisher:
             return
         job = self._job(request, hyp, audio)
         if self.worker.try_submit(job):
-            request.early = EarlyFinal(job.job_id, tokens)
+            request.early = EarlyFinal(job.job_id, tokens, job.prefix)
+
+    @staticmethod
+    def _committed(request: Request) -> tuple[int, ...]:
+        """Whisper tokens of the open segment's committed words (forced in its final)."""
+        return request.refine.prefix_tokens if request.refine is not None else ()
 
     def _discard_early(self, early: EarlyFinal) -> None:
         self.num_early_discarded += 1
@@ -125,7 +132,7 @@ class FinalPublisher:
     def _job(self, request: Request, hyp: Hypothesis, audio: np.ndarray) -> SecondPassJob:
         """The second-pass job of the open segment: its audio (after the previous segment's,
         when that is carried as context), its CTC text, the refinement's committed words."""
-        prefix = request.refine.prefix_tokens if request.refine is not None else ()
+        prefix = self._committed(request)
         context, context_job, context_audio = self._context(request)
         return SecondPassJob(self.next_job_id(), request.stream_id, request.segment,
                              np.concatenate([context_audio, audio]), time.monotonic(),

@@ -83,11 +83,13 @@ class SpokenContext:
 @dataclass
 class EarlyFinal:
     """A segment's final decode started before its endpoint, at a pause: it becomes the
-    final's job when the segment ends on the same hypothesis (``tokens``); ``done`` is its
-    answer once it came."""
+    final's job when the segment ends on the same hypothesis (``tokens``) and the same
+    committed words (``prefix``: the final must begin with every word committed since);
+    ``done`` is its answer once it came."""
 
     job_id: int
     tokens: tuple[int, ...]
+    prefix: tuple[int, ...] = ()
     done: SecondPassDone | None = None
 
 

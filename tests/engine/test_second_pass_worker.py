@@ -18,11 +18,16 @@ import numpy as np
 import pytest
 from engine_helpers import Collector, run_until_idle_with_finals
 
-from oasr.decoding import EndpointConfig, EndpointRule
+from oasr.decoding import EndpointConfig, EndpointRule, Hypothesis
 from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import GuardVerdict
+from oasr.engine.finals import FinalPublisher
+from oasr.engine.refine import RefineState
+from oasr.engine.request import Request, SegmentAudio
 from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
+from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.text.wer import normalize_transcript
 
 RATE = 16_000
@@ -298,3 +303,76 @@ def test_an_early_decode_at_the_pause_becomes_the_final(
     assert early_stats["num_early_finals"] == 2  # both finals were decoded at their pause
     assert early_stats["num_early_discarded"] >= 1  # the pause inside the first sentence
     assert [normalize_transcript(t) for t in early] == [normalize_transcript(t) for t in plain]
+
+
+class _QueueingWorker:
+    """The worker's side of FinalPublisher: queued jobs, aborts, a settable backlog."""
+
+    def __init__(self) -> None:
+        self.jobs: list[SecondPassJob] = []
+        self.aborted: list[int] = []
+        self.backlog = 0
+        self.no_speech = NoSpeechRule()
+
+    def try_submit(self, job: SecondPassJob) -> bool:
+        self.jobs.append(job)
+        return True
+
+    def abort(self, job_id: int) -> None:
+        self.aborted.append(job_id)
+
+
+def _open_request(seconds: float) -> Request:
+    request = Request(1, lambda event: None, 0.0, None, None)  # type: ignore[arg-type]
+    request.audio = SegmentAudio(30 * RATE)
+    request.audio.append(_voice(seconds))
+    request.refine = RefineState()
+    return request
+
+
+def _hyp(tokens: list[int], last_frame: int) -> Hypothesis:
+    return Hypothesis(tokens, " ".join(map(str, tokens)), 0.0,
+                      [last_frame - len(tokens) + 1 + i for i in range(len(tokens))])
+
+
+def test_early_decodes_start_at_a_pause_and_are_used_only_on_the_same_words() -> None:
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 80))  # 0.38 s after the last token: too soon
+    assert not worker.jobs
+    worker.backlog = 1
+    finals.start_early(request, _hyp([5, 6], 70))  # 0.58 s, but the second pass is busy
+    assert not worker.jobs
+    worker.backlog = 0
+    finals.start_early(request, _hyp([5, 6], 70))
+    (early,) = worker.jobs
+    finals.start_early(request, _hyp([5, 6], 70))  # the same words: nothing new to start
+    assert len(worker.jobs) == 1
+    finals.start_early(request, _hyp([5, 6, 7], 99))  # the speaker went on: dropped
+    assert worker.aborted == [early.job_id] and request.early is None
+    finals.start_early(request, _hyp([5, 6, 7], 70))
+    second = worker.jobs[-1]
+    request.refine.prefix_tokens = (42,)  # a refinement committed a word since: the early
+    finals.publish(request, _hyp([5, 6, 7], 70), "endpoint")  # decode lacks it
+    assert second.job_id in worker.aborted
+    final_job = worker.jobs[-1]
+    assert final_job.job_id not in (early.job_id, second.job_id)
+    assert final_job.prefix == (42,) and list(request.pending_finals) == [final_job.job_id]
+    assert (finals.num_early_used, finals.num_early_discarded) == (0, 2)
+
+
+def test_an_early_decode_on_the_final_words_is_the_final() -> None:
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 70))
+    (early,) = worker.jobs
+    finals.on_second_pass(request, SecondPassDone(early.job_id, 1, "five six", 0.4))
+    finals.publish(request, _hyp([5, 6], 70), "endpoint")
+    assert len(worker.jobs) == 1 and not worker.aborted  # no second decode
+    assert finals.num_early_used == 1
+    assert not request.pending_finals and request.last_final is not None
+    assert request.last_final.text == "five six"  # published at the endpoint at once
