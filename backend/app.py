@@ -2,7 +2,7 @@
 the page itself, behind the allowed-hosts check and (when keys are set) API keys.
 
 ``create_app(config, engine=None)`` builds the app. The lifespan builds the engine thread from
-``config.build_engine_config()`` when none is given, starts it (unless it is already running)
+``config.engine`` when none is given, starts it (unless it is already running)
 and the stats hub, and on shutdown stops what it started.
 """
 
@@ -117,7 +117,7 @@ def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Star
     Args:
         config: limits, static files and the engine configuration.
         engine: an engine thread to serve (started by the lifespan if not running yet);
-            None builds one from ``config.build_engine_config()`` at startup.
+            None builds one from ``config.engine`` at startup.
     Returns:
         The Starlette app; ``app.state.context`` is its ``AppContext``.
     """
@@ -167,8 +167,7 @@ class ProbeExemptHosts(TrustedHostMiddleware):
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     context: AppContext = app.state.context
     if context.engine is None:
-        engine_config = context.config.build_engine_config()
-        context.engine = await asyncio.to_thread(EngineThread, engine_config)
+        context.engine = await asyncio.to_thread(EngineThread, context.config.engine)
     if not context.engine.is_alive():
         context.engine.start()
         context.owns_engine = True
@@ -235,8 +234,8 @@ async def _asr_endpoint(websocket: WebSocket) -> None:
         assert context.engine is not None  # _admit refuses until the engine is ready
         config = context.config
         session = Session(config.max_frame_bytes, config.max_text_bytes, config.max_json_depth)
-        await AsrConnection(websocket, context.engine, session, config.idle_timeout_s,
-                            flow=context.flow, replica=config.replica).run()
+        await AsrConnection(websocket, context.engine, session,
+                            config.engine.idle_timeout_s, flow=context.flow, replica=config.replica).run()
 
     await _serve_socket(websocket, ASR_ENDPOINT, handle)
 

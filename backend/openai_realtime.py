@@ -141,10 +141,11 @@ class RealtimeConnection:
             idle = not self.turns
             try:
                 kind, item = await asyncio.wait_for(
-                    self._inbox.get(), self.config.idle_timeout_s if idle else None)
+                    self._inbox.get(), self.config.engine.idle_timeout_s if idle else None)
             except asyncio.TimeoutError:
                 await self._send_error(RealtimeError(
-                    f"nothing received for {self.config.idle_timeout_s:g} s", code="timeout"))
+                    f"nothing received for {self.config.engine.idle_timeout_s:g} s",
+                    code="timeout"))
                 raise _Close(CloseCode.POLICY_VIOLATION) from None
             if kind == "gone":
                 return
@@ -153,9 +154,9 @@ class RealtimeConnection:
             else:
                 await self._on_client(item)
                 self._client_slots.release()
-            if time.monotonic() - started > self.config.max_session_s:
+            if time.monotonic() - started > self.config.engine.max_session_s:
                 await self._send_error(RealtimeError(
-                    f"the session reached its {self.config.max_session_s:g} s limit",
+                    f"the session reached its {self.config.engine.max_session_s:g} s limit",
                     code="session_expired"))
                 raise _Close(CloseCode.NORMAL)
 

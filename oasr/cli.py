@@ -236,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _transcribe(args: argparse.Namespace) -> int:
     from oasr.engine.offline import transcribe_files
+    from oasr.engine.process import configure_process
 
     missing = [str(f) for f in args.files if not f.is_file()]
     if missing:
@@ -248,6 +249,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
         refine=None,  # no one reads partials offline
     )
+    configure_process(config.num_threads)
     results = transcribe_files(config, args.files, progress=not args.no_progress)
     failed = 0
     for result in results:
@@ -277,9 +279,9 @@ def server_main(argv: Sequence[str] | None = None) -> int:
                    help="simultaneous /ws/asr connections; more are refused 'busy'")
     g.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
                    help="largest binary websocket frame")
-    g.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout_s,
+    g.add_argument("--idle-timeout", type=float, default=defaults.engine.idle_timeout_s,
                    help="seconds without audio before a stream ends with 'timeout'")
-    g.add_argument("--max-session", type=float, default=defaults.max_session_s,
+    g.add_argument("--max-session", type=float, default=defaults.engine.max_session_s,
                    help="longest stream in seconds")
     g.add_argument("--allowed-origin", action="append", default=[],
                    help="websocket Origin to accept (repeatable; default: same host only; * any)")
@@ -313,14 +315,13 @@ def _server_config(args: argparse.Namespace, server_config: type) -> Any:
         port=args.port,
         max_connections=args.max_connections,
         max_frame_bytes=args.max_frame_bytes,
-        idle_timeout_s=args.idle_timeout,
-        max_session_s=args.max_session,
         allowed_origins=tuple(args.allowed_origin),
         api_keys=(*args.api_key, *api_keys_from_env()),
         allowed_hosts=tuple(args.allowed_host),
         max_upload_bytes=int(args.max_upload_mb * 2**20),
         engine=engine_config_from_args(
             args, max_wait_time_s=args.max_wait, min_audio_rate=args.min_audio_rate,
+            idle_timeout_s=args.idle_timeout, max_session_s=args.max_session,
             audio_rate_window_s=args.audio_rate_window,
             second_pass_max_backlog=args.second_pass_max_backlog),
         **hardening_config_from_args(args),

@@ -4,6 +4,7 @@ from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.events import EventType, FinishReason, StreamEvent
 from oasr.engine.offline import FileResult, transcribe_files
+from oasr.engine.process import configure_process
 from oasr.engine.thread import EngineThread
 
 __all__ = [
@@ -14,5 +15,6 @@ __all__ = [
     "FileResult",
     "FinishReason",
     "StreamEvent",
+    "configure_process",
     "transcribe_files",
 ]

@@ -95,7 +95,9 @@ class EngineConfig:
             the second pass its context (stress set: read-speech finals 11.8 % WER against
             3-5 %, docs/model.md), so they are opt-in until the second pass can carry
             context across segments.
-        idle_timeout_s: a stream that sends no audio for this long ends with "timeout".
+        idle_timeout_s: a stream that sends no audio for this long ends with "timeout". The
+            engine owns both timeouts; the server passes ``--idle-timeout`` / ``--max-session``
+            through and reads them from here (``ServerConfig.engine``).
         max_session_s: a stream older than this ends with "timeout".
         max_pending_audio_s: audio a stream may have queued and not yet decoded; more is an
             error for that stream (a client sending faster than real time forever).
@@ -129,7 +131,9 @@ class EngineConfig:
         (``second_pass_decode_config``).
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
-            often faster (each step is many small kernels).
+            often faster (each step is many small kernels). A process-wide setting: the
+            entry point applies it (`oasr.engine.configure_process`), not the engine; the
+            second-pass thread takes half of it (``second_pass_threads``).
         min_audio_rate: the least audio a running stream must send, as a fraction of real
             time, in every ``audio_rate_window_s`` after its admission; a stream that sends
             less (2 bytes every few seconds keep a byte-counting idle timer happy) ends with
@@ -219,7 +223,7 @@ class EngineConfig:
                              f"got {self.cuda_graphs!r}")
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
             if not getattr(self, name) >= 0:  # NaN fails too; inf means "never"
-                raise ValueError(f"EngineConfig.{name} must be >= 0, got {getattr(self, name)}")
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)}: it must be >= 0")
         if self.chunk_size is not None and self.chunk_size < MIN_CHUNK_SIZE:
             raise ValueError(
                 f"chunk_size {self.chunk_size} is below {MIN_CHUNK_SIZE} encoder frames: models "

@@ -64,7 +64,7 @@ class ASREngine:
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device,
                                            config.second_pass_decode_config(),
-                                           self._guard(config))
+                                           self._guard(config), config.num_threads)
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
         self.refiner = None

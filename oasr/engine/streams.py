@@ -40,7 +40,6 @@ from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.graphs import CudaGraphBackend
-from oasr.engine.host_memory import retain_freed_host_memory
 from oasr.engine.model_runner import ModelRunner, StepOutput
 from oasr.engine.padding import StepPadding, WidthLadder
 from oasr.engine.transducer import TransducerStreams
@@ -80,9 +79,6 @@ class StreamResources:
                 its slots (`check_pool_covers_slots`).
         """
         device = config.resolve_device()
-        if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
-        retain_freed_host_memory()  # step buffers stay mapped between steps (host_memory.py)
         given = model is not None
         if model is None:
             chunk, left = _icefall_decode_setting(config)

@@ -41,7 +41,7 @@ def test_a_pool_giving_each_stream_one_block_is_refused() -> None:
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("chunk_size", 1, "chunk_size 1 is below 4"),
-    ("idle_timeout_s", math.nan, "idle_timeout_s must be >= 0"),
+    ("idle_timeout_s", math.nan, "idle_timeout_s=nan: it must be >= 0"),
     ("min_audio_rate", 1.5, "min_audio_rate must be in"),
     ("audio_rate_window_s", math.inf, "audio_rate_window_s must be a finite"),
 ])

@@ -268,6 +268,6 @@ def test_engine_config_rejects_bad_values() -> None:
         EngineConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="device must be"):
         EngineConfig(device="tpu")
-    with pytest.raises(ValueError, match="max_wait_time_s must be >= 0"):
+    with pytest.raises(ValueError, match="max_wait_time_s=-1.0: it must be >= 0"):
         EngineConfig(max_wait_time_s=-1.0)
     assert EngineConfig(max_wait_time_s=math.inf).max_wait_time_s == math.inf
