@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
-from oasr.engine import EngineThread, StreamEvent
-from oasr.engine.events import EventType
+from oasr.engine import EngineThread
+from oasr.engine.events import BUSY, Error, StreamEvent
 
 PACE_POLL_S = 0.05
 
@@ -103,5 +103,6 @@ def _stream_entry(stats: dict[str, Any], stream_id: int) -> dict[str, Any] | Non
     return None
 
 
-def is_busy(event: StreamEvent) -> bool:
-    return event.type is EventType.ERROR and event.code == "busy"
+def is_busy(event: StreamEvent) -> TypeGuard[Error]:
+    """A ``busy`` refusal: no slot freed in time (the stream's only event)."""
+    return isinstance(event, Error) and event.code == BUSY

@@ -26,7 +26,7 @@ from oasr.engine.commands import (
     OpenStream,
 )
 from oasr.engine.config import EngineConfig
-from oasr.engine.events import EventType, FinishReason, StreamEvent
+from oasr.engine.events import BUSY, Done, Error, FinishReason, Partial, Ready
 from oasr.engine.family import FEATURE_SHIFT_S
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.finals import FinalPublisher
@@ -212,15 +212,15 @@ class ASREngine:
         request.admitted_at = now
         request.transition(RequestStatus.RUNNING)
         chunk_ms = round(self.resources.chunk_size * self.family.timing.frame_shift_s * 1000)
-        request.emit(StreamEvent(EventType.READY, stream_id, chunk_ms=chunk_ms))
+        request.emit(Ready(stream_id, chunk_ms))
 
     def _refuse_busy(self, stream_id: int) -> None:
         request = self.requests.pop(stream_id)
         request.transition(RequestStatus.FINISHED)
         self.stats.count_refusal()
-        request.emit(StreamEvent(
-            EventType.ERROR, stream_id, code="busy",
-            message=f"all {self.config.max_batch_size} stream slots are busy; try again later"))
+        request.emit(Error(
+            stream_id, BUSY,
+            f"all {self.config.max_batch_size} stream slots are busy; try again later"))
 
     def _stop_at_capacity(self, stream_id: int) -> bool:
         if not self.resources.at_capacity(stream_id):
@@ -232,7 +232,7 @@ class ASREngine:
         request = self.requests.get(stream_id)
         if request is None:
             return
-        request.emit(StreamEvent(EventType.ERROR, stream_id, code=code, message=message))
+        request.emit(Error(stream_id, code, message))
         self._finish(stream_id, FinishReason.ERROR)
 
     def _finish(self, stream_id: int, reason: FinishReason, message: str = "") -> None:
@@ -259,10 +259,8 @@ class ASREngine:
 
     def _emit_done(self, request: Request) -> None:
         assert request.finish_reason is not None
-        request.emit(StreamEvent(EventType.DONE, request.stream_id,
-                                 finish_reason=request.finish_reason.value,
-                                 num_segments=request.num_segments_emitted,
-                                 message=request.finish_message))
+        request.emit(Done(request.stream_id, request.finish_reason.value,
+                          request.num_segments_emitted, request.finish_message))
 
     def _on_second_pass(self, done: SecondPassDone) -> None:
         request = self.requests.get(done.stream_id) or self.draining.get(done.stream_id)
@@ -384,9 +382,8 @@ class ASREngine:
             return
         request.last_parts = parts
         end = request.num_frames_decoded * self.family.timing.frame_shift_s
-        request.emit(StreamEvent(EventType.PARTIAL, request.stream_id, segment=request.segment,
-                                 text=parts.text, stable=parts.stable,
-                                 tentative=parts.tentative, ctc=parts.ctc, end=end))
+        request.emit(Partial(request.stream_id, request.segment, parts.text, end,
+                             stable=parts.stable, tentative=parts.tentative, ctc=parts.ctc))
 
     def _on_refined(self, done: RefineDone) -> None:
         request = self.requests.get(done.stream_id)

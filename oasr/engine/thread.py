@@ -25,7 +25,7 @@ from oasr.audio import (
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, FinishAll, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.events import EventType, FinishReason, StreamEvent
+from oasr.engine.events import Done, Error, FinishReason, StreamEvent
 from oasr.engine.request import EventSink
 
 logger = logging.getLogger(__name__)
@@ -110,10 +110,8 @@ class EngineThread:
         message = f"the engine failed ({type(exc).__name__}: {exc}); the server restarts"
         for stream_id, stream in streams:
             try:
-                stream.sink(StreamEvent(EventType.ERROR, stream_id, code="internal",
-                                        message=message))
-                stream.sink(StreamEvent(EventType.DONE, stream_id,
-                                        finish_reason=FinishReason.ERROR.value))
+                stream.sink(Error(stream_id, "internal", message))
+                stream.sink(Done(stream_id, FinishReason.ERROR.value))
             except Exception:
                 logger.exception("could not tell stream %d that the engine failed", stream_id)
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from engine_helpers import Collector, run_until_idle
 
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.stats import NUM_RECENT_STEPS
 
@@ -85,7 +85,7 @@ def test_finals_are_counted_by_source_with_no_text(engine_config: EngineConfig,
         engine.submit(AppendAudio(sid, audio))
         engine.submit(EndStream(sid))
     run_until_idle(engine)
-    num_finals = sum(len(events.of_type(sid, EventType.FINAL)) for sid in (1, 2))
+    num_finals = sum(len(events.of_type(sid, Final)) for sid in (1, 2))
     assert num_finals >= 2
     second = engine.stats.snapshot["second_pass"]
     assert second["finals_by_source"] == {"whisper": 0, "ctc": num_finals, "combined": 0}
