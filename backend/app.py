@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -43,8 +42,9 @@ from backend.limits import AudioFlowGate
 from backend.metrics import ServerMetrics
 from backend.openai_realtime import RealtimeConnection
 from backend.protocol import CloseCode, ProtocolError, Session
-from backend.stats import StatsHub, stream_stats
+from backend.stats import ServedSnapshot, ServerSnapshot, StatsHub, stream_stats
 from oasr.engine import EngineThread
+from oasr.engine.snapshot import EngineSnapshot
 
 ASR_ENDPOINT = "/ws/asr"
 STATS_ENDPOINT = "/ws/stats"
@@ -85,30 +85,27 @@ class AppContext:
         resources = self.engine.engine.resources
         return 2 * resources.chunk_size * resources.family.timing.frame_shift_s
 
-    def engine_stats(self) -> dict[str, Any] | None:
-        """The engine's latest snapshot; None before its first step has produced one."""
-        if self.engine is None:
-            return None
-        stats = self.engine.stats()
-        return stats if "pool" in stats else None
+    def engine_stats(self) -> EngineSnapshot | None:
+        """The engine's latest snapshot; None before the engine is built."""
+        return None if self.engine is None else self.engine.stats()
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self) -> ServedSnapshot | None:
         """The engine's stats plus the server's own connection counts."""
         stats = self.engine_stats()
         if stats is None:
             return None
         asr, viewers = self.limiters[ASR_ENDPOINT], self.limiters[STATS_ENDPOINT]
-        return {**stats, "server": {
-            "connections": asr.num_connections,
-            "max_connections": asr.max_connections,
-            "realtime_connections": self.limiters[REALTIME_ENDPOINT].num_connections,
-            "stats_viewers": viewers.num_connections,
-            "replica": self.config.replica,
-            "draining": self.drain.is_draining,
-            "drain_seconds_left": self.drain.seconds_left(),
-            "queued_audio_s": round(self.flow.total_queued_s, 2),
-            "num_flow_pauses": self.flow.num_pauses,
-        }}
+        return ServedSnapshot(stats, ServerSnapshot(
+            connections=asr.num_connections,
+            max_connections=asr.max_connections,
+            realtime_connections=self.limiters[REALTIME_ENDPOINT].num_connections,
+            stats_viewers=viewers.num_connections,
+            replica=self.config.replica,
+            draining=self.drain.is_draining,
+            drain_seconds_left=self.drain.seconds_left(),
+            queued_audio_s=round(self.flow.total_queued_s, 2),
+            num_flow_pauses=self.flow.num_pauses,
+        ))
 
 
 def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Starlette:
@@ -259,7 +256,7 @@ async def _api_stats(request: Request) -> Response:
     snapshot = _context(request).snapshot()
     if snapshot is None:
         return JSONResponse({"error": "the engine is not running"}, status_code=503)
-    return JSONResponse(snapshot)
+    return JSONResponse(snapshot.to_json())
 
 
 async def _api_token(request: Request) -> Response:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 import numpy as np
 
@@ -67,10 +67,8 @@ class EngineStream:
 
     def decoded_seconds(self) -> float:
         """Seconds of this stream's audio the engine has decoded (0 while it waits)."""
-        entry = _stream_entry(self.engine.stats(), self.stream_id)
-        if entry is None:
-            return 0.0
-        return max(0.0, float(entry["audio_s"]) - float(entry["lag_s"]))
+        entry = self.engine.stats().streams.entry(self.stream_id)
+        return 0.0 if entry is None else entry.decoded_s
 
 
 async def feed_paced(stream: EngineStream, samples: np.ndarray, sample_rate: int,
@@ -94,13 +92,6 @@ async def feed_paced(stream: EngineStream, samples: np.ndarray, sample_rate: int
         fed_s += len(chunk) / sample_rate
         await asyncio.sleep(0)
     stream.end()
-
-
-def _stream_entry(stats: dict[str, Any], stream_id: int) -> dict[str, Any] | None:
-    for entry in stats.get("streams", {}).get("list", []):
-        if entry.get("stream_id") == stream_id:
-            return dict(entry)
-    return None
 
 
 def is_busy(event: StreamEvent) -> TypeGuard[Error]:

@@ -113,7 +113,7 @@ def run_engine(items: list[Item], config: EngineConfig, column: str) -> dict[str
         item.results[column] = {"text": result.text,
                                 "sources": [s["source"] for s in result.segments]}
     engine.shutdown()
-    return dict(engine.stats.snapshot.get("second_pass", {}))
+    return engine.latest_stats().second_pass.to_json()
 
 
 def engine_config(second_pass: str, decode: WhisperDecodeConfig,

@@ -13,7 +13,6 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
 
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow, FrameEnergy
 from oasr.decoding import Hypothesis
@@ -36,6 +35,7 @@ from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone, SecondPassWorker
 from oasr.engine.segment_cuts import SegmentCuts
+from oasr.engine.snapshot import EngineSnapshot
 from oasr.engine.stats import EngineStats
 from oasr.engine.streams import ChunkResult, StreamResources
 
@@ -94,8 +94,12 @@ class ASREngine:
         self._wakeup.wait(timeout)
         self._wakeup.clear()
 
-    def latest_stats(self) -> dict[str, Any]:
-        return self.stats.snapshot
+    def latest_stats(self) -> EngineSnapshot:
+        """The latest snapshot (built at construction, then at most ``SNAPSHOT_INTERVAL_S``
+        old while the engine steps)."""
+        snapshot = self.stats.snapshot
+        assert snapshot is not None  # refreshed in __init__
+        return snapshot
 
     @property
     def is_idle(self) -> bool:

@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from oasr.audio import (
     MODEL_SAMPLE_RATE,
@@ -27,6 +26,7 @@ from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.events import Done, Error, FinishReason, StreamEvent
 from oasr.engine.request import EventSink
+from oasr.engine.snapshot import EngineSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -202,12 +202,10 @@ class EngineThread:
                 return
         self.engine.submit(AbortStream(stream_id))
 
-    def stats(self) -> dict[str, Any]:
-        """The latest stats snapshot (JSON-serialisable)."""
-        snapshot = dict(self.engine.latest_stats())
-        snapshot["engine_alive"] = self.ready
-        snapshot["time"] = time.time()
-        return snapshot
+    def stats(self) -> EngineSnapshot:
+        """The latest stats snapshot, stamped with liveness and wall time (``to_json()`` is
+        what the stats API serves)."""
+        return self.engine.latest_stats().stamped(self.ready, time.time())
 
     def _get(self, stream_id: int) -> _StreamInput:
         with self._lock:

@@ -46,10 +46,10 @@ def test_final_text_comes_from_whisper(config: EngineConfig, speech: list[np.nda
         assert word_error_rate(words, finals[0].text) <= 1 / len(words.split())
         assert isinstance(events.events[sid][-1], Done)
         assert events.done(sid).num_segments == 1
-    second = engine.stats.snapshot["second_pass"]
-    assert second["enabled"] and second["num_second_pass_finals"] == 2
-    assert second["backlog"] == 0
-    assert "recent" not in second  # stats carry counts, never anyone's words
+    second = engine.stats.snapshot.second_pass
+    assert second.enabled and second.num_second_pass_finals == 2
+    assert second.backlog == 0
+    assert "recent" not in second.to_json()  # stats carry counts, never anyone's words
     assert_pool_full(engine)
     engine.shutdown()
 
@@ -110,9 +110,9 @@ def test_backlog_falls_back_to_ctc_text(config: EngineConfig, speech: list[np.nd
     run_until_idle_with_finals(engine)
     sources = sorted(events.of_type(s, Final)[0].source for s in (1, 2, 3))
     assert "ctc" in sources and "whisper" in sources
-    second = engine.stats.snapshot["second_pass"]
-    assert second["num_backlog_full"] == sources.count("ctc")
-    assert second["finals_by_source"] == {"whisper": sources.count("whisper"),
+    second = engine.stats.snapshot.second_pass
+    assert second.num_backlog_full == sources.count("ctc")
+    assert second.finals_by_source == {"whisper": sources.count("whisper"),
                                           "ctc": sources.count("ctc"), "combined": 0}
     assert all(events.done(s).finish_reason == "stop" for s in (1, 2, 3))
     engine.shutdown()

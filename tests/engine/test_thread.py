@@ -62,9 +62,9 @@ def test_streams_from_several_threads_match_alone(engine: EngineThread,
         finals = [e.text for e in events if isinstance(e, Final)]
         assert finals == alone.finals(1)
     stats = engine.stats()
-    assert stats["engine_alive"] is True
-    assert stats["finish_reasons"]["stop"] == 3
-    assert stats["pool"]["num_used_blocks"] == 0
+    assert stats.engine_alive is True
+    assert stats.finish_reasons["stop"] == 3
+    assert stats.pool.num_used_blocks == 0
 
 
 def test_feed_after_end_and_unknown_stream(engine: EngineThread) -> None:
@@ -113,4 +113,4 @@ def test_a_dead_loop_reports_not_ready(engine_config: EngineConfig) -> None:
     thread._thread.join(10)  # type: ignore[union-attr]
     assert not thread.is_alive() and not thread.ready
     assert isinstance(thread.error, MemoryError)
-    assert thread.stats()["engine_alive"] is False
+    assert thread.stats().engine_alive is False

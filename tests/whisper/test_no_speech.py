@@ -149,5 +149,5 @@ def test_engine_streams_of_noise_get_no_hallucinated_final(checkpoint: WhisperCh
     assert engine.is_idle
     assert sources == {1: ["whisper"], 2: ["whisper"]}  # the segments did reach Whisper
     assert finals == {1: [""], 2: [""]}
-    second = engine.stats.snapshot["second_pass"]
-    assert second["num_no_voice"] + second["num_no_speech"] == 2, second
+    second = engine.stats.snapshot.second_pass
+    assert second.num_no_voice + second.num_no_speech == 2, second
