@@ -231,7 +231,8 @@ class StreamResources:
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         if output.log_probs.is_cuda:  # the search uploads it when rows differ in length
             lengths = lengths.pin_memory()
-        steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
+        decoder.decode_streams(output.log_probs.float(), states, lengths)  # one search
+        steps = decoder.partials(states)  # one read-back
         return [ChunkResult(step.hypothesis.text, _decide(e, step.stats, step.hypothesis),
                             step.hypothesis)
                 for step, e in zip(steps, rules, strict=True)]
