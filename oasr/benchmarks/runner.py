@@ -38,7 +38,8 @@ from oasr.benchmarks.workload import (
     default_audio_dir,
     load_bench_model,
 )
-from oasr.engine.config import CUDA_GRAPH_MODES, DTYPE_NAMES, EngineConfig
+from oasr.engine.config import CUDA_GRAPH_MODES, EngineConfig
+from oasr.engine.dtypes import DTYPE_NAMES
 from oasr.engine.process import configure_process
 
 HEADLINE_STREAMS = 64
