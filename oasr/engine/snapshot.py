@@ -59,17 +59,22 @@ class StreamEntry:
 
 @dataclass(frozen=True)
 class StreamsSnapshot:
+    """Streams running (``entries``, one each) and waiting for one of ``max_batch_size``
+    slots."""
+
     active: int
     waiting: int
     max_batch_size: int
     entries: tuple[StreamEntry, ...]
 
+    def entry(self, stream_id: int) -> StreamEntry | None:
+        """The running stream's entry; None when it is not running."""
+        return next((e for e in self.entries if e.stream_id == stream_id), None)
+
     @property
     def num_free_slots(self) -> int:
+        """Slots neither running nor promised to a waiting stream."""
         return self.max_batch_size - self.active - self.waiting
-
-    def entry(self, stream_id: int) -> StreamEntry | None:
-        return next((e for e in self.entries if e.stream_id == stream_id), None)
 
     def to_json(self) -> dict[str, Any]:
         return {"active": self.active, "waiting": self.waiting,
@@ -132,6 +137,8 @@ class SecondPassSnapshot:
 
 @dataclass(frozen=True)
 class ModelSnapshot:
+    """What is served: the model (its directory, or the bundled one), family and geometry."""
+
     name: str
     family: str
     chunk_ms: int
