@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from backend.metrics import ServerMetrics
+from backend.prometheus import ServerMetrics
 from oasr.engine.snapshot import EngineSnapshot
 
 logger = logging.getLogger(__name__)
