@@ -5,9 +5,16 @@ state, and the per-stream ``StreamContext`` facade."""
 from oasr.cache.attention_cache import AttentionCacheManager, StreamKVInfo
 from oasr.cache.block_pool import BlockPool
 from oasr.cache.cnn_cache import CnnCacheManager
-from oasr.cache.ctc_state import CtcStateCacheManager, StreamHandle, StreamingDecoder
-from oasr.cache.state import SlotStateCache, SlotStateView, StreamSlotPool, StreamStateSpec
-from oasr.cache.stream import StreamContext
+from oasr.cache.context import StreamContext
+from oasr.cache.ctc_state import (
+    CtcStateCacheManager,
+    DecoderFactory,
+    StreamHandle,
+    StreamingDecoder,
+)
+from oasr.cache.slot_state import SlotStateCache, SlotStateView
+from oasr.cache.slots import StreamSlotPool
+from oasr.cache.state_spec import StreamStateSpec
 from oasr.cache.types import CacheConfig, default_device
 
 __all__ = [
@@ -16,6 +23,7 @@ __all__ = [
     "CacheConfig",
     "CnnCacheManager",
     "CtcStateCacheManager",
+    "DecoderFactory",
     "SlotStateCache",
     "SlotStateView",
     "StreamContext",

@@ -15,7 +15,7 @@ import torch
 from oasr.cache.block_pool import BlockPool
 from oasr.cache.block_table import BlockTables
 from oasr.cache.dense_kv import gather_dense, write_dense_frames
-from oasr.cache.state import StreamSlotPool, padded_slot_list, slots_to_device
+from oasr.cache.slots import SlotBindings, padded_slot_list, slots_to_device
 from oasr.cache.types import CacheConfig
 from oasr.fmha import PagedKVCache
 
@@ -25,7 +25,6 @@ class _StreamKVState:
     """Bookkeeping of one stream; ``logical_blocks[i]`` is the physical id of logical block i."""
 
     slot: int
-    owns_slot: bool
     logical_blocks: list[int] = field(default_factory=list)
     num_committed_frames: int = 0  # frames held == the stream's cache_seqlens row
     num_total_frames: int = 0  # frames committed since allocation or the last reset
@@ -76,7 +75,7 @@ class AttentionCacheManager:
         self.config = config
         self.pad_lanes = pad_lanes
         self.num_rows = config.max_batch_size + pad_lanes
-        self.slot_pool = StreamSlotPool(config.max_batch_size)
+        self._bindings = SlotBindings(config.max_batch_size)
         self.num_evictions = 0
         self._bs = config.block_size_frames
         self._streams: dict[int, _StreamKVState] = {}
@@ -107,46 +106,32 @@ class AttentionCacheManager:
 
         Args:
             stream_id: any int not currently allocated here.
-            slot: a row chosen by the caller (who then owns the slot's lifetime), or None to take
-                the lowest free slot from ``slot_pool``.
+            slot: the stream's slot, from the caller's ``StreamSlotPool`` (the engine's), or
+                None to bind the lowest slot no stream here holds (a manager used alone).
         Returns:
             The stream's slot.
         Raises:
-            ValueError: duplicate stream id, or a caller-chosen slot that is out of range or bound.
-            RuntimeError: no free slot, or the pool cannot hold the prefilled window.
+            ValueError: duplicate stream id, or a slot that is out of range or bound.
+            RuntimeError: no slot given and none unbound, or the pool cannot hold the
+                prefilled window.
         """
-        if stream_id in self._streams:
-            raise ValueError(f"stream {stream_id} is already allocated (slot {self.slot_of(stream_id)})")
-        owns_slot = slot is None
-        if slot is None:
-            slot = self.slot_pool.allocate()
-        else:
-            self._check_caller_slot(slot)
-        state = _StreamKVState(slot=slot, owns_slot=owns_slot)
+        slot = self._bindings.bind(stream_id, slot)
+        state = _StreamKVState(slot=slot)
         try:
             self._init_row(state)
         except RuntimeError:
-            if owns_slot:
-                self.slot_pool.free(slot)
+            self._bindings.unbind(stream_id)
             raise
         self._streams[stream_id] = state
         return slot
 
-    def _check_caller_slot(self, slot: int) -> None:
-        if not isinstance(slot, int) or not 0 <= slot < self.config.max_batch_size:
-            raise ValueError(f"slot {slot!r} out of range: streams use 0..{self.config.max_batch_size - 1}")
-        for sid, other in self._streams.items():
-            if other.slot == slot:
-                raise ValueError(f"slot {slot} is already bound to stream {sid}")
-
     def free_stream(self, stream_id: int) -> None:
-        """Free every block of the stream, blank its row and release its slot."""
+        """Free every block of the stream, blank its row and unbind its slot."""
         state = self._get_state(stream_id)
         self._release_blocks(state)
         self._tables.set_seqlen(state.slot, 0)
         del self._streams[stream_id]
-        if state.owns_slot:
-            self.slot_pool.free(state.slot)
+        self._bindings.unbind(stream_id)
 
     def reset_stream(self, stream_id: int) -> None:
         """Start the stream's history over in place (an endpoint): free its blocks, blank its

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from oasr.cache.state import SlotStateCache, StreamStateSpec
+from oasr.cache.slot_state import SlotStateCache
+from oasr.cache.state_spec import StreamStateSpec
 from oasr.cache.types import CacheConfig
 
 CNN_STATE = "cnn"

@@ -30,11 +30,11 @@ def tiny_config(**overrides: Any) -> CacheConfig:
 
 
 def assert_drained(att: AttentionCacheManager, pool: BlockPool) -> None:
-    """Free every stream still allocated; the pool and slot pool must then be full."""
+    """Free every stream still allocated; the pool must then be full and no slot bound."""
     for sid in list(att.stream_ids):
         att.free_stream(sid)
     assert pool.num_free_blocks == pool.num_blocks
-    assert att.slot_pool.num_free_slots == att.slot_pool.num_slots
+    assert att.num_streams == 0 and att.stream_ids == []
     assert all(owner is None for owner in att.block_owner_snapshot())
     assert not att.block_table[: att.config.max_batch_size].any()
     assert not att.cache_seqlens[: att.config.max_batch_size].any()

@@ -7,7 +7,7 @@ import pytest
 import torch
 from whisper_testutil import TINY_SPEC, forced_logits, tiny_encoded, tiny_manager, tiny_model
 
-from oasr.cache.decoder_kv import (
+from oasr.fmha.fp8 import (
     FP8_DTYPE,
     FP8_MAX,
     QuantizedKv,

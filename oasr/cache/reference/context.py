@@ -59,7 +59,7 @@ class StreamContext:
             cnn.allocate_stream(stream_id, slot)
             if ctc is not None:
                 assert vocab_size is not None
-                ctc.allocate_stream(stream_id, batch, vocab_size=vocab_size)
+                ctc.allocate_stream(stream_id, batch, vocab_size, slot if batch == 1 else None)
         except BaseException:
             if stream_id in cnn:
                 cnn.free_stream(stream_id)
@@ -160,7 +160,7 @@ class StreamContext:
             self.ctc.reset_stream(self.stream_id)
 
     def free(self) -> None:
-        """Release the blocks, the slot, the conv slot and pool the decoder state."""
+        """Release the blocks, the slot, the conv slot and the decoder row."""
         if self.ctc is not None:
             self.ctc.free_stream(self.stream_id)
         self.cnn.free_stream(self.stream_id)
