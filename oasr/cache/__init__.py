@@ -5,13 +5,13 @@ state, and the per-stream ``StreamContext`` facade."""
 from oasr.cache.attention_cache import AttentionCacheManager, StreamKVInfo
 from oasr.cache.block_pool import BlockPool
 from oasr.cache.cnn_cache import CnnCacheManager
-from oasr.cache.context import StreamContext
 from oasr.cache.ctc_state import (
     CtcStateCacheManager,
     DecoderFactory,
     StreamHandle,
     StreamingDecoder,
 )
+from oasr.cache.reference.context import StreamContext
 from oasr.cache.slot_state import SlotStateCache, SlotStateView
 from oasr.cache.slots import StreamSlotPool
 from oasr.cache.state_spec import StreamStateSpec
