@@ -105,16 +105,6 @@ class SlotBindings:
         self._slot_of: dict[int, int] = {}
         self._stream_of: dict[int, int] = {}
 
-    @property
-    def stream_ids(self) -> list[int]:
-        return list(self._slot_of)
-
-    def __contains__(self, stream_id: object) -> bool:
-        return stream_id in self._slot_of
-
-    def __len__(self) -> int:
-        return len(self._slot_of)
-
     def bind(self, stream_id: int, slot: int | None = None) -> int:
         """Bind ``stream_id`` to ``slot`` (None: the lowest unbound slot); returns the slot.
 
@@ -141,6 +131,13 @@ class SlotBindings:
         slot = self._slot_of.pop(stream_id)
         del self._stream_of[slot]
         return slot
+
+    @property
+    def stream_ids(self) -> list[int]:
+        return list(self._slot_of)
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._slot_of
 
     def slot_of(self, stream_id: int) -> int:
         """The stream's slot (a KeyError for an unknown stream)."""

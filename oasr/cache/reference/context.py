@@ -42,15 +42,9 @@ class StreamContext:
 
     @classmethod
     def open(
-        cls,
-        stream_id: int,
-        attention: AttentionCacheManager,
-        cnn: CnnCacheManager,
-        ctc: CtcStateCacheManager | None = None,
-        *,
-        vocab_size: int | None = None,
-        batch: int = 1,
-        slot: int | None = None,
+        cls, stream_id: int, attention: AttentionCacheManager, cnn: CnnCacheManager,
+        ctc: CtcStateCacheManager | None = None, *,
+        vocab_size: int | None = None, batch: int = 1, slot: int | None = None,
     ) -> StreamContext:
         """Allocate the stream in every manager under one slot and bundle them.
 
