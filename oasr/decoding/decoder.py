@@ -83,7 +83,8 @@ class GpuStreamingDecoder:
     decoded together by `decode_streams`. Batch-1 states live as rows of one persistent
     storage (`StateRows`, addressed by the caller's slot and freed by `free_state`), so a
     batched step gathers the cohort's rows, searches and writes them back: a fixed number of
-    kernels per step, whatever the number of streams. States from elsewhere (``new_state``, multi-row states) are stacked and split instead.
+    kernels per step, whatever the number of streams. States from elsewhere (``new_state``,
+    multi-row states) are stacked and split instead.
 
     With a char LM (beam search only) hypotheses rank by acoustic + fused LM score (see
     `oasr.decoding.lm_fusion`); `finalize_stream` also scores the sentence end, and the
