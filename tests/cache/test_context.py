@@ -1,5 +1,6 @@
-"""StreamContext: lifecycle on tiny pools, and whole streams of the WeNet reference model
-through the cache layer (dense, paged, and two batched streams at different offsets)."""
+"""StreamContext (the reference API): lifecycle on tiny pools, and whole streams of the WeNet
+reference model through the cache layer (dense, paged, and two batched streams at different
+offsets)."""
 
 import json
 from pathlib import Path
