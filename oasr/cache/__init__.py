@@ -1,6 +1,8 @@
 """Per-stream cache state for chunked streaming inference: the shared K/V block pool, its
-slot-addressed block tables, fixed-extent slot state (conv left context), pooled CTC decoder
-state, and the per-stream ``StreamContext`` facade."""
+slot-addressed block tables, fixed-extent slot state (conv left context), per-stream CTC
+decoder state, and the specification's reference API (``StreamContext``, dense mode, WeNet
+layout; ``oasr.cache.reference``). The layer stores state and computes nothing; of oasr it
+imports only ``oasr.fmha``, the layer below it."""
 
 from oasr.cache.attention_cache import AttentionCacheManager, StreamKVInfo
 from oasr.cache.block_pool import BlockPool
