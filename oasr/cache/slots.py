@@ -12,8 +12,10 @@ class StreamSlotPool:
     """Hands out stream slots ``[0, num_slots)``, lowest free slot first.
 
     A slot is the row a stream owns in every slot-addressed tensor (block table, cache lengths,
-    conv cache, declared states). A min-heap of free slots makes allocation deterministic (the
-    lowest free id) and O(log n); a parallel flag per slot detects double frees.
+    conv cache, declared states, decoder state rows). One pool allocates it: the engine's
+    ``StreamResources`` owns it and passes the slot to every manager, which only binds it
+    (``SlotBindings``). A min-heap of free slots makes allocation deterministic (the lowest
+    free id) and O(log n); a parallel flag per slot detects double frees.
     """
 
     def __init__(self, num_slots: int) -> None:
