@@ -40,8 +40,8 @@ from backend.config import ServerConfig
 from backend.drain import Drain
 from backend.health import liveness, readiness
 from backend.limits import AudioFlowGate
-from backend.metrics import ServerMetrics
 from backend.openai_realtime import RealtimeConnection
+from backend.prometheus import ServerMetrics
 from backend.protocol import CloseCode, ProtocolError, Session
 from backend.stats import StatsHub, stream_stats
 from oasr.engine import EngineThread

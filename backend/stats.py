@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from backend.metrics import ServerMetrics
+from backend.prometheus import ServerMetrics
 
 Snapshot = dict[str, Any]
 logger = logging.getLogger(__name__)

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.lm import DecoderLm, has_decoder_lm, load_decoder_lm
 from oasr.models.bundled import BUNDLED_UNITS
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+from oasr.text.tokenizer import CharTokenizer
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 Setup = tuple[GpuDecoderConfig, DecoderLm | None]

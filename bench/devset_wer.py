@@ -3,7 +3,7 @@
 Each dtype runs ``python -m oasr.cli transcribe --json --no-progress --threads 1
 --second-pass none --dtype X`` over ``devset/{real,tts}_*.wav`` (the bundled model and its
 default decoding: beam 16 + the model dir's LMs when it has them), and the text is scored
-against ``manifest.tsv`` with `oasr.metrics.ErrorCounts` after `normalize_transcript`, real
+against ``manifest.tsv`` with `oasr.text.wer.ErrorCounts` after `normalize_transcript`, real
 recordings and synthetic speech apart.
 
     python bench/devset_wer.py --dtypes float32 bfloat16 int8 --out bench/results_wer.json
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from oasr.metrics import ErrorCounts, normalize_transcript
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 SETS = {"real": "real_", "synthetic": "tts_"}

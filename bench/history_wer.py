@@ -23,7 +23,7 @@ import numpy as np
 import soundfile
 from devset_wer import DEVSET, SETS, score, transcribe
 
-from oasr.metrics import ErrorCounts, normalize_transcript
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 GAP_S = 0.4
 LONG_STREAMS = {  # name -> the clips it joins, in order

@@ -17,7 +17,7 @@ real-time pace in 100 ms frames, and the script reports:
 
 Passages: the devset's read recordings (LibriVox, JFK) joined with sentence pauses, and
 sentences synthesised by TTS voices the streaming model never trained on (flite awb,
-espeak-ng's held-out variants). WER after ``oasr.metrics.normalize_transcript``.
+espeak-ng's held-out variants). WER after ``oasr.text.wer.normalize_transcript``.
 
     python bench/live_text.py --levels 1 4 16 64 --out bench/results_live_text.json
 """
@@ -45,7 +45,7 @@ import soxr
 import websockets
 
 from oasr.benchmarks.server_load import server_process
-from oasr.metrics import ErrorCounts
+from oasr.text.wer import ErrorCounts
 
 SR = 16000
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"

@@ -11,7 +11,7 @@ say otherwise):
   (100 ms appends, then 1.5 s of silence) with ``server_vad`` (500 ms silence) or manual
   commits; the item transcripts joined.
 
-Texts are scored with `oasr.metrics.ErrorCounts` after `normalize_transcript`.
+Texts are scored with `oasr.text.wer.ErrorCounts` after `normalize_transcript`.
 
     python bench/openai_wer.py --out bench/results_openai_wer.json [-- ENGINE FLAGS]
 """
@@ -36,7 +36,7 @@ import openai
 import soxr
 
 from oasr.audio import read_audio
-from oasr.metrics import ErrorCounts, normalize_transcript
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 KEY = "sk-bench"
@@ -44,7 +44,7 @@ READY = re.compile(r"oasr is ready: open http://127\.0\.0\.1:(\d+)/")
 
 
 def start_server(extra: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
+    cmd = [sys.executable, "-c", "import sys; from backend.cli import server_main; "
            "sys.exit(server_main())", "--host", "127.0.0.1", "--port", "0", "--api-key", KEY,
            "--max-batch-size", "8", *extra]
     process = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)

@@ -13,7 +13,7 @@ For every file (each one segment of at most 30 s) it reports, side by side:
 
 ``--compare`` runs ``alone`` and ``finals`` twice in one run, without the safeguards (plain
 greedy, no guard: the second pass as it was) and with them. WER after
-``oasr.metrics.normalize_transcript`` (digits and number words scored alike).
+``oasr.text.wer.normalize_transcript`` (digits and number words scored alike).
 
     pip install -e ".[bench]"     # faster-whisper, the reference
     python bench/stress_set.py --out /tmp/oasr-stress
@@ -39,10 +39,10 @@ from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.offline import transcribe_files
-from oasr.metrics import ErrorCounts, normalize_transcript
 from oasr.models.whisper import default_model_dir, load_whisper
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, without_safeguards
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 
@@ -118,8 +118,8 @@ def run_engine(items: list[Item], config: EngineConfig, column: str) -> dict[str
 
 def engine_config(second_pass: str, decode: WhisperDecodeConfig,
                   guard: FirstPassGuard | None, threads: int) -> EngineConfig:
-    from oasr.cli import default_beam_size
     from oasr.decoding import GpuDecoderConfig
+    from oasr.engine.options import default_beam_size
 
     # a pool for 32 streams of 30 s (64 blocks each), not one sized from free memory: a pool
     # that ran short would end streams early ("length") and score truncated texts

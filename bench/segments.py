@@ -22,7 +22,7 @@ from typing import Any
 from oasr.decoding import EndpointConfig
 from oasr.engine import EngineConfig
 from oasr.engine.offline import transcribe_files
-from oasr.metrics import ErrorCounts, normalize_transcript
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 TOLERANCE_S = 0.1
 

@@ -66,8 +66,8 @@ def dump_log_probs(ckpt: Path, out: Path, heldout_limit: int = 1000,
                    feats: Path | None = None) -> None:
     """Save {set: [(name, (T, V) float32 log-probs, reference)]} of chunk-32 streaming; the
     held-out splits' features come from ``feats`` (default ``/work/data/wctc/feats``)."""
-    from recipes.wctc_evaluate import DEVSET, chunked_rows, load_for_eval, test_sets
-    from recipes.wctc_train import DATA
+    from recipes.whisper_ctc.evaluate import DEVSET, chunked_rows, load_for_eval, test_sets
+    from recipes.whisper_ctc.train import DATA
 
     model, state = load_for_eval(ckpt)
     sets = test_sets(DEVSET, feats if feats is not None else DATA / "feats", heldout_limit)
@@ -192,9 +192,9 @@ def decode_set(rows: list, beam: int, lm: object | None = None, lm_weight: float
     (`CharNgramLm` or `DecoderLm`); all utterances in one batched decoder call. ``settings``
     replaces the three weights when given."""
     from oasr.decoding import GpuStreamingDecoder
-    from oasr.decoding.tokenizer import CharTokenizer
-    from oasr.metrics import ErrorCounts
     from oasr.models.bundled import BUNDLED_UNITS
+    from oasr.text.tokenizer import CharTokenizer
+    from oasr.text.wer import ErrorCounts
 
     if settings is None:
         settings = FusionSettings(lm_weight, unit_bonus, word_bonus)
@@ -223,8 +223,8 @@ def measure_cost(rows: list, lm: object, num_streams: int = 64, chunk: int = 32,
     import statistics
 
     from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-    from oasr.decoding.tokenizer import CharTokenizer
     from oasr.models.bundled import BUNDLED_UNITS
+    from oasr.text.tokenizer import CharTokenizer
 
     frames = chunk * num_steps
     long_rows = [lp for _, lp, _ in rows if len(lp) >= frames][:num_streams]

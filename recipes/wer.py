@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from oasr.metrics import ErrorCounts, edit_distance
+from oasr.text.wer import ErrorCounts, edit_distance
 
 __all__ = ["ErrorCounts", "decode_batch", "edit_distance", "greedy_ctc"]
 

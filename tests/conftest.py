@@ -36,7 +36,7 @@ RANDOM_MODEL_UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\
 SERVER_START_TIMEOUT_S = 180.0
 SERVER_STOP_TIMEOUT_S = 30.0
 _READY_LINE = re.compile(r"oasr is ready: open http://127\.0\.0\.1:(\d+)/")
-_SERVER_MAIN = "import sys; from oasr.cli import server_main; sys.exit(server_main())"
+_SERVER_MAIN = "import sys; from backend.cli import server_main; sys.exit(server_main())"
 
 
 @dataclass

@@ -128,7 +128,7 @@ def server_process(flags: Sequence[str], log_path: Path,
     """``oasr-server`` with ``flags`` on a free 127.0.0.1 port in a child process (its output
     in ``log_path``); yields host:port once ``/readyz`` answers 200; stops it at the end."""
     port = _free_port()
-    cmd = [sys.executable, "-c", "import sys; from oasr.cli import server_main; "
+    cmd = [sys.executable, "-c", "import sys; from backend.cli import server_main; "
            "sys.exit(server_main(sys.argv[1:]))", "--host", "127.0.0.1", "--port", str(port),
            *flags]
     with open(log_path, "wb") as log:

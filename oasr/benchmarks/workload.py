@@ -192,7 +192,7 @@ def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0,
     elif wanted == WHISPER_CTC:
         what = "Whisper-CTC architecture (WhisperCtcConfig(): tiny.en encoder, 4 x 384)"
     else:
-        what = "bundled Conformer architecture (recipes/train.py)"
+        what = "bundled Conformer architecture (recipes/conformer/train.py)"
     why = "" if tiny else f"; the bundled checkpoint is not a {wanted} model"
     return BenchModel(_random_model(wanted, tiny, seed),
                       f"seeded random weights (seed {seed}), {what}{why}")

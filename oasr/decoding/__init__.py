@@ -1,4 +1,4 @@
-"""CTC decoding: tokenizers, the batched streaming decoder and endpointing."""
+"""CTC decoding: the batched streaming decoder and endpointing (tokenizers from `oasr.text`)."""
 
 from oasr.decoding.config import GpuDecoderConfig, Hypothesis
 from oasr.decoding.decoder import FrameStats, GpuStreamingDecoder, StreamStep
@@ -11,7 +11,7 @@ from oasr.decoding.endpoint import (
     quietest_frame,
 )
 from oasr.decoding.state import DecoderState
-from oasr.decoding.tokenizer import (
+from oasr.text.tokenizer import (
     BpeTokenizer,
     CharTokenizer,
     Tokenizer,

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from oasr.decoding.decoder import GpuStreamingDecoder, Tokenizer
+    from oasr.decoding.decoder import GpuStreamingDecoder
+    from oasr.text.tokenizer import Tokenizer
 
 # The fusion weights a decoder uses when its config leaves them None and its LM files carry
 # no tuned values (the char LM's were tuned for the bundled Whisper-CTC model).

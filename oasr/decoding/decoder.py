@@ -25,7 +25,7 @@ from oasr.decoding.state import (
     stack_states,
 )
 from oasr.decoding.state_rows import StateRows
-from oasr.decoding.tokenizer import Tokenizer
+from oasr.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from oasr.lm import CharNgramLm, DecoderLm

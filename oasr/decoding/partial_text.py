@@ -6,7 +6,7 @@ import weakref
 from dataclasses import dataclass
 
 from oasr.decoding.state import DecoderState
-from oasr.decoding.tokenizer import BpeTokenizer, CharTokenizer, Tokenizer, clean_text
+from oasr.text.tokenizer import BpeTokenizer, CharTokenizer, Tokenizer, clean_text
 
 
 @dataclass(frozen=True)

@@ -246,8 +246,8 @@ class WhisperCtcFamily(ModelFamily):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        from oasr.decoding.tokenizer import CharTokenizer
         from oasr.models.bundled import BUNDLED_UNITS
+        from oasr.text.tokenizer import CharTokenizer
 
         self._tokenizer = CharTokenizer(list(getattr(self.model, "units", BUNDLED_UNITS)))
 

@@ -7,7 +7,7 @@ text that was never said ("This is my 21-8." for "six five seven one eight eight
 decode can still fail its own safeguards after the last temperature. The CTC hypothesis of
 the same audio is a weak but independent witness: its spelling is often off, its words and
 characters mostly line up with what was said. The guard compares the two after scoring
-normalisation (``oasr.metrics.normalize_transcript``, so "8" and "eight" agree) and keeps the
+normalisation (``oasr.text.wer.normalize_transcript``, so "8" and "eight" agree) and keeps the
 CTC text when Whisper:
 
 - failed its safeguards after every temperature (``failed``);
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from rapidfuzz.distance import Levenshtein
 
-from oasr.metrics import normalize_transcript
+from oasr.text.wer import normalize_transcript
 
 REASONS = ("failed", "length", "distance")
 SOURCES = ("whisper", "ctc", "combined")

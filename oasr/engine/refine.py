@@ -9,7 +9,7 @@ refinement saw (CTC token times say where that is). Without refinements a partia
 
 The agreement rule is LocalAgreement-2 (as in whisper_streaming): a word is committed once two
 consecutive refinements both put it at the same place after the committed prefix, compared as
-they are scored (``oasr.metrics.normalize_transcript`` per word, so "man." and "man" agree).
+they are scored (``oasr.text.wer.normalize_transcript`` per word, so "man." and "man" agree).
 Each refinement is decoded with the committed prefix forced as the start of its transcript, so
 a refinement can only add to it; the segment's final is decoded the same way.
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from oasr.engine.second_pass import RefineDone, RefineJob
 from oasr.engine.words import ctc_word_times
-from oasr.metrics import normalize_transcript
+from oasr.text.wer import normalize_transcript
 
 if TYPE_CHECKING:
     from oasr.decoding import Hypothesis

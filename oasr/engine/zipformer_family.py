@@ -49,7 +49,7 @@ class ZipformerFamily(ModelFamily):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        from oasr.decoding.tokenizer import BpeTokenizer, CharTokenizer
+        from oasr.text.tokenizer import BpeTokenizer, CharTokenizer
 
         cfg = self.model.config
         if not cfg.is_streaming:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.lm.model import CharLmHeader, CharNgramLm, lm_from_dense
 from oasr.lm.ngram import count_ngrams, smooth
+from oasr.text.tokenizer import CharTokenizer
 
 
 @dataclass(frozen=True)

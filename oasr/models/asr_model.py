@@ -55,7 +55,7 @@ class AsrModel(nn.Module):
     def tokenizer(self) -> Any:
         """CharTokenizer / BpeTokenizer over ``units`` (None without units)."""
         if self._tokenizer is None and self.units is not None:
-            from oasr.decoding.tokenizer import BpeTokenizer, CharTokenizer
+            from oasr.text.tokenizer import BpeTokenizer, CharTokenizer
 
             if self.bpe_model is not None:
                 self._tokenizer = BpeTokenizer(self.units, self.bpe_model)

@@ -61,7 +61,7 @@ def save_model(model: AsrModel, out_dir: str | Path) -> Path:
     }
     (out / CONFIG_FILE).write_text(json.dumps(meta, indent=1) + "\n")
     if model.units is not None:
-        from oasr.decoding.tokenizer import write_units
+        from oasr.text.tokenizer import write_units
 
         write_units(model.units, out / UNITS_FILE)
     return out
@@ -113,7 +113,7 @@ def load_oasr_dir(path: str | Path, map_location: str | torch.device = "cpu") ->
     config = ConformerConfig.from_dict(meta["config"])
     units = None
     if (path / UNITS_FILE).is_file():
-        from oasr.decoding.tokenizer import read_units
+        from oasr.text.tokenizer import read_units
 
         units = read_units(path / UNITS_FILE)
     bpe = path / meta["bpe_model"] if meta.get("bpe_model") else None

@@ -172,7 +172,7 @@ def load_wenet_dir(directory: str | Path, map_location: str | torch.device = "cp
     state = _encoder_ctc_state(checkpoint)
     if "encoder.global_cmvn.mean" in state and not config.use_global_cmvn:
         config = dataclasses.replace(config, use_global_cmvn=True)
-    from oasr.decoding.tokenizer import read_units
+    from oasr.text.tokenizer import read_units
 
     model = AsrModel(config, read_units(units_path), _find_bpe_model(conf, directory))
     if config.use_global_cmvn and "encoder.global_cmvn.mean" not in state:

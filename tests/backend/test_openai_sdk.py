@@ -20,7 +20,7 @@ import pytest
 import soxr
 
 from oasr.audio import read_audio
-from oasr.metrics import normalize_transcript, word_error_rate
+from oasr.text.wer import normalize_transcript, word_error_rate
 
 openai = pytest.importorskip("openai")
 pytestmark = [

@@ -12,7 +12,7 @@ from server_helpers import frames, synthetic_pcm, wait_until
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from backend.metrics import ServerMetrics
+from backend.prometheus import ServerMetrics
 
 pytestmark = pytest.mark.timeout(60)
 

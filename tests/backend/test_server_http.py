@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from backend.app import create_app
-from backend.metrics import ServerMetrics
+from backend.prometheus import ServerMetrics
 from backend.stats import StatsHub
 
 pytestmark = pytest.mark.timeout(60)

@@ -25,7 +25,7 @@ from backend.config import ServerConfig
 from backend.server import DrainingServer, _serve, build_uvicorn_config
 from oasr.audio import read_audio
 from oasr.engine import EngineConfig, transcribe_files
-from oasr.metrics import word_error_rate
+from oasr.text.wer import word_error_rate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -105,8 +105,8 @@ def test_real_speech_over_the_wire_matches_offline_transcription() -> None:
     # and its guard (the bundled model's CTC pass alone is trained on synthetic speech only;
     # docs/model.md has its own WER). No refined partials: their forced prefixes make a live
     # final depend on timing, and this test compares the wire with offline word for word.
-    from oasr.cli import default_beam_size
     from oasr.decoding import GpuDecoderConfig
+    from oasr.engine.options import default_beam_size
 
     engine = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=4 * 64,
                           second_pass="whisper", refine=None,

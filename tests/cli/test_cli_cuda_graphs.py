@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from oasr.benchmarks.runner import BenchConfig, build_parser, config_from_args
-from oasr.cli import add_engine_arguments, engine_config_from_args
+from oasr.engine.options import add_engine_arguments, engine_config_from_args
 
 
 def test_engine_flag() -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from oasr.cli import main
 from oasr.engine import EngineConfig, transcribe_files
-from oasr.metrics import ErrorCounts, normalize_transcript
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 DEVSET = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset"
 FILES = ["tts_00.wav", "tts_03.wav", "real_jfk.wav", "real_george_2.wav",

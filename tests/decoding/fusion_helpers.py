@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.models.bundled import BUNDLED_UNITS
+from oasr.text.tokenizer import CharTokenizer
 
 UNITS = list(BUNDLED_UNITS)
 V = len(UNITS)

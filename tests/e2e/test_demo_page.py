@@ -23,7 +23,7 @@ import soxr
 from demo_page import CHROMIUM, DemoPage, sleep_page_time
 from websockets.sync.client import connect
 
-from oasr.metrics import word_error_rate
+from oasr.text.wer import word_error_rate
 
 pytestmark = [
     pytest.mark.e2e,

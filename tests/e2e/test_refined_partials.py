@@ -16,7 +16,7 @@ import soundfile
 import soxr
 from demo_page import CHROMIUM, DemoPage, browser_args
 
-from oasr.metrics import normalize_transcript, word_error_rate
+from oasr.text.wer import normalize_transcript, word_error_rate
 
 pytestmark = [
     pytest.mark.e2e,

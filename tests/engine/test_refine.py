@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.engine.refine import (
     LocalAgreement,
     RefineConfig,
@@ -14,6 +13,7 @@ from oasr.engine.refine import (
     compose,
     word_start_frames,
 )
+from oasr.text.tokenizer import CharTokenizer
 
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\u2581", "<sos/eos>"]
 SPACE = UNITS.index("\u2581")

@@ -14,7 +14,7 @@ from oasr.decoding import EndpointConfig, EndpointRule
 from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
 from oasr.engine.request import SegmentAudio
-from oasr.metrics import normalize_transcript, word_error_rate
+from oasr.text.wer import normalize_transcript, word_error_rate
 
 whisper = pytest.importorskip("oasr.models.whisper")
 if whisper.default_model_dir() is None:

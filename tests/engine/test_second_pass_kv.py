@@ -13,7 +13,7 @@ from engine_helpers import Collector, assert_pool_full, run_until_idle_with_fina
 from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.fmha.fp8 import FP8_DTYPE
-from oasr.metrics import word_error_rate
+from oasr.text.wer import word_error_rate
 
 whisper = pytest.importorskip("oasr.models.whisper")
 if whisper.default_model_dir() is None:

@@ -19,8 +19,8 @@ from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass import SecondPassWorker
-from oasr.metrics import normalize_transcript, word_error_rate
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+from oasr.text.wer import normalize_transcript, word_error_rate
 
 whisper = pytest.importorskip("oasr.models.whisper")
 if whisper.default_model_dir() is None:
@@ -52,8 +52,8 @@ def stress(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[np.ndarr
 def _config(**changes: object) -> EngineConfig:
     """The product's decoding (``oasr transcribe``'s defaults: CTC beam with the LMs), and the
     segmentation the stress set's looping files were picked under (one long segment)."""
-    from oasr.cli import default_beam_size
     from oasr.decoding import GpuDecoderConfig
+    from oasr.engine.options import default_beam_size
 
     base = EngineConfig(device="cpu", max_batch_size=4, max_num_blocks=256, num_threads=1,
                         max_wait_time_s=math.inf, second_pass="whisper",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.engine.words import ctc_word_times
+from oasr.text.tokenizer import CharTokenizer
 
 UNITS = ["<blank>", "<unk>", "\u2581", *"abcdefghijklmnopqrstuvwxyz'", "<sos/eos>"]
 

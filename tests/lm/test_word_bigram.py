@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.lm import DecoderLm, WordLm, WordLmHeader, load_word_lm
 from oasr.lm.bigram import estimate_bigrams
 from oasr.lm.word import unigram_from_counts
 from oasr.models.bundled import BUNDLED_UNITS
+from oasr.text.tokenizer import CharTokenizer
 
 UNITS = list(BUNDLED_UNITS)
 V = len(UNITS)

@@ -86,7 +86,7 @@ def faulty_step(self):
         raise RuntimeError("injected engine fault")
     return step(self)
 ASREngine.step = faulty_step
-from oasr.cli import server_main
+from backend.cli import server_main
 sys.exit(server_main())
 """
 

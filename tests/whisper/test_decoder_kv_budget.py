@@ -168,7 +168,7 @@ def test_engine_config_carries_the_second_pass_kv_options() -> None:
 
 
 def test_cli_options_reach_the_engine_config() -> None:
-    from oasr.cli import add_engine_arguments, engine_config_from_args
+    from oasr.engine.options import add_engine_arguments, engine_config_from_args
 
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser)

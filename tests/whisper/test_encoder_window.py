@@ -10,10 +10,10 @@ import torch
 from whisper_devset import dense_search
 from whisper_testutil import TINY, tiny_model
 
-from oasr.metrics import ErrorCounts, normalize_transcript
 from oasr.models.whisper import WhisperCheckpoint, WhisperFrontend
 from oasr.models.whisper.frontend import N_FRAMES
 from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 
 def test_window_frames_round_the_segment_plus_margin_up_to_a_bucket() -> None:

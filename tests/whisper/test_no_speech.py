@@ -14,12 +14,12 @@ import torch
 from oasr.engine import ASREngine, EngineConfig, EventType
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
-from oasr.metrics import word_error_rate
 from oasr.models import AsrModel, ConformerConfig, save_model
 from oasr.models.whisper import WhisperCheckpoint
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.transcriber import WhisperTranscriber
+from oasr.text.wer import word_error_rate
 
 RATE = 16000
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 from whisper_devset import dense_greedy, rows_named
 
-from oasr.metrics import ErrorCounts, normalize_transcript
 from oasr.models.whisper import WhisperCheckpoint
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, WhisperTranscriber
 from oasr.models.whisper.window import EncoderWindow
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 pytestmark = pytest.mark.slow
 PAGED_STEMS = ("george_0", "jackson_1", "jfk", "sense_and_sensibility_01_austen_64kb-0870")

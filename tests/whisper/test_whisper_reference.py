@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from oasr.metrics import ErrorCounts, normalize_transcript
 from oasr.models.whisper import WhisperCheckpoint
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ the whole window (a silent tail cut to 5 or 10 s brought the loops back), so onl
 encoder's cost shrinks with the segment.
 
 Measured with tiny.en, greedy, on the devset (16 real recordings of 3-11 s, 153 words; 12
-synthesised sentences, 106 words), WER after ``oasr.metrics.normalize_transcript``:
+synthesised sentences, 106 words), WER after ``oasr.text.wer.normalize_transcript``:
 
     window                                 real          synthesised   tokens (all 28 files)
     30 s (``full``)                        1.96%         7.55%         330

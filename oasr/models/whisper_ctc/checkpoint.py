@@ -9,11 +9,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from oasr.decoding.tokenizer import read_units, write_units
 from oasr.models.bundled import BUNDLED_UNITS
 from oasr.models.whisper.loader import load_whisper
 from oasr.models.whisper_ctc.config import WhisperCtcConfig
 from oasr.models.whisper_ctc.model import WhisperCtcModel
+from oasr.text.tokenizer import read_units, write_units
 
 FORMAT_VERSION = 1
 MODEL_NAME = "whisper_ctc"

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from oasr.decoding.tokenizer import read_units
 from oasr.models.bundled import BUNDLED_UNITS
 from oasr.models.whisper import load_whisper
 from oasr.models.whisper_ctc import (
@@ -17,6 +16,7 @@ from oasr.models.whisper_ctc import (
     load_whisper_ctc_dir,
     save_whisper_ctc,
 )
+from oasr.text.tokenizer import read_units
 
 TINY = WhisperCtcConfig(width=32, heads=2, layers=2, max_positions=200, chunk_frames=4)
 

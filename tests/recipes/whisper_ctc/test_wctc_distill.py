@@ -5,14 +5,14 @@ import pytest
 import torch
 
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel
-from recipes.wctc_distill import (
+from recipes.whisper_ctc.distill import (
     DistillConfig,
     FullContextTeacher,
     distilled_forward,
     output_kl,
     relative_error,
 )
-from recipes.wctc_train import WctcTrainConfig, param_groups
+from recipes.whisper_ctc.train import WctcTrainConfig, param_groups
 
 TINY = WhisperCtcConfig(width=32, heads=2, layers=3, max_positions=200)
 

@@ -8,10 +8,10 @@ import pytest
 import soundfile as sf
 import torch
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, causal_log_mel
+from oasr.text.tokenizer import CharTokenizer
 from recipes.data import FeatureSet, SpecAugmentConfig
-from recipes.wctc_augment import (
+from recipes.whisper_ctc.augment import (
     SILENCE_VALUE,
     FeatureAugmentConfig,
     apply_gain,
@@ -25,8 +25,8 @@ from recipes.wctc_augment import (
     trim_quiet,
     warp_mel,
 )
-from recipes.wctc_feats import compute_split
-from recipes.wctc_train import (
+from recipes.whisper_ctc.feats import compute_split
+from recipes.whisper_ctc.train import (
     UNITS,
     TrainState,
     WctcTrainConfig,

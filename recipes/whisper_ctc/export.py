@@ -1,6 +1,6 @@
 """A Whisper-CTC training checkpoint -> oasr's model dir (float16 weights), with provenance.
 
-``python -m recipes.wctc_export --ckpt /work/data/wctc/ckpt/best.pt`` writes
+``python -m recipes.whisper_ctc.export --ckpt /work/data/wctc/ckpt/best.pt`` writes
 ``model.safetensors`` (float16), ``config.json`` (``"model": "whisper_ctc"``), ``units.txt`` and
 ``training.json`` (checkpoint, training state and config, the evaluation report when given) to
 ``/work/data/wctc/export`` by default: outside the repository; the bundled default is swapped in
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from oasr.models.whisper_ctc import WhisperCtcConfig, save_whisper_ctc
-from recipes.wctc_train import DATA, load_checkpoint_model
+from recipes.whisper_ctc.train import DATA, load_checkpoint_model
 
 WEIGHTS_FILE = "model.safetensors"
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, load_whisper_ctc_dir
+from oasr.text.tokenizer import CharTokenizer
 from recipes.data import FeatureSet, SpecAugmentConfig
-from recipes.wctc_evaluate import heldout_utterances, score
-from recipes.wctc_export import export
-from recipes.wctc_feats import compute_split
-from recipes.wctc_train import (
+from recipes.whisper_ctc.evaluate import heldout_utterances, score
+from recipes.whisper_ctc.export import export
+from recipes.whisper_ctc.feats import compute_split
+from recipes.whisper_ctc.train import (
     UNITS,
     Paths,
     WctcTrainConfig,

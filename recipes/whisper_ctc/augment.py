@@ -1,6 +1,6 @@
 """Speaker- and recording-variety augmentation of stored causal log-mel features, at training time.
 
-Every transform works on one utterance's (T, 80) features of ``recipes.wctc_feats``, i.e. Whisper's
+Every transform works on one utterance's (T, 80) features of ``recipes.whisper_ctc.feats``, i.e. Whisper's
 Slaney log-mel normalised as ``(log10(mel) + 4) / 4`` and floored at (the running maximum - 8),
 and keeps that frontend's meaning:
 

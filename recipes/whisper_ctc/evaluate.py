@@ -1,9 +1,9 @@
 """Whisper-CTC evaluation: WER / CER of chunk-32 streaming and full-context decoding.
 
-``python -m recipes.wctc_evaluate --ckpt CKPT_OR_MODEL_DIR`` scores a training checkpoint
+``python -m recipes.whisper_ctc.evaluate --ckpt CKPT_OR_MODEL_DIR`` scores a training checkpoint
 (``.pt``) or an exported model dir on four test sets: the synthetic (``tts_*``) and real
 (``real_*``) files of ``shared/audio/devset``, and the recipe's ``heldout_sentences`` and
-``heldout_voices`` splits (causal log-mel features from ``recipes.wctc_feats``). Modes:
+``heldout_voices`` splits (causal log-mel features from ``recipes.whisper_ctc.feats``). Modes:
 
 - ``chunk32``: ``forward(..., chunk_frames=32)`` (640 ms chunks, unbounded history), which the
   streaming contract makes equal to chunk-by-chunk serving;
@@ -26,12 +26,12 @@ import torch
 
 from oasr.audio.wav import read_audio
 from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
-from oasr.decoding.tokenizer import CharTokenizer
-from oasr.metrics import ErrorCounts
 from oasr.models.whisper_ctc import WhisperCtcModel, causal_log_mel, load_whisper_ctc_dir
+from oasr.text.tokenizer import CharTokenizer
+from oasr.text.wer import ErrorCounts
 from recipes.data import FeatureSet
-from recipes.wctc_train import DATA, UNITS, load_checkpoint_model
 from recipes.wer import greedy_ctc
+from recipes.whisper_ctc.train import DATA, UNITS, load_checkpoint_model
 
 DEVSET = Path(__file__).resolve().parents[1].parent / "shared" / "audio" / "devset"
 MODES = {"chunk32": 32, "full": -1}

@@ -1,5 +1,5 @@
-"""recipes.wctc_run: stage selection, each round's training arguments against the documented
-commands, skipping finished rounds, the stage loop and its timing log (no real training)."""
+"""recipes.whisper_ctc.run: stage selection, each round's training arguments against the
+documented commands, skipping finished rounds, the stage loop and its timing log (no real training)."""
 
 import re
 import shlex
@@ -7,9 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from recipes import wctc_train
-from recipes.run import parse_stages, run_stages, stage_line
-from recipes.wctc_run import ROUNDS, STAGES, Layout, Round, parse_args, train_argv, train_rounds
+from recipes.stages import parse_stages, run_stages, stage_line
+from recipes.whisper_ctc import train as train_recipe
+from recipes.whisper_ctc.run import (
+    ROUNDS,
+    STAGES,
+    Layout,
+    Round,
+    parse_args,
+    train_argv,
+    train_rounds,
+)
 
 # the augmentation flags of /work/data/wctc/logs/train_s3.cmd and train_s5d.cmd, verbatim
 DOCUMENTED_AUGMENT = """--snapshot-interval-s 900 \
@@ -97,20 +105,20 @@ def test_lineage_init_splits_and_distillation_only_in_round_5(tmp_path: Path) ->
     assert flags(train_argv(ROUNDS[1], layout, max_hours=0.25))["--max-hours"] == ("0.25",)
 
 
-def test_wctc_train_parses_round_5_into_the_documented_config(
+def test_train_parses_round_5_into_the_documented_config(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real wctc_train argument parser, with only the training loop and the init load
-    replaced by recorders."""
+    """The real recipes.whisper_ctc.train argument parser, with only the training loop and the
+    init load replaced by recorders."""
     seen: dict = {}
-    monkeypatch.setattr(wctc_train, "load_checkpoint_model",
+    monkeypatch.setattr(train_recipe, "load_checkpoint_model",
                         lambda path: (seen.setdefault("init", path), {}))
-    monkeypatch.setattr(wctc_train, "run", lambda paths, cfg, **kw: seen.update(
+    monkeypatch.setattr(train_recipe, "run", lambda paths, cfg, **kw: seen.update(
         paths=paths, cfg=cfg, **kw))
     layout = Layout(tmp_path, tmp_path / "out")
-    wctc_train.main(train_argv(ROUNDS[2], layout))
+    train_recipe.main(train_argv(ROUNDS[2], layout))
     cfg = seen["cfg"]
     assert seen["init"] == layout.final("s3")
-    assert seen["paths"] == wctc_train.Paths(layout.feats, layout.ckpt("s5d"),
+    assert seen["paths"] == train_recipe.Paths(layout.feats, layout.ckpt("s5d"),
                                              ("train", "train_digits"))
     assert (seen["max_hours"], seen["max_steps"]) == (1.45, 0)
     assert (cfg.body_lr, cfg.head_lr, cfg.warmup_steps, cfg.total_steps) == (1e-4, 1e-3, 100, 5000)
@@ -125,7 +133,7 @@ def test_wctc_train_parses_round_5_into_the_documented_config(
 
 
 class Recorder:
-    """A cheap stand-in for wctc_train.main: records argv, writes a latest.pt naming the round."""
+    """A cheap stand-in for recipes.whisper_ctc.train.main: records argv, writes a latest.pt naming the round."""
 
     def __init__(self, write: bool = True) -> None:
         self.calls: list[list[str]] = []
@@ -195,10 +203,10 @@ def test_stage_line_format() -> None:
 
 
 def test_evaluate_and_export_need_round_5(tmp_path: Path) -> None:
-    from recipes.wctc_run import run_wctc_stage
+    from recipes.whisper_ctc.run import run_stage
 
     args = parse_args(["--data", str(tmp_path)])
     for stage in ("evaluate", "export"):
         with pytest.raises(RuntimeError, match=f"stage {stage} needs .*ckpt_s5d/final.pt"):
-            run_wctc_stage(stage, args)
+            run_stage(stage, args)
     assert not (tmp_path / "wctc" / "export").exists()

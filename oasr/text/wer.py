@@ -1,4 +1,4 @@
-"""Evaluation metrics: transcript normalisation and word / character error rates.
+"""Transcript scoring: normalisation and word / character error rates.
 
 One implementation for every place that scores transcripts: the recipe's evaluations, the
 benchmarks and the tests.

@@ -1,7 +1,7 @@
 """Fine-tune Whisper tiny.en's encoder as a chunk-causal streaming CTC model, resumable.
 
-``python -m recipes.wctc_train`` starts from ``init_from_whisper()`` (or resumes from
-``<ckpt>/latest.pt``) and trains on the causal log-mel features of ``recipes.wctc_feats``:
+``python -m recipes.whisper_ctc.train`` starts from ``init_from_whisper()`` (or resumes from
+``<ckpt>/latest.pt``) and trains on the causal log-mel features of ``recipes.whisper_ctc.feats``:
 CTC over the bundled character units, length-bucketed batches, SpecAugment, dynamic chunk
 training (chunk_frames drawn from ``chunk_choices`` or full context, unlimited left context
 mostly) so chunk-32 serving matches, AdamW with linear warmup then cosine decay, a higher LR for
@@ -25,16 +25,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from oasr.decoding.tokenizer import CharTokenizer
-from oasr.metrics import ErrorCounts
 from oasr.models.bundled import BUNDLED_UNITS
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, init_from_whisper
+from oasr.text.tokenizer import CharTokenizer
+from oasr.text.wer import ErrorCounts
 from recipes.data import Batch, FeatureSet, SpecAugmentConfig
-from recipes.train import TrainState as ConformerTrainState
-from recipes.train import resume_latest
-from recipes.wctc_augment import FeatureAugmentConfig, augmented_batch
-from recipes.wctc_distill import DistillConfig, FullContextTeacher, distilled_forward
+from recipes.train_state import TrainState as RunState
+from recipes.train_state import resume_latest
 from recipes.wer import greedy_ctc
+from recipes.whisper_ctc.augment import FeatureAugmentConfig, augmented_batch
+from recipes.whisper_ctc.distill import DistillConfig, FullContextTeacher, distilled_forward
 
 UNITS = list(BUNDLED_UNITS)
 DATA = Path("/work/data/wctc")
@@ -66,9 +66,9 @@ class WctcTrainConfig:
     seed: int = 0
     num_threads: int = 1  # one thread is fastest per core on the shared 2-core box
     spec: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
-    # speaker / recording variety on the stored features (recipes.wctc_augment); off by default
+    # speaker / recording variety on the stored features (recipes.whisper_ctc.augment); off by default
     augment: FeatureAugmentConfig = field(default_factory=FeatureAugmentConfig)
-    # lower blocks trained towards their own full-context outputs (recipes.wctc_distill); off
+    # lower blocks trained towards their own full-context outputs (recipes.whisper_ctc.distill); off
     distill: DistillConfig = field(default_factory=DistillConfig)
 
     def __post_init__(self) -> None:
@@ -90,8 +90,8 @@ class WctcTrainConfig:
 
 
 @dataclass
-class TrainState(ConformerTrainState):
-    """The Conformer recipe's training state plus when the last step snapshot was kept."""
+class TrainState(RunState):
+    """The shared training state plus when the last step snapshot was kept."""
 
     last_snapshot_step: int = 0
 
@@ -332,7 +332,7 @@ def run(paths: Paths, cfg: WctcTrainConfig, model: WhisperCtcModel | None = None
 
 
 def add_augment_args(parser: argparse.ArgumentParser) -> None:
-    """SpecAugment and recipes.wctc_augment flags (defaults: the default model's run)."""
+    """SpecAugment and recipes.whisper_ctc.augment flags (defaults: the default model's run)."""
     spec, aug = SpecAugmentConfig(), FeatureAugmentConfig()
     parser.add_argument("--freq-masks", type=int, default=spec.num_freq_masks)
     parser.add_argument("--freq-width", type=int, default=spec.max_freq_width)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from oasr.metrics import ErrorCounts, normalize_transcript, word_error_rate
+from oasr.text.wer import ErrorCounts, normalize_transcript, word_error_rate
 
 
 @pytest.mark.parametrize("text", ["eight five six", "8 5 6", "856", "8, 5, 6.",

@@ -7,7 +7,7 @@ checkpoints on the model rather than on the luck of the boundaries. One row per 
 WER at each offset with beam search + the model dir's LMs (``--lm``), their mean, and the
 greedy mean.
 
-    python -m recipes.wctc_shifts --ckpt A.pt B.pt --lm oasr/assets/default_model --prefix real_
+    python -m recipes.whisper_ctc.shifts --ckpt A.pt B.pt --lm oasr/assets/default_model --prefix real_
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from recipes.lm_build import WORD_SETTINGS, decode_set
-from recipes.wctc_evaluate import DEVSET, chunked_rows, devset_utterances, load_for_eval
+from recipes.whisper_ctc.evaluate import DEVSET, chunked_rows, devset_utterances, load_for_eval
 
 OFFSETS_S = (0.0, 0.1, 0.2, 0.4, 0.8)
 

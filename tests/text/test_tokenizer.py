@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oasr.decoding.tokenizer import (
+from oasr.text.tokenizer import (
     BpeTokenizer,
     CharTokenizer,
     load_tokenizer,

@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 
 from oasr.models import save_model
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR, WEIGHTS_FILE
-from recipes.evaluate import load_for_eval
+from recipes.conformer.evaluate import load_for_eval
 
 KEEP_FLOAT32 = ("global_cmvn.",)
 

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from oasr.models import load_model
-from recipes.data import Batch
-from recipes.export import export
-from recipes.train import (
+from recipes.conformer.export import export
+from recipes.conformer.train import (
     UNITS,
     TrainConfig,
     TrainState,
@@ -19,6 +18,7 @@ from recipes.train import (
     save_checkpoint,
     train_step,
 )
+from recipes.data import Batch
 
 
 @pytest.fixture
@@ -103,8 +103,8 @@ def test_export_is_small_fp16_and_loads_with_the_same_outputs(tmp_path: Path,
 
 
 def test_clean_indices_pick_only_unaugmented_utterances(tmp_path: Path) -> None:
+    from recipes.conformer.train import clean_indices
     from recipes.data import FeatureSet
-    from recipes.train import clean_indices
 
     feats = tmp_path / "feats"
     feats.mkdir()

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from recipes.wctc_evaluate import devset_utterances
+from recipes.whisper_ctc.evaluate import devset_utterances
 
 
 def test_leading_silence_prepends_frames_and_keeps_the_rest(tmp_path: Path) -> None:

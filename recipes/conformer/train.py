@@ -21,15 +21,15 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import torch
 
-from oasr.decoding.tokenizer import CharTokenizer
 from oasr.models import AsrModel, ConformerConfig, load_cmvn, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
+from oasr.text.tokenizer import CharTokenizer
 from recipes.data import FeatureSet, SpecAugmentConfig
+from recipes.train_state import TrainState, resume_latest
 from recipes.wer import ErrorCounts, decode_batch
 
 UNITS = list(BUNDLED_UNITS)
@@ -83,21 +83,6 @@ class TrainConfig:
         return self.peak_lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-@dataclass
-class TrainState:
-    """Where training is: saved with the weights so a restart continues exactly."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    audio_seconds: float = 0.0
-    train_seconds: float = 0.0
-    best_wer: float = float("inf")
-
-
-S = TypeVar("S", bound=TrainState)
-
-
 def build_model(data: Path) -> AsrModel:
     """A fresh model with the training set's CMVN statistics."""
     model = AsrModel(default_model_config(), units=UNITS)
@@ -130,20 +115,6 @@ def save_checkpoint(path: Path, model: AsrModel, opt: torch.optim.Optimizer, sta
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)
-
-
-def resume_latest(ckpt_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                  state_type: type[S]) -> S | None:
-    """Load model, optimizer and training state from ``ckpt_dir/latest.pt``; None without one."""
-    latest = ckpt_dir / "latest.pt"
-    if not latest.exists():
-        return None
-    payload = torch.load(latest, map_location="cpu", weights_only=False)
-    model.load_state_dict(payload["model"])
-    opt.load_state_dict(payload["optimizer"])
-    state = state_type(**payload["state"])
-    print(f"resumed from {latest} at step {state.step}", flush=True)
-    return state
 
 
 def restore(ckpt_dir: Path, model: AsrModel, opt: torch.optim.Optimizer,

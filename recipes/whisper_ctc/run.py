@@ -1,8 +1,8 @@
 """The bundled default model (Whisper-CTC, round 5) rebuilt end to end by one command.
 
-    nice -n 10 python -m recipes.wctc_run                        # everything, resuming what exists
-    python -m recipes.wctc_run --stages lm,evaluate,export       # just the LMs, scores and export
-    python -m recipes.wctc_run --out oasr/assets/default_model   # replace the bundled model
+    nice -n 10 python -m recipes.whisper_ctc.run                       # everything, resuming
+    python -m recipes.whisper_ctc.run --stages lm,evaluate,export      # the LMs, scores, export
+    python -m recipes.whisper_ctc.run --out oasr/assets/default_model  # replace the bundled model
 
 Stages: text -> synth (10,000 train utterances) -> digits (``train_digits``) -> feats (causal
 log-mel into ``<data>/wctc/feats_s5``) -> train (three rounds, below) -> lm (char 7-gram + word
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipes.run import parse_stages, run_stage, run_stages
+from recipes.stages import DATA_STAGES, parse_stages, run_data_stage, run_stages
 
 STAGES = ("text", "synth", "digits", "feats", "train", "lm", "evaluate", "export")
 FEAT_SPLITS = ("train", "train_digits", "heldout_sentences", "heldout_voices")
@@ -55,7 +55,7 @@ class Round:
     """One training round of the default's lineage.
 
     ``init_from``: the round whose ``final.pt`` gives the starting weights (None: Whisper's).
-    ``flags``: ``recipes.wctc_train`` flags beyond paths, splits, init and bounds.
+    ``flags``: ``recipes.whisper_ctc.train`` flags beyond paths, splits, init and bounds.
     ``max_hours`` bounds each launch's wall time; ``max_steps`` (> 0) stops at a total step.
     """
 
@@ -119,7 +119,7 @@ class Layout:
 
 
 def train_argv(r: Round, layout: Layout, max_hours: float | None = None) -> list[str]:
-    """``recipes.wctc_train`` arguments of round ``r`` (``max_hours`` overrides its bound)."""
+    """``recipes.whisper_ctc.train`` arguments of round ``r`` (``max_hours`` overrides its bound)."""
     argv = ["--ckpt", str(layout.ckpt(r.name)), "--feats", str(layout.feats),
             "--train-splits", *r.train_splits,
             "--max-hours", str(r.max_hours if max_hours is None else max_hours)]
@@ -144,7 +144,7 @@ def train_rounds(layout: Layout, train: Callable[[list[str]], None],
             raise RuntimeError(f"round {r.name} starts from {layout.final(r.init_from)}, "
                                f"which does not exist: run round {r.init_from} first")
         argv = train_argv(r, layout, max_hours)
-        print(f"round {r.name}: python -m recipes.wctc_train {' '.join(argv)}", flush=True)
+        print(f"round {r.name}: python -m recipes.whisper_ctc.train {' '.join(argv)}", flush=True)
         train(argv)
         latest = layout.ckpt(r.name) / "latest.pt"
         if not latest.exists():
@@ -171,21 +171,23 @@ def build_lms(layout: Layout, text: Path) -> None:
 
 def evaluate(layout: Layout, ckpt: Path) -> None:
     """Greedy WER, log-prob dump + beam-16 report with both LMs, chunk-boundary offsets."""
-    from recipes import lm_build, wctc_evaluate, wctc_shifts
+    from recipes import lm_build
+    from recipes.whisper_ctc import evaluate as evaluation
+    from recipes.whisper_ctc import shifts
 
-    wctc_evaluate.main(["--ckpt", str(ckpt), "--feats", str(layout.feats),
+    evaluation.main(["--ckpt", str(ckpt), "--feats", str(layout.feats),
                         "--out", str(layout.eval), "--logs", str(layout.wctc / "logs")])
     dump = layout.lm / "logprobs.pt"
     lm_build.main(["dump", "--ckpt", str(ckpt), "--out", str(dump), "--feats", str(layout.feats)])
     lm_build.main(["report", "--dump", str(dump), "--char-lm", str(layout.lm),
                    "--lm", str(layout.lm), "--beam", "16"])
-    wctc_shifts.main(["--ckpt", str(ckpt), "--lm", str(layout.lm), "--beam", "16"])
+    shifts.main(["--ckpt", str(ckpt), "--lm", str(layout.lm), "--beam", "16"])
 
 
 def export(layout: Layout, ckpt: Path) -> None:
     """The model files into ``<data>/wctc/export_model``, then those + the LMs into ``out``."""
     from recipes.lm_build import package
-    from recipes.wctc_export import export as export_model
+    from recipes.whisper_ctc.export import export as export_model
 
     staging = layout.wctc / "export_model"
     report = layout.eval / f"{ckpt.stem}.json"
@@ -194,26 +196,26 @@ def export(layout: Layout, ckpt: Path) -> None:
     print(f"exported {ckpt} to {layout.out} ({size / 1e6:.2f} MB weights + LMs)", flush=True)
 
 
-def run_wctc_stage(name: str, args: argparse.Namespace) -> None:
-    """One stage of `STAGES` (the data stages shared with ``recipes.run`` go through it)."""
+def run_stage(name: str, args: argparse.Namespace) -> None:
+    """One stage of `STAGES` (the data stages go through ``recipes.stages``)."""
     layout: Layout = args.layout
     final = layout.final(ROUNDS[-1].name)
-    if name in ("text", "synth"):
-        run_stage(name, args)
+    if name in DATA_STAGES:
+        run_data_stage(name, args)
     elif name == "digits":
         from recipes import digit_strings
 
         digit_strings.main(["--data", str(args.data), "--audio-root", str(args.audio_root),
                             "--workers", "1"])
     elif name == "feats":
-        from recipes import wctc_feats
+        from recipes.whisper_ctc import feats
 
-        wctc_feats.main(["--data", str(args.data), "--out", str(layout.feats),
+        feats.main(["--data", str(args.data), "--out", str(layout.feats),
                          "--workers", str(WORKERS), "--splits", *FEAT_SPLITS])
     elif name == "train":
-        from recipes import wctc_train
+        from recipes.whisper_ctc import train
 
-        train_rounds(layout, wctc_train.main, max_hours=args.max_hours)
+        train_rounds(layout, train.main, max_hours=args.max_hours)
     elif name == "lm":
         build_lms(layout, args.data / "text" / "train.txt")
     elif not final.exists():
@@ -241,14 +243,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.stage_list = parse_stages(args.stages, STAGES)
     out = args.data / "wctc" / "export" if args.out is None else args.out
     args.layout = Layout(args.data, out, args.audio_root)
-    # what recipes.run's text and synth stages read
+    # what the data stages (recipes.stages) read
     args.num_train, args.workers = NUM_TRAIN_UTTERANCES, WORKERS
     return args
 
 
 def main(argv: list[str] | None = None) -> list[tuple[str, float]]:
     args = parse_args(argv)
-    return run_stages(args.stage_list, lambda name: run_wctc_stage(name, args),
+    return run_stages(args.stage_list, lambda name: run_stage(name, args),
                       args.data / "logs")
 
 

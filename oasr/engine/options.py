@@ -1,0 +1,181 @@
+"""The engine's command-line options: the flags every command that builds an engine takes
+(``oasr transcribe``, ``oasr-server``), and the `EngineConfig` they make."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from oasr.decoding.endpoint import EndpointConfig
+from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
+from oasr.engine.refine import RefineConfig
+
+# Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
+# model with both LMs, held-out-sentence WER is 52.2% greedy, 21.8% at beam 8, 19.8% at beam 16
+# and 18.6% at beam 32; the search costs ~22 / 36 / 55 ms of one CPU thread per 64-stream x
+# 640 ms step at beam 8 / 16 / 32 (bench/decode_cost.py), beside ~240 ms for the encoder.
+DEFAULT_LM_BEAM_SIZE = 16
+
+# Attention history of the commands' engines, in chunks (8 x 640 ms = 5.1 s): a stream keeps at
+# most 8 chunks of K/V and evicts the oldest block as each new chunk commits, so a chunk's cost
+# stays flat however long a segment runs, and the demo's pool shows evictions as soon as
+# someone speaks for more than 5 s. CTC WER of the bundled model at 8 vs unlimited history
+# (bench/history_wer.py, docs/benchmarks.md): devset real 30.1 vs 30.7 %, synthetic 11.3 vs
+# 11.3 %, long 25-36 s streams 26.6 vs 28.0 %: no loss. EngineConfig itself keeps -1 (all).
+DEFAULT_NUM_LEFT_CHUNKS = 8
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by every command that builds an engine."""
+    from oasr.decoding import GpuDecoderConfig
+
+    g = parser.add_argument_group("engine")
+    g.add_argument("--model", default=None,
+                   help="model dir (oasr format: Conformer-CTC or Whisper-CTC; a WeNet "
+                   "experiment dir; or an icefall Zipformer experiment dir); default: bundled "
+                   "model")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--dtype", default="auto",
+                   help="auto | float32 | float16 | bfloat16 | int8 (int8 encoder linears)")
+    g.add_argument("--max-batch-size", type=int, default=EngineConfig.max_batch_size,
+                   help="streams decoded at once (stream slots)")
+    g.add_argument("--chunk-size", type=int, default=EngineConfig.chunk_size,
+                   help="encoder frames per chunk; default: the model's trained chunk "
+                   "(640 ms: 16 Conformer frames, 32 Whisper-CTC frames)")
+    g.add_argument("--num-left-chunks", type=int, default=None,
+                   help="attention history in chunks; older K/V blocks are evicted; -1 keeps "
+                   f"everything (default: {DEFAULT_NUM_LEFT_CHUNKS}; an icefall Zipformer: its "
+                   "own left context, 4 chunks)")
+    g.add_argument("--max-num-blocks", type=int, default=None,
+                   help="K/V pool size in blocks; default: derived from free memory")
+    g.add_argument("--beam-size", type=int, default=None,
+                   help="1 = greedy CTC, >1 = prefix beam; default: "
+                   f"{DEFAULT_LM_BEAM_SIZE} when a char LM is used (see --lm), else 1")
+    g.add_argument("--lm", default="auto",
+                   help="LMs fused into beam search: auto (the model dir's char_lm.* and, when "
+                   "present, word_lm.*), none, or a directory holding char_lm.safetensors + "
+                   "char_lm.json (+ word_lm.txt + word_lm.json)")
+    g.add_argument("--lm-weight", type=float, default=GpuDecoderConfig.lm_weight,
+                   help="char LM weight of shallow fusion (beam search with an LM only); "
+                   "default: the value tuned with the LM files")
+    g.add_argument("--lm-unit-bonus", type=float, default=GpuDecoderConfig.lm_unit_bonus,
+                   help="score added per emitted unit when an LM is used; default: tuned")
+    g.add_argument("--lm-word-bonus", type=float, default=GpuDecoderConfig.lm_word_bonus,
+                   help="score added per word boundary when an LM is used")
+    g.add_argument("--lm-word-weight", type=float, default=GpuDecoderConfig.word_lm_weight,
+                   help="word LM weight (with a word_lm.*); default: tuned")
+    g.add_argument("--lm-oov-penalty", type=float, default=GpuDecoderConfig.word_oov_penalty,
+                   help="penalty per word outside the word LM's lexicon; default: tuned")
+    g.add_argument("--second-pass", choices=("whisper", "none"), default="whisper",
+                   help="re-decode each finished segment with Whisper tiny.en for accurate finals")
+    g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
+                   help="Whisper's beam at temperature 0 (1 = greedy)")
+    g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
+                   help="refined partials: re-decode an open segment with Whisper after this "
+                   "many seconds of new audio, in spare capacity; 0 turns them off")
+    g.add_argument("--prefill-kv-window", action="store_true",
+                   help="give each stream its whole --num-left-chunks window, zeroed, at "
+                   "admission (models trained with a fixed attention window)")
+    g.add_argument("--streaming-cohort-admit", action="store_true",
+                   help="admit waiting streams shortest audio first (bounded by the wait "
+                   "limit) instead of oldest first")
+    g.add_argument("--quantization-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="second-pass decoder K/V format: kv_cache=fp8_e4m3 (float8 plus a "
+                   "scale per token and head: ~1.9x the rows of float16 in the same memory)")
+    g.add_argument("--decode-kv-budget-gib", type=float, default=None,
+                   help="second-pass decoder K/V pool in GiB; default: --max-decode-slots "
+                   "rows at their full length")
+    g.add_argument("--max-decode-slots", type=int, default=None,
+                   help="second-pass rows decoded at once (default: 16)")
+    g.add_argument("--cuda-graphs", choices=CUDA_GRAPH_MODES, default="off",
+                   help="capture the encoder step as one CUDA graph per batch width, replayed "
+                   "over the padding lane (auto: on for CUDA, off on CPU); off by default "
+                   "until it has run on a GPU (bench/gpu_check.sh)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads for the engine (default: torch's choice)")
+    g.add_argument("--endpoint-pause", type=float, default=None, metavar="S",
+                   help="sentence-pause endpointing: seconds of pause (blank frames) after 3 "
+                        "words that end a segment (0.8 when only --max-segment is given); "
+                        "default: WeNet's rules, 1 s of silence after speech")
+    g.add_argument("--max-segment", type=float, default=None, metavar="S",
+                   help="sentence-pause endpointing: longest segment in seconds, cut at its "
+                        "quietest point in the last 3 s (15 when only --endpoint-pause is "
+                        "given); default: WeNet's 20 s")
+
+
+def default_beam_size(model: str | None, lm: str) -> int:
+    """The beam width when none is given: `DEFAULT_LM_BEAM_SIZE` when a char LM will be used
+    (``lm`` names a directory, or is "auto" and the model directory has one), else 1."""
+    from oasr.lm import has_char_lm
+    from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+
+    if lm == "none":
+        return 1
+    if lm != "auto":
+        return DEFAULT_LM_BEAM_SIZE
+    model_dir = DEFAULT_MODEL_DIR if model is None else Path(model)
+    return DEFAULT_LM_BEAM_SIZE if has_char_lm(model_dir) else 1
+
+
+def endpoint_config_from_args(args: argparse.Namespace) -> EndpointConfig:
+    """The endpoint rules: WeNet's (1 s of silence after speech, 20 s segments) unless
+    ``--endpoint-pause`` / ``--max-segment`` ask for the sentence-pause rules (see
+    `EngineConfig.endpoint`)."""
+    pause = getattr(args, "endpoint_pause", None)
+    longest = getattr(args, "max_segment", None)
+    if pause is None and longest is None:
+        return EndpointConfig.wenet()
+    config = EndpointConfig()
+    if pause is not None and config.rule2 is not None:
+        config = replace(config, rule2=replace(config.rule2, min_trailing_silence_s=pause))
+    if longest is not None and config.rule3 is not None:
+        config = replace(config, rule3=replace(config.rule3, min_utterance_length_s=longest),
+                         max_cut_window_s=min(config.max_cut_window_s, longest / 2))
+    return config
+
+
+def default_num_left_chunks(model: str | None) -> int:
+    """The history when none is given: `DEFAULT_NUM_LEFT_CHUNKS` for the paged families; an
+    icefall Zipformer directory keeps EngineConfig's -1 (the slot runtime then uses its own
+    left context, 4 chunks)."""
+    from oasr.models.zipformer.checkpoint import is_icefall_dir
+
+    if model is not None and is_icefall_dir(Path(model)):
+        return EngineConfig.num_left_chunks
+    return DEFAULT_NUM_LEFT_CHUNKS
+
+
+# EngineConfig fields set by the flag of the same name (``--max-batch-size`` -> max_batch_size);
+# the other flags are read by name in `engine_config_from_args`.
+SAME_NAME_FIELDS = ("model", "device", "dtype", "max_batch_size", "chunk_size",
+                    "prefill_kv_window", "max_num_blocks", "lm", "cuda_graphs", "second_pass",
+                    "streaming_cohort_admit", "decode_kv_budget_gib", "max_decode_slots")
+
+
+def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
+    """The `EngineConfig` the flags of `add_engine_arguments` describe, with ``overrides``
+    (EngineConfig fields a command sets itself, e.g. ``oasr transcribe``'s unbounded waits)."""
+    from oasr.decoding import GpuDecoderConfig
+    from oasr.models.whisper.quantization import parse_quantization_options
+
+    beam_size = args.beam_size
+    if beam_size is None:
+        beam_size = default_beam_size(args.model, args.lm)
+    num_left_chunks = args.num_left_chunks
+    if num_left_chunks is None:
+        num_left_chunks = default_num_left_chunks(args.model)
+    decoder = GpuDecoderConfig(beam_size=beam_size, lm_weight=args.lm_weight,
+                               lm_unit_bonus=args.lm_unit_bonus, lm_word_bonus=args.lm_word_bonus,
+                               word_lm_weight=args.lm_word_weight,
+                               word_oov_penalty=args.lm_oov_penalty)
+    config = EngineConfig(
+        **{name: getattr(args, name) for name in SAME_NAME_FIELDS},
+        num_left_chunks=num_left_chunks, decoder=decoder, num_threads=args.threads,
+        endpoint=endpoint_config_from_args(args),
+        second_pass_decode=replace(EngineConfig().second_pass_decode,
+                                   beam_size=args.second_pass_beam),
+        refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
+        quantization=parse_quantization_options(args.quantization_option) or None,
+    )
+    return replace(config, **overrides)  # type: ignore[arg-type]

@@ -1,0 +1,75 @@
+"""``oasr-server``'s command line (`backend.cli`): every flag reaches its config field."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backend.cli import FIELD_FLAGS, build_parser, server_config_from_args
+from backend.config import ServerConfig
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _other_value(default: object) -> str:
+    """A valid value for a field that differs from its default, as typed on the command line."""
+    if isinstance(default, str):
+        return "replica-b" if default != "replica-b" else "replica-c"
+    assert isinstance(default, int | float)
+    return str(default * 2 if default else 1)
+
+
+@pytest.mark.parametrize("flag", FIELD_FLAGS, ids=lambda f: f.flag)
+def test_each_field_flag_sets_its_field(flag, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OASR_API_KEYS", raising=False)
+    defaults = ServerConfig()
+    owner = defaults.engine if flag.engine else defaults
+    default = getattr(owner, flag.field)
+    value = _other_value(default)
+    config = server_config_from_args(build_parser().parse_args(
+        [flag.flag, value, "--lm", "none", "--second-pass", "none"]))
+    got = getattr(config.engine if flag.engine else config, flag.field)
+    assert got == type(default)(value) and got != default
+
+
+def test_no_flags_give_the_default_server_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OASR_API_KEYS", raising=False)
+    config = server_config_from_args(build_parser().parse_args(["--lm", "none"]))
+    defaults = ServerConfig()
+    for flag in FIELD_FLAGS:
+        owner, default_owner = ((config.engine, defaults.engine) if flag.engine
+                                else (config, defaults))
+        assert getattr(owner, flag.field) == getattr(default_owner, flag.field), flag.flag
+    assert config.max_upload_bytes == defaults.max_upload_bytes
+
+
+def test_repeatable_flags_and_upload_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OASR_API_KEYS", "sk-env")
+    config = server_config_from_args(build_parser().parse_args([
+        "--allowed-origin", "http://a.example", "--allowed-origin", "*",
+        "--api-key", "sk-one", "--allowed-host", "asr.example.com", "--max-upload-mb", "3",
+        "--lm", "none"]))
+    assert config.allowed_origins == ("http://a.example", "*")
+    assert config.api_keys == ("sk-one", "sk-env")
+    assert config.allowed_hosts == ("asr.example.com",)
+    assert config.max_upload_bytes == 3 * 2**20
+
+
+def test_every_flag_in_the_readme_configuration_table_is_accepted() -> None:
+    table = README.read_text().split("## Configuration")[1].split("\n\n")[2]
+    documented = set(re.findall(r"`(--[a-z0-9-]+)", table))
+    known = {s for action in build_parser()._actions for s in action.option_strings}
+    assert len(documented) > 30, "the README's Configuration table moved"
+    assert documented <= known, documented - known
+
+
+def test_python_dash_m_backend_is_oasr_server() -> None:
+    done = subprocess.run([sys.executable, "-m", "backend", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("usage: oasr-server")
+    assert "--max-socket-audio" in done.stdout and "--lm-weight" in done.stdout
