@@ -78,13 +78,12 @@ class GpuStreamingDecoder:
 
     The decoder holds only its config, tokenizer and a memo of the partials' texts
     (`PartialTexts`); all search state lives in `DecoderState` objects it creates, so one
-    decoder serves every stream (the cache layer keeps one state per stream).
+    decoder serves every stream (the cache layer pools the states).
     A state created with ``batch`` rows is decoded by `decode_chunk`; many batch-1 states are
     decoded together by `decode_streams`. Batch-1 states live as rows of one persistent
-    storage (`StateRows`, addressed by the caller's slot and freed by `free_state`), so a
-    batched step gathers the cohort's rows, searches and writes them back: a fixed number of
-    kernels per step, whatever the number of streams. States from elsewhere (``new_state``,
-    multi-row states) are stacked and split instead.
+    storage (`StateRows`), so a batched step gathers the cohort's rows, searches and writes
+    them back: a fixed number of kernels per step, whatever the number of streams. States
+    from elsewhere (``new_state``, multi-row states) are stacked and split instead.
 
     With a char LM (beam search only) hypotheses rank by acoustic + fused LM score (see
     `oasr.decoding.lm_fusion`); `finalize_stream` also scores the sentence end, and the
@@ -169,7 +168,6 @@ class GpuStreamingDecoder:
         Raises:
             ValueError: the state's row was already freed (a double free).
         """
-        self._generation += 1
         if state.pool_row is not None:
             self._rows.release(state)
 
