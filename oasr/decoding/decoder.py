@@ -146,13 +146,32 @@ class GpuStreamingDecoder:
     def has_word_lm(self) -> bool:
         return self._fusion is not None and self._fusion.word is not None
 
-    def create_state(self, batch: int, vocab_size: int) -> DecoderState:
-        """A fresh state of ``batch`` rows for a ``vocab_size``-token model (a batch-1 state
-        is a row of the decoder's persistent storage)."""
+    def create_state(self, batch: int, vocab_size: int, row: int | None = None) -> DecoderState:
+        """A fresh state of ``batch`` rows for a ``vocab_size``-token model.
+
+        A batch-1 state is row ``row`` of the decoder's persistent storage (the engine passes
+        the stream's slot; None takes the lowest free row) and holds it until `free_state`.
+        A state of more rows owns its tensors.
+
+        Raises:
+            ValueError: ``row`` is held by another state, or given with ``batch`` > 1.
+        """
         self._check_vocab(vocab_size)
         if batch == 1:
-            return self._rows.attach()
+            return self._rows.attach(row)
+        if row is not None:
+            raise ValueError(f"a {batch}-row state owns its tensors: it takes no storage row")
         return self._owned_state(batch)
+
+    def free_state(self, state: DecoderState) -> None:
+        """Give a batch-1 state's storage row back for the next state made there (call it on
+        the thread that decodes). A state that owns its tensors holds nothing to give back.
+
+        Raises:
+            ValueError: the state's row was already freed (a double free).
+        """
+        if state.pool_row is not None:
+            self._rows.release(state)
 
     def _owned_state(self, batch: int) -> DecoderState:
         """A fresh ``batch``-row state that owns its tensors (not a row of the storage)."""
@@ -349,8 +368,8 @@ class GpuStreamingDecoder:
                 f"blank_id {self._config.blank_id} is outside a vocabulary of {vocab_size}"
             )
 
-    @staticmethod
-    def _check_row(states: list[DecoderState], row: int) -> None:
+    def _check_row(self, states: list[DecoderState], row: int) -> None:
         for s in states:
+            self._rows.holds(s)  # raises for a freed state
             if not 0 <= row < s.batch_size:
                 raise IndexError(f"row {row} out of range for a state of {s.batch_size} rows")

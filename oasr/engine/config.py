@@ -336,12 +336,14 @@ class EngineConfig:
             max_stream_frames: the most encoder frames a stream can ever hold (a model's
                 position limit) or None: narrows the block tables, and so the pool ceiling,
                 to what such a stream can use.
-        ``max_num_blocks=None`` is derived by `oasr.engine.memory.derive_num_blocks`.
+        ``max_num_blocks=None`` is derived by `oasr.engine.memory.derive_num_blocks` before the
+        config is built (size first, then build once).
         Raises:
             ValueError: ``block_size_frames`` smaller than the chunk.
         """
+        from oasr.cache.types import retained_blocks
         from oasr.engine.family import KVGeometry
-        from oasr.engine.memory import derive_num_blocks
+        from oasr.engine.memory import PoolDemand, derive_num_blocks, kv_block_bytes
 
         if isinstance(geometry, ConformerConfig):
             geometry = KVGeometry(
@@ -357,9 +359,16 @@ class EngineConfig:
         blocks_per_seq = self.max_blocks_per_seq
         if max_stream_frames is not None:  # + 1: the in-flight block before eviction
             blocks_per_seq = min(blocks_per_seq, -(-max_stream_frames // block) + 1)
-        # the block count is a placeholder until it is known (derive_num_blocks ignores it)
-        ceiling = self.max_batch_size * blocks_per_seq
-        cache_config = CacheConfig(
+        num_blocks = self.max_num_blocks
+        if num_blocks is None:
+            window = retained_blocks(chunk, self.num_left_chunks, block)
+            demand = PoolDemand(
+                block_bytes=kv_block_bytes(geometry.num_layers, block, geometry.n_kv_head,
+                                           geometry.head_dim, dtype),
+                num_slots=self.max_batch_size, max_blocks_per_seq=blocks_per_seq,
+                peak_blocks_per_stream=None if window is None else window + 1, device=device)
+            num_blocks = derive_num_blocks(demand, self.kv_memory_fraction)
+        return CacheConfig(
             num_layers=geometry.num_layers,
             n_kv_head=geometry.n_kv_head,
             head_dim=geometry.head_dim,
@@ -369,13 +378,9 @@ class EngineConfig:
             num_left_chunks=self.num_left_chunks,
             prefill_kv_window=self.prefill_kv_window,
             block_size_frames=block,
-            max_num_blocks=self.max_num_blocks or ceiling,
+            max_num_blocks=num_blocks,
             max_blocks_per_seq=blocks_per_seq,
             max_batch_size=self.max_batch_size,
             device=device,
             dtype=dtype,
         )
-        if self.max_num_blocks is not None:
-            return cache_config
-        num_blocks = derive_num_blocks(cache_config, self.kv_memory_fraction)
-        return dataclasses.replace(cache_config, max_num_blocks=num_blocks)

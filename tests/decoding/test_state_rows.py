@@ -1,7 +1,5 @@
 """Batch-1 states as rows of one persistent storage: same results as states that own their
-tensors, no per-step restacking, rows recycled with their states."""
-
-import gc
+tensors, no per-step restacking, rows addressed by the caller and freed explicitly."""
 
 import pytest
 import torch
@@ -87,14 +85,13 @@ def test_states_are_views_of_one_storage_that_steady_steps_keep(beam: int) -> No
     assert dec.partials(states)[2].stats.num_frames == 4 * CHUNK
 
 
-def test_rows_are_reused_after_a_state_dies_and_detached_on_a_batch_change() -> None:
+def test_rows_are_reused_after_an_explicit_free_and_detached_on_a_batch_change() -> None:
     dec = make(1)
     a, b = dec.create_state(1, VOCAB), dec.create_state(1, VOCAB)
     assert (a.pool_row, b.pool_row) == (0, 1)
     dec.decode_chunk(random_log_probs(1, 1, 8), a)
     kept = dec.finalize_stream(a)
-    del b
-    gc.collect()
+    dec.free_state(b)
     c = dec.create_state(1, VOCAB)
     assert c.pool_row == 1 and dec._rows.num_attached == 2
     assert dec.finalize_stream(c)[0].tokens == []  # a reused row starts at reset
@@ -105,6 +102,21 @@ def test_rows_are_reused_after_a_state_dies_and_detached_on_a_batch_change() -> 
     dec.decode_chunk(random_log_probs(1, 1, 8), d)
     assert dec.finalize_stream(d) == kept  # a's old row, decoded from reset again
     assert dec.finalize_stream(a, 1)[0].tokens == []
+    dec.free_state(a)  # owns its tensors: nothing to give back
+
+
+def test_a_row_past_the_storage_grows_it_and_keeps_the_other_rows() -> None:
+    dec = make(3)
+    low = dec.create_state(1, VOCAB, row=2)
+    lp = random_log_probs(5, 1, CHUNK)
+    dec.decode_chunk(lp, low)
+    before = dec.finalize_stream(low)
+    high = dec.create_state(1, VOCAB, row=20)  # the engine's slot 20: past the 8 first rows
+    assert dec._rows.num_rows >= 21 and high.pool_row == 20
+    assert dec.finalize_stream(low) == before  # re-pointed at the grown storage
+    assert low.log_pb.data_ptr() == dec._rows.storage.log_pb[2].data_ptr()
+    with pytest.raises(ValueError, match="decoder row must be an int >= 0"):
+        dec.create_state(1, VOCAB, row=-1)
 
 
 def test_a_state_twice_in_one_call_or_no_state_is_refused() -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
 
-from oasr.cache.decoder_kv import FP8_DTYPE
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.fmha.fp8 import FP8_DTYPE
 from oasr.text.wer import word_error_rate
 
 whisper = pytest.importorskip("oasr.models.whisper")
