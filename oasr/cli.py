@@ -54,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _transcribe(args: argparse.Namespace) -> int:
     from oasr.engine.offline import transcribe_files
+    from oasr.engine.process import configure_process
 
     missing = [str(f) for f in args.files if not f.is_file()]
     if missing:
@@ -66,6 +67,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
         refine=None,  # no one reads partials offline
     )
+    configure_process(config.num_threads)
     results = transcribe_files(config, args.files, progress=not args.no_progress)
     failed = 0
     for result in results:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ import torch
 
 from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
+from oasr.engine.dtypes import DTYPE_NAMES, INT8, resolve_dtype
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.refine import RefineConfig
 from oasr.models import ConformerConfig
@@ -23,28 +23,11 @@ from oasr.models.whisper.window import EncoderWindow
 if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-INT8 = "int8"  # int8 Linear weights and activations (`oasr.models.int8`), float32 elsewhere
-DTYPE_NAMES = ("auto", *_DTYPES, INT8)
 SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
-BF16_AUTO_FAMILY = "whisper_ctc"  # the family dtype "auto" runs in bfloat16 on such CPUs
-_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # The smallest chunk a deployment may ask for (encoder frames: 160 ms of Conformer output);
 # below it every chunk is mostly padding for the conv stem and the transcripts are noise.
 MIN_CHUNK_SIZE = 4
 CUDA_GRAPH_MODES = ("auto", "on", "off")
-
-
-@functools.cache
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16, read
-    from /proc/cpuinfo; False where that file does not exist). Without them oneDNN emulates
-    bfloat16 and it is no faster than float32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return any(flag in flags for flag in _NATIVE_BF16_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -95,7 +78,9 @@ class EngineConfig:
             the second pass its context (stress set: read-speech finals 11.8 % WER against
             3-5 %, docs/model.md), so they are opt-in until the second pass can carry
             context across segments.
-        idle_timeout_s: a stream that sends no audio for this long ends with "timeout".
+        idle_timeout_s: a stream that sends no audio for this long ends with "timeout". The
+            engine owns both timeouts; the server passes ``--idle-timeout`` / ``--max-session``
+            through and reads them from here (``ServerConfig.engine``).
         max_session_s: a stream older than this ends with "timeout".
         max_pending_audio_s: audio a stream may have queued and not yet decoded; more is an
             error for that stream (a client sending faster than real time forever).
@@ -129,7 +114,9 @@ class EngineConfig:
         (``second_pass_decode_config``).
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
-            often faster (each step is many small kernels).
+            often faster (each step is many small kernels). A process-wide setting: the
+            entry point applies it (`oasr.engine.configure_process`), not the engine; the
+            second-pass thread takes half of it (``second_pass_threads``).
         min_audio_rate: the least audio a running stream must send, as a fraction of real
             time, in every ``audio_rate_window_s`` after its admission; a stream that sends
             less (2 bytes every few seconds keep a byte-counting idle timer happy) ends with
@@ -219,7 +206,7 @@ class EngineConfig:
                              f"got {self.cuda_graphs!r}")
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
             if not getattr(self, name) >= 0:  # NaN fails too; inf means "never"
-                raise ValueError(f"EngineConfig.{name} must be >= 0, got {getattr(self, name)}")
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)}: it must be >= 0")
         if self.chunk_size is not None and self.chunk_size < MIN_CHUNK_SIZE:
             raise ValueError(
                 f"chunk_size {self.chunk_size} is below {MIN_CHUNK_SIZE} encoder frames: models "
@@ -300,31 +287,14 @@ class EngineConfig:
         return graphs or bool(self.pad_cohorts)
 
     def resolve_dtype(self, device: torch.device, family_name: str | None = None) -> torch.dtype:
-        """The float dtype of activations and the K/V pool; float32 with "int8".
-
-        "auto": float16 on CUDA; on CPU bfloat16 for a Whisper-CTC model when the CPU
-        multiplies bfloat16 natively (`cpu_has_native_bf16`), else float32. Why: on the
-        devset bfloat16 is within 1 WER point of float32 on real and synthetic speech (43.1 /
-        16.0 against 43.8 / 16.0 with the char + word LM; 44.4 / 20.8 against 45.1 / 19.8
-        with the char LM alone, docs/benchmarks.md), a 64-stream step takes about half the
-        CPU time, and the K/V pool half the bytes. int8 ("int8") is about as fast and, with
-        the current LM, as accurate, but failed the 1-point rule with the char LM alone, keeps
-        the K/V pool in float32, and its partials do not reproduce across batch compositions.
-        The Conformer keeps float32 (no trained Conformer to measure accuracy on).
+        """The float dtype of activations and the K/V pool (`oasr.engine.dtypes.resolve_dtype`:
+        "auto" picks by device, family and CPU; "int8" runs float32 around its int8 Linears).
 
         Args:
             family_name: the model family ("conformer_ctc" | "whisper_ctc"); None = unknown
                 (float32 on CPU).
         """
-        if self.dtype == INT8:
-            return torch.float32
-        if self.dtype != "auto":
-            return _DTYPES[self.dtype]
-        if device.type == "cuda":
-            return torch.float16
-        if family_name == BF16_AUTO_FAMILY and cpu_has_native_bf16():
-            return torch.bfloat16
-        return torch.float32
+        return resolve_dtype(self.dtype, device, family_name)
 
     @property
     def int8_linears(self) -> bool:

