@@ -2,7 +2,7 @@
 the page itself, behind the allowed-hosts check and (when keys are set) API keys.
 
 ``create_app(config, engine=None)`` builds the app. The lifespan builds the engine thread from
-``config.build_engine_config()`` when none is given, starts it (unless it is already running)
+``config.engine`` when none is given, starts it (unless it is already running)
 and the stats hub, and on shutdown stops what it started.
 """
 
@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -43,8 +42,9 @@ from backend.limits import AudioFlowGate
 from backend.openai_realtime import RealtimeConnection
 from backend.prometheus import ServerMetrics
 from backend.protocol import CloseCode, ProtocolError, Session
-from backend.stats import StatsHub, stream_stats
+from backend.stats import ServedSnapshot, ServerSnapshot, StatsHub, stream_stats
 from oasr.engine import EngineThread
+from oasr.engine.snapshot import EngineSnapshot
 
 ASR_ENDPOINT = "/ws/asr"
 STATS_ENDPOINT = "/ws/stats"
@@ -85,30 +85,27 @@ class AppContext:
         resources = self.engine.engine.resources
         return 2 * resources.chunk_size * resources.family.timing.frame_shift_s
 
-    def engine_stats(self) -> dict[str, Any] | None:
-        """The engine's latest snapshot; None before its first step has produced one."""
-        if self.engine is None:
-            return None
-        stats = self.engine.stats()
-        return stats if "pool" in stats else None
+    def engine_stats(self) -> EngineSnapshot | None:
+        """The engine's latest snapshot; None before the engine is built."""
+        return None if self.engine is None else self.engine.stats()
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self) -> ServedSnapshot | None:
         """The engine's stats plus the server's own connection counts."""
         stats = self.engine_stats()
         if stats is None:
             return None
         asr, viewers = self.limiters[ASR_ENDPOINT], self.limiters[STATS_ENDPOINT]
-        return {**stats, "server": {
-            "connections": asr.num_connections,
-            "max_connections": asr.max_connections,
-            "realtime_connections": self.limiters[REALTIME_ENDPOINT].num_connections,
-            "stats_viewers": viewers.num_connections,
-            "replica": self.config.replica,
-            "draining": self.drain.is_draining,
-            "drain_seconds_left": self.drain.seconds_left(),
-            "queued_audio_s": round(self.flow.total_queued_s, 2),
-            "num_flow_pauses": self.flow.num_pauses,
-        }}
+        return ServedSnapshot(stats, ServerSnapshot(
+            connections=asr.num_connections,
+            max_connections=asr.max_connections,
+            realtime_connections=self.limiters[REALTIME_ENDPOINT].num_connections,
+            stats_viewers=viewers.num_connections,
+            replica=self.config.replica,
+            draining=self.drain.is_draining,
+            drain_seconds_left=self.drain.seconds_left(),
+            queued_audio_s=round(self.flow.total_queued_s, 2),
+            num_flow_pauses=self.flow.num_pauses,
+        ))
 
 
 def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Starlette:
@@ -117,7 +114,7 @@ def create_app(config: ServerConfig, engine: EngineThread | None = None) -> Star
     Args:
         config: limits, static files and the engine configuration.
         engine: an engine thread to serve (started by the lifespan if not running yet);
-            None builds one from ``config.build_engine_config()`` at startup.
+            None builds one from ``config.engine`` at startup.
     Returns:
         The Starlette app; ``app.state.context`` is its ``AppContext``.
     """
@@ -167,8 +164,7 @@ class ProbeExemptHosts(TrustedHostMiddleware):
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     context: AppContext = app.state.context
     if context.engine is None:
-        engine_config = context.config.build_engine_config()
-        context.engine = await asyncio.to_thread(EngineThread, engine_config)
+        context.engine = await asyncio.to_thread(EngineThread, context.config.engine)
     if not context.engine.is_alive():
         context.engine.start()
         context.owns_engine = True
@@ -235,8 +231,8 @@ async def _asr_endpoint(websocket: WebSocket) -> None:
         assert context.engine is not None  # _admit refuses until the engine is ready
         config = context.config
         session = Session(config.max_frame_bytes, config.max_text_bytes, config.max_json_depth)
-        await AsrConnection(websocket, context.engine, session, config.idle_timeout_s,
-                            flow=context.flow, replica=config.replica).run()
+        await AsrConnection(websocket, context.engine, session,
+                            config.engine.idle_timeout_s, flow=context.flow, replica=config.replica).run()
 
     await _serve_socket(websocket, ASR_ENDPOINT, handle)
 
@@ -260,7 +256,7 @@ async def _api_stats(request: Request) -> Response:
     snapshot = _context(request).snapshot()
     if snapshot is None:
         return JSONResponse({"error": "the engine is not running"}, status_code=503)
-    return JSONResponse(snapshot)
+    return JSONResponse(snapshot.to_json())
 
 
 async def _api_token(request: Request) -> Response:

@@ -27,8 +27,7 @@ from backend.protocol import (
     StartRequest,
     close_code_for,
 )
-from oasr.engine import StreamEvent
-from oasr.engine.events import EventType
+from oasr.engine.events import Error, Ready, StreamEvent
 
 
 class Engine(Protocol):
@@ -161,14 +160,14 @@ class AsrConnection:
                 if isinstance(item, ProtocolError):
                     await self._send_and_close(item.to_json(), item.close_code)
                     return
-                if item.type is EventType.ERROR:
+                if isinstance(item, Error):
                     close_code = close_code_for(item.code)
                 if item.is_terminal:
                     self.is_finished = True
                     await self._send_and_close(item.to_json(), close_code)
                     return
                 message = item.to_json()
-                if item.type is EventType.READY and self.replica:
+                if isinstance(item, Ready) and self.replica:
                     message["replica"] = self.replica
                 await self.websocket.send_json(message)
 

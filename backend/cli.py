@@ -40,8 +40,8 @@ LISTEN_FLAGS = (
               "simultaneous /ws/asr connections; more are refused 'busy'"),
     FieldFlag("--max-frame-bytes", "max_frame_bytes", "largest binary websocket frame"),
     FieldFlag("--idle-timeout", "idle_timeout_s",
-              "seconds without audio before a stream ends with 'timeout'"),
-    FieldFlag("--max-session", "max_session_s", "longest stream in seconds"),
+              "seconds without audio before a stream ends with 'timeout'", engine=True),
+    FieldFlag("--max-session", "max_session_s", "longest stream in seconds", engine=True),
 )
 MAX_WAIT_FLAG = FieldFlag("--max-wait", "max_wait_time_s",
                           "seconds a new stream may wait for a slot before 'busy'", engine=True)

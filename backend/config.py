@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import socket
@@ -14,6 +13,13 @@ from oasr.engine import EngineConfig
 FRONTEND_DIR_ENV = "OASR_FRONTEND_DIR"
 API_KEYS_ENV = "OASR_API_KEYS"
 LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]")  # as Starlette parses Host headers
+SERVER_IDLE_TIMEOUT_S = 15.0  # a live client that says nothing for this long is gone
+
+
+def default_engine_config() -> EngineConfig:
+    """The engine a server runs when none is given: EngineConfig's defaults, but a live
+    client's idle timeout (15 s, not the library's 30 s)."""
+    return EngineConfig(idle_timeout_s=SERVER_IDLE_TIMEOUT_S)
 
 
 def default_frontend_dir() -> Path:
@@ -32,9 +38,10 @@ def default_frontend_dir() -> Path:
 class ServerConfig:
     """Everything ``backend.app.create_app`` needs; validated at construction.
 
-    ``idle_timeout_s`` and ``max_session_s`` are authoritative: the engine is built from
-    ``engine`` with these two values replaced (``build_engine_config``), and the backend itself
-    applies ``idle_timeout_s`` to a client that has not started a stream yet.
+    The stream timeouts are the engine's (``engine.idle_timeout_s``, ``engine.max_session_s``):
+    the engine ends idle and overlong streams, and the backend reads the same two values for
+    what it enforces itself (a client that has not started a stream yet; an OpenAI realtime
+    session). Here they must also be > 0 and ordered.
 
     Attributes:
         host, port: where uvicorn listens.
@@ -43,8 +50,6 @@ class ServerConfig:
         max_frame_bytes: largest binary frame accepted (close 1009 beyond it). 100 ms of 48 kHz
             f32le is 19,200 bytes.
         max_text_bytes: largest JSON control message accepted (close 1009 beyond it).
-        idle_timeout_s: seconds without a message before a stream ends with ``timeout``.
-        max_session_s: longest stream, in seconds of wall time.
         allowed_origins: ``Origin`` values accepted on the websockets. Empty: same host only
             (the Origin's host:port must equal the request's Host). ``("*",)``: any origin.
             A request without an Origin header (not a browser) is always accepted.
@@ -57,7 +62,8 @@ class ServerConfig:
         max_upload_bytes: largest ``POST /v1/audio/transcriptions`` body (413 beyond it).
         token_ttl_s: lifetime of the short-lived tokens ``POST /api/token`` hands the page.
         static_dir: the frontend's files, served at ``/``.
-        engine: the engine's configuration.
+        engine: the engine's configuration (``default_engine_config()`` when not given); its
+            ``idle_timeout_s`` and ``max_session_s`` are the server's stream timeouts.
         max_json_depth: deepest nesting of a JSON control message (checked before parsing).
         max_socket_audio_s: audio one connection may have queued and not decoded before the
             server stops reading its socket (backpressure: TCP pushes back on the client).
@@ -83,8 +89,6 @@ class ServerConfig:
     max_connections: int = 64
     max_frame_bytes: int = 256 * 1024
     max_text_bytes: int = 4096
-    idle_timeout_s: float = 15.0
-    max_session_s: float = 3600.0
     allowed_origins: tuple[str, ...] = ()
     stats_interval_s: float = 0.25
     api_keys: tuple[str, ...] = ()
@@ -92,7 +96,7 @@ class ServerConfig:
     max_upload_bytes: int = 25 * 1024 * 1024
     token_ttl_s: float = 60.0
     static_dir: Path = field(default_factory=default_frontend_dir)
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    engine: EngineConfig = field(default_factory=default_engine_config)
     max_json_depth: int = 8
     max_socket_audio_s: float = 5.0
     max_queued_audio_s: float = 120.0
@@ -120,12 +124,12 @@ class ServerConfig:
                 "16 kHz s16le is 3,200 bytes")
         if self.max_text_bytes < 64:
             raise ValueError(f"max_text_bytes={self.max_text_bytes}; it must be >= 64")
-        if not self.idle_timeout_s > 0:
-            raise ValueError(f"idle_timeout_s={self.idle_timeout_s}; it must be > 0 seconds")
-        if not self.max_session_s >= self.idle_timeout_s:
-            raise ValueError(
-                f"max_session_s={self.max_session_s} is shorter than "
-                f"idle_timeout_s={self.idle_timeout_s}; raise max_session_s")
+        idle_s, session_s = self.engine.idle_timeout_s, self.engine.max_session_s
+        if not idle_s > 0:
+            raise ValueError(f"idle_timeout_s={idle_s}; it must be > 0 seconds")
+        if not session_s >= idle_s:
+            raise ValueError(f"max_session_s={session_s} is shorter than idle_timeout_s="
+                             f"{idle_s}; raise max_session_s")
         if not 0.01 <= self.stats_interval_s <= 60:
             raise ValueError(f"stats_interval_s={self.stats_interval_s}; use 0.01..60 seconds")
         if isinstance(self.allowed_origins, str):
@@ -179,11 +183,6 @@ class ServerConfig:
     @property
     def requires_auth(self) -> bool:
         return bool(self.api_keys)
-
-    def build_engine_config(self) -> EngineConfig:
-        """``engine`` with this server's idle timeout and maximum session length."""
-        return dataclasses.replace(
-            self.engine, idle_timeout_s=self.idle_timeout_s, max_session_s=self.max_session_s)
 
     @property
     def url(self) -> str:

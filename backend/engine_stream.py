@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TypeGuard
 
 import numpy as np
 
-from oasr.engine import EngineThread, StreamEvent
-from oasr.engine.events import EventType
+from oasr.engine import EngineThread
+from oasr.engine.events import BUSY, Error, StreamEvent
 
 PACE_POLL_S = 0.05
 
@@ -67,10 +67,8 @@ class EngineStream:
 
     def decoded_seconds(self) -> float:
         """Seconds of this stream's audio the engine has decoded (0 while it waits)."""
-        entry = _stream_entry(self.engine.stats(), self.stream_id)
-        if entry is None:
-            return 0.0
-        return max(0.0, float(entry["audio_s"]) - float(entry["lag_s"]))
+        entry = self.engine.stats().streams.entry(self.stream_id)
+        return 0.0 if entry is None else entry.decoded_s
 
 
 async def feed_paced(stream: EngineStream, samples: np.ndarray, sample_rate: int,
@@ -96,12 +94,6 @@ async def feed_paced(stream: EngineStream, samples: np.ndarray, sample_rate: int
     stream.end()
 
 
-def _stream_entry(stats: dict[str, Any], stream_id: int) -> dict[str, Any] | None:
-    for entry in stats.get("streams", {}).get("list", []):
-        if entry.get("stream_id") == stream_id:
-            return dict(entry)
-    return None
-
-
-def is_busy(event: StreamEvent) -> bool:
-    return event.type is EventType.ERROR and event.code == "busy"
+def is_busy(event: StreamEvent) -> TypeGuard[Error]:
+    """A ``busy`` refusal: no slot freed in time (the stream's only event)."""
+    return isinstance(event, Error) and event.code == BUSY

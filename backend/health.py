@@ -12,10 +12,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from oasr.engine import EngineThread
 from oasr.engine.capacity import blocks_for_one_stream
+from oasr.engine.snapshot import EngineSnapshot
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def liveness(engine: EngineThread | None, stuck_after_s: float) -> Verdict:
 
 
 def readiness(engine: EngineThread | None, draining: bool,
-              snapshot: dict[str, Any] | None, headroom: int) -> Verdict:
+              snapshot: EngineSnapshot | None, headroom: int) -> Verdict:
     """Whether one more session (``headroom`` more) fits on this replica now."""
     if draining:
         return Verdict(False, "draining")
@@ -51,14 +51,14 @@ def readiness(engine: EngineThread | None, draining: bool,
         return Verdict(False, "the engine is not running")
     if headroom == 0:
         return Verdict(True, "ready")
-    streams, pool = snapshot["streams"], snapshot["pool"]
-    free_slots = streams["max_batch_size"] - streams["active"] - streams["waiting"]
+    free_slots = snapshot.streams.num_free_slots
     if free_slots < headroom:
         return Verdict(False, f"{free_slots} free stream slots (need {headroom})")
-    if pool.get("kind") == "slots":  # a slot-runtime family: its state does not grow
+    pool = snapshot.pool
+    if pool.kind == "slots":  # a slot-runtime family: its state does not grow
         return Verdict(True, "ready")
     per_stream = blocks_for_one_stream(engine.engine.resources.cache_config)
-    if pool["num_free_blocks"] < headroom * per_stream:
-        return Verdict(False, f"{pool['num_free_blocks']} free K/V blocks; {headroom} more "
+    if pool.num_free_blocks < headroom * per_stream:
+        return Verdict(False, f"{pool.num_free_blocks} free K/V blocks; {headroom} more "
                        f"streams need {headroom * per_stream}")
     return Verdict(True, "ready")

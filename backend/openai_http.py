@@ -34,7 +34,7 @@ from backend.auth import openai_error
 from backend.engine_stream import EngineStream, feed_paced, is_busy
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.engine import EngineThread
-from oasr.engine.events import EventType
+from oasr.engine.events import Done, Error, Final
 
 FORM_FIELDS = frozenset({"file", "model", "language", "prompt", "response_format",
                          "temperature", "timestamp_granularities[]", "stream"})
@@ -199,13 +199,14 @@ async def _segments(stream: EngineStream) -> AsyncIterator[fmt.Segment]:
     """The stream's finals until its done; an engine error is a 500 for this request."""
     while True:
         event = await stream.next_event()
-        if event.type is EventType.FINAL:
-            yield fmt.Segment(event.text, event.start, event.end, event.ctc_words)
-        elif event.type is EventType.ERROR:
-            raise BadRequest(f"transcription failed: {event.code}: {event.message}",
-                             status=500, code=event.code)
-        elif event.type is EventType.DONE:
-            return
+        match event:
+            case Final():
+                yield fmt.Segment(event.text, event.start, event.end, event.ctc_words)
+            case Error():
+                raise BadRequest(f"transcription failed: {event.code}: {event.message}",
+                                 status=500, code=event.code)
+            case Done():
+                return
 
 
 async def _sse(stream: EngineStream, feeder: asyncio.Task[None]) -> AsyncIterator[bytes]:

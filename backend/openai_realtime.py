@@ -39,8 +39,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from backend.config import ServerConfig
 from backend.protocol import CloseCode
 from backend.realtime_session import RealtimeError, TranscriptionSettings, apply_update
-from oasr.engine import EngineThread, StreamEvent
-from oasr.engine.events import EventType
+from oasr.engine import EngineThread
+from oasr.engine.events import BUSY, Done, Error, Final, Partial, StreamEvent
 
 _GONE = (WebSocketDisconnect, RuntimeError, OSError)
 MAX_QUEUED_EVENTS = 64  # client events read ahead of processing (back-pressure beyond)
@@ -141,10 +141,11 @@ class RealtimeConnection:
             idle = not self.turns
             try:
                 kind, item = await asyncio.wait_for(
-                    self._inbox.get(), self.config.idle_timeout_s if idle else None)
+                    self._inbox.get(), self.config.engine.idle_timeout_s if idle else None)
             except asyncio.TimeoutError:
                 await self._send_error(RealtimeError(
-                    f"nothing received for {self.config.idle_timeout_s:g} s", code="timeout"))
+                    f"nothing received for {self.config.engine.idle_timeout_s:g} s",
+                    code="timeout"))
                 raise _Close(CloseCode.POLICY_VIOLATION) from None
             if kind == "gone":
                 return
@@ -153,9 +154,9 @@ class RealtimeConnection:
             else:
                 await self._on_client(item)
                 self._client_slots.release()
-            if time.monotonic() - started > self.config.max_session_s:
+            if time.monotonic() - started > self.config.engine.max_session_s:
                 await self._send_error(RealtimeError(
-                    f"the session reached its {self.config.max_session_s:g} s limit",
+                    f"the session reached its {self.config.engine.max_session_s:g} s limit",
                     code="session_expired"))
                 raise _Close(CloseCode.NORMAL)
 
@@ -302,20 +303,25 @@ class RealtimeConnection:
                 self.open_turn = None
         if turn.cleared:
             return
-        if event.type is EventType.PARTIAL:
-            await self._on_partial(turn, event)
-        elif event.type is EventType.FINAL:
-            await self._on_final(turn, event)
-        elif event.type is EventType.ERROR:
-            await self._on_error(turn, event)
-        elif event.type is EventType.DONE and turn.manual:
-            if not turn.committed:  # the engine ended the buffer (idle, length): commit it
-                turn.committed = True
-                await self._send_committed(turn.item_id)
-            await self._send_completed(turn.item_id, " ".join(turn.finals),
-                                       turn.num_bytes / 2 / self.settings.sample_rate)
+        match event:
+            case Partial():
+                await self._on_partial(turn, event)
+            case Final():
+                await self._on_final(turn, event)
+            case Error():
+                await self._on_error(turn, event)
+            case Done() if turn.manual:
+                await self._on_manual_done(turn)
 
-    async def _on_partial(self, turn: Turn, event: StreamEvent) -> None:
+    async def _on_manual_done(self, turn: Turn) -> None:
+        """The engine ended a manually committed buffer's stream: complete its item."""
+        if not turn.committed:  # the engine ended the buffer (idle, length): commit it
+            turn.committed = True
+            await self._send_committed(turn.item_id)
+        await self._send_completed(turn.item_id, " ".join(turn.finals),
+                                   turn.num_bytes / 2 / self.settings.sample_rate)
+
+    async def _on_partial(self, turn: Turn, event: Partial) -> None:
         if turn.manual:
             await self._send_delta(turn, turn.item_id, " ".join([*turn.finals, event.text]).strip())
             return
@@ -337,7 +343,7 @@ class RealtimeConnection:
                               "item_id": item_id, "content_index": 0,
                               "delta": text[len(sent):]})
 
-    async def _on_final(self, turn: Turn, event: StreamEvent) -> None:
+    async def _on_final(self, turn: Turn, event: Final) -> None:
         if turn.manual:
             if event.text:
                 turn.finals.append(event.text)
@@ -356,8 +362,8 @@ class RealtimeConnection:
         await self._send_committed(item_id)
         await self._send_completed(item_id, event.text, max(0.0, event.end - event.start))
 
-    async def _on_error(self, turn: Turn, event: StreamEvent) -> None:
-        if event.code == "busy":
+    async def _on_error(self, turn: Turn, event: Error) -> None:
+        if event.code == BUSY:
             await self._send_error(RealtimeError(
                 f"the server is busy: {event.message}; retry later", code="busy"))
             raise _Close(CloseCode.TRY_AGAIN_LATER)

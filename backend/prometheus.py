@@ -11,11 +11,12 @@ samples; ``oasr_engine_steps_total`` counts the steps themselves.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from oasr.engine.snapshot import EngineSnapshot
 
 REJECTION_REASONS = ("origin", "max_connections", "not_ready", "draining")
 STEP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -25,61 +26,60 @@ RTF_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 class _SnapshotCollector(Collector):
     """Turns one engine stats snapshot into metric families, at scrape time."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any] | None]) -> None:
+    def __init__(self, stats: Callable[[], EngineSnapshot | None]) -> None:
         self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self._stats()
-        if not snapshot:
+        if snapshot is None:
             return
-        pool, streams = snapshot["pool"], snapshot["streams"]
+        pool, streams = snapshot.pool, snapshot.streams
         blocks = GaugeMetricFamily(
             "oasr_pool_blocks", "K/V pool blocks by state", labels=["state"])
-        blocks.add_metric(["used"], pool["num_used_blocks"])
-        blocks.add_metric(["free"], pool["num_free_blocks"])
+        blocks.add_metric(["used"], pool.num_used_blocks)
+        blocks.add_metric(["free"], pool.num_free_blocks)
         yield blocks
         yield GaugeMetricFamily(
-            "oasr_pool_capacity_blocks", "K/V pool size in blocks", value=pool["num_blocks"])
+            "oasr_pool_capacity_blocks", "K/V pool size in blocks", value=pool.num_blocks)
         active = GaugeMetricFamily("oasr_streams", "Streams by state", labels=["state"])
-        active.add_metric(["active"], streams["active"])
-        active.add_metric(["waiting"], streams["waiting"])
+        active.add_metric(["active"], streams.active)
+        active.add_metric(["waiting"], streams.waiting)
         yield active
         yield CounterMetricFamily(
             "oasr_evictions", "K/V blocks evicted from streams' history",
-            value=snapshot["num_evictions"])
+            value=snapshot.num_evictions)
         finished = CounterMetricFamily(
             "oasr_streams_finished", "Finished streams by finish reason", labels=["reason"])
-        for reason, count in sorted(snapshot["finish_reasons"].items()):
+        for reason, count in sorted(snapshot.finish_reasons.items()):
             finished.add_metric([reason], count)
         yield finished
         yield CounterMetricFamily(
             "oasr_streams_refused", "Streams refused busy after waiting for a slot",
-            value=snapshot.get("num_refused", 0))
+            value=snapshot.num_refused)
         yield CounterMetricFamily(
-            "oasr_engine_steps", "Engine steps that ran a batch",
-            value=snapshot["step"]["num_steps"])
-        second = snapshot.get("second_pass")
-        if second and second.get("enabled"):
+            "oasr_engine_steps", "Engine steps that ran a batch", value=snapshot.step.num_steps)
+        second = snapshot.second_pass
+        if second.enabled:
             finals = CounterMetricFamily(
                 "oasr_finals", "Segment finals by the pass whose text they carry",
                 labels=["source"])
-            finals.add_metric(["whisper"], second["num_second_pass_finals"])
-            finals.add_metric(["ctc"], second["num_first_pass_finals"])
+            finals.add_metric(["whisper"], second.num_second_pass_finals)
+            finals.add_metric(["ctc"], second.num_first_pass_finals)
             yield finals
             yield GaugeMetricFamily(
                 "oasr_second_pass_backlog", "Segments queued for the second pass",
-                value=second["backlog"])
+                value=second.backlog)
             rejected = CounterMetricFamily(
                 "oasr_second_pass_rejected",
                 "Whisper texts the guard against the first pass replaced by the CTC text",
                 labels=["reason"])
-            for reason, count in sorted(second.get("rejected", {}).items()):
+            for reason, count in sorted(second.rejected.items()):
                 rejected.add_metric([reason], count)
             yield rejected
             yield CounterMetricFamily(
                 "oasr_second_pass_temperature_fallbacks",
                 "Whisper decodes redone at a higher temperature",
-                value=second.get("num_temperature_fallbacks", 0))
+                value=second.num_temperature_fallbacks)
 
 
 class ServerMetrics:
@@ -89,7 +89,7 @@ class ServerMetrics:
     load balancer (``sum by (...)``) and tell them apart.
     """
 
-    def __init__(self, stats: Callable[[], dict[str, Any] | None], replica: str = "") -> None:
+    def __init__(self, stats: Callable[[], EngineSnapshot | None], replica: str = "") -> None:
         self.replica = replica
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_SnapshotCollector(stats))
@@ -109,13 +109,12 @@ class ServerMetrics:
             self.rejected.labels(reason=reason)
         self._num_steps = 0
 
-    def observe_snapshot(self, snapshot: dict[str, Any]) -> None:
+    def observe_snapshot(self, snapshot: EngineSnapshot) -> None:
         """Sample the histograms if the engine stepped since the previous snapshot."""
-        step = snapshot["step"]
-        num_steps = int(step["num_steps"])
+        num_steps = snapshot.step.num_steps
         if num_steps > self._num_steps:
-            self.step_seconds.observe(float(step["last_ms"]) / 1000.0)
-            self.rtf.observe(float(snapshot["rtf"]))
+            self.step_seconds.observe(snapshot.step.last_ms / 1000.0)
+            self.rtf.observe(snapshot.rtf)
         self._num_steps = num_steps
 
     def render(self) -> bytes:

@@ -21,7 +21,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from backend.app import AppContext, create_app
 from backend.config import ServerConfig
 from backend.limits import header_timeout_protocol
-from oasr.engine import EngineThread
+from oasr.engine import EngineThread, configure_process
 from oasr.engine.events import FinishReason
 
 # uvicorn's own frame limit sits above ours so that an oversized frame gets the protocol's
@@ -123,8 +123,9 @@ def run(config: ServerConfig) -> int:
     """
     print(f"oasr: loading the model on {config.engine.device}; the demo will be at {config.url}",
           file=sys.stderr, flush=True)
+    configure_process(config.engine.num_threads)  # once, before the engine's first tensor
     try:  # before uvicorn: a refused configuration is one clear line, not a lifespan traceback
-        engine = EngineThread(config.build_engine_config())
+        engine = EngineThread(config.engine)
     except ValueError as exc:
         print(f"oasr-server: {exc}", file=sys.stderr, flush=True)
         return EXIT_BAD_CONFIG

@@ -1,4 +1,9 @@
-"""The stats hub: samples the engine a few times a second for the metrics and ``/ws/stats``."""
+"""The stats hub: samples the engine a few times a second for the metrics and ``/ws/stats``.
+
+What it hands out is a `ServedSnapshot`: the engine's `EngineSnapshot` and the server's own
+counts (`ServerSnapshot`), read by field here and serialised once, at the socket
+(``to_json()``: the JSON ``/api/stats`` serves).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +11,44 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from backend.prometheus import ServerMetrics
+from oasr.engine.snapshot import EngineSnapshot
 
-Snapshot = dict[str, Any]
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerSnapshot:
+    """The server's side of the stats: connections, drain and audio flow."""
+
+    connections: int  # /ws/asr
+    max_connections: int
+    realtime_connections: int
+    stats_viewers: int
+    replica: str
+    draining: bool
+    drain_seconds_left: float | None  # None while serving
+    queued_audio_s: float
+    num_flow_pauses: int
+
+
+@dataclass(frozen=True)
+class ServedSnapshot:
+    """What ``/api/stats`` and ``/ws/stats`` serve: the engine's snapshot and the server's."""
+
+    engine: EngineSnapshot
+    server: ServerSnapshot
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.engine.to_json(), "server": asdict(self.server)}
+
+
+Snapshot = ServedSnapshot
 
 
 class StatsHub:
@@ -49,7 +84,7 @@ class StatsHub:
         snapshot = self._stats()
         if snapshot is None:
             return None
-        self._metrics.observe_snapshot(snapshot)
+        self._metrics.observe_snapshot(snapshot.engine)
         for queue in self._subscribers:
             if queue.full():
                 queue.get_nowait()
@@ -82,7 +117,7 @@ async def stream_stats(websocket: WebSocket, hub: StatsHub,
     watcher = asyncio.create_task(_wait_for_disconnect(websocket))
 
     async def send(snapshot: Snapshot) -> None:
-        await asyncio.wait_for(websocket.send_json(snapshot), hub.send_timeout_s)
+        await asyncio.wait_for(websocket.send_json(snapshot.to_json()), hub.send_timeout_s)
 
     try:
         if first is not None:

@@ -47,13 +47,12 @@ def summary(result: dict) -> dict[str, float]:
 
 def server_rows(dtypes: list[str], levels: list[int], seconds: float) -> dict[str, list[dict]]:
     """The server load per dtype on the bundled model (one thread, as `oasr bench`)."""
-    import torch
-
     from oasr.benchmarks.features import blas_threads
     from oasr.benchmarks.server_load import measure_server_load
     from oasr.benchmarks.workload import default_audio_dir, load_bench_model
+    from oasr.engine import configure_process
 
-    torch.set_num_threads(1)
+    configure_process(1)
     bench = load_bench_model(None)
     rows = {}
     with blas_threads(1):

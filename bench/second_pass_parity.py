@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import soundfile as sf
-import torch
 
+from oasr.engine import configure_process
 from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.final_guard import FirstPassGuard
@@ -114,7 +114,7 @@ def run_engine(items: list[Item], config: EngineConfig, column: str) -> dict[str
         item.results[column] = {"text": result.text,
                                 "sources": [s["source"] for s in result.segments]}
     engine.shutdown()
-    return dict(engine.stats.snapshot.get("second_pass", {}))
+    return engine.latest_stats().second_pass.to_json()
 
 
 def engine_config(second_pass: str, decode: WhisperDecodeConfig,
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N files only")
     parser.add_argument("--out", type=Path, default=None, help="write per-file JSON here")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    configure_process(args.threads)
     items = load_items(args.stress, None if args.no_devset else args.devset)[: args.limit]
     decode = replace(EngineConfig().second_pass_decode, beam_size=args.beam)
     guard = FirstPassGuard()

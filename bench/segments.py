@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from oasr.decoding import EndpointConfig
-from oasr.engine import EngineConfig
+from oasr.engine import EngineConfig, configure_process
 from oasr.engine.offline import transcribe_files
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     # all audio is queued at once: no idle timeout while a busy CPU works through it
     config = replace(EngineConfig(second_pass="none", num_threads=args.threads,
                                   idle_timeout_s=math.inf), endpoint=endpoint)
+    configure_process(config.num_threads)
     sets = run(args.passages, config)
     print("| set | files | segments | median s | max s | mid-sentence cuts | one-word "
           "| sentence ends missed | WER |")

@@ -16,8 +16,6 @@ import statistics
 import sys
 import time
 
-import torch
-
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -27,11 +25,12 @@ def main() -> int:
     p.add_argument("--family", default=None, choices=("conformer", "whisper_ctc"))
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
     from oasr.benchmarks.drivers import EngineDriver, bench_engine_config
     from oasr.benchmarks.features import blas_threads
     from oasr.benchmarks.workload import default_audio_dir, load_bench_model, load_speech
+    from oasr.engine import configure_process
 
+    configure_process(args.threads)  # the process-wide settings the engine steps under
     bench = load_bench_model(None, family=args.family)
     speech = load_speech(default_audio_dir(), args.streams,
                          bench.chunk_seconds * (args.steps + 4))

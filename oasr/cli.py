@@ -58,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _transcribe(args: argparse.Namespace) -> int:
     from oasr.engine.offline import transcribe_files
+    from oasr.engine.process import configure_process
 
     missing = [str(f) for f in args.files if not f.is_file()]
     if missing:
@@ -74,6 +75,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         early_final_s=0.0,  # no one waits for a final offline
         refine=None,  # no one reads partials offline
     )
+    configure_process(config.num_threads)
     results = transcribe_files(config, args.files, progress=not args.no_progress)
     failed = 0
     for result in results:

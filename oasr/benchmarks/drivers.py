@@ -30,7 +30,7 @@ from oasr.decoding import DecoderState, GpuDecoderConfig, GpuStreamingDecoder
 from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
 from oasr.engine.engine import ASREngine
-from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.events import Error, StreamEvent
 from oasr.engine.family import family_for
 from oasr.engine.model_runner import BatchPlan
 from oasr.engine.streams import StreamResources
@@ -106,7 +106,7 @@ class EngineDriver:
             self.engine.submit(OpenStream(stream, self._sink))
 
     def _sink(self, event: StreamEvent) -> None:
-        if event.type is EventType.ERROR:
+        if isinstance(event, Error):
             self.events.append(event)
 
     def step(self) -> float:

@@ -38,7 +38,9 @@ from oasr.benchmarks.workload import (
     default_audio_dir,
     load_bench_model,
 )
-from oasr.engine.config import CUDA_GRAPH_MODES, DTYPE_NAMES, EngineConfig
+from oasr.engine.config import CUDA_GRAPH_MODES, EngineConfig
+from oasr.engine.dtypes import DTYPE_NAMES
+from oasr.engine.process import configure_process
 
 HEADLINE_STREAMS = 64
 SPEED_DTYPES = DTYPE_NAMES  # auto, float32, float16, bfloat16, int8
@@ -149,8 +151,7 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
     log-mel's filterbank matmul runs in numpy; the server subprocess gets the same cap
     through ``OMP_NUM_THREADS``).
     """
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    configure_process(config.threads or None)
     with blas_threads(config.threads or None) as blas:
         return _run(config, blas)
 

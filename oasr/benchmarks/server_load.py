@@ -28,7 +28,7 @@ from oasr.benchmarks.workload import BenchModel, load_speech
 from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.engine import ASREngine
-from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.events import Partial, StreamEvent
 from oasr.engine.streams import StreamResources
 from oasr.models import save_model
 
@@ -83,7 +83,7 @@ def expected_partials(bench: BenchModel, audio_dir: Path, num_streams: int,
 
     def sink_for(stream: int):  # noqa: ANN202 - a closure per stream
         def sink(event: StreamEvent) -> None:
-            if event.type is EventType.PARTIAL:
+            if isinstance(event, Partial):
                 frames = engine.requests[stream].num_frames_decoded
                 timelines[stream].append((event.text, bench.samples_for_frames(frames)))
         return sink

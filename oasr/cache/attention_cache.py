@@ -8,44 +8,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
 from oasr.cache.block_pool import BlockPool
 from oasr.cache.block_table import BlockTables
-from oasr.cache.dense_kv import gather_dense, write_dense_frames
-from oasr.cache.state import StreamSlotPool, padded_slot_list, slots_to_device
+from oasr.cache.reference.dense_mode import DenseModeMixin
+from oasr.cache.slots import SlotBindings, padded_slot_list, slots_to_device
+from oasr.cache.stream_kv import StreamKVInfo, StreamKVState
 from oasr.cache.types import CacheConfig
 from oasr.fmha import PagedKVCache
 
 
-@dataclass
-class _StreamKVState:
-    """Bookkeeping of one stream; ``logical_blocks[i]`` is the physical id of logical block i."""
-
-    slot: int
-    owns_slot: bool
-    logical_blocks: list[int] = field(default_factory=list)
-    num_committed_frames: int = 0  # frames held == the stream's cache_seqlens row
-    num_total_frames: int = 0  # frames committed since allocation or the last reset
-    num_evictions: int = 0  # blocks evicted over the stream's life (resets do not clear it)
-    prepared: bool = False  # prepare_chunk called since allocation or the last reset
-
-
-@dataclass(frozen=True)
-class StreamKVInfo:
-    """A snapshot of one stream's K/V bookkeeping (for stats; mutating it changes nothing)."""
-
-    stream_id: int
-    slot: int
-    block_ids: tuple[int, ...]
-    num_cached_frames: int
-    num_total_frames: int
-    num_evictions: int
-
-
-class AttentionCacheManager:
+class AttentionCacheManager(DenseModeMixin):
     """Maps each stream's logical K/V blocks onto the shared ``BlockPool``.
 
     Storage: one persistent ``block_table`` (max_batch_size + pad_lanes, max_blocks_per_seq)
@@ -60,6 +35,10 @@ class AttentionCacheManager:
     most ``max_logical_blocks`` blocks, evicting oldest first (FIFO, a left shift of the row).
     Pad lanes (rows past ``max_batch_size``) point only at a scratch block, at the cache length
     every stream starts with; no stream is ever bound to them.
+
+    The stream's slot is the caller's (the engine's ``StreamSlotPool``); this manager only
+    binds it. Dense mode (``commit``, ``get_stacked_cache``), the specification's reference API,
+    comes from ``oasr.cache.reference.dense_mode``.
     """
 
     def __init__(self, pool: BlockPool, config: CacheConfig, pad_lanes: int = 0) -> None:
@@ -76,10 +55,10 @@ class AttentionCacheManager:
         self.config = config
         self.pad_lanes = pad_lanes
         self.num_rows = config.max_batch_size + pad_lanes
-        self.slot_pool = StreamSlotPool(config.max_batch_size)
+        self._bindings = SlotBindings(config.max_batch_size)
         self.num_evictions = 0
         self._bs = config.block_size_frames
-        self._streams: dict[int, _StreamKVState] = {}
+        self._streams: dict[int, StreamKVState] = {}
         mlb = config.max_logical_blocks
         self._block_limit = config.blocks_per_stream if mlb is None else mlb + 1
         self._tables = BlockTables(config, pad_lanes, pool.scratch_block_ids, config.prefill_frames)
@@ -107,46 +86,32 @@ class AttentionCacheManager:
 
         Args:
             stream_id: any int not currently allocated here.
-            slot: a row chosen by the caller (who then owns the slot's lifetime), or None to take
-                the lowest free slot from ``slot_pool``.
+            slot: the stream's slot, from the caller's ``StreamSlotPool`` (the engine's), or
+                None to bind the lowest slot no stream here holds (a manager used alone).
         Returns:
             The stream's slot.
         Raises:
-            ValueError: duplicate stream id, or a caller-chosen slot that is out of range or bound.
-            RuntimeError: no free slot, or the pool cannot hold the prefilled window.
+            ValueError: duplicate stream id, or a slot that is out of range or bound.
+            RuntimeError: no slot given and none unbound, or the pool cannot hold the
+                prefilled window.
         """
-        if stream_id in self._streams:
-            raise ValueError(f"stream {stream_id} is already allocated (slot {self.slot_of(stream_id)})")
-        owns_slot = slot is None
-        if slot is None:
-            slot = self.slot_pool.allocate()
-        else:
-            self._check_caller_slot(slot)
-        state = _StreamKVState(slot=slot, owns_slot=owns_slot)
+        slot = self._bindings.bind(stream_id, slot)
+        state = StreamKVState(slot=slot)
         try:
             self._init_row(state)
         except RuntimeError:
-            if owns_slot:
-                self.slot_pool.free(slot)
+            self._bindings.unbind(stream_id)
             raise
         self._streams[stream_id] = state
         return slot
 
-    def _check_caller_slot(self, slot: int) -> None:
-        if not isinstance(slot, int) or not 0 <= slot < self.config.max_batch_size:
-            raise ValueError(f"slot {slot!r} out of range: streams use 0..{self.config.max_batch_size - 1}")
-        for sid, other in self._streams.items():
-            if other.slot == slot:
-                raise ValueError(f"slot {slot} is already bound to stream {sid}")
-
     def free_stream(self, stream_id: int) -> None:
-        """Free every block of the stream, blank its row and release its slot."""
+        """Free every block of the stream, blank its row and unbind its slot."""
         state = self._get_state(stream_id)
         self._release_blocks(state)
         self._tables.set_seqlen(state.slot, 0)
         del self._streams[stream_id]
-        if state.owns_slot:
-            self.slot_pool.free(state.slot)
+        self._bindings.unbind(stream_id)
 
     def reset_stream(self, stream_id: int) -> None:
         """Start the stream's history over in place (an endpoint): free its blocks, blank its
@@ -158,7 +123,7 @@ class AttentionCacheManager:
         state.prepared = False
         self._init_row(state)
 
-    def _init_row(self, state: _StreamKVState) -> None:
+    def _init_row(self, state: StreamKVState) -> None:
         n = self.config.blocks_per_stream if self.config.prefill_kv_window else 0
         ids = self.pool.allocate(n)
         self.pool.zero_blocks(ids)
@@ -166,12 +131,12 @@ class AttentionCacheManager:
         state.num_committed_frames = n * self._bs
         self._tables.set_seqlen(state.slot, state.num_committed_frames)
 
-    def _release_blocks(self, state: _StreamKVState) -> None:
+    def _release_blocks(self, state: StreamKVState) -> None:
         self.pool.free(state.logical_blocks)
         state.logical_blocks = []
         self._tables.clear(state.slot)
 
-    def _get_state(self, stream_id: int) -> _StreamKVState:
+    def _get_state(self, stream_id: int) -> StreamKVState:
         try:
             return self._streams[stream_id]
         except KeyError:
@@ -182,11 +147,11 @@ class AttentionCacheManager:
 
     # ---------------------------------------------------------------- block bookkeeping
 
-    def _num_new_blocks(self, state: _StreamKVState, num_frames: int) -> int:
+    def _num_new_blocks(self, state: StreamKVState, num_frames: int) -> int:
         needed = math.ceil((state.num_committed_frames + num_frames) / self._bs)
         return max(0, needed - len(state.logical_blocks))
 
-    def _check_capacity(self, stream_id: int, state: _StreamKVState, num_frames: int) -> int:
+    def _check_capacity(self, stream_id: int, state: StreamKVState, num_frames: int) -> int:
         new = self._num_new_blocks(state, num_frames)
         if len(state.logical_blocks) + new > self._block_limit:
             raise RuntimeError(
@@ -197,11 +162,11 @@ class AttentionCacheManager:
             )
         return new
 
-    def _append_blocks(self, state: _StreamKVState, block_ids: Sequence[int]) -> None:
+    def _append_blocks(self, state: StreamKVState, block_ids: Sequence[int]) -> None:
         self._tables.write(state.slot, len(state.logical_blocks), block_ids)
         state.logical_blocks.extend(block_ids)
 
-    def _commit_frames(self, state: _StreamKVState, num_frames: int) -> None:
+    def _commit_frames(self, state: StreamKVState, num_frames: int) -> None:
         state.num_committed_frames += num_frames
         state.num_total_frames += num_frames
         mlb = self.config.max_logical_blocks
@@ -209,7 +174,7 @@ class AttentionCacheManager:
             self._evict(state, len(state.logical_blocks) - mlb)
         self._tables.set_seqlen(state.slot, state.num_committed_frames)
 
-    def _evict(self, state: _StreamKVState, n: int) -> None:
+    def _evict(self, state: StreamKVState, n: int) -> None:
         """Drop the ``n`` oldest blocks: free them, shift the row left, shorten the history."""
         evicted = state.logical_blocks[:n]
         state.logical_blocks = state.logical_blocks[n:]
@@ -391,44 +356,6 @@ class AttentionCacheManager:
     def host_block_table_row(self, stream_id: int) -> list[int]:
         """The stream's block-table row as the device will hold it (host ints, no device read)."""
         return self._tables.host_row(self._get_state(stream_id).slot)
-
-    # ---------------------------------------------------------------- dense mode
-
-    def commit(self, stream_id: int, new_kv_chunk: torch.Tensor) -> None:
-        """Store a chunk's packed K|V (dense mode): allocate its block, write, account, evict.
-
-        Args:
-            new_kv_chunk: (num_layers, n_kv_head, T, 2 * head_dim), T <= block_size_frames; the
-                chunk's last T frames of a WeNet-style ``att_cache``.
-        Raises:
-            ValueError: wrong shape, or T > block_size_frames.
-            RuntimeError: stream at capacity, or pool exhausted.
-        """
-        state = self._get_state(stream_id)
-        cfg = self.config
-        expected = (cfg.num_layers, cfg.n_kv_head, "T", cfg.kv_last_dim)
-        shape = tuple(new_kv_chunk.shape)
-        if len(shape) != 4 or (shape[0], shape[1], shape[3]) != (expected[0], expected[1], expected[3]):
-            raise ValueError(f"new_kv_chunk shape {shape} does not match expected {expected}")
-        num_frames = shape[2]
-        if num_frames > self._bs:
-            raise ValueError(
-                f"chunk of {num_frames} frames > block_size_frames ({self._bs}): dense mode "
-                "stores one chunk per block"
-            )
-        new = self._check_capacity(stream_id, state, num_frames)
-        self._append_blocks(state, self.pool.allocate(new))
-        write_dense_frames(self.pool, state.logical_blocks, state.num_committed_frames, new_kv_chunk)
-        self._commit_frames(state, num_frames)
-
-    def get_stacked_cache(self, stream_id: int) -> torch.Tensor:
-        """The stream's held history as (num_layers, n_kv_head, T_total, 2 * head_dim).
-
-        Usable directly as a WeNet-style ``att_cache`` (K in ``[..., :head_dim]``, V after);
-        (L, H, 0, 2D) when nothing is held.
-        """
-        state = self._get_state(stream_id)
-        return gather_dense(self.pool, state.logical_blocks, state.num_committed_frames)
 
     # ---------------------------------------------------------------- stats
 

@@ -6,20 +6,23 @@ from collections.abc import Sequence
 
 import torch
 
-from oasr.cache.state import SlotStateCache, StreamStateSpec
+from oasr.cache.reference.wenet_layout import WenetLayoutMixin
+from oasr.cache.slot_state import SlotStateCache
+from oasr.cache.state_spec import StreamStateSpec
 from oasr.cache.types import CacheConfig
 
 CNN_STATE = "cnn"
 
 
-class CnnCacheManager(SlotStateCache):
+class CnnCacheManager(WenetLayoutMixin, SlotStateCache):
     """Per-layer conv left context of every stream, overwritten in place each chunk.
 
     One declared spec, ``"cnn"``: per stream (num_layers, kernel_size - 1, hidden_dim) with the
     slot on axis 1, so ``buffer`` is (num_layers, max_batch_size + pad_lanes, kernel_size - 1,
     hidden_dim): a batch's conv cache is ``buffer.index_select(1, slots)``, the layout the
     paged chunk forward takes. Fixed size per stream, so no paging; allocation zeroes the slot
-    (a zero left context is what an offline pass pads with).
+    (a zero left context is what an offline pass pads with). WeNet's transposed layout
+    (``get_wenet_cache``, ``update_wenet``) comes from ``oasr.cache.reference.wenet_layout``.
     """
 
     def __init__(self, config: CacheConfig, pad_lanes: int = 0) -> None:
@@ -59,15 +62,6 @@ class CnnCacheManager(SlotStateCache):
                 f"expected {self.stream_shape}"
             )
         view.copy_(new_cnn_cache)
-
-    def get_wenet_cache(self, stream_id: int) -> torch.Tensor:
-        """The stream's cache in WeNet ``forward_chunk`` layout (num_layers, 1, hidden_dim,
-        kernel_size - 1): a transposed view."""
-        return self.get_cache(stream_id).transpose(2, 3)
-
-    def update_wenet(self, stream_id: int, new_cnn_cache: torch.Tensor) -> None:
-        """``update`` from WeNet layout (num_layers, 1, hidden_dim, kernel_size - 1)."""
-        self.update(stream_id, new_cnn_cache.transpose(2, 3))
 
     def gather(self, stream_ids: Sequence[int], pad_to: int | None = None) -> torch.Tensor:
         """(num_layers, B, kernel_size - 1, hidden_dim) caches of a batch (a new tensor)."""

@@ -1,4 +1,4 @@
-"""Autoregressive-decoder K/V: FP8 storage helpers, the paged decoder K/V manager and its view.
+"""Autoregressive-decoder K/V: the paged decoder K/V manager and the view a decoder reads.
 
 The decoder K/V is the second growing cache kind (seed §10): it grows one token per step and
 never evicts, on its own ``BlockPool``. ``DecoderKVCacheManager`` hands each request a *row*
@@ -6,10 +6,9 @@ never evicts, on its own ``BlockPool``. ``DecoderKVCacheManager`` hands each req
 fixed-extent region of ``cross_len`` frames written once by ``build_cross_kv``). Pages are
 allocated as a row crosses a block boundary and all of a row's pages are freed when it
 finishes; ``can_admit`` reserves each row's declared ceiling so a request never runs out of
-pages half-answered. ``PagedDecoderKv`` is the per-step view a decoder forward reads through.
-
-FP8 (``kv_cache="fp8_e4m3"``): data is ``float8_e4m3fn`` with one fp32 power-of-two scale per
-(token, kv head), the least power of two that puts the vector's amax inside +-448.
+pages half-answered. ``PagedDecoderKv`` is the per-step view a decoder forward reads through;
+it holds the rows' tables, and its attention calls ``oasr.fmha.decoder_attention`` (the FP8
+format, ``kv_cache="fp8_e4m3"``, is ``oasr.fmha.fp8``).
 """
 
 from __future__ import annotations
@@ -22,29 +21,18 @@ import torch
 
 from oasr.cache.block_pool import BlockPool
 from oasr.cache.host_mirror import HostMirroredTable
-from oasr.cache.state import StreamSlotPool
-from oasr.fmha import (
-    PagedKVCache,
-    dense_attention,
-    gather_length,
-    key_padding_mask,
-    write_chunk_kv,
+from oasr.cache.slots import StreamSlotPool
+from oasr.fmha import PagedKVCache, gather_length
+from oasr.fmha.decoder_attention import (
+    Fp8Scales,
+    decoder_cross_attention,
+    decoder_self_attention,
+    gather_pages_head_major,
+    write_decoder_kv,
 )
+from oasr.fmha.fp8 import FP8_DTYPE, check_kv_cache_format
 
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = 448.0
-FP32_MIN_EXPONENT = -126  # keeps a scale of near-zero vectors a normal (non-zero) float32
-KV_CACHE_FORMATS = (None, "fp8_e4m3")
 KV_STORAGES = ("auto", "paged", "dense")
-
-
-def check_kv_cache_format(kv_cache: str | None) -> None:
-    """Raise ``ValueError`` for a K/V format oasr cannot store."""
-    if kv_cache not in KV_CACHE_FORMATS:
-        raise ValueError(
-            f"unknown decoder kv_cache format {kv_cache!r}: use None (the served dtype) or "
-            "'fp8_e4m3'"
-        )
 
 
 def resolve_kv_storage(kv_storage: str, beam_size: int) -> str:
@@ -65,73 +53,6 @@ def resolve_kv_storage(kv_storage: str, beam_size: int) -> str:
     if kv_storage == "auto":
         return "paged" if beam_size == 1 else "dense"
     return kv_storage
-
-
-@dataclass
-class QuantizedKv:
-    """FP8 vectors with their scales: ``data`` (..., D) float8_e4m3fn, ``scales`` (...) fp32.
-
-    The value of a vector is ``data.float() * scales[..., None]``.
-    """
-
-    data: torch.Tensor
-    scales: torch.Tensor
-
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """(..., D) in ``dtype``."""
-        return (self.data.float() * self.scales.unsqueeze(-1)).to(dtype)
-
-
-def fp8_scales(x: torch.Tensor) -> torch.Tensor:
-    """(..., D) -> (...) fp32: the least power of two s with amax(|x|) / s <= 448 (1 for zeros)."""
-    amax = x.detach().abs().amax(dim=-1).float()
-    exponent = torch.ceil(torch.log2(amax / FP8_MAX)).clamp(min=FP32_MIN_EXPONENT)
-    scales = torch.exp2(exponent)
-    return torch.where(amax > 0, scales, torch.ones_like(scales))
-
-
-def quantize_fp8(x: torch.Tensor) -> QuantizedKv:
-    """(..., D) float -> QuantizedKv with per-vector power-of-two scales (batch-invariant)."""
-    scales = fp8_scales(x)
-    data = (x.float() / scales.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    return QuantizedKv(data, scales)
-
-
-def quantize_kv_store(
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_store: QuantizedKv,
-    v_store: QuantizedKv,
-    slots: torch.Tensor,
-) -> None:
-    """Quantize one layer's new K and V and scatter them to flat slots of the stores.
-
-    Args:
-        k, v: (N, H, D) new vectors, one per flat slot.
-        k_store, v_store: data (num_slots, H, D) fp8 and scales (num_slots, H) fp32; views of
-            the persistent storage (a pool layer flattened over blocks x page).
-        slots: (N,) int64 destination slots.
-    """
-    for new, store in ((k, k_store), (v, v_store)):
-        quantized = quantize_fp8(new)
-        store.data.view(torch.uint8).index_copy_(0, slots, quantized.data.view(torch.uint8))
-        store.scales.index_copy_(0, slots, quantized.scales)
-
-
-def causal_bias(num_cached: torch.Tensor, num_new: int, length: int) -> torch.Tensor | None:
-    """(B, 1, T, L) additive mask letting new token t of row b see keys j <= num_cached[b] + t.
-
-    None when ``num_new`` is 1: a lone new token sees every stored key of its row, which the
-    key padding mask already says.
-    """
-    if num_new == 1:
-        return None
-    steps = torch.arange(num_new, device=num_cached.device)
-    query_pos = num_cached.long().unsqueeze(1) + steps  # (B, T)
-    keys = torch.arange(length, device=num_cached.device)
-    hidden = keys[None, None, :] > query_pos[:, :, None]  # (B, T, L)
-    bias = torch.zeros(hidden.shape, dtype=torch.float32, device=num_cached.device)
-    return bias.masked_fill(hidden, float("-inf")).unsqueeze(1)
 
 
 @dataclass(frozen=True)
@@ -336,35 +257,6 @@ class DecoderKVCacheManager:
         return PagedDecoderKv(self, list(row_ids), reuse_cross)
 
 
-def _flat_slots(table: torch.Tensor, lens: torch.Tensor, num_new: int, block_size: int) -> torch.Tensor:
-    """(B * T,) flat pool slots of positions lens[b] + t through a (B, W) block table."""
-    positions = lens.long().unsqueeze(1) + torch.arange(num_new, device=table.device)  # (B, T)
-    physical = table.long().gather(1, positions // block_size)  # (B, T)
-    return (physical * block_size + positions % block_size).reshape(-1)
-
-
-def _attend_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor,
-                  bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``dense_attention`` over head-major keys, with (head, row) pairs as its batch so every
-    matmul operand is contiguous (a token-major (B, L, H, D) gather costs a copy per matmul).
-
-    Args:
-        q: (B, T, H, D); k, v: (H, B, L, D); valid: (B, L); bias: (B, 1 or H, T, L) or None.
-    Returns:
-        (B, T, H, D).
-    """
-    heads, batch, length, dim = k.shape
-    tokens = q.size(1)
-    q_flat = q.permute(2, 0, 1, 3).reshape(heads * batch, tokens, 1, dim)
-    k_flat = k.reshape(heads * batch, length, 1, dim)
-    v_flat = v.reshape(heads * batch, length, 1, dim)
-    if bias is not None:
-        bias = bias.expand(batch, heads, tokens, length).transpose(0, 1)
-        bias = bias.reshape(heads * batch, 1, tokens, length)
-    out = dense_attention(q_flat, k_flat, v_flat, valid.repeat(heads, 1), bias)  # (HB, T, 1, D)
-    return out.reshape(heads, batch, tokens, dim).permute(1, 2, 0, 3)
-
-
 class PagedDecoderKv:
     """A ``DecoderKvStore`` over B distinct rows of a ``DecoderKVCacheManager``.
 
@@ -386,7 +278,6 @@ class PagedDecoderKv:
             raise ValueError(f"decoder rows {row_ids} repeat a row: pages cannot be aliased")
         self.manager = manager
         self.row_ids = row_ids
-        self.fp8 = manager.kv_cache == "fp8_e4m3"
         self.reuse_cross = reuse_cross
         self._cross_reads: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         device = manager.pool.config.device
@@ -414,42 +305,17 @@ class PagedDecoderKv:
         k_pool, v_pool = self.manager.pool.get_kv_view(layer)
         return PagedKVCache(k_pool, v_pool, table, lens, self.manager.block_size, host)
 
+    def _layer_scales(self, layer: int) -> Fp8Scales | None:
+        """This layer's FP8 (k, v) scales, each (physical blocks, page, H_kv); None unless FP8."""
+        m = self.manager
+        if m.k_scales is None or m.v_scales is None:
+            return None
+        return m.k_scales[layer], m.v_scales[layer]
+
     def store(self, layer: int, table: torch.Tensor, lens: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor) -> None:
         """Write K, V (B, T, H, D) at positions lens[b] + t of each row's pages (``table``)."""
-        if not self.fp8:
-            write_chunk_kv(self._cache(layer, table, lens, 0), k, v)
-            return
-        m = self.manager
-        assert m.k_scales is not None and m.v_scales is not None
-        heads, dim = k.shape[2:]
-        k_pool, v_pool = m.pool.get_kv_view(layer)
-        k_store = QuantizedKv(k_pool.view(-1, heads, dim), m.k_scales[layer].view(-1, heads))
-        v_store = QuantizedKv(v_pool.view(-1, heads, dim), m.v_scales[layer].view(-1, heads))
-        slots = _flat_slots(table, lens, k.size(1), m.block_size)  # (B * T,)
-        quantize_kv_store(k.reshape(-1, heads, dim), v.reshape(-1, heads, dim), k_store, v_store,
-                          slots)
-
-    def _gather_heads(self, layer: int, table: torch.Tensor, length: int,
-                      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rows' first ``length`` positions (whole pages), K and V each (H, B, length, D) in
-        ``dtype``: one head-major gather per tensor, fp8 pages dequantized after the gather
-        (only the pages read, never the pool)."""
-        m = self.manager
-        batch = table.size(0)
-        ids = table[:, : length // m.block_size].reshape(-1).long()  # (B * nb,)
-        k_pool, v_pool = m.pool.get_kv_view(layer)  # (P, page, H, D)
-        heads, dim = k_pool.shape[2:]
-        out = []
-        for pool, pool_scales in zip((k_pool, v_pool), (m.k_scales, m.v_scales), strict=True):
-            pages = pool.index_select(0, ids)  # (B * nb, page, H, D)
-            if pool_scales is None:
-                tiles = pages.to(dtype)
-            else:
-                tiles = QuantizedKv(pages, pool_scales[layer].index_select(0, ids)).dequantize(dtype)
-            tiles = tiles.view(batch, length, heads, dim).permute(2, 0, 1, 3)  # (H, B, L, D)
-            out.append(tiles.contiguous())
-        return out[0], out[1]
+        write_decoder_kv(self._cache(layer, table, lens, 0), k, v, self._layer_scales(layer))
 
     def begin(self, num_tokens: int) -> torch.Tensor:
         """Allocate pages for the next ``num_tokens`` tokens; (B, T) int64 positions."""
@@ -460,28 +326,20 @@ class PagedDecoderKv:
 
     def attend_self(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Store K/V (B, T, H, D), then causal attention of q (B, T, H, D) -> (B, T, H, D)."""
-        num_new = q.size(1)
-        self.store(layer, self.self_table, self.self_lens, k, v)
-        if self.fp8 and self.host_len == 0:  # a prefill attends its own K/V in the served dtype
-            fresh = torch.ones(q.size(0), num_new, dtype=torch.bool, device=q.device)
-            return dense_attention(q, k, v, fresh, causal_bias(self.self_lens, num_new, num_new))
         cache = self._cache(layer, self.self_table, self.self_lens, self.host_len)
-        length = gather_length(cache, num_new)
-        keys, values = self._gather_heads(layer, self.self_table, length, q.dtype)
-        valid = key_padding_mask(self.self_lens + num_new, length)
-        return _attend_heads(q, keys, values, valid, causal_bias(self.self_lens, num_new, length))
+        return decoder_self_attention(q, k, v, cache, self._layer_scales(layer))
 
     def attend_cross(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """q (B, T, H, D) over each row's stored encoder frames -> (B, T, H, D)."""
-        cache = self._cache(layer, self.cross_table, self.cross_lens, self.host_cross)
-        length = gather_length(cache, 0)
         if layer in self._cross_reads:
             keys, values = self._cross_reads[layer]
         else:
-            keys, values = self._gather_heads(layer, self.cross_table, length, q.dtype)
+            cache = self._cache(layer, self.cross_table, self.cross_lens, self.host_cross)
+            keys, values = gather_pages_head_major(cache, gather_length(cache, 0), q.dtype,
+                                                   self._layer_scales(layer))
             if self.reuse_cross:
                 self._cross_reads[layer] = (keys, values)
-        return _attend_heads(q, keys, values, key_padding_mask(self.cross_lens, length))
+        return decoder_cross_attention(q, keys, values, self.cross_lens)
 
     def advance(self, num_tokens: int) -> None:
         self.manager.commit(self.row_ids, num_tokens)

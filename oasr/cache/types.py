@@ -16,6 +16,14 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def retained_blocks(chunk_size: int, num_left_chunks: int, block_size_frames: int) -> int | None:
+    """Blocks a stream retains after a commit: ``num_left_chunks`` chunks of history rounded up
+    to whole blocks; None when history is unlimited (``num_left_chunks == -1``)."""
+    if num_left_chunks < 0:
+        return None
+    return math.ceil(chunk_size * num_left_chunks / block_size_frames)
+
+
 _POSITIVE_FIELDS = (
     "num_layers",
     "n_kv_head",
@@ -179,9 +187,7 @@ class CacheConfig:
     @property
     def max_logical_blocks(self) -> int | None:
         """Blocks a stream retains after a commit; None when history is unlimited."""
-        if not self.has_eviction:
-            return None
-        return math.ceil(self.chunk_size * self.num_left_chunks / self.block_size_frames)
+        return retained_blocks(self.chunk_size, self.num_left_chunks, self.block_size_frames)
 
     @property
     def blocks_per_stream(self) -> int:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from oasr.decoding.decoder import GpuStreamingDecoder
+    from oasr.text.tokenizer import Tokenizer
 
 # The fusion weights a decoder uses when its config leaves them None and its LM files carry
 # no tuned values (the char LM's were tuned for the bundled Whisper-CTC model).
@@ -104,6 +110,18 @@ class GpuDecoderConfig:
         values: dict[str, Any] = {name: tuned.get(name, fallback) for name, fallback in FUSION_FALLBACKS.items()
                   if getattr(self, name) is None}
         return replace(self, **values) if values else self
+
+    def build_decoder(self, tokenizer: Tokenizer | None = None,
+                      device: torch.device | str | None = None) -> GpuStreamingDecoder:
+        """A `GpuStreamingDecoder` running this config.
+
+        The factory `oasr.cache.CtcStateCacheManager` calls when it is handed a config (the
+        specification's ``CtcStateCacheManager(GpuDecoderConfig(beam_size=10))``): the cache
+        layer sits below decoding and never imports it, so the config builds its own decoder.
+        """
+        from oasr.decoding.decoder import GpuStreamingDecoder
+
+        return GpuStreamingDecoder(self, tokenizer, device)
 
     @property
     def is_greedy(self) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -79,11 +79,18 @@ class GpuStreamingDecoder:
     The decoder holds only its config, tokenizer and a memo of the partials' texts
     (`PartialTexts`); all search state lives in `DecoderState` objects it creates, so one
     decoder serves every stream (the cache layer pools the states).
-    A state created with ``batch`` rows is decoded by `decode_chunk`; many batch-1 states are
-    decoded together by `decode_streams`. Batch-1 states live as rows of one persistent
-    storage (`StateRows`), so a batched step gathers the cohort's rows, searches and writes
-    them back: a fixed number of kernels per step, whatever the number of streams. States
-    from elsewhere (``new_state``, multi-row states) are stacked and split instead.
+
+    Two levels of calls use the states (besides `create_state` / `reset_state`):
+    - per stream, the specification's API (`oasr.cache.StreamHandle` wraps it):
+      `decode_chunk` advances one state (of B rows), `partial` reads a row's best
+      hypothesis, `finalize_stream` its n-best;
+    - batched, the engine's step: `decode_streams` advances many states with one search,
+      `partials` reads back every stream's best hypothesis and endpointing inputs in one
+      transfer.
+    Batch-1 states live as rows of one persistent storage (`StateRows`), so a batched step
+    gathers the cohort's rows, searches and writes them back: a fixed number of kernels per
+    step, whatever the number of streams. States from elsewhere (``new_state``, multi-row
+    states) are stacked and split instead.
 
     With a char LM (beam search only) hypotheses rank by acoustic + fused LM score (see
     `oasr.decoding.lm_fusion`); `finalize_stream` also scores the sentence end, and the
@@ -125,10 +132,6 @@ class GpuStreamingDecoder:
         cfg = self._config
         self._rows = StateRows(cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id,
                                self.device)
-        # Bumped by every call that changes a state; the frame stats a read-back brought to
-        # the host are valid while it is unchanged (see `frame_stats`).
-        self._generation = 0
-        self._read_stats: tuple[int, tuple[int, ...], list[FrameStats]] | None = None
         self._texts = PartialTexts()  # each stream's last partial text, extended as it grows
 
     @property
@@ -143,14 +146,32 @@ class GpuStreamingDecoder:
     def has_word_lm(self) -> bool:
         return self._fusion is not None and self._fusion.word is not None
 
-    def create_state(self, batch: int, vocab_size: int) -> DecoderState:
-        """A fresh state of ``batch`` rows for a ``vocab_size``-token model (a batch-1 state
-        is a row of the decoder's persistent storage)."""
+    def create_state(self, batch: int, vocab_size: int, row: int | None = None) -> DecoderState:
+        """A fresh state of ``batch`` rows for a ``vocab_size``-token model.
+
+        A batch-1 state is row ``row`` of the decoder's persistent storage (the engine passes
+        the stream's slot; None takes the lowest free row) and holds it until `free_state`.
+        A state of more rows owns its tensors.
+
+        Raises:
+            ValueError: ``row`` is held by another state, or given with ``batch`` > 1.
+        """
         self._check_vocab(vocab_size)
-        self._generation += 1  # a new object may reuse a dead one's id
         if batch == 1:
-            return self._rows.attach()
+            return self._rows.attach(row)
+        if row is not None:
+            raise ValueError(f"a {batch}-row state owns its tensors: it takes no storage row")
         return self._owned_state(batch)
+
+    def free_state(self, state: DecoderState) -> None:
+        """Give a batch-1 state's storage row back for the next state made there (call it on
+        the thread that decodes). A state that owns its tensors holds nothing to give back.
+
+        Raises:
+            ValueError: the state's row was already freed (a double free).
+        """
+        if state.pool_row is not None:
+            self._rows.release(state)
 
     def _owned_state(self, batch: int) -> DecoderState:
         """A fresh ``batch``-row state that owns its tensors (not a row of the storage)."""
@@ -162,7 +183,6 @@ class GpuStreamingDecoder:
     def reset_state(self, state: DecoderState, batch: int, vocab_size: int) -> None:
         """Rewind ``state`` to a fresh one in place (buffers reused; rebuilt if batch differs)."""
         self._check_vocab(vocab_size)
-        self._generation += 1
         if state.batch_size != batch or state.beam_size != self._config.beam_size:
             if self._rows.holds(state):
                 self._rows.detach(state)
@@ -175,7 +195,7 @@ class GpuStreamingDecoder:
     def decode_chunk(
         self, log_probs: torch.Tensor, state: DecoderState, lengths: torch.Tensor | None = None
     ) -> None:
-        """Advance every row of ``state`` by one chunk.
+        """Advance every row of ``state`` by one chunk (`decode_streams` of one state).
 
         Args:
             log_probs: (B, T, V) CTC log-probs, B = the state's rows.
@@ -183,28 +203,26 @@ class GpuStreamingDecoder:
                 valid. A CPU tensor is best, even when decoding on CUDA: it is checked on the
                 host and lets the search skip padding masks when every row is full.
         """
-        if self._rows.holds(state):
-            self.decode_streams(log_probs, [state], lengths)
-        else:
-            self._generation += 1
-            self._search(log_probs, state, lengths)
+        self.decode_streams(log_probs, [state], lengths)
 
     def decode_streams(
         self,
         log_probs: torch.Tensor,
-        states: list[DecoderState],
+        states: Sequence[DecoderState],
         lengths: torch.Tensor | None = None,
     ) -> None:
         """Advance B streams, one state each, with one batched search.
 
         Args:
-            log_probs: (B, T, V); row i belongs to ``states[i]`` (each state holds one row).
-            states: B states (each may hold several rows; rows are taken in order).
-            lengths: (B,) valid frames per row, None when all T are valid (CPU tensor preferred).
+            log_probs: (B, T, V); rows are taken from ``states`` in order (each state holds
+                one row, or several).
+            states: the states; a state may appear at most once.
+            lengths: (B,) valid frames per row, None when all T are valid (CPU tensor
+                preferred, see `decode_chunk`).
         """
+        states = list(states)
         if not states:
             raise ValueError("decode_streams needs at least one state")
-        self._generation += 1
         rows = self._rows.rows_of(states)
         if rows is None:  # some states own their tensors: stack, search, split
             self._search_stacked(log_probs, states, lengths)
@@ -218,17 +236,6 @@ class GpuStreamingDecoder:
         self._rows.scatter(index, work)
         for state in states:
             state.max_len_bound = work.max_len_bound
-
-    def step_streams(
-        self,
-        log_probs: torch.Tensor,
-        states: list[DecoderState],
-        lengths: torch.Tensor | None = None,
-    ) -> list[StreamStep]:
-        """`decode_streams`, then every stream's best hypothesis and endpointing inputs,
-        read back to the host in one transfer (row 0 of each state)."""
-        self.decode_streams(log_probs, states, lengths)
-        return self._read_back(states, 0)
 
     def _search_stacked(
         self, log_probs: torch.Tensor, states: list[DecoderState], lengths: torch.Tensor | None
@@ -247,7 +254,7 @@ class GpuStreamingDecoder:
     def _search(
         self, log_probs: torch.Tensor, state: DecoderState, lengths: torch.Tensor | None
     ) -> None:
-        """One chunk of search on a state that owns its tensors (see `decode_chunk`)."""
+        """One chunk of search on a state that owns its tensors (or a gathered work state)."""
         chunk = prepare_chunk(log_probs, lengths, state, self._config)
         if log_probs.shape[1] == 0:
             return
@@ -259,20 +266,14 @@ class GpuStreamingDecoder:
         update_frame_stats(chunk, state, self._config.blank_id)
         state.max_len_bound += log_probs.shape[1]
 
-    def step(
-        self, log_probs: torch.Tensor, state: DecoderState, lengths: torch.Tensor | None = None
-    ) -> Hypothesis:
-        """`decode_chunk` then `partial` of row 0: one call per chunk for a live stream."""
-        self.decode_chunk(log_probs, state, lengths)
-        return self.partial(state)
+    def partials(self, states: Sequence[DecoderState], row: int = 0) -> list[StreamStep]:
+        """The best hypothesis and endpointing inputs of ``row`` of each state, read back to
+        the host in one transfer for all of them."""
+        return self._read_back(list(states), row)
 
     def partial(self, state: DecoderState, row: int = 0) -> Hypothesis:
         """The current best hypothesis of ``row`` (cheap: one small device-to-host copy)."""
-        return self.partials([state], row)[0]
-
-    def partials(self, states: list[DecoderState], row: int = 0) -> list[Hypothesis]:
-        """Current best hypothesis of ``row`` of each state, with one transfer for all."""
-        return [step.hypothesis for step in self._read_back(states, row)]
+        return self._read_back([state], row)[0].hypothesis
 
     def _stacked_rows(self, states: list[DecoderState], row: int) -> Callable[..., torch.Tensor]:
         """A reader of field ``name`` at ``row`` of every state, stacked to (N, ...) (token
@@ -326,9 +327,6 @@ class GpuStreamingDecoder:
             hyp = self._hypothesis(line[6 : 6 + n], score, line[6 + width : 6 + width + n],
                                    (state, row))
             steps.append(StreamStep(hyp, FrameStats(line[3], line[4], bool(line[5]))))
-        if row == 0 and all(state.batch_size == 1 for state in states):
-            ids = tuple(id(state) for state in states)
-            self._read_stats = (self._generation, ids, [step.stats for step in steps])
         return steps
 
     def finalize_stream(self, state: DecoderState, row: int = 0) -> list[Hypothesis]:
@@ -353,31 +351,6 @@ class GpuStreamingDecoder:
             for k in live[: self._config.num_best]
         ]
 
-    def frame_stats(self, states: list[DecoderState]) -> list[FrameStats]:
-        """Endpointing inputs of every row of every state (one device-to-host transfer).
-
-        Right after `partials` of the same batch-1 states, with no decode or reset between,
-        the stats that read-back already brought to the host are returned: no transfer.
-        """
-        memo = self._read_stats
-        ids = tuple(id(state) for state in states)
-        if memo is not None and memo[0] == self._generation and memo[1] == ids:
-            return list(memo[2])
-        if self._rows.rows_of(states) is not None:  # batch-1 rows of the storage
-            names = ("num_frames", "num_trailing_blank_frames", "has_speech")
-            read = self._stacked_rows(states, 0)
-            packed = torch.stack([read(n).long() for n in names], dim=1)
-        else:
-            packed = torch.stack(
-                [
-                    torch.cat([s.num_frames for s in states]),
-                    torch.cat([s.num_trailing_blank_frames for s in states]),
-                    torch.cat([s.has_speech for s in states]).long(),
-                ],
-                dim=1,
-            )  # (rows, 3)
-        return [FrameStats(n, t, bool(h)) for n, t, h in packed.tolist()]
-
     def _hypothesis(self, tokens: list[int], score: float, times: list[int],
                     partial_of: tuple[DecoderState, int] | None = None) -> Hypothesis:
         """``partial_of``: the (state, row) of a partial, whose text is memoised."""
@@ -395,8 +368,8 @@ class GpuStreamingDecoder:
                 f"blank_id {self._config.blank_id} is outside a vocabulary of {vocab_size}"
             )
 
-    @staticmethod
-    def _check_row(states: list[DecoderState], row: int) -> None:
+    def _check_row(self, states: list[DecoderState], row: int) -> None:
         for s in states:
+            self._rows.holds(s)  # raises for a freed state
             if not 0 <= row < s.batch_size:
                 raise IndexError(f"row {row} out of range for a state of {s.batch_size} rows")

@@ -1,16 +1,19 @@
 """`StateRows`: persistent storage for many batch-1 decoder states, one row each.
 
-The engine decodes B streams per step, each with its own pooled batch-1 `DecoderState`.
-Keeping those states as separate tensors means concatenating every field of every state
-before each batched search and splitting the result after (B x 11 tensors per step). Here
-every batch-1 state a decoder creates is instead a set of views of row ``pool_row`` of one
-B_max-row `DecoderState`: a step gathers the cohort's rows with one ``index_select`` per field,
+The engine decodes B streams per step, each with its own batch-1 `DecoderState`. Keeping
+those states as separate tensors means concatenating every field of every state before each
+batched search and splitting the result after (B x 11 tensors per step). Here every batch-1
+state a decoder creates is instead a set of views of row ``pool_row`` of one B_max-row
+`DecoderState`: a step gathers the cohort's rows with one ``index_select`` per field,
 searches, and writes them back with one ``index_copy_`` per field, whatever B is.
+
+Rows are addressed by the caller: the engine passes a stream's slot, so a stream's decoder
+row is its slot (the same row as its block-table and conv-cache rows), and frees it
+explicitly on the engine thread when the stream closes.
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -27,11 +30,13 @@ from oasr.decoding.state import (
 class StateRows:
     """Row storage behind the batch-1 states of one decoder.
 
-    Invariant: every live attached state's tensor fields are the ``[row : row + 1]`` views of
-    ``storage``'s fields at its ``pool_row``, and rows not attached to a live state are in the
-    free list. Growing the storage (more rows, or wider token buffers) re-points every live
-    state's views, so a state object stays valid for its whole life. A row is released when
-    its state is garbage collected (the pool keeps only weak references).
+    Invariant: every attached state's tensor fields are the ``[row : row + 1]`` views of
+    ``storage``'s fields at its ``pool_row``, and ``_states`` maps each attached row to its
+    state (one state per row). Growing the storage (more rows, or wider token buffers)
+    re-points every attached state's views, so a state object stays valid until its row is
+    released. A row is released only by `release` (no finalizer: a state that is dropped
+    without being released keeps its row); a released state's fields become empty views, so
+    a use after the free fails instead of touching the row's next owner.
     """
 
     def __init__(self, beam_size: int, capacity: int, blank_id: int, device: torch.device,
@@ -40,8 +45,7 @@ class StateRows:
         self.blank_id = blank_id
         self.device = device
         self.storage = new_state(num_rows, beam_size, capacity, blank_id, device)
-        self._free = list(range(num_rows - 1, -1, -1))  # pop() hands out row 0 first
-        self._owners: dict[int, tuple[weakref.ref[DecoderState], weakref.finalize]] = {}
+        self._states: dict[int, DecoderState] = {}
         self._index_cache: tuple[tuple[int, ...], torch.Tensor] | None = None
 
     @property
@@ -50,21 +54,44 @@ class StateRows:
 
     @property
     def num_attached(self) -> int:
-        return len(self._owners)
+        return len(self._states)
 
     @property
     def capacity(self) -> int:
         return self.storage.capacity
 
-    def attach(self) -> DecoderState:
-        """A fresh batch-1 state living in a free row (the storage doubles when none is free)."""
-        if not self._free:
-            self._grow_rows(2 * self.num_rows)
-        row = self._free.pop()
+    def attach(self, row: int | None = None) -> DecoderState:
+        """A fresh batch-1 state living in ``row`` (None: the lowest row not attached); the
+        storage grows to hold the row.
+
+        Raises:
+            ValueError: ``row`` negative or already attached to a state.
+        """
+        if row is None:
+            row = next(r for r in range(self.num_rows + 1) if r not in self._states)
+        elif not isinstance(row, int) or row < 0:
+            raise ValueError(f"decoder row must be an int >= 0, got {row!r}")
+        elif row in self._states:
+            raise ValueError(f"decoder row {row} is already held by a live state")
+        if row >= self.num_rows:
+            self._grow_rows(max(2 * self.num_rows, row + 1))
         state = DecoderState(**self._views(row), pool_row=row)
         reset_in_place(state, self.blank_id)
-        self._owners[row] = (weakref.ref(state), weakref.finalize(state, self._release, row))
+        self._states[row] = state
         return state
+
+    def release(self, state: DecoderState) -> None:
+        """Free ``state``'s row for the next state made there (its data stays in place).
+
+        Raises:
+            ValueError: ``state`` does not hold a row here (already released: a double free).
+        """
+        row = state.pool_row
+        if row is None or self._states.get(row) is not state:
+            raise ValueError(f"double free of decoder row {row}: the state no longer holds it")
+        del self._states[row]
+        for name in TENSOR_FIELDS:
+            setattr(state, name, getattr(self.storage, name)[row:row])
 
     def detach(self, state: DecoderState) -> None:
         """Give ``state`` tensors of its own (a copy of its row) and free the row."""
@@ -73,8 +100,7 @@ class StateRows:
         for name in TENSOR_FIELDS:
             setattr(state, name, getattr(state, name).clone())
         state.pool_row = None
-        self._owners[row][1].detach()  # the row may belong to another state when this one dies
-        self._release(row)
+        del self._states[row]
 
     def rows_of(self, states: list[DecoderState]) -> list[int] | None:
         """The rows of ``states``, or None unless all of them live here.
@@ -150,25 +176,25 @@ class StateRows:
             getattr(self.storage, name).index_copy_(0, index, getattr(work, name))
 
     def _row_of(self, state: DecoderState) -> int | None:
+        """The state's row, or None for a state that owns its tensors.
+
+        Raises:
+            ValueError: a released state (its row is no longer its own).
+        """
         row = state.pool_row
         if row is None:
             return None
-        owner = self._owners.get(row)
-        return row if owner is not None and owner[0]() is state else None
+        if self._states.get(row) is not state:
+            raise ValueError(f"the decoder state of row {row} was freed")
+        return row
 
     def _views(self, row: int) -> dict[str, Any]:
         return {n: getattr(self.storage, n)[row : row + 1] for n in TENSOR_FIELDS}
 
-    def _release(self, row: int) -> None:
-        if self._owners.pop(row, None) is not None:
-            self._free.append(row)
-
     def _repoint(self) -> None:
-        for row, (ref, _) in list(self._owners.items()):
-            state = ref()
-            if state is not None:
-                for name, view in self._views(row).items():
-                    setattr(state, name, view)
+        for row, state in self._states.items():
+            for name, view in self._views(row).items():
+                setattr(state, name, view)
 
     def _grow_rows(self, num_rows: int) -> None:
         old = self.storage
@@ -176,7 +202,6 @@ class StateRows:
         for name in TENSOR_FIELDS:
             getattr(grown, name)[: old.batch_size].copy_(getattr(old, name))
         self.storage = grown
-        self._free = list(range(num_rows - 1, old.batch_size - 1, -1)) + self._free
         self._index_cache = None
         self._repoint()
 

@@ -2,17 +2,23 @@
 
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.events import EventType, FinishReason, StreamEvent
+from oasr.engine.events import Done, Error, Final, FinishReason, Partial, Ready, StreamEvent
 from oasr.engine.offline import FileResult, transcribe_files
+from oasr.engine.process import configure_process
 from oasr.engine.thread import EngineThread
 
 __all__ = [
     "ASREngine",
     "EngineConfig",
     "EngineThread",
-    "EventType",
+    "Done",
+    "Error",
     "FileResult",
+    "Final",
     "FinishReason",
+    "Partial",
+    "Ready",
     "StreamEvent",
+    "configure_process",
     "transcribe_files",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ import torch
 
 from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
+from oasr.engine.dtypes import DTYPE_NAMES, INT8, resolve_dtype
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.refine import RefineConfig
 from oasr.models import ConformerConfig
@@ -23,29 +23,12 @@ from oasr.models.whisper.window import EncoderWindow
 if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-INT8 = "int8"  # int8 Linear weights and activations (`oasr.models.int8`), float32 elsewhere
-DTYPE_NAMES = ("auto", *_DTYPES, INT8)
 SECOND_PASS_FAST_BACKLOG = 2  # finals waiting beyond which a live server decodes them fast
 SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
-BF16_AUTO_FAMILY = "whisper_ctc"  # the family dtype "auto" runs in bfloat16 on such CPUs
-_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # The smallest chunk a deployment may ask for (encoder frames: 160 ms of Conformer output);
 # below it every chunk is mostly padding for the conv stem and the transcripts are noise.
 MIN_CHUNK_SIZE = 4
 CUDA_GRAPH_MODES = ("auto", "on", "off")
-
-
-@functools.cache
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16, read
-    from /proc/cpuinfo; False where that file does not exist). Without them oneDNN emulates
-    bfloat16 and it is no faster than float32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return any(flag in flags for flag in _NATIVE_BF16_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -96,7 +79,9 @@ class EngineConfig:
             the second pass its context (stress set: read-speech finals 11.8 % WER against
             3-5 %, docs/model.md), so they are opt-in until the second pass can carry
             context across segments.
-        idle_timeout_s: a stream that sends no audio for this long ends with "timeout".
+        idle_timeout_s: a stream that sends no audio for this long ends with "timeout". The
+            engine owns both timeouts; the server passes ``--idle-timeout`` / ``--max-session``
+            through and reads them from here (``ServerConfig.engine``).
         max_session_s: a stream older than this ends with "timeout".
         max_pending_audio_s: audio a stream may have queued and not yet decoded; more is an
             error for that stream (a client sending faster than real time forever).
@@ -142,7 +127,9 @@ class EngineConfig:
         (``second_pass_decode_config``).
         num_threads: torch intra-op threads for the engine process; None keeps torch's
             default. On small CPUs shared with a web server, fewer threads than cores is
-            often faster (each step is many small kernels).
+            often faster (each step is many small kernels). A process-wide setting: the
+            entry point applies it (`oasr.engine.configure_process`), not the engine; the
+            second-pass thread takes half of it (``second_pass_threads``).
         min_audio_rate: the least audio a running stream must send, as a fraction of real
             time, in every ``audio_rate_window_s`` after its admission; a stream that sends
             less (2 bytes every few seconds keep a byte-counting idle timer happy) ends with
@@ -242,7 +229,7 @@ class EngineConfig:
                              f"got {self.cuda_graphs!r}")
         for name in ("max_wait_time_s", "idle_timeout_s", "max_session_s", "max_pending_audio_s"):
             if not getattr(self, name) >= 0:  # NaN fails too; inf means "never"
-                raise ValueError(f"EngineConfig.{name} must be >= 0, got {getattr(self, name)}")
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)}: it must be >= 0")
         if self.chunk_size is not None and self.chunk_size < MIN_CHUNK_SIZE:
             raise ValueError(
                 f"chunk_size {self.chunk_size} is below {MIN_CHUNK_SIZE} encoder frames: models "
@@ -323,31 +310,14 @@ class EngineConfig:
         return graphs or bool(self.pad_cohorts)
 
     def resolve_dtype(self, device: torch.device, family_name: str | None = None) -> torch.dtype:
-        """The float dtype of activations and the K/V pool; float32 with "int8".
-
-        "auto": float16 on CUDA; on CPU bfloat16 for a Whisper-CTC model when the CPU
-        multiplies bfloat16 natively (`cpu_has_native_bf16`), else float32. Why: on the
-        devset bfloat16 is within 1 WER point of float32 on real and synthetic speech (43.1 /
-        16.0 against 43.8 / 16.0 with the char + word LM; 44.4 / 20.8 against 45.1 / 19.8
-        with the char LM alone, docs/benchmarks.md), a 64-stream step takes about half the
-        CPU time, and the K/V pool half the bytes. int8 ("int8") is about as fast and, with
-        the current LM, as accurate, but failed the 1-point rule with the char LM alone, keeps
-        the K/V pool in float32, and its partials do not reproduce across batch compositions.
-        The Conformer keeps float32 (no trained Conformer to measure accuracy on).
+        """The float dtype of activations and the K/V pool (`oasr.engine.dtypes.resolve_dtype`:
+        "auto" picks by device, family and CPU; "int8" runs float32 around its int8 Linears).
 
         Args:
             family_name: the model family ("conformer_ctc" | "whisper_ctc"); None = unknown
                 (float32 on CPU).
         """
-        if self.dtype == INT8:
-            return torch.float32
-        if self.dtype != "auto":
-            return _DTYPES[self.dtype]
-        if device.type == "cuda":
-            return torch.float16
-        if family_name == BF16_AUTO_FAMILY and cpu_has_native_bf16():
-            return torch.bfloat16
-        return torch.float32
+        return resolve_dtype(self.dtype, device, family_name)
 
     @property
     def int8_linears(self) -> bool:
@@ -389,12 +359,14 @@ class EngineConfig:
             max_stream_frames: the most encoder frames a stream can ever hold (a model's
                 position limit) or None: narrows the block tables, and so the pool ceiling,
                 to what such a stream can use.
-        ``max_num_blocks=None`` is derived by `oasr.engine.memory.derive_num_blocks`.
+        ``max_num_blocks=None`` is derived by `oasr.engine.memory.derive_num_blocks` before the
+        config is built (size first, then build once).
         Raises:
             ValueError: ``block_size_frames`` smaller than the chunk.
         """
+        from oasr.cache.types import retained_blocks
         from oasr.engine.family import KVGeometry
-        from oasr.engine.memory import derive_num_blocks
+        from oasr.engine.memory import PoolDemand, derive_num_blocks, kv_block_bytes
 
         if isinstance(geometry, ConformerConfig):
             geometry = KVGeometry(
@@ -410,9 +382,16 @@ class EngineConfig:
         blocks_per_seq = self.max_blocks_per_seq
         if max_stream_frames is not None:  # + 1: the in-flight block before eviction
             blocks_per_seq = min(blocks_per_seq, -(-max_stream_frames // block) + 1)
-        # the block count is a placeholder until it is known (derive_num_blocks ignores it)
-        ceiling = self.max_batch_size * blocks_per_seq
-        cache_config = CacheConfig(
+        num_blocks = self.max_num_blocks
+        if num_blocks is None:
+            window = retained_blocks(chunk, self.num_left_chunks, block)
+            demand = PoolDemand(
+                block_bytes=kv_block_bytes(geometry.num_layers, block, geometry.n_kv_head,
+                                           geometry.head_dim, dtype),
+                num_slots=self.max_batch_size, max_blocks_per_seq=blocks_per_seq,
+                peak_blocks_per_stream=None if window is None else window + 1, device=device)
+            num_blocks = derive_num_blocks(demand, self.kv_memory_fraction)
+        return CacheConfig(
             num_layers=geometry.num_layers,
             n_kv_head=geometry.n_kv_head,
             head_dim=geometry.head_dim,
@@ -422,13 +401,9 @@ class EngineConfig:
             num_left_chunks=self.num_left_chunks,
             prefill_kv_window=self.prefill_kv_window,
             block_size_frames=block,
-            max_num_blocks=self.max_num_blocks or ceiling,
+            max_num_blocks=num_blocks,
             max_blocks_per_seq=blocks_per_seq,
             max_batch_size=self.max_batch_size,
             device=device,
             dtype=dtype,
         )
-        if self.max_num_blocks is not None:
-            return cache_config
-        num_blocks = derive_num_blocks(cache_config, self.kv_memory_fraction)
-        return dataclasses.replace(cache_config, max_num_blocks=num_blocks)

@@ -2,18 +2,17 @@
 
 The model is reached through its family (`oasr.engine.family`): features, chunk windows,
 frame timing and the position limit are the family's, so the same step serves the Conformer
-and Whisper-CTC. Single-threaded core: `submit` is the only method other threads may call; everything else runs
-on the thread that calls `step` (the engine thread, or a test / `oasr transcribe` driving it).
+and Whisper-CTC. Single-threaded core: `submit` is the only method other threads may call;
+everything else runs on the thread that calls `step` (the engine thread, or a test /
+`oasr transcribe` driving it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
 import time
-from typing import Any
 
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow, FrameEnergy
 from oasr.decoding import Hypothesis
@@ -26,16 +25,17 @@ from oasr.engine.commands import (
     OpenStream,
 )
 from oasr.engine.config import EngineConfig
-from oasr.engine.events import EventType, FinishReason, StreamEvent
+from oasr.engine.events import BUSY, Done, Error, FinishReason, Partial, Ready
 from oasr.engine.family import FEATURE_SHIFT_S
-from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.finals import FinalPublisher
-from oasr.engine.model_runner import BatchPlan, StepOutput
+from oasr.engine.isolation import forward_isolating_failures, prepare_or_stop
+from oasr.engine.model_runner import BatchPlan
 from oasr.engine.refine import RefinedPartial, Refiner, RefineState, compose
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone, SecondPassWorker
 from oasr.engine.segment_cuts import SegmentCuts
+from oasr.engine.snapshot import EngineSnapshot
 from oasr.engine.stats import EngineStats
 from oasr.engine.streams import ChunkResult, StreamResources
 
@@ -61,10 +61,14 @@ class ASREngine:
         self.draining: dict[int, Request] = {}  # finished streams waiting for their finals
         worker = None
         if config.second_pass == "whisper":
+            guard = config.final_guard
+            if guard is not None:
+                guard = guard.for_first_pass(self.resources.ctc.decoder.has_lm)
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device,
-                                           config.second_pass_decode_config(),
-                                           self._guard(config), config.second_pass_fast_backlog)
+                                           config.second_pass_decode_config(), guard,
+                                           config.num_threads,
+                                           config.second_pass_fast_backlog)
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer,
                                      config.final_context_s, config.early_final_s)
@@ -95,7 +99,9 @@ class ASREngine:
         self._wakeup.wait(timeout)
         self._wakeup.clear()
 
-    def latest_stats(self) -> dict[str, Any]:
+    def latest_stats(self) -> EngineSnapshot:
+        """The latest snapshot (at most ``SNAPSHOT_INTERVAL_S`` old while the engine steps)."""
+        assert self.stats.snapshot is not None  # refreshed in __init__
         return self.stats.snapshot
 
     @property
@@ -138,45 +144,41 @@ class ASREngine:
             self._apply(command, now)
 
     def _apply(self, command: Command, now: float) -> None:
-        if isinstance(command, OpenStream):
-            request = Request(command.stream_id, command.sink, now, self.family.new_features(),
-                              ChunkWindower(self._geometry, self._retain_frames),
-                              last_audio_at=now,
-                              energy=FrameEnergy(self.family.timing.samples_per_frame))
-            if self.finals.worker is not None:
-                request.audio = SegmentAudio(
-                    int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
-            if command.endpoint_silence_s is not None:
-                request.endpointer = self.resources.endpointer_with_silence(
-                    command.endpoint_silence_s)
-            if self.refiner is not None:
-                request.refine = RefineState()
-            self.requests[command.stream_id] = request
-            self.scheduler.add(request)
-            # publish at this step's end: a snapshot older than the stream would still show
-            # the server idle after the stream's done event reached its client
-            self.stats.mark_changed()
-            return
-        if isinstance(command, SecondPassDone):
-            self._on_second_pass(command)
-            return
-        if isinstance(command, RefineDone):
-            self._on_refined(command)
-            return
-        if isinstance(command, FinishAll):
-            for stream_id in list(self.requests):
-                self._finish(stream_id, command.reason, command.message)
-            return
-        live = self.requests.get(command.stream_id)
-        if live is None:
-            return  # the stream already finished; late commands are dropped
-        request = live
-        if isinstance(command, AppendAudio):
-            self._append_audio(request, command, now)
-        elif isinstance(command, EndStream):
-            request.input_ended = True
-        elif isinstance(command, AbortStream):
-            self._finish(request.stream_id, FinishReason.ABORT)
+        match command:
+            case OpenStream():
+                self._open(command, now)
+            case SecondPassDone():
+                self._on_second_pass(command)
+            case RefineDone():
+                self._on_refined(command)
+            case FinishAll():
+                for stream_id in list(self.requests):
+                    self._finish(stream_id, command.reason, command.message)
+            case AppendAudio() | EndStream() | AbortStream():
+                request = self.requests.get(command.stream_id)
+                if request is None:
+                    return  # the stream already finished; late commands are dropped
+                if isinstance(command, AppendAudio):
+                    self._append_audio(request, command, now)
+                elif isinstance(command, EndStream):
+                    request.input_ended = True
+                else:
+                    self._finish(request.stream_id, FinishReason.ABORT)
+
+    def _open(self, command: OpenStream, now: float) -> None:
+        request = Request(command.stream_id, command.sink, now, self.family.new_features(),
+                          ChunkWindower(self._geometry, self._retain_frames), last_audio_at=now,
+                          energy=FrameEnergy(self.family.timing.samples_per_frame))
+        if self.finals.worker is not None:
+            request.audio = SegmentAudio(
+                int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE))
+        if command.endpoint_silence_s is not None:
+            request.endpointer = self.resources.endpointer_with_silence(command.endpoint_silence_s)
+        if self.refiner is not None:
+            request.refine = RefineState()
+        self.requests[command.stream_id] = request
+        self.scheduler.add(request)
+        self.stats.mark_changed()  # a snapshot without it could still read "idle" at its end
 
     def _append_audio(self, request: Request, command: AppendAudio, now: float) -> None:
         if request.input_ended:
@@ -213,15 +215,15 @@ class ASREngine:
         request.admitted_at = now
         request.transition(RequestStatus.RUNNING)
         chunk_ms = round(self.resources.chunk_size * self.family.timing.frame_shift_s * 1000)
-        request.emit(StreamEvent(EventType.READY, stream_id, chunk_ms=chunk_ms))
+        request.emit(Ready(stream_id, chunk_ms))
 
     def _refuse_busy(self, stream_id: int) -> None:
         request = self.requests.pop(stream_id)
         request.transition(RequestStatus.FINISHED)
         self.stats.count_refusal()
-        request.emit(StreamEvent(
-            EventType.ERROR, stream_id, code="busy",
-            message=f"all {self.config.max_batch_size} stream slots are busy; try again later"))
+        request.emit(Error(
+            stream_id, BUSY,
+            f"all {self.config.max_batch_size} stream slots are busy; try again later"))
 
     def _stop_at_capacity(self, stream_id: int) -> bool:
         if not self.resources.at_capacity(stream_id):
@@ -233,7 +235,7 @@ class ASREngine:
         request = self.requests.get(stream_id)
         if request is None:
             return
-        request.emit(StreamEvent(EventType.ERROR, stream_id, code=code, message=message))
+        request.emit(Error(stream_id, code, message))
         self._finish(stream_id, FinishReason.ERROR)
 
     def _finish(self, stream_id: int, reason: FinishReason, message: str = "") -> None:
@@ -260,10 +262,8 @@ class ASREngine:
 
     def _emit_done(self, request: Request) -> None:
         assert request.finish_reason is not None
-        request.emit(StreamEvent(EventType.DONE, request.stream_id,
-                                 finish_reason=request.finish_reason.value,
-                                 num_segments=request.num_segments_emitted,
-                                 message=request.finish_message))
+        request.emit(Done(request.stream_id, request.finish_reason.value,
+                          request.num_segments_emitted, request.finish_message))
 
     def _on_second_pass(self, done: SecondPassDone) -> None:
         request = self.requests.get(done.stream_id) or self.draining.get(done.stream_id)
@@ -274,14 +274,6 @@ class ASREngine:
         if request.is_finished and not request.pending_finals:
             del self.draining[request.stream_id]
             self._emit_done(request)
-
-    def _guard(self, config: EngineConfig) -> FirstPassGuard | None:
-        """The guard against the first pass, without its distance check when the CTC pass
-        decodes without an LM (see ``FirstPassGuard.max_char_distance``)."""
-        guard = config.final_guard
-        if guard is not None and not self.resources.ctc.decoder.has_lm:
-            return dataclasses.replace(guard, max_char_distance=None)
-        return guard
 
     def shutdown(self) -> None:
         """Abort every stream (server shutdown) and stop the second pass."""
@@ -304,61 +296,26 @@ class ASREngine:
             windows=[r.windower.pop_window(r.features) for r in requests],  # type: ignore[misc]
             offsets=[r.offset for r in requests],
         )
-        plan = self._prepare_or_stop(plan)
+        runner = self.resources.runner
+        plan = prepare_or_stop(runner, plan, self._stop_starved)
         if not plan.stream_ids:
             return 0.0
-        plan, output = self._forward_isolating_failures(plan)
+        plan, output = forward_isolating_failures(runner, plan, self._fail_forward)
         if not plan.stream_ids:
             return 0.0
-        self.resources.runner.commit(plan)
+        runner.commit(plan)
         endpointers = [self.requests[s].endpointer for s in plan.stream_ids]
         results = self.resources.decode(plan.stream_ids, output, endpointers)
         for stream_id, window, result in zip(plan.stream_ids, plan.windows, results, strict=True):
             self._after_chunk(self.requests[stream_id], window, result)
         return sum(plan.num_output_frames) * self.family.timing.frame_shift_s
 
-    def _prepare_or_stop(self, plan: BatchPlan) -> BatchPlan:
-        """Allocate the cohort's blocks in one call; if the pool cannot cover it (a pool sized
-        below its slots' needs), give blocks stream by stream and end the streams that get
-        none with "length" (their transcript so far as the final): never the engine.
+    def _stop_starved(self, stream_id: int) -> None:
+        """No blocks for this stream's chunk: it ends "length", its transcript so far final."""
+        self._finish(stream_id, FinishReason.LENGTH)
 
-        Returns the rows that got their blocks.
-        """
-        runner = self.resources.runner
-        try:
-            runner.prepare(plan)  # all-or-nothing: on failure nothing was allocated
-            return plan
-        except RuntimeError as exc:
-            logger.warning("K/V allocation for %d streams failed (%s); allocating one by one",
-                           len(plan.stream_ids), exc)
-        rows = []
-        for row, stream_id in enumerate(plan.stream_ids):
-            try:
-                runner.prepare(plan.select([row]))
-                rows.append(row)
-            except RuntimeError:
-                self._finish(stream_id, FinishReason.LENGTH)
-        return plan.select(rows)
-
-    def _forward_isolating_failures(self, plan: BatchPlan) -> tuple[BatchPlan, StepOutput]:
-        """One batched forward; if it fails, each row alone, so only the bad stream ends.
-
-        Returns the rows that succeeded and their output.
-        """
-        runner = self.resources.runner
-        try:
-            return plan, runner.forward(plan)
-        except Exception:
-            logger.exception("batched forward of %d streams failed; isolating", len(plan.stream_ids))
-        rows, outputs = [], []
-        for row, stream_id in enumerate(plan.stream_ids):
-            try:
-                outputs.append(runner.forward(plan.select([row])))
-                rows.append(row)
-            except Exception as exc:
-                logger.exception("forward failed for stream %d", stream_id)
-                self._fail(stream_id, "internal", f"the model failed on this stream: {exc}")
-        return plan.select(rows), StepOutput.concat(outputs)
+    def _fail_forward(self, stream_id: int, exc: Exception) -> None:
+        self._fail(stream_id, "internal", f"the model failed on this stream: {exc}")
 
     def _after_chunk(self, request: Request, window: FeatureWindow, result: ChunkResult) -> None:
         frames = window.num_output_frames
@@ -387,9 +344,8 @@ class ASREngine:
             return
         request.last_parts = parts
         end = request.num_frames_decoded * self.family.timing.frame_shift_s
-        request.emit(StreamEvent(EventType.PARTIAL, request.stream_id, segment=request.segment,
-                                 text=parts.text, stable=parts.stable,
-                                 tentative=parts.tentative, ctc=parts.ctc, end=end))
+        request.emit(Partial(request.stream_id, request.segment, parts.text, end,
+                             stable=parts.stable, tentative=parts.tentative, ctc=parts.ctc))
 
     def _on_refined(self, done: RefineDone) -> None:
         request = self.requests.get(done.stream_id)
@@ -428,13 +384,10 @@ class ASREngine:
         self._emit_final(request, reason, hyp)
         self.resources.reset_stream(request.stream_id)
         request.offset = 0
-        # with context carried, the next segment's second pass may decode this one again
-        kept_from = (request.segment_start_frame if self.config.final_context_s > 0
-                     else request.num_frames_decoded)
+        self.finals.release_audio(request, request.segment_start_frame)
         request.segment_start_frame = request.num_frames_decoded
         if cut < decoded:
             request.windower.rewind(request.num_frames_decoded * self._geometry.subsampling)
-        request.audio.discard_before(kept_from * self.family.timing.samples_per_frame)
         self._cuts.forget_old_energy(request)
 
     def _emit_final(self, request: Request, reason: str, hyp: Hypothesis | None = None) -> None:

@@ -1,10 +1,17 @@
-"""What the engine tells a stream's owner: the events of the websocket protocol (DESIGN §5)."""
+"""What the engine tells a stream's owner: the events of the websocket protocol (DESIGN §5).
+
+One frozen dataclass per event type; ``StreamEvent`` is their union. A consumer matches on the
+class (``isinstance(event, Final)`` or ``match event: case Final(): ...``) and reads fields
+that every event of that type has; ``to_json`` gives the protocol message.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
+
+from oasr.audio import MODEL_SAMPLE_RATE
 
 
 class FinishReason(str, enum.Enum):
@@ -17,64 +24,117 @@ class FinishReason(str, enum.Enum):
     ERROR = "error"  # this stream failed; the others go on
 
 
-class EventType(str, enum.Enum):
-    READY = "ready"
-    PARTIAL = "partial"
-    FINAL = "final"
-    DONE = "done"
-    ERROR = "error"
+BUSY = "busy"  # the error code of a stream refused a slot: the engine forgets it at once
+
+WordSpan = tuple[str, float, float]  # (word, start s, end s)
 
 
 @dataclass(frozen=True)
-class StreamEvent:
-    """One message for one stream, produced on the engine thread.
+class Ready:
+    """The stream has a slot: audio sent from now on is decoded."""
 
-    Only the fields of the event's type are meaningful; ``to_json`` emits exactly those.
+    TYPE: ClassVar[str] = "ready"
+    stream_id: int
+    chunk_ms: int
+    sample_rate: int = MODEL_SAMPLE_RATE
+
+    is_terminal: ClassVar[bool] = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "stream_id": self.stream_id, "sample_rate": self.sample_rate,
+                "chunk_ms": self.chunk_ms}
+
+
+@dataclass(frozen=True)
+class Partial:
+    """The open segment's hypothesis changed.
+
+    ``text`` is what to show; with refined partials (``oasr.engine.refine``) it is ``stable``
+    (committed words) + ``tentative`` (the newest refinement's words after them) + ``ctc`` (the
+    streaming pass's words after the refined audio); without, ``stable`` and ``tentative`` are
+    "" and ``ctc`` is ``text``.
     """
 
-    type: EventType
+    TYPE: ClassVar[str] = "partial"
     stream_id: int
-    segment: int = 0
-    text: str = ""
-    start: float = 0.0
-    end: float = 0.0
-    reason: str = ""
-    finish_reason: str = ""
-    code: str = ""
-    message: str = ""
-    sample_rate: int = 16000
-    chunk_ms: int = 0
+    segment: int
+    text: str
+    end: float  # seconds of the stream decoded so far
+    stable: str = ""
+    tentative: str = ""
+    ctc: str = ""
+
+    is_terminal: ClassVar[bool] = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "segment": self.segment, "text": self.text,
+                "stable": self.stable, "tentative": self.tentative, "ctc": self.ctc,
+                "end": round(self.end, 3)}
+
+
+@dataclass(frozen=True)
+class Final:
+    """A segment ended (``reason``: "endpoint", a finish reason, "max_length").
+
+    ``source`` says whose text it is: "ctc" (first pass), "whisper" (second pass) or
+    "combined" (digits); ``ctc_words`` are the CTC pass's words with their times (not sent).
+    """
+
+    TYPE: ClassVar[str] = "final"
+    stream_id: int
+    segment: int
+    text: str
+    start: float
+    end: float
+    reason: str
+    source: str = "ctc"
+    ctc_words: tuple[WordSpan, ...] = ()
+
+    is_terminal: ClassVar[bool] = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "segment": self.segment, "text": self.text,
+                "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,
+                "source": self.source}
+
+
+@dataclass(frozen=True)
+class Done:
+    """The stream is over and freed; ``message`` says why when the server ended it."""
+
+    TYPE: ClassVar[str] = "done"
+    stream_id: int
+    finish_reason: str
     num_segments: int = 0
-    source: str = ""  # finals: "ctc" (first pass), "whisper" (second pass) or "combined" (digits)
-    # finals: the CTC pass's words with their times, (word, start s, end s); not in to_json
-    ctc_words: tuple[tuple[str, float, float], ...] = ()
-    stable: str = ""  # partials: the committed words (``oasr.engine.refine``) ...
-    tentative: str = ""  # ... the newest refinement's words after them ...
-    ctc: str = ""  # ... and the streaming pass's words after the refined audio
+    message: str = ""
+
+    is_terminal: ClassVar[bool] = True
+
+    def to_json(self) -> dict[str, Any]:
+        done: dict[str, Any] = {"type": self.TYPE, "finish_reason": self.finish_reason,
+                                "segments": self.num_segments}
+        if self.message:
+            done["message"] = self.message
+        return done
+
+
+@dataclass(frozen=True)
+class Error:
+    """Something went wrong for this stream. A ``busy`` refusal is the stream's last event;
+    any other error is followed by ``Done``."""
+
+    TYPE: ClassVar[str] = "error"
+    stream_id: int
+    code: str
+    message: str
 
     @property
     def is_terminal(self) -> bool:
-        """True when the engine has freed the stream after this event."""
-        return self.type is EventType.DONE or (self.type is EventType.ERROR and self.code == "busy")
+        """True when the engine has freed the stream after this event (``busy``)."""
+        return self.code == BUSY
 
     def to_json(self) -> dict[str, Any]:
-        """The protocol message, as DESIGN §5 spells it."""
-        kind = self.type.value
-        if self.type is EventType.READY:
-            return {"type": kind, "stream_id": self.stream_id, "sample_rate": self.sample_rate,
-                    "chunk_ms": self.chunk_ms}
-        if self.type is EventType.PARTIAL:
-            return {"type": kind, "segment": self.segment, "text": self.text,
-                    "stable": self.stable, "tentative": self.tentative, "ctc": self.ctc,
-                    "end": round(self.end, 3)}
-        if self.type is EventType.FINAL:
-            return {"type": kind, "segment": self.segment, "text": self.text,
-                    "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,
-                    "source": self.source}
-        if self.type is EventType.DONE:
-            done: dict[str, Any] = {"type": kind, "finish_reason": self.finish_reason,
-                                    "segments": self.num_segments}
-            if self.message:
-                done["message"] = self.message  # why, when the server ended the stream
-            return done
-        return {"type": kind, "code": self.code, "message": self.message}
+        return {"type": self.TYPE, "code": self.code, "message": self.message}
+
+
+StreamEvent = Ready | Partial | Final | Done | Error

@@ -29,7 +29,7 @@ better than either text alone on the re-spliced, degraded and synthetic digit st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rapidfuzz.distance import Levenshtein
 
@@ -93,6 +93,11 @@ class FirstPassGuard:
         if self.min_digit_share is not None and not 0.0 < self.min_digit_share <= 1.0:
             raise ValueError(
                 f"FirstPassGuard.min_digit_share must be in (0, 1] or None, got {self.min_digit_share}")
+
+    def for_first_pass(self, has_lm: bool) -> FirstPassGuard:
+        """This guard for a CTC pass decoded with LMs (``has_lm``) or without: without, no
+        distance check (see ``max_char_distance``)."""
+        return self if has_lm else replace(self, max_char_distance=None)
 
     def review(self, whisper: str, ctc: str, failed: bool = False) -> GuardVerdict:
         """The final for a segment whose CTC text is ``ctc`` and Whisper's ``whisper``."""

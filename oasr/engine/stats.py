@@ -1,8 +1,8 @@
 """EngineStats: counters the engine keeps and the snapshot the panel and /metrics read.
 
-The snapshot is rebuilt on the engine thread at most every ``SNAPSHOT_INTERVAL_S`` and
-replaced as a whole (one reference assignment), so readers on other threads always see a
-consistent dict without a lock.
+The snapshot (an `EngineSnapshot`) is rebuilt on the engine thread at most every
+``SNAPSHOT_INTERVAL_S`` and replaced as a whole (one reference assignment), so readers on
+other threads always see a consistent, frozen one without a lock.
 """
 
 from __future__ import annotations
@@ -10,12 +10,21 @@ from __future__ import annotations
 import collections
 import itertools
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.events import FinishReason
-from oasr.engine.final_guard import REASONS as GUARD_REASONS
 from oasr.engine.request import Request, RequestStatus
+from oasr.engine.snapshot import (
+    EngineSnapshot,
+    ModelSnapshot,
+    PoolSnapshot,
+    RefineSnapshot,
+    SecondPassSnapshot,
+    StepSnapshot,
+    StreamEntry,
+    StreamsSnapshot,
+)
 
 if TYPE_CHECKING:
     from oasr.engine.finals import FinalPublisher
@@ -29,7 +38,8 @@ NUM_RECENT_STEPS = 64  # batch widths of the last busy steps in the snapshot (th
 
 
 class EngineStats:
-    """Counters and timing of one engine; ``snapshot`` is the JSON the stats API serves."""
+    """Counters and timing of one engine; ``snapshot`` is what the stats API serves (None
+    until the first ``refresh``)."""
 
     def __init__(self, resources: StreamResources, finals: FinalPublisher,
                  refiner: Refiner | None = None) -> None:
@@ -51,7 +61,7 @@ class EngineStats:
             collections.deque(maxlen=4096))  # (time, seconds, audio_s, batch)
         self._last_snapshot_at = 0.0
         self._changed = True  # a stream ended: publish at once, not at the next interval
-        self.snapshot: dict[str, Any] = {}
+        self.snapshot: EngineSnapshot | None = None
 
     def count_finish(self, reason: FinishReason) -> None:
         self.finish_reasons[reason.value] += 1
@@ -103,118 +113,104 @@ class EngineStats:
         return [batch for _, _, _, batch in itertools.islice(self.step_history, start, None)]
 
     def _build_snapshot(self, now: float, requests: dict[int, Request],
-                        scheduler: Scheduler) -> dict[str, Any]:
+                        scheduler: Scheduler) -> EngineSnapshot:
         res = self.resources
         cfg = res.cache_config
         running = [r for r in requests.values() if r.status is RequestStatus.RUNNING]
-        return {
-            "pool": self._pool_entry(),
-            "streams": {
-                "active": len(running),
-                "waiting": len(scheduler.waiting),
-                "max_batch_size": cfg.max_batch_size,
-                "list": [self._stream_entry(r, now) for r in running],
-            },
-            "num_evictions": 0 if res.attention is None else res.attention.num_evictions,
-            "finish_reasons": dict(self.finish_reasons),
-            "num_refused": self.num_refused,
-            "endpoints": dict(self.endpoints),
-            "step": {
-                "last_ms": round(self.last_step_ms, 3),
-                "avg_ms": round(self.avg_step_ms, 3),
-                "last_batch_size": self.last_batch_size,
-                "num_steps": self.num_busy_steps,
-                "recent_batch_sizes": self.recent_batch_sizes(),
-            },
-            "second_pass": self._second_pass_entry(running),
-            "rtf": round(self.recent_rtf(now), 4),
-            "total_audio_s": round(self.total_audio_s, 2),
-            "uptime_s": round(now - self.started_at, 1),
-            "model": {
-                "name": res.config.model or "bundled default",
-                "family": res.family.name,
-                "chunk_ms": round(cfg.chunk_size * res.family.timing.frame_shift_s * 1000),
-                "device": str(cfg.device),
-                "num_left_chunks": cfg.num_left_chunks,
-            },
-        }
+        return EngineSnapshot(
+            pool=self._pool_entry(),
+            streams=StreamsSnapshot(
+                active=len(running), waiting=len(scheduler.waiting),
+                max_batch_size=cfg.max_batch_size,
+                entries=tuple(self._stream_entry(r) for r in running)),
+            num_evictions=0 if res.attention is None else res.attention.num_evictions,
+            finish_reasons=dict(self.finish_reasons),
+            num_refused=self.num_refused,
+            endpoints=dict(self.endpoints),
+            step=StepSnapshot(
+                last_ms=round(self.last_step_ms, 3), avg_ms=round(self.avg_step_ms, 3),
+                last_batch_size=self.last_batch_size, num_steps=self.num_busy_steps,
+                recent_batch_sizes=tuple(self.recent_batch_sizes())),
+            second_pass=self._second_pass_entry(running),
+            rtf=round(self.recent_rtf(now), 4),
+            total_audio_s=round(self.total_audio_s, 2),
+            uptime_s=round(now - self.started_at, 1),
+            model=ModelSnapshot(
+                name=res.config.model or "bundled default", family=res.family.name,
+                chunk_ms=round(cfg.chunk_size * res.family.timing.frame_shift_s * 1000),
+                device=str(cfg.device), num_left_chunks=cfg.num_left_chunks),
+        )
 
-    def _pool_entry(self) -> dict[str, Any]:
-        """The paged block pool, or for a slot-runtime family (no paged blocks) its slots:
-        ``kind`` says which; ``slot_owners[i]`` is slot i's stream id or None."""
+    def _pool_entry(self) -> PoolSnapshot:
+        """The paged block pool, or for a slot-runtime family (no paged blocks) its slots."""
         res = self.resources
         cfg = res.cache_config
         states = res.states
         slot_owners: list[int | None] = [None] * states.num_slots
         for stream_id in states.stream_ids:
             slot_owners[states.slot_of(stream_id)] = stream_id
-        slots = {"num_slots": states.num_slots,
-                 "num_used_slots": states.num_slots - res.num_free_slots,
-                 "slot_owners": slot_owners}
+        num_used_slots = states.num_slots - res.num_free_slots
         if res.pool is None or res.attention is None:
-            return {"kind": "slots", "num_blocks": 0, "num_used_blocks": 0, "num_free_blocks": 0,
-                    "block_size_frames": 0, "owners": [], **slots,
-                    "state_bytes": sum(b.nbytes for b in states.buffers.values())}
-        return {
-            "kind": "paged",
-            "num_blocks": cfg.max_num_blocks,
-            "num_used_blocks": cfg.max_num_blocks - res.pool.num_free_blocks,
-            "num_free_blocks": res.pool.num_free_blocks,
-            "block_size_frames": cfg.block_size_frames,
-            "owners": res.attention.block_owner_snapshot()[: cfg.max_num_blocks],
-            **slots,
-        }
+            return PoolSnapshot(
+                kind="slots", num_blocks=0, num_used_blocks=0, num_free_blocks=0,
+                block_size_frames=0, owners=(), num_slots=states.num_slots,
+                num_used_slots=num_used_slots, slot_owners=tuple(slot_owners),
+                state_bytes=sum(b.nbytes for b in states.buffers.values()))
+        return PoolSnapshot(
+            kind="paged", num_blocks=cfg.max_num_blocks,
+            num_used_blocks=cfg.max_num_blocks - res.pool.num_free_blocks,
+            num_free_blocks=res.pool.num_free_blocks, block_size_frames=cfg.block_size_frames,
+            owners=tuple(res.attention.block_owner_snapshot()[: cfg.max_num_blocks]),
+            num_slots=states.num_slots, num_used_slots=num_used_slots,
+            slot_owners=tuple(slot_owners))
 
-    def _second_pass_entry(self, running: list[Request]) -> dict[str, Any]:
+    def _second_pass_entry(self, running: list[Request]) -> SecondPassSnapshot:
         finals = self.finals
         done = finals.num_second_pass
         worker = finals.worker
-        return {
-            "enabled": finals.worker is not None,
-            "backlog": finals.worker.backlog if finals.worker is not None else 0,
-            "num_second_pass_finals": done,
-            "num_first_pass_finals": finals.num_first_pass,
-            "num_backlog_full": finals.num_backlog_full,
-            "num_temperature_fallbacks": worker.num_temperature_fallbacks if worker is not None else 0,
-            "num_rejected": worker.num_rejected if worker is not None else 0,
-            "num_combined": worker.num_combined if worker is not None else 0,
-            # finals decoded with the previous segment as context (final_context_s)
-            "num_with_context": worker.num_with_context if worker is not None else 0,
-            # finals decoded at a pause before their endpoint / such decodes dropped
-            "num_early_finals": finals.num_early_used,
-            "num_early_discarded": finals.num_early_discarded,
-            "finals_by_source": dict(finals.num_by_source),
-            "rejected": (dict(worker.rejected) if worker is not None
-                         else dict.fromkeys(GUARD_REASONS, 0)),
-            # segments Whisper answered "" for: too quiet to decode / decoded but no speech
-            "num_no_voice": worker.num_no_voice if worker is not None else 0,
-            "num_no_speech": worker.num_no_speech if worker is not None else 0,
-            "avg_latency_ms": round(finals.second_pass_seconds / done * 1e3, 1) if done else 0.0,
-            **self._refine_entry(running),
-        }
+        return SecondPassSnapshot(
+            enabled=worker is not None,
+            backlog=worker.backlog if worker is not None else 0,
+            num_second_pass_finals=done,
+            num_first_pass_finals=finals.num_first_pass,
+            num_backlog_full=finals.num_backlog_full,
+            num_temperature_fallbacks=worker.num_temperature_fallbacks if worker is not None else 0,
+            num_rejected=sum(finals.rejected.values()),
+            num_combined=finals.num_by_source.get("combined", 0),
+            num_with_context=worker.num_with_context if worker is not None else 0,
+            num_early_finals=finals.num_early_used,
+            num_early_discarded=finals.num_early_discarded,
+            finals_by_source=dict(finals.num_by_source),
+            rejected=dict(finals.rejected),
+            num_no_voice=worker.num_no_voice if worker is not None else 0,
+            num_no_speech=worker.num_no_speech if worker is not None else 0,
+            avg_latency_ms=(round(finals.second_pass_seconds / done * 1e3, 1) if done
+                            else 0.0),
+            refine=self._refine_entry(running),
+        )
 
-    def _refine_entry(self, running: list[Request]) -> dict[str, Any]:
+    def _refine_entry(self, running: list[Request]) -> RefineSnapshot | None:
         refiner = self.refiner
         if refiner is None:
-            return {"refine": False}
+            return None
         states = [r.refine for r in running if r.refine is not None]
-        return {
-            "refine": True,
-            "num_refining": sum(s.in_flight is not None for s in states),
-            "num_refined_streams": sum(s.num_refinements > 0 for s in states),
-            "num_refinements": refiner.worker.num_refinements,
-            "refine_interval_s": round(refiner.avg_interval_s, 2),
-        }
+        return RefineSnapshot(
+            num_refining=sum(s.in_flight is not None for s in states),
+            num_refined_streams=sum(s.num_refinements > 0 for s in states),
+            num_refinements=refiner.worker.num_refinements,
+            refine_interval_s=round(refiner.avg_interval_s, 2),
+        )
 
-    def _stream_entry(self, request: Request, now: float) -> dict[str, Any]:
+    def _stream_entry(self, request: Request) -> StreamEntry:
         received_s = request.num_samples_received / MODEL_SAMPLE_RATE
         decoded_s = request.num_frames_decoded * self.resources.family.timing.frame_shift_s
-        return {
-            "stream_id": request.stream_id,
-            "slot": request.slot,
-            "num_blocks": (0 if self.resources.attention is None else
-                           len(self.resources.attention.stream_info(request.stream_id).block_ids)),
-            "audio_s": round(received_s, 2),
-            "lag_s": round(max(0.0, received_s - decoded_s), 2),
-            "segment": request.segment,
-        }
+        attention = self.resources.attention
+        return StreamEntry(
+            stream_id=request.stream_id,
+            slot=request.slot,
+            num_blocks=(0 if attention is None else
+                        len(attention.stream_info(request.stream_id).block_ids)),
+            audio_s=round(received_s, 2),
+            lag_s=round(max(0.0, received_s - decoded_s), 2),
+            segment=request.segment,
+        )

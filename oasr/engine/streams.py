@@ -1,9 +1,11 @@
 """StreamResources: the engine's model, caches and decoder, addressed by stream id.
 
 One object owns everything a stream holds while it runs (a slot, K/V blocks, its rows of the
-model family's fixed-extent state, a pooled decoder state) so the engine can open, reset and close a stream in one call and
-its step reads as policy, not bookkeeping. A family without paged K/V (``paged_kv = False``:
-the Zipformer's slot runtime) gets no block pool: its slot comes from its state cache.
+model family's fixed-extent state, its decoder row) so the engine can open, reset and close a
+stream in one call and its step reads as policy, not bookkeeping. The slot comes from one
+``StreamSlotPool`` owned here and is passed to every manager, so a stream is the same row in the
+block table, the state cache and the decoder's storage. A family without paged K/V
+(``paged_kv = False``: the Zipformer's slot runtime) gets no block pool.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from oasr.cache import (
     CnnCacheManager,
     CtcStateCacheManager,
     SlotStateCache,
+    StreamSlotPool,
 )
 from oasr.decoding import (
     CharTokenizer,
@@ -40,7 +43,6 @@ from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.graphs import CudaGraphBackend
-from oasr.engine.host_memory import retain_freed_host_memory
 from oasr.engine.model_runner import ModelRunner, StepOutput
 from oasr.engine.padding import StepPadding, WidthLadder
 from oasr.engine.transducer import TransducerStreams
@@ -56,8 +58,8 @@ class StreamResources:
     """Model family + cache managers + decoder of one engine.
 
     Invariant: a stream id is known to the attention manager (paged families), the family's
-    state cache and the decoder's state pool (CTC, or the transducer's) at once, from
-    `open_stream` to `close_stream`, under one slot.
+    state cache and the decoder's states (CTC, or the transducer's) at once, from
+    `open_stream` to `close_stream`, under the one slot ``slots`` allocated for it.
     """
 
     config: EngineConfig
@@ -66,7 +68,8 @@ class StreamResources:
     pool: BlockPool | None
     attention: AttentionCacheManager | None
     states: SlotStateCache
-    ctc: CtcStateCacheManager
+    slots: StreamSlotPool
+    ctc: CtcStateCacheManager[GpuStreamingDecoder]
     runner: ModelRunner
     endpointer: Endpointer | None
     transducer: TransducerStreams | None = None
@@ -80,9 +83,6 @@ class StreamResources:
                 its slots (`check_pool_covers_slots`).
         """
         device = config.resolve_device()
-        if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
-        retain_freed_host_memory()  # step buffers stay mapped between steps (host_memory.py)
         given = model is not None
         if model is None:
             chunk, left = _icefall_decode_setting(config)
@@ -136,8 +136,8 @@ class StreamResources:
                                        f"word weight {decoder.config.word_lm_weight}"),
             "" if transducer is None else " (transducer: 1 = greedy, else modified beam search)",
         )
-        return cls(config, family, cache_config, pool, attention, states, ctc, runner, endpointer,
-                   transducer)
+        return cls(config, family, cache_config, pool, attention, states,
+                   StreamSlotPool(cache_config.max_batch_size), ctc, runner, endpointer, transducer)
 
     @property
     def model(self) -> nn.Module:
@@ -164,31 +164,49 @@ class StreamResources:
     # -- lifecycle -----------------------------------------------------------------------------
     @property
     def num_free_slots(self) -> int:
-        if self.attention is None:
-            return self.states.slot_pool.num_free_slots
-        return self.attention.slot_pool.num_free_slots
+        return self.slots.num_free_slots
 
     def open_stream(self, stream_id: int) -> int:
-        """Bind the stream to a slot and give it zeroed caches and a fresh decoder state."""
-        if self.attention is None:  # slot runtime: the state cache owns the slot
-            slot = self.states.allocate_stream(stream_id)
-        else:
-            slot = self.attention.allocate_stream(stream_id)
+        """Allocate the stream's slot and give it zeroed caches and a fresh decoder state there.
+
+        Raises:
+            ValueError: the stream id is already open.
+            RuntimeError: no free slot, or no room for a prefilled K/V window (nothing is kept).
+        """
+        if stream_id in self.states:
+            raise ValueError(
+                f"stream {stream_id} is already allocated (slot {self.states.slot_of(stream_id)})")
+        slot = self.slots.allocate()
+        try:
+            if self.attention is not None:
+                self.attention.allocate_stream(stream_id, slot)
             self.states.allocate_stream(stream_id, slot)
-        if self.transducer is not None:
-            self.transducer.allocate_stream(stream_id)
-        else:
-            self.ctc.allocate_stream(stream_id, batch=1, vocab_size=self.family.vocab_size)
+            if self.transducer is not None:
+                self.transducer.allocate_stream(stream_id)
+            else:
+                self.ctc.allocate_stream(stream_id, 1, self.family.vocab_size, slot=slot)
+        except BaseException:
+            self._release(stream_id)
+            self.slots.free(slot)
+            raise
         return slot
 
     def close_stream(self, stream_id: int) -> None:
-        """Return the stream's blocks, slot, state rows and decoder state to their pools."""
+        """Return the stream's blocks, state rows, decoder state and slot to their pools."""
+        slot = self.states.slot_of(stream_id)
+        self._release(stream_id)
+        self.slots.free(slot)
+
+    def _release(self, stream_id: int) -> None:
+        """Free the stream in every manager that holds it (its slot stays allocated)."""
         if self.transducer is not None:
-            self.transducer.free_stream(stream_id)
-        else:
+            if stream_id in self.transducer:
+                self.transducer.free_stream(stream_id)
+        elif stream_id in self.ctc:
             self.ctc.free_stream(stream_id)
-        self.states.free_stream(stream_id)
-        if self.attention is not None:
+        if stream_id in self.states:
+            self.states.free_stream(stream_id)
+        if self.attention is not None and stream_id in self.attention:
             self.attention.free_stream(stream_id)
 
     def reset_stream(self, stream_id: int) -> None:
@@ -235,7 +253,8 @@ class StreamResources:
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         if output.log_probs.is_cuda:  # the search uploads it when rows differ in length
             lengths = lengths.pin_memory()
-        steps = decoder.step_streams(output.log_probs.float(), states, lengths)  # one read-back
+        decoder.decode_streams(output.log_probs.float(), states, lengths)  # one search
+        steps = decoder.partials(states)  # one read-back
         return [ChunkResult(step.hypothesis.text, _decide(e, step.stats, step.hypothesis),
                             step.hypothesis)
                 for step, e in zip(steps, rules, strict=True)]

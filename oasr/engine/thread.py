@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from oasr.audio import (
     MODEL_SAMPLE_RATE,
@@ -25,8 +24,9 @@ from oasr.audio import (
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, FinishAll, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.events import EventType, FinishReason, StreamEvent
+from oasr.engine.events import Done, Error, FinishReason, StreamEvent
 from oasr.engine.request import EventSink
+from oasr.engine.snapshot import EngineSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -110,10 +110,8 @@ class EngineThread:
         message = f"the engine failed ({type(exc).__name__}: {exc}); the server restarts"
         for stream_id, stream in streams:
             try:
-                stream.sink(StreamEvent(EventType.ERROR, stream_id, code="internal",
-                                        message=message))
-                stream.sink(StreamEvent(EventType.DONE, stream_id,
-                                        finish_reason=FinishReason.ERROR.value))
+                stream.sink(Error(stream_id, "internal", message))
+                stream.sink(Done(stream_id, FinishReason.ERROR.value))
             except Exception:
                 logger.exception("could not tell stream %d that the engine failed", stream_id)
 
@@ -204,12 +202,10 @@ class EngineThread:
                 return
         self.engine.submit(AbortStream(stream_id))
 
-    def stats(self) -> dict[str, Any]:
-        """The latest stats snapshot (JSON-serialisable)."""
-        snapshot = dict(self.engine.latest_stats())
-        snapshot["engine_alive"] = self.ready
-        snapshot["time"] = time.time()
-        return snapshot
+    def stats(self) -> EngineSnapshot:
+        """The latest stats snapshot, stamped with liveness and wall time (``to_json()`` is
+        what the stats API serves)."""
+        return self.engine.latest_stats().stamped(self.ready, time.time())
 
     def _get(self, stream_id: int) -> _StreamInput:
         with self._lock:

@@ -102,7 +102,7 @@ def test_haproxy_config_balances_sessions_on_readiness() -> None:
     # a replica that turns 503 keeps its live sessions: HAProxy must not cut them
     assert not any("on-marked-down" in line for line in directives)
     tunnel = int(re.search(r"timeout tunnel (\d+)s", text).group(1))  # type: ignore[union-attr]
-    assert tunnel > ServerConfig().max_session_s
+    assert tunnel > ServerConfig().engine.max_session_s
     assert re.search(r"server-template oasr \d+ oasr:8000 .*resolvers docker", text)
 
 

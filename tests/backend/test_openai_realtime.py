@@ -214,7 +214,7 @@ def test_a_client_that_leaves_mid_turn_frees_its_stream(client: TestClient) -> N
 
 def test_a_manual_buffer_the_engine_times_out_is_committed(
         make_client: Callable[..., TestClient]) -> None:
-    client = make_client(idle_timeout_s=0.5, max_session_s=60)
+    client = make_client({"idle_timeout_s": 0.5, "max_session_s": 60})
     with client.websocket_connect(URL) as ws:
         ws.receive_json()
         update(ws, {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None})

@@ -178,13 +178,13 @@ def test_end_before_start_is_refused(client: TestClient) -> None:
 
 
 def test_silent_client_before_start_times_out(make_client: Callable[..., TestClient]) -> None:
-    client = make_client(idle_timeout_s=0.3)
+    client = make_client({"idle_timeout_s": 0.3})
     with client.websocket_connect("/ws/asr") as ws:
         assert "0.3 s" in assert_refused(ws, "timeout", 1008)
 
 
 def test_idle_stream_ends_with_timeout(make_client: Callable[..., TestClient]) -> None:
-    client = make_client(idle_timeout_s=0.5)
+    client = make_client({"idle_timeout_s": 0.5})
     with client.websocket_connect("/ws/asr") as ws:
         ws.send_json({"type": "start"})
         ws.send_bytes(synthetic_pcm(0.3))
@@ -293,7 +293,7 @@ def test_foreign_origin_is_refused_own_and_listed_origins_accepted(
 
 def test_session_longer_than_max_session_ends_with_timeout(
         make_client: Callable[..., TestClient]) -> None:
-    client = make_client(idle_timeout_s=0.5, max_session_s=1.0)
+    client = make_client({"idle_timeout_s": 0.5, "max_session_s": 1.0})
     began = time.monotonic()
     with client.websocket_connect("/ws/asr") as ws:
         ws.send_json({"type": "start"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,6 @@ from oasr.engine import EngineConfig
     ("max_connections", 0, "max_connections=0"),
     ("max_frame_bytes", 100, "max_frame_bytes=100"),
     ("max_text_bytes", 10, "max_text_bytes=10"),
-    ("idle_timeout_s", 0, "idle_timeout_s=0"),
     ("stats_interval_s", 0.0, "stats_interval_s=0.0"),
     ("allowed_origins", "https://a.example", "tuple"),
     ("host", "", "host"),
@@ -26,16 +26,24 @@ def test_invalid_values_are_refused_with_the_value(field: str, value: object, ne
         ServerConfig(**{field: value})  # type: ignore[arg-type]
 
 
+def test_a_zero_idle_timeout_is_refused_for_a_server() -> None:
+    EngineConfig(idle_timeout_s=0)  # an engine may end idle streams at once (tests do) ...
+    with pytest.raises(ValueError, match="idle_timeout_s=0"):  # ... a server may not
+        ServerConfig(engine=EngineConfig(idle_timeout_s=0))
+
+
 def test_session_shorter_than_idle_timeout_is_refused() -> None:
     with pytest.raises(ValueError, match="max_session_s=5"):
-        ServerConfig(idle_timeout_s=10, max_session_s=5)
+        ServerConfig(engine=EngineConfig(idle_timeout_s=10, max_session_s=5))
 
 
-def test_engine_config_takes_the_server_timeouts() -> None:
-    config = ServerConfig(idle_timeout_s=7, max_session_s=70,
-                          engine=EngineConfig(max_batch_size=3, idle_timeout_s=1))
-    built = config.build_engine_config()
-    assert (built.idle_timeout_s, built.max_session_s, built.max_batch_size) == (7, 70, 3)
+def test_the_timeouts_have_one_owner() -> None:
+    """The engine's config holds the stream timeouts; the server has no copy to disagree."""
+    assert not {"idle_timeout_s", "max_session_s"} & {f.name for f in fields(ServerConfig)}
+    config = ServerConfig(engine=EngineConfig(max_batch_size=3, idle_timeout_s=7,
+                                              max_session_s=70))
+    assert (config.engine.idle_timeout_s, config.engine.max_session_s) == (7, 70)
+    assert ServerConfig().engine.idle_timeout_s == 15.0  # a server's default, not the library's
 
 
 def test_url_and_static_dir() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from server_helpers import frames, synthetic_pcm, wait_until
@@ -35,6 +37,10 @@ def test_readiness_is_false_before_startup_and_after_shutdown(
 
 def test_api_stats_snapshot(client: TestClient) -> None:
     snapshot = client.get("/api/stats").json()
+    assert set(snapshot) == {  # the page's contract (tests/engine/test_snapshot.py: the rest)
+        "pool", "streams", "num_evictions", "finish_reasons", "num_refused", "endpoints",
+        "step", "second_pass", "rtf", "total_audio_s", "uptime_s", "model", "engine_alive",
+        "time", "server"}
     pool = snapshot["pool"]
     assert pool["num_blocks"] == 16 and pool["num_free_blocks"] == 16
     assert pool["owners"] == [None] * 16
@@ -123,13 +129,17 @@ def test_stats_socket_refuses_foreign_origins(make_client: Callable[..., TestCli
     assert refused.value.code == 1008
 
 
-def test_stats_hub_skips_a_snapshot_it_cannot_publish(caplog: pytest.LogCaptureFixture) -> None:
-    good = {"step": {"num_steps": 3, "last_ms": 12.0}, "rtf": 0.2}
-    snapshots = iter([{"no_step": True}, good])
+def test_stats_hub_skips_a_snapshot_it_cannot_publish(client: TestClient,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    served = client.app.state.context.snapshot()  # type: ignore[attr-defined]
+    stepped = replace(served.engine, step=replace(served.engine.step, num_steps=3, last_ms=12.0),
+                      rtf=0.2)
+    good = replace(served, engine=stepped)
+    snapshots = iter([SimpleNamespace(), good])  # the first has no engine part: publishing fails
     metrics = ServerMetrics(lambda: None)
-    hub = StatsHub(lambda: next(snapshots), metrics, interval_s=0.01)
+    hub = StatsHub(lambda: next(snapshots), metrics, interval_s=0.01)  # type: ignore[arg-type, return-value]
 
-    async def run_briefly() -> dict[str, object]:
+    async def run_briefly() -> object:
         queue = hub.subscribe()
         task = asyncio.create_task(hub.run())
         try:
@@ -147,10 +157,11 @@ def test_second_pass_metrics_appear_when_it_is_on(client: TestClient) -> None:
     assert not snapshot["second_pass"]["enabled"]
     assert "oasr_finals_total" not in client.get("/metrics").text
     assert set(snapshot["second_pass"]["rejected"]) == {"failed", "length", "distance"}
-    snapshot["second_pass"].update(enabled=True, backlog=2, num_second_pass_finals=5,
-                                   num_first_pass_finals=1, num_temperature_fallbacks=3)
-    snapshot["second_pass"]["rejected"]["distance"] = 1
-    text = ServerMetrics(lambda: snapshot).render().decode()
+    engine = client.app.state.context.engine_stats()  # type: ignore[attr-defined]
+    second = replace(engine.second_pass, enabled=True, backlog=2, num_second_pass_finals=5,
+                     num_first_pass_finals=1, num_temperature_fallbacks=3,
+                     rejected={**engine.second_pass.rejected, "distance": 1})
+    text = ServerMetrics(lambda: replace(engine, second_pass=second)).render().decode()
     assert 'oasr_finals_total{source="whisper"} 5.0' in text
     assert 'oasr_finals_total{source="ctc"} 1.0' in text
     assert "oasr_second_pass_backlog 2.0" in text

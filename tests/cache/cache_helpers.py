@@ -6,7 +6,14 @@ from typing import Any
 
 import torch
 
-from oasr.cache import AttentionCacheManager, BlockPool, CacheConfig
+from oasr.cache import (
+    AttentionCacheManager,
+    BlockPool,
+    CacheConfig,
+    CnnCacheManager,
+    CtcStateCacheManager,
+)
+from oasr.decoding import GpuDecoderConfig
 
 TINY = dict(
     num_layers=2,
@@ -30,11 +37,25 @@ def tiny_config(**overrides: Any) -> CacheConfig:
 
 
 def assert_drained(att: AttentionCacheManager, pool: BlockPool) -> None:
-    """Free every stream still allocated; the pool and slot pool must then be full."""
+    """Free every stream still allocated; the pool must then be full and no slot bound."""
     for sid in list(att.stream_ids):
         att.free_stream(sid)
     assert pool.num_free_blocks == pool.num_blocks
-    assert att.slot_pool.num_free_slots == att.slot_pool.num_slots
+    assert att.num_streams == 0 and att.stream_ids == []
     assert all(owner is None for owner in att.block_owner_snapshot())
     assert not att.block_table[: att.config.max_batch_size].any()
     assert not att.cache_seqlens[: att.config.max_batch_size].any()
+
+
+def fbank_windows(feats: torch.Tensor) -> list[torch.Tensor]:
+    """(1, <=67, 80) windows with stride 64: the chunks a streaming feature extractor emits."""
+    return [feats[None, s : s + 67] for s in range(0, feats.size(0) - 6, 64)]
+
+
+def managers(config: CacheConfig, pad_lanes: int = 0) -> tuple[Any, ...]:
+    """(pool, attention, conv, CTC) managers of ``config``, with ``pad_lanes`` pad rows."""
+    pool = BlockPool(config, scratch_blocks=1 if pad_lanes else 0)
+    att = AttentionCacheManager(pool, config, pad_lanes=pad_lanes)
+    cnn = CnnCacheManager(config, pad_lanes=pad_lanes)
+    ctc = CtcStateCacheManager(GpuDecoderConfig(), device=config.device)
+    return pool, att, cnn, ctc

@@ -122,6 +122,7 @@ def test_prefill_that_does_not_fit_releases_the_slot(make_config):
     taken = pool.allocate(6)  # blocks held outside this manager leave 1 free
     with pytest.raises(RuntimeError, match="requested 2 blocks, 1 free"):
         att.allocate_stream(2)
-    assert 2 not in att and att.slot_pool.num_free_slots == 2
+    assert 2 not in att and att.stream_ids == [1]
     pool.free(taken)
+    assert att.allocate_stream(2) == 1  # the slot it was refused is unbound again
     assert_drained(att, pool)

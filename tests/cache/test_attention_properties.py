@@ -33,7 +33,7 @@ class Model:
         return out
 
     def open(self, sid):
-        if sid not in self.history and self.att.slot_pool.num_free_slots:
+        if sid not in self.history and self.att.num_streams < self.att.config.max_batch_size:
             self.att.allocate_stream(sid)
             self.history[sid] = [0.0] * self.att.config.prefill_frames
 

@@ -9,12 +9,11 @@ example's 12 x 4 x 64 one. ``dtype`` defaults to the specification's bfloat16 po
 and float32 (the reference's precision) in the other.
 """
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
+from cache_helpers import fbank_windows
 
 from oasr import GpuDecoderConfig, GpuStreamingDecoder
 from oasr.cache import (
@@ -27,36 +26,7 @@ from oasr.cache import (
 )
 from oasr.fmha import PagedKVCache
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "wenet"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/wenet")
 VOCAB = 32  # the fixture's output_dim (the examples' 5000 is a BPE model's; 7.1 reads the model's)
-
-
-@pytest.fixture(scope="module")
-def reference():
-    import numpy as np
-
-    with np.load(FIXTURES / "reference_outputs.npz") as data:
-        return {k: torch.from_numpy(data[k]) for k in data.files}
-
-
-@pytest.fixture(scope="module")
-def model():
-    from oasr.models import AsrModel, ConformerConfig
-
-    meta = json.loads((FIXTURES / "config.json").read_text())
-    config = ConformerConfig(input_dim=meta["input_dim"], vocab_size=meta["output_dim"],
-                             **meta["encoder_conf"])
-    model = AsrModel(config)
-    state = torch.load(FIXTURES / "state_dict_fp16.pt", weights_only=True)
-    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
-    return model.eval()
-
-
-def fbank_windows(feats):
-    """(1, <=67, 80) windows with stride 64: the chunks a streaming feature extractor emits."""
-    return [feats[None, s : s + 67] for s in range(0, feats.size(0) - 6, 64)]
 
 
 def make_config(num_left_chunks, dtype):

@@ -32,7 +32,7 @@ def run(pattern: str, beam: int = 1, chunk: int = 7) -> FrameStats:
     lp = frames(pattern)
     for lo in range(0, lp.shape[1], chunk):
         dec.decode_chunk(lp[:, lo : lo + chunk], state)
-    return dec.frame_stats([state])[0]
+    return dec.partials([state])[0].stats
 
 
 @pytest.mark.parametrize("beam", [1, 4])

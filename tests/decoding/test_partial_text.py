@@ -112,7 +112,7 @@ def test_decoder_partials_equal_a_whole_decode_at_every_step() -> None:
         if step == 20:
             dec.reset_state(states[1], 1, V)
         dec.decode_streams(lp[:, start:start + 2], states)
-        for i, hyp in enumerate(dec.partials(states)):
+        for i, hyp in enumerate(p.hypothesis for p in dec.partials(states)):
             assert hyp.text == CharTokenizer(UNITS).decode(hyp.tokens)
             prev = seen[i]
             grown = prev is not None and hyp.tokens[: len(prev)] == prev

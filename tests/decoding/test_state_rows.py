@@ -1,7 +1,5 @@
 """Batch-1 states as rows of one persistent storage: same results as states that own their
-tensors, no per-step restacking, rows recycled with their states."""
-
-import gc
+tensors, no per-step restacking, rows addressed by the caller and freed explicitly."""
 
 import pytest
 import torch
@@ -43,11 +41,11 @@ def test_long_run_with_joins_resets_and_leaves_equals_own_states_and_offline(bea
         batch = torch.full((len(cohort), CHUNK, VOCAB), float("nan"))  # padding never read
         for row, (i, n) in enumerate(zip(cohort, lengths.tolist(), strict=True)):
             batch[row, :n] = lp[i, step * CHUNK : step * CHUNK + n]
-        got = dec.step_streams(batch, [pooled[i] for i in cohort], lengths)
+        dec.decode_streams(batch, [pooled[i] for i in cohort], lengths)
         dec.decode_streams(batch, [owned[i] for i in cohort], lengths)
-        want = dec.partials([owned[i] for i in cohort])
-        assert [g.hypothesis for g in got] == want
-        assert [g.stats for g in got] == dec.frame_stats([owned[i] for i in cohort])
+        # hypotheses and frame stats alike
+        assert dec.partials([pooled[i] for i in cohort]) == \
+            dec.partials([owned[i] for i in cohort])
         for i in cohort:
             since_reset[i] += 1
         if step % 7 == 6:  # an endpoint: reset one stream in place
@@ -78,22 +76,22 @@ def test_states_are_views_of_one_storage_that_steady_steps_keep(beam: int) -> No
     lp = random_log_probs(2, 5, CHUNK * 6)
     pointers = {n: getattr(storage, n).data_ptr() for n in TENSOR_FIELDS}
     for step in range(3):  # 48 frames: never more than 128 - 17 tokens, so no growth
-        dec.step_streams(lp[:, step * CHUNK : (step + 1) * CHUNK], states)
+        dec.decode_streams(lp[:, step * CHUNK : (step + 1) * CHUNK], states)
+        dec.partials(states)
         assert {n: getattr(dec._rows.storage, n).data_ptr() for n in TENSOR_FIELDS} == pointers
     # decoding through one state's handle writes the same storage row
     dec.decode_chunk(lp[2:3, 3 * CHUNK : 4 * CHUNK], states[2])
     assert states[2].num_frames.data_ptr() == dec._rows.storage.num_frames[2].data_ptr()
-    assert dec.frame_stats(states)[2].num_frames == 4 * CHUNK
+    assert dec.partials(states)[2].stats.num_frames == 4 * CHUNK
 
 
-def test_rows_are_reused_after_a_state_dies_and_detached_on_a_batch_change() -> None:
+def test_rows_are_reused_after_an_explicit_free_and_detached_on_a_batch_change() -> None:
     dec = make(1)
     a, b = dec.create_state(1, VOCAB), dec.create_state(1, VOCAB)
     assert (a.pool_row, b.pool_row) == (0, 1)
     dec.decode_chunk(random_log_probs(1, 1, 8), a)
     kept = dec.finalize_stream(a)
-    del b
-    gc.collect()
+    dec.free_state(b)
     c = dec.create_state(1, VOCAB)
     assert c.pool_row == 1 and dec._rows.num_attached == 2
     assert dec.finalize_stream(c)[0].tokens == []  # a reused row starts at reset
@@ -104,6 +102,21 @@ def test_rows_are_reused_after_a_state_dies_and_detached_on_a_batch_change() -> 
     dec.decode_chunk(random_log_probs(1, 1, 8), d)
     assert dec.finalize_stream(d) == kept  # a's old row, decoded from reset again
     assert dec.finalize_stream(a, 1)[0].tokens == []
+    dec.free_state(a)  # owns its tensors: nothing to give back
+
+
+def test_a_row_past_the_storage_grows_it_and_keeps_the_other_rows() -> None:
+    dec = make(3)
+    low = dec.create_state(1, VOCAB, row=2)
+    lp = random_log_probs(5, 1, CHUNK)
+    dec.decode_chunk(lp, low)
+    before = dec.finalize_stream(low)
+    high = dec.create_state(1, VOCAB, row=20)  # the engine's slot 20: past the 8 first rows
+    assert dec._rows.num_rows >= 21 and high.pool_row == 20
+    assert dec.finalize_stream(low) == before  # re-pointed at the grown storage
+    assert low.log_pb.data_ptr() == dec._rows.storage.log_pb[2].data_ptr()
+    with pytest.raises(ValueError, match="decoder row must be an int >= 0"):
+        dec.create_state(1, VOCAB, row=-1)
 
 
 def test_a_state_twice_in_one_call_or_no_state_is_refused() -> None:
@@ -134,7 +147,7 @@ def test_storage_rows_mixed_with_own_states_stay_in_their_rows(beam: int) -> Non
 
 
 @pytest.mark.parametrize("beam", [1, 3])
-def test_frame_stats_after_partials_are_the_read_back_ones_and_never_stale(beam: int) -> None:
+def test_partials_read_back_the_frame_stats_of_the_rows(beam: int) -> None:
     dec = make(beam)
     states = [dec.create_state(1, VOCAB) for _ in range(3)]
     owned = [own_state(beam) for _ in range(3)]
@@ -143,16 +156,12 @@ def test_frame_stats_after_partials_are_the_read_back_ones_and_never_stale(beam:
     lengths = torch.tensor([CHUNK, CHUNK, 5])
     dec.decode_streams(lp[:, :CHUNK], states, lengths)
     dec.decode_streams(lp[:, :CHUNK], owned, lengths)  # stacked path: stats read directly
-    dec.partials(states)
-    after_partials = dec.frame_stats(states)  # from the partials' read-back
-    assert after_partials == dec.frame_stats(owned)
-    assert [s.num_frames for s in after_partials] == [CHUNK, CHUNK, 5]
-    assert after_partials[1].has_speech is False
-    assert after_partials[1].num_trailing_blank_frames == CHUNK
-    dec.decode_streams(lp[:, CHUNK:], states)  # a decode in between: stats read again
-    assert [s.num_frames for s in dec.frame_stats(states)] == [2 * CHUNK, 2 * CHUNK, CHUNK + 5]
-    dec.partials(states)
-    dec.reset_state(states[0], 1, VOCAB)  # so does a reset
-    assert dec.frame_stats(states)[0].num_frames == 0
-    dec.partials(states[:2])
-    assert [s.num_frames for s in dec.frame_stats(states)] == [0, 2 * CHUNK, CHUNK + 5]
+    stats = [step.stats for step in dec.partials(states)]  # gathered from the storage
+    assert stats == [step.stats for step in dec.partials(owned)]
+    assert [s.num_frames for s in stats] == [CHUNK, CHUNK, 5]
+    assert stats[1].has_speech is False
+    assert stats[1].num_trailing_blank_frames == CHUNK
+    dec.decode_streams(lp[:, CHUNK:], states)
+    assert [s.stats.num_frames for s in dec.partials(states)] == [2 * CHUNK, 2 * CHUNK, CHUNK + 5]
+    dec.reset_state(states[0], 1, VOCAB)
+    assert [s.stats.num_frames for s in dec.partials(states)] == [0, 2 * CHUNK, CHUNK + 5]

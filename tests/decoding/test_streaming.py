@@ -82,7 +82,7 @@ def test_decode_streams_equals_one_by_one(beam: int) -> None:
     for i in range(3):
         assert_same(dec.finalize_stream(states[i]), dec.finalize_stream(singles[i]))
         assert_same(dec.finalize_stream(states[i]), whole(dec, torch.cat(streams[i])))
-    assert [s.num_frames for s in dec.frame_stats(states)] == consumed
+    assert [s.stats.num_frames for s in dec.partials(states)] == consumed
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -94,7 +94,8 @@ def test_multi_row_state_equals_one_by_one(beam: int) -> None:
     dec.decode_chunk(lp[:, 12:], state)
     for row in range(4):
         assert_same(dec.finalize_stream(state, row), whole(dec, lp[row]))
-    assert dec.partials([state], row=2)[0] == dec.finalize_stream(state, 2)[0]
+    assert dec.partials([state], row=2)[0].hypothesis == dec.finalize_stream(state, 2)[0]
+    assert dec.partial(state, row=2) == dec.finalize_stream(state, 2)[0]
     with pytest.raises(IndexError, match="row 4 out of range for a state of 4 rows"):
         dec.partial(state, row=4)
 
@@ -128,7 +129,8 @@ def test_partial_is_the_best_final_hypothesis_and_has_text() -> None:
     dec = GpuStreamingDecoder(GpuDecoderConfig(beam_size=4), CharTokenizer.from_units(units), "cpu")
     lp = random_log_probs(2, 1, 30)
     state = dec.create_state(1, VOCAB)
-    hyp = dec.step(lp[:, :10], state)
+    dec.decode_chunk(lp[:, :10], state)
+    hyp = dec.partial(state)
     assert hyp == dec.finalize_stream(state)[0]
     dec.decode_chunk(lp[:, 10:], state)
     best = dec.finalize_stream(state)
@@ -149,7 +151,7 @@ def test_reset_state_reuses_and_rewinds(beam: int) -> None:
     assert dec.finalize_stream(state) == [Hypothesis([], "", 0.0, [])]
     dec.decode_chunk(lp[:, 16:], state)
     assert_same(dec.finalize_stream(state), whole(dec, lp[0, 16:]))
-    assert dec.frame_stats([state])[0].num_frames == 8
+    assert dec.partials([state])[0].stats.num_frames == 8
     dec.reset_state(state, 2, VOCAB)
     assert state.batch_size == 2
 
@@ -215,10 +217,9 @@ def test_partials_of_states_with_different_capacities(beam: int) -> None:
         dec.decode_chunk(lp[i : i + 1, :n], states[i])
     assert len({s.capacity for s in states}) == 3
     together = dec.partials(states)
-    assert together == [dec.finalize_stream(s)[0] for s in states]
-    assert together[2] == Hypothesis([], "", 0.0, [])
-    stats = dec.frame_stats(states)
-    assert [s.num_frames for s in stats] == [30, 4, 0]
+    assert [t.hypothesis for t in together] == [dec.finalize_stream(s)[0] for s in states]
+    assert together[2].hypothesis == Hypothesis([], "", 0.0, [])
+    assert [t.stats.num_frames for t in together] == [30, 4, 0]
 
 
 @pytest.mark.parametrize("beam", [1, 3])

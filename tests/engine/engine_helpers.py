@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 
-from oasr.engine import ASREngine, EngineConfig, EventType, StreamEvent
+from oasr.engine import ASREngine, Done, EngineConfig, Final, StreamEvent
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+
+E = TypeVar("E", bound=StreamEvent)
 
 
 class Collector:
@@ -20,16 +23,16 @@ class Collector:
         self.events[stream_id] = []
         return self.events[stream_id].append
 
-    def of_type(self, stream_id: int, kind: EventType) -> list[StreamEvent]:
-        return [e for e in self.events[stream_id] if e.type is kind]
+    def of_type(self, stream_id: int, kind: type[E]) -> list[E]:
+        return [e for e in self.events[stream_id] if isinstance(e, kind)]
 
-    def done(self, stream_id: int) -> StreamEvent:
-        done = self.of_type(stream_id, EventType.DONE)
+    def done(self, stream_id: int) -> Done:
+        done = self.of_type(stream_id, Done)
         assert len(done) == 1, self.events[stream_id]
         return done[0]
 
     def finals(self, stream_id: int) -> list[str]:
-        return [e.text for e in self.of_type(stream_id, EventType.FINAL)]
+        return [e.text for e in self.of_type(stream_id, Final)]
 
 
 def run_until_idle(engine: ASREngine, max_steps: int = 10_000) -> None:

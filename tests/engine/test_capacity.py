@@ -15,7 +15,7 @@ from oasr.decoding import GpuDecoderConfig
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.capacity import blocks_for_one_stream, check_pool_covers_slots
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from oasr.engine.events import EventType
+from oasr.engine.events import Done
 
 GEOMETRY = dict(num_layers=2, n_kv_head=2, head_dim=8, hidden_dim=16, kernel_size=3,
                 chunk_size=16, block_size_frames=16, device="cpu", dtype=torch.float32)
@@ -41,7 +41,7 @@ def test_a_pool_giving_each_stream_one_block_is_refused() -> None:
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("chunk_size", 1, "chunk_size 1 is below 4"),
-    ("idle_timeout_s", math.nan, "idle_timeout_s must be >= 0"),
+    ("idle_timeout_s", math.nan, "idle_timeout_s=nan: it must be >= 0"),
     ("min_audio_rate", 1.5, "min_audio_rate must be in"),
     ("audio_rate_window_s", math.inf, "audio_rate_window_s must be a finite"),
 ])
@@ -76,7 +76,7 @@ def test_a_dry_pool_at_run_time_ends_streams_with_length_not_the_engine(
     stolen = pool.allocate(pool.num_free_blocks)  # something else took every free block
     for _ in range(20):
         engine.step()
-    dones = {sid: [e for e in evs if e.type is EventType.DONE] for sid, evs in events.items()}
+    dones = {sid: [e for e in evs if isinstance(e, Done)] for sid, evs in events.items()}
     assert all(d and d[0].finish_reason == "length" for d in dones.values()), dones
     pool.free(stolen)
     engine.submit(OpenStream(3, (third := []).append))  # the engine goes on serving
@@ -84,5 +84,5 @@ def test_a_dry_pool_at_run_time_ends_streams_with_length_not_the_engine(
     engine.submit(EndStream(3))
     for _ in range(40):
         engine.step()
-    assert [e.finish_reason for e in third if e.type is EventType.DONE] == ["stop"]
+    assert [e.finish_reason for e in third if isinstance(e, Done)] == ["stop"]
     assert pool.num_free_blocks == engine.resources.cache_config.max_num_blocks

@@ -12,7 +12,7 @@ import torch
 from engine_helpers import Collector, assert_pool_full, run_until_idle, transcribe_alone
 
 from oasr.decoding import EndpointConfig
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig, Error, Final, Partial, Ready
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
 from oasr.models import ConformerConfig
 
@@ -51,8 +51,8 @@ def test_batched_streams_equal_each_stream_alone(engine_config: EngineConfig,
         sid = i + 1
         assert events.done(sid).finish_reason == "stop"
         assert events.finals(sid) == alone[i].finals(1)
-        partials = [e.text for e in events.of_type(sid, EventType.PARTIAL)]
-        assert partials == [e.text for e in alone[i].of_type(1, EventType.PARTIAL)]
+        partials = [e.text for e in events.of_type(sid, Partial)]
+        assert partials == [e.text for e in alone[i].of_type(1, Partial)]
     assert any(events.finals(i + 1) for i in range(len(speech))), "model emitted no text at all"
     assert_pool_full(engine)
 
@@ -89,8 +89,8 @@ def test_capacity_ceiling_finishes_with_length_and_transcript(engine_config: Eng
     run_until_idle(engine)
     done = events.done(1)
     assert done.finish_reason == "length"
-    finals = events.of_type(1, EventType.FINAL)
-    partials = events.of_type(1, EventType.PARTIAL)
+    finals = events.of_type(1, Final)
+    partials = events.of_type(1, Partial)
     if partials:
         assert [f.text for f in finals] == [partials[-1].text]
         assert finals[0].reason == "length"
@@ -124,10 +124,10 @@ def test_busy_refusal_when_no_slot_and_no_wait(engine_config: EngineConfig,
     engine.step()
     engine.submit(OpenStream(2, events.sink(2)))
     engine.step()
-    errors = events.of_type(2, EventType.ERROR)
+    errors = events.of_type(2, Error)
     assert [e.code for e in errors] == ["busy"]
-    assert events.of_type(2, EventType.READY) == []
-    assert events.of_type(1, EventType.READY)
+    assert events.of_type(2, Ready) == []
+    assert events.of_type(1, Ready)
     engine.submit(AbortStream(1))
     run_until_idle(engine)
     assert engine.stats.num_refused == 1
@@ -148,7 +148,7 @@ def test_waiting_stream_is_admitted_when_a_slot_frees(engine_config: EngineConfi
     alone = transcribe_alone(engine_config, speech[1])
     assert events.done(2).finish_reason == "stop"
     assert events.finals(2) == alone.finals(1)
-    ready_2 = events.events[2].index(events.of_type(2, EventType.READY)[0])
+    ready_2 = events.events[2].index(events.of_type(2, Ready)[0])
     assert ready_2 == 0
     assert_pool_full(engine)
 
@@ -168,7 +168,7 @@ def test_idle_timeout_and_abort(engine_config: EngineConfig, speech: list[np.nda
     engine.submit(AbortStream(2))
     run_until_idle(engine)
     assert events.done(2).finish_reason == "abort"
-    assert events.of_type(2, EventType.FINAL) == []
+    assert events.of_type(2, Final) == []
     assert_pool_full(engine)
 
 
@@ -191,7 +191,7 @@ def test_failure_in_one_stream_leaves_the_others_correct(engine_config: EngineCo
         engine.submit(EndStream(sid))
     run_until_idle(engine)
     assert events.done(2).finish_reason == "error"
-    assert [e.code for e in events.of_type(2, EventType.ERROR)] == ["internal"]
+    assert [e.code for e in events.of_type(2, Error)] == ["internal"]
     for sid in (1, 3):
         assert events.done(sid).finish_reason == "stop"
         assert events.finals(sid) == alone[sid - 1].finals(1)
@@ -233,7 +233,7 @@ def test_endpoint_finalises_segment_and_resets_the_stream(engine_config: EngineC
     while engine.requests:
         blocks_seen.append(engine.resources.attention.num_cached_frames(1))
         engine.step()
-    finals = events.of_type(1, EventType.FINAL)
+    finals = events.of_type(1, Final)
     assert [f.reason for f in finals] == ["endpoint", "stop"]
     assert [f.segment for f in finals] == [0, 1]
     assert finals[0].end <= finals[1].start
@@ -252,7 +252,7 @@ def test_too_much_pending_audio_is_an_error_for_that_stream(engine_config: Engin
     engine.submit(OpenStream(1, events.sink(1)))
     engine.submit(AppendAudio(1, np.zeros(48000, dtype=np.float32)))
     run_until_idle(engine)
-    assert [e.code for e in events.of_type(1, EventType.ERROR)] == ["too_much_audio"]
+    assert [e.code for e in events.of_type(1, Error)] == ["too_much_audio"]
     assert events.done(1).finish_reason == "error"
     assert_pool_full(engine)
 
@@ -268,6 +268,6 @@ def test_engine_config_rejects_bad_values() -> None:
         EngineConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="device must be"):
         EngineConfig(device="tpu")
-    with pytest.raises(ValueError, match="max_wait_time_s must be >= 0"):
+    with pytest.raises(ValueError, match="max_wait_time_s=-1.0: it must be >= 0"):
         EngineConfig(max_wait_time_s=-1.0)
     assert EngineConfig(max_wait_time_s=math.inf).max_wait_time_s == math.inf

@@ -66,3 +66,10 @@ def test_config_is_validated() -> None:
         FirstPassGuard(max_char_distance=0.0)
     with pytest.raises(ValueError, match="min_words must be >= 1"):
         FirstPassGuard(min_words=0)
+
+
+def test_a_first_pass_without_an_lm_gets_no_distance_check() -> None:
+    guard = FirstPassGuard(max_word_ratio=3.0)
+    assert guard.for_first_pass(has_lm=True) is guard
+    loose = guard.for_first_pass(has_lm=False)
+    assert loose.max_char_distance is None and loose.max_word_ratio == 3.0

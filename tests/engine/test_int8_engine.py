@@ -77,12 +77,12 @@ def test_int8_is_a_dtype_choice_with_float32_activations() -> None:
 
 def test_auto_dtype_is_bfloat16_only_for_whisper_ctc_on_native_bf16_cpus(
         whisper_dir: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import oasr.engine.config as config_module
+    import oasr.engine.dtypes as dtypes_module
 
     cpu = torch.device("cpu")
     auto = EngineConfig()
     for native in (True, False):
-        monkeypatch.setattr(config_module, "cpu_has_native_bf16", lambda native=native: native)
+        monkeypatch.setattr(dtypes_module, "cpu_has_native_bf16", lambda native=native: native)
         want = torch.bfloat16 if native else torch.float32
         assert auto.resolve_dtype(cpu, "whisper_ctc") == want
         assert auto.resolve_dtype(cpu, "conformer_ctc") == torch.float32
@@ -90,7 +90,7 @@ def test_auto_dtype_is_bfloat16_only_for_whisper_ctc_on_native_bf16_cpus(
         assert not auto.int8_linears
         assert replace(auto, dtype="float32").resolve_dtype(cpu, "whisper_ctc") == torch.float32
     assert auto.resolve_dtype(torch.device("cuda"), "whisper_ctc") == torch.float16
-    monkeypatch.setattr(config_module, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(dtypes_module, "cpu_has_native_bf16", lambda: True)
     whisper = ASREngine(replace(_config(whisper_dir), dtype="auto")).resources
     assert whisper.cache_config.dtype == torch.bfloat16
     assert next(whisper.model.parameters()).dtype == torch.bfloat16

@@ -101,7 +101,7 @@ def test_padded_cohorts_give_every_stream_the_unpadded_result(
         torch.testing.assert_close(torch.cat(padded_rec.log_probs[sid]),
                                    torch.cat(plain_rec.log_probs[sid]), atol=1e-6, rtol=1e-6)
     assert_pool_full(padded_engine)
-    assert padded_engine.resources.states.slot_pool.num_free_slots == 8
+    assert padded_engine.resources.slots.num_free_slots == 8
     (scratch,) = padded_engine.resources.pool.scratch_block_ids
     assert padded_engine.resources.pool.k_pool[:, scratch].abs().sum() > 0  # pad rows wrote there
 
@@ -125,7 +125,7 @@ def test_padded_slot_runtime_gives_every_stream_the_unpadded_result(
         torch.testing.assert_close(torch.cat(padded_rec.log_probs[sid]),
                                    torch.cat(plain_rec.log_probs[sid]), atol=1e-5, rtol=0)
     states = engine.resources.states
-    assert states.slot_pool.num_free_slots == 4 and not states.stream_ids
+    assert engine.resources.slots.num_free_slots == 4 and not states.stream_ids
 
 
 def test_steps_stage_through_the_same_buffers(engine_config: EngineConfig,

@@ -92,7 +92,7 @@ def test_engine_admits_in_the_scheduler_order(engine_config: EngineConfig, speec
 
     from engine_helpers import Collector
 
-    from oasr.engine import ASREngine, EventType
+    from oasr.engine import ASREngine, Ready
     from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 
     engine = ASREngine(replace(engine_config, max_batch_size=1,
@@ -107,7 +107,7 @@ def test_engine_admits_in_the_scheduler_order(engine_config: EngineConfig, speec
     for step in range(10_000):
         engine.step()
         for sid in lengths:
-            if sid not in ready_at and events.of_type(sid, EventType.READY):
+            if sid not in ready_at and events.of_type(sid, Ready):
                 ready_at[sid] = step
         if not engine.requests:
             break

@@ -11,7 +11,7 @@ import torch
 from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
 
 from oasr.decoding import EndpointConfig, EndpointRule
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, Done, EngineConfig, Final
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
 from oasr.engine.request import SegmentAudio
 from oasr.text.wer import normalize_transcript, word_error_rate
@@ -40,16 +40,16 @@ def test_final_text_comes_from_whisper(config: EngineConfig, speech: list[np.nda
     expected = {1: "the weather is nice today so we will walk to the park",
                 2: "turn the volume down a little bit please"}
     for sid, words in expected.items():
-        finals = events.of_type(sid, EventType.FINAL)
+        finals = events.of_type(sid, Final)
         assert [f.source for f in finals] == ["whisper"]
         # Whisper tiny.en's own greedy reading (one near-miss word on tts_00 is its own)
         assert word_error_rate(words, finals[0].text) <= 1 / len(words.split())
-        assert events.events[sid][-1].type is EventType.DONE
+        assert isinstance(events.events[sid][-1], Done)
         assert events.done(sid).num_segments == 1
-    second = engine.stats.snapshot["second_pass"]
-    assert second["enabled"] and second["num_second_pass_finals"] == 2
-    assert second["backlog"] == 0
-    assert "recent" not in second  # stats carry counts, never anyone's words
+    second = engine.stats.snapshot.second_pass
+    assert second.enabled and second.num_second_pass_finals == 2
+    assert second.backlog == 0
+    assert "recent" not in second.to_json()  # stats carry counts, never anyone's words
     assert_pool_full(engine)
     engine.shutdown()
 
@@ -69,12 +69,12 @@ def test_segments_stay_in_order_and_done_comes_last(config: EngineConfig,
     engine.submit(AppendAudio(1, speech[2]))  # 11 s: five or six segments
     engine.submit(EndStream(1))
     run_until_idle_with_finals(engine)
-    finals = events.of_type(1, EventType.FINAL)
+    finals = events.of_type(1, Final)
     assert len(finals) >= 4
     assert [f.segment for f in finals] == list(range(len(finals)))
     assert [f.reason for f in finals[:-1]] == ["endpoint"] * (len(finals) - 1)
     assert all(a.end <= b.start + 1e-6 for a, b in zip(finals, finals[1:], strict=False))
-    assert events.events[1][-1].type is EventType.DONE
+    assert isinstance(events.events[1][-1], Done)
     assert events.done(1).num_segments == len(finals)
     assert {f.source for f in finals} == {"whisper"}
     assert "country" in normalize_transcript(" ".join(f.text for f in finals)).split()
@@ -93,7 +93,7 @@ def test_abort_drops_pending_finals(config: EngineConfig, speech: list[np.ndarra
     assert engine.requests[1].pending_finals, "no segment reached the second pass"
     engine.submit(AbortStream(1))
     run_until_idle_with_finals(engine)
-    assert events.events[1][-1].type is EventType.DONE
+    assert isinstance(events.events[1][-1], Done)
     assert events.done(1).finish_reason == "abort"
     assert_pool_full(engine)
     assert engine.finals.worker is not None
@@ -108,11 +108,11 @@ def test_backlog_falls_back_to_ctc_text(config: EngineConfig, speech: list[np.nd
         engine.submit(AppendAudio(sid, speech[3]))
         engine.submit(EndStream(sid))
     run_until_idle_with_finals(engine)
-    sources = sorted(events.of_type(s, EventType.FINAL)[0].source for s in (1, 2, 3))
+    sources = sorted(events.of_type(s, Final)[0].source for s in (1, 2, 3))
     assert "ctc" in sources and "whisper" in sources
-    second = engine.stats.snapshot["second_pass"]
-    assert second["num_backlog_full"] == sources.count("ctc")
-    assert second["finals_by_source"] == {"whisper": sources.count("whisper"),
+    second = engine.stats.snapshot.second_pass
+    assert second.num_backlog_full == sources.count("ctc")
+    assert second.finals_by_source == {"whisper": sources.count("whisper"),
                                           "ctc": sources.count("ctc"), "combined": 0}
     assert all(events.done(s).finish_reason == "stop" for s in (1, 2, 3))
     engine.shutdown()
@@ -152,9 +152,9 @@ def test_speech_the_ctc_pass_missed_still_gets_a_whisper_final(
         engine.submit(AppendAudio(sid, audio))
         engine.submit(EndStream(sid))
     run_until_idle_with_finals(engine)
-    finals = events.of_type(1, EventType.FINAL)
+    finals = events.of_type(1, Final)
     assert [f.source for f in finals] == ["whisper"]
     assert word_error_rate("turn the volume down a little bit please", finals[0].text) <= 1 / 8
-    assert events.of_type(2, EventType.FINAL) == []
+    assert events.of_type(2, Final) == []
     assert events.done(2).finish_reason == "stop"
     engine.shutdown()

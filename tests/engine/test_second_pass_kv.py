@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
 
-from oasr.cache.decoder_kv import FP8_DTYPE
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.fmha.fp8 import FP8_DTYPE
 from oasr.text.wer import word_error_rate
 
 whisper = pytest.importorskip("oasr.models.whisper")
@@ -40,7 +40,7 @@ def test_fp8_decoder_kv_serves_whisper_finals(engine_config: EngineConfig,
     engine.submit(AppendAudio(1, speech[0]))
     engine.submit(EndStream(1))
     run_until_idle_with_finals(engine)
-    finals = events.of_type(1, EventType.FINAL)
+    finals = events.of_type(1, Final)
     assert [f.source for f in finals] == ["whisper"]
     words = "the weather is nice today so we will walk to the park"
     assert word_error_rate(words, finals[0].text) <= 1 / len(words.split())

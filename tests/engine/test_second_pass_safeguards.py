@@ -15,7 +15,7 @@ import soundfile as sf
 from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
 
 from oasr.decoding import EndpointConfig
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass import SecondPassWorker
@@ -100,8 +100,8 @@ def test_a_segment_that_loops_greedy_whisper_gets_a_bounded_sane_final(stress) -
     # greedy under the safeguards: the loop is stopped and decoded again at a temperature
     engine, events = _finals(_config(second_pass_decode=greedy), clips)
     _assert_bounded_and_sane(events, references)
-    second = engine.stats.snapshot["second_pass"]
-    assert second["num_temperature_fallbacks"] >= 1, second
+    second = engine.stats.snapshot.second_pass
+    assert second.num_temperature_fallbacks >= 1, second
     assert_pool_full(engine)
     engine.shutdown()
 
@@ -153,11 +153,11 @@ def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
     engine.submit(AppendAudio(1, audio))
     engine.submit(EndStream(1))
     run_until_idle_with_finals(engine)
-    finals = events.of_type(1, EventType.FINAL)
+    finals = events.of_type(1, Final)
     assert [f.source for f in finals] == ["ctc"]
     assert finals[0].text == ctc_text  # the first pass's own text, not Whisper's
-    second = engine.stats.snapshot["second_pass"]
-    assert second["num_rejected"] == 1 and second["rejected"][reason] == 1, second
-    assert second["num_second_pass_finals"] == 0 and second["num_first_pass_finals"] == 1
+    second = engine.stats.snapshot.second_pass
+    assert second.num_rejected == 1 and second.rejected[reason] == 1, second
+    assert second.num_second_pass_finals == 0 and second.num_first_pass_finals == 1
     assert_pool_full(engine)
     engine.shutdown()

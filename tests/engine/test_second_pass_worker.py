@@ -19,14 +19,16 @@ import pytest
 from engine_helpers import Collector, run_until_idle_with_finals
 
 from oasr.decoding import EndpointConfig, EndpointRule, Hypothesis
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.engine.events import Final
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import GuardVerdict
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.refine import RefineState
 from oasr.engine.request import Request, SegmentAudio
 from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
+from oasr.engine.snapshot import SecondPassSnapshot
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.text.wer import normalize_transcript
 
@@ -242,10 +244,10 @@ def test_finals_through_the_engine_carry_the_previous_segment(
         engine.submit(AppendAudio(1, audio))
         engine.submit(EndStream(1))
         run_until_idle_with_finals(engine)
-        finals = events.of_type(1, EventType.FINAL)
+        finals = events.of_type(1, Final)
         assert [f.source for f in finals] == ["whisper", "whisper"]
         texts[context_s] = [normalize_transcript(f.text) for f in finals]
-        with_context = engine.stats.snapshot["second_pass"]["num_with_context"]
+        with_context = engine.latest_stats().second_pass.num_with_context
         assert with_context == (1 if context_s else 0)
         engine.shutdown()
     # the second final is the second sentence alone, with or without the first as context
@@ -265,7 +267,7 @@ def bundled() -> EngineConfig:
                         max_batch_size=4, refine=None, endpoint=EndpointConfig.wenet())
 
 
-def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], dict[str, int]]:
+def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], SecondPassSnapshot]:
     """One stream fed in 0.64 s pieces, as a live client's audio comes; after each piece the
     second pass catches up (an idle server: early decodes start only without a backlog)."""
     engine = ASREngine(config)
@@ -283,9 +285,9 @@ def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], dict[
             engine.step()
     engine.submit(EndStream(1))
     run_until_idle_with_finals(engine)
-    second = engine.stats.snapshot["second_pass"]
+    second = engine.latest_stats().second_pass
     engine.shutdown()
-    return [f.text for f in events.of_type(1, EventType.FINAL)], second
+    return [f.text for f in events.of_type(1, Final)], second
 
 
 @pytest.mark.slow
@@ -299,9 +301,9 @@ def test_an_early_decode_at_the_pause_becomes_the_final(
     plain, plain_stats = _run_live(replace(bundled, early_final_s=0.0), audio)
     # 0.16 s: a chunk boundary (every 0.64 s) surely falls in the inner pause after it
     early, early_stats = _run_live(replace(bundled, early_final_s=0.16), audio)
-    assert plain_stats["num_early_finals"] == 0 and len(plain) == 2
-    assert early_stats["num_early_finals"] == 2  # both finals were decoded at their pause
-    assert early_stats["num_early_discarded"] >= 1  # the pause inside the first sentence
+    assert plain_stats.num_early_finals == 0 and len(plain) == 2
+    assert early_stats.num_early_finals == 2  # both finals were decoded at their pause
+    assert early_stats.num_early_discarded >= 1  # the pause inside the first sentence
     assert [normalize_transcript(t) for t in early] == [normalize_transcript(t) for t in plain]
 
 

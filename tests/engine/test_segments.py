@@ -11,7 +11,7 @@ import pytest
 
 from oasr.audio import read_audio
 from oasr.decoding import EndpointConfig
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig, Final, Partial
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from tests.engine.conftest import DEVSET
 
@@ -42,7 +42,7 @@ def segments(audio: np.ndarray, endpoint: EndpointConfig) -> list[tuple[str, flo
     finals: list[tuple[str, float]] = []
 
     def sink(event) -> None:
-        if event.type is EventType.FINAL:
+        if isinstance(event, Final):
             request = engine.requests.get(1)
             cut = request.num_frames_decoded * 0.02 if request is not None else -1.0
             finals.append((event.text, cut))
@@ -99,7 +99,7 @@ def test_no_text_before_speech_on_leading_silence_and_low_noise() -> None:
     texts: list[tuple[float, str]] = []
     engine.submit(OpenStream(1, lambda e: texts.append(
         (engine.requests[1].num_frames_decoded * 0.02 if 1 in engine.requests else 99.0, e.text))
-        if e.type in (EventType.PARTIAL, EventType.FINAL) else None))
+        if isinstance(e, (Partial, Final)) else None))
     engine.submit(AppendAudio(1, np.concatenate([lead, speech])))
     engine.submit(EndStream(1))
     engine.step()

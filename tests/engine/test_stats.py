@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from engine_helpers import Collector, run_until_idle
 
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.stats import NUM_RECENT_STEPS
 
@@ -47,17 +47,17 @@ def test_recent_batch_sizes_are_the_widths_of_the_last_steps(
         engine.submit(EndStream(sid))
     run_until_idle(engine)
     assert 2 in widths
-    assert engine.stats.snapshot["step"]["recent_batch_sizes"] == widths
+    assert list(engine.stats.snapshot.step.recent_batch_sizes) == widths
 
     engine.submit(OpenStream(3, events.sink(3)))  # then one alone, long enough to roll over
     engine.submit(AppendAudio(3, np.concatenate([speech[2]] * 5)))  # 55 s: ~86 steps
     engine.submit(EndStream(3))
     run_until_idle(engine)
-    series = engine.stats.snapshot["step"]["recent_batch_sizes"]
+    series = list(engine.stats.snapshot.step.recent_batch_sizes)
     assert len(widths) > NUM_RECENT_STEPS
     assert series == widths[-NUM_RECENT_STEPS:]
     assert set(series) == {1}
-    assert engine.stats.snapshot["step"]["last_batch_size"] == 1
+    assert engine.stats.snapshot.step.last_batch_size == 1
 
 
 def test_idle_steps_leave_the_series_alone(engine_config: EngineConfig,
@@ -68,12 +68,12 @@ def test_idle_steps_leave_the_series_alone(engine_config: EngineConfig,
     engine.submit(AppendAudio(1, speech[1]))
     engine.submit(EndStream(1))
     run_until_idle(engine)
-    before = engine.stats.snapshot["step"]["recent_batch_sizes"]
+    before = engine.stats.snapshot.step.recent_batch_sizes
     assert before and set(before) == {1}
     for _ in range(5):
         engine.step()
     engine.stats.refresh(engine.requests, engine.scheduler)
-    assert engine.stats.snapshot["step"]["recent_batch_sizes"] == before
+    assert engine.stats.snapshot.step.recent_batch_sizes == before
 
 
 def test_finals_are_counted_by_source_with_no_text(engine_config: EngineConfig,
@@ -85,13 +85,13 @@ def test_finals_are_counted_by_source_with_no_text(engine_config: EngineConfig,
         engine.submit(AppendAudio(sid, audio))
         engine.submit(EndStream(sid))
     run_until_idle(engine)
-    num_finals = sum(len(events.of_type(sid, EventType.FINAL)) for sid in (1, 2))
+    num_finals = sum(len(events.of_type(sid, Final)) for sid in (1, 2))
     assert num_finals >= 2
-    second = engine.stats.snapshot["second_pass"]
-    assert second["finals_by_source"] == {"whisper": 0, "ctc": num_finals, "combined": 0}
-    step = engine.stats.snapshot["step"]
-    assert _numbers_only(step) and _numbers_only(second["finals_by_source"])
-    json.dumps(engine.stats.snapshot)  # what /api/stats serves
+    second = engine.stats.snapshot.second_pass
+    assert second.finals_by_source == {"whisper": 0, "ctc": num_finals, "combined": 0}
+    step = engine.stats.snapshot.step
+    assert _numbers_only(step.to_json()) and _numbers_only(second.finals_by_source)
+    json.dumps(engine.stats.snapshot.to_json())  # what /api/stats serves
 
 
 def test_a_new_stream_is_in_the_next_snapshot(engine_config: EngineConfig,
@@ -103,10 +103,10 @@ def test_a_new_stream_is_in_the_next_snapshot(engine_config: EngineConfig,
     engine.step()
     engine.submit(OpenStream(1, events.sink(1)))
     engine.step()
-    streams = engine.stats.snapshot["streams"]
-    assert streams["active"] + streams["waiting"] == 1
+    streams = engine.stats.snapshot.streams
+    assert streams.active + streams.waiting == 1
     engine.submit(AppendAudio(1, speech[1][:16000]))
     engine.submit(EndStream(1))
     run_until_idle(engine)
-    assert engine.stats.snapshot["finish_reasons"]["stop"] == 1
-    assert engine.stats.snapshot["streams"]["active"] == 0
+    assert engine.stats.snapshot.finish_reasons["stop"] == 1
+    assert engine.stats.snapshot.streams.active == 0

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from engine_helpers import transcribe_alone
 
-from oasr.engine import EngineConfig, EngineThread, EventType, StreamEvent
+from oasr.engine import Done, EngineConfig, EngineThread, Final, Ready, StreamEvent
 
 
 def _pcm16(audio: np.ndarray) -> bytes:
@@ -55,16 +55,16 @@ def test_streams_from_several_threads_match_alone(engine: EngineThread,
         t.join(120)
     for i in range(3):
         events = results[i]
-        assert events[0].type is EventType.READY
-        assert events[-1].type is EventType.DONE and events[-1].finish_reason == "stop"
+        assert isinstance(events[0], Ready)
+        assert isinstance(events[-1], Done) and events[-1].finish_reason == "stop"
         quantised = np.clip(speech[i], -1, 1) * 32767
         alone = transcribe_alone(engine_config, (quantised.astype(np.int16) / 32768.0).astype(np.float32))
-        finals = [e.text for e in events if e.type is EventType.FINAL]
+        finals = [e.text for e in events if isinstance(e, Final)]
         assert finals == alone.finals(1)
     stats = engine.stats()
-    assert stats["engine_alive"] is True
-    assert stats["finish_reasons"]["stop"] == 3
-    assert stats["pool"]["num_used_blocks"] == 0
+    assert stats.engine_alive is True
+    assert stats.finish_reasons["stop"] == 3
+    assert stats.pool.num_used_blocks == 0
 
 
 def test_feed_after_end_and_unknown_stream(engine: EngineThread) -> None:
@@ -113,4 +113,4 @@ def test_a_dead_loop_reports_not_ready(engine_config: EngineConfig) -> None:
     thread._thread.join(10)  # type: ignore[union-attr]
     assert not thread.is_alive() and not thread.ready
     assert isinstance(thread.error, MemoryError)
-    assert thread.stats()["engine_alive"] is False
+    assert thread.stats().engine_alive is False

@@ -11,7 +11,7 @@ import numpy as np
 
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from oasr.engine.events import EventType, StreamEvent
+from oasr.engine.events import Done, StreamEvent
 
 
 def test_a_backlog_the_engine_works_through_slowly_is_not_idle(
@@ -28,7 +28,7 @@ def test_a_backlog_the_engine_works_through_slowly_is_not_idle(
     engine.submit(EndStream(1))
     for _ in range(10):
         engine.step()
-    done = [e for e in events if e.type is EventType.DONE]
+    done = [e for e in events if isinstance(e, Done)]
     assert [d.finish_reason for d in done] == ["stop"], events[-3:]
 
 
@@ -38,12 +38,12 @@ def test_a_stream_feeding_under_the_minimum_rate_times_out_with_a_reason(
     events: list[StreamEvent] = []
     engine.submit(OpenStream(1, events.append))
     began = time.monotonic()
-    while not any(e.type is EventType.DONE for e in events):
+    while not any(isinstance(e, Done) for e in events):
         assert time.monotonic() - began < 10, events
         engine.submit(AppendAudio(1, speech[0][:160]))  # 10 ms of audio every 200 ms: 5% of
         engine.step()  # real time, and never silent long enough for the idle timeout
         time.sleep(0.2)
-    done = next(e for e in events if e.type is EventType.DONE)
+    done = next(e for e in events if isinstance(e, Done))
     assert done.finish_reason == "timeout"
     assert "under 10% of real time" in done.message
     assert done.to_json()["message"] == done.message

@@ -20,7 +20,7 @@ import pytest
 import torch
 from engine_helpers import Collector, assert_pool_full, run_until_idle
 
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
 from oasr.engine.family import WhisperCtcFamily
 from oasr.engine.model_runner import BatchPlan, StepOutput
@@ -103,7 +103,7 @@ def test_load_model_picks_the_family(whisper_dir: Path) -> None:
     assert engine.resources.cache_config.num_layers == 2
     assert (engine.resources.cache_config.n_kv_head, engine.resources.cache_config.head_dim) == (2, 16)
     assert sorted(engine.resources.states.specs) == ["conv1", "conv2"]
-    assert engine.latest_stats()["model"]["chunk_ms"] == CHUNK * 20
+    assert engine.latest_stats().model.chunk_ms == CHUNK * 20
     with pytest.raises(TypeError, match="no Conformer conv cache"):
         _ = engine.resources.cnn
 
@@ -170,7 +170,7 @@ def test_position_limit_resets_the_stream_without_losing_audio(short_positions_d
     chunks = recorder.feats[1]
     assert len(chunks) == 13
     assert engine.stats.endpoints["max_length"] == 4  # after chunks 3, 6, 9 and 12
-    finals = events.of_type(1, EventType.FINAL)
+    finals = events.of_type(1, Final)
     assert [f.reason for f in finals][:4] == ["max_length"] * min(4, len(finals))
     assert all(f.end <= 3 * CHUNK * 0.02 * (k + 1) + 1e-9 for k, f in enumerate(finals[:4]))
     # every frame decoded once: 100 encoder frames of 20 ms

@@ -99,8 +99,8 @@ def _assert_slots_back(engine: ASREngine) -> None:
     assert res.num_free_slots == res.cache_config.max_batch_size
     assert res.states.stream_ids == []
     assert res.transducer is not None and not any(s in res.transducer for s in range(1, 9))
-    pool = engine.latest_stats()["pool"]
-    assert pool["kind"] == "slots" and pool["num_used_slots"] == 0
+    pool = engine.latest_stats().pool
+    assert pool.kind == "slots" and pool.num_used_slots == 0
 
 
 def test_the_family_declares_its_state_and_keeps_no_paged_pool() -> None:
@@ -114,8 +114,8 @@ def test_the_family_declares_its_state_and_keeps_no_paged_pool() -> None:
     assert res.states.buffers["processed_lens"].dtype == torch.int32
     assert res.states.buffers["layer3.cached_key"].shape == (64 // 8, 5, 8 * 8)  # slot axis 1
     stats = engine.latest_stats()
-    assert stats["pool"]["kind"] == "slots" and stats["pool"]["num_blocks"] == 0
-    assert stats["pool"]["num_slots"] == 4 and stats["model"]["family"] == "zipformer"
+    assert stats.pool.kind == "slots" and stats.pool.num_blocks == 0
+    assert stats.pool.num_slots == 4 and stats.model.family == "zipformer"
 
 
 def test_the_engine_chunk_picks_icefalls_decode_setting() -> None:
@@ -181,7 +181,7 @@ def test_abort_reset_and_finish_return_every_slot(speech: list[np.ndarray]) -> N
         engine.step()
     res = engine.resources
     engine.stats.refresh(engine.requests, engine.scheduler)  # not only every 0.1 s
-    assert res.num_free_slots == 1 and engine.latest_stats()["pool"]["num_used_slots"] == 3
+    assert res.num_free_slots == 1 and engine.latest_stats().pool.num_used_slots == 3
     slot = res.states.slot_of(2)
     assert res.states.buffers["embed_left_pad"][slot].abs().sum() > 0
     res.reset_stream(2)  # an endpoint: rows zeroed in place, slot and hypothesis start over

@@ -13,8 +13,8 @@ import torch
 from ct2_writer import write_tiny_tokenizer
 from whisper_testutil import TINY, TINY_SPEC, tiny_encoded, tiny_model
 
-from oasr.cache.decoder_kv import FP8_DTYPE
 from oasr.engine import EngineConfig
+from oasr.fmha.fp8 import FP8_DTYPE
 from oasr.models.whisper import WhisperCheckpoint, WhisperTokenizer
 from oasr.models.whisper import quantization as quant
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from oasr.engine import ASREngine, EngineConfig, EventType
+from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.models import AsrModel, ConformerConfig, save_model
@@ -130,7 +130,7 @@ def test_engine_streams_of_noise_get_no_hallucinated_final(checkpoint: WhisperCh
 
     def sink(sid: int):  # type: ignore[no-untyped-def]
         def put(event) -> None:  # type: ignore[no-untyped-def]
-            if event.type is EventType.FINAL:
+            if isinstance(event, Final):
                 finals[sid].append(event.text)
                 sources[sid].append(event.source)
         return put
@@ -149,5 +149,5 @@ def test_engine_streams_of_noise_get_no_hallucinated_final(checkpoint: WhisperCh
     assert engine.is_idle
     assert sources == {1: ["whisper"], 2: ["whisper"]}  # the segments did reach Whisper
     assert finals == {1: [""], 2: [""]}
-    second = engine.stats.snapshot["second_pass"]
-    assert second["num_no_voice"] + second["num_no_speech"] == 2, second
+    second = engine.stats.snapshot.second_pass
+    assert second.num_no_voice + second.num_no_speech == 2, second

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from oasr.cache import BlockPool, CacheConfig
-from oasr.cache.decoder_kv import FP8_DTYPE, DecoderKVCacheManager
+from oasr.cache.decoder_kv import DecoderKVCacheManager
+from oasr.fmha.fp8 import FP8_DTYPE
 from oasr.models.whisper import DecodingSpec, WhisperConfig, WhisperModel
 from oasr.models.whisper.model import DecoderKvStore
 

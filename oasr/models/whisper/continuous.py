@@ -25,19 +25,14 @@ import numpy as np
 import torch
 
 from oasr.cache.decoder_kv import PagedDecoderKv
+from oasr.models.whisper.beam_pass import beam_first_decodes
 from oasr.models.whisper.decode_requests import (
     DecodeRequest,
     PendingDecode,
     RunningRow,
     SecondPassResult,
 )
-from oasr.models.whisper.decoding import (
-    beam_search,
-    default_max_new_tokens,
-    no_speech_probs,
-    suppression_masks,
-)
-from oasr.models.whisper.dense_kv import DecoderKv
+from oasr.models.whisper.decoding import default_max_new_tokens, no_speech_probs, suppression_masks
 from oasr.models.whisper.frontend import HOP_LENGTH, N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.safeguards import DecodeAttempt, best_attempt
@@ -179,8 +174,7 @@ class ContinuousWhisperDecoder:
 
     def _beam_step(self) -> list[SecondPassResult]:
         """The waiting requests' temperature-0 decodes, up to ``max_rows`` of them, by beam
-        search in one batched call to the end (dense per-request K/V, the cross K/V shared by
-        a request's beams); each then passes, or waits for its sampled fallback."""
+        search (`beam_first_decodes`); each then passes, or waits for its sampled fallback."""
         firsts = [p for p in self._waiting if self._beamed(p.request)]
         if not firsts:
             return []
@@ -188,42 +182,20 @@ class ContinuousWhisperDecoder:
         batch = [p for p in firsts if len(p.request.prefix) == width][: self.config.max_rows]
         for p in batch:
             self._waiting.remove(p)
-        model, spec = self.checkpoint.model, self.checkpoint.spec
         self._encode(batch)
-        states = [p.request.encoded for p in batch]
-        encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
-                                  tuple(s.num_encoded[0] for s in states if s is not None))
-        limit = max(p.request.max_new_tokens for p in batch)
-        kv = DecoderKv(self.encoder.cross_kv(encoded), len(spec.prompt) + width + limit,
-                       self.config.kv_cache, shared_cross=True)
-        prompts = torch.tensor([list(self._prompt(p.request)) for p in batch], device=model.device)
-        hyps = beam_search(model, spec, kv, self.config.beam_size, limit, prompt=prompts)
+        requests = [p.request for p in batch]
+        attempts = beam_first_decodes(self.checkpoint, self.encoder, self.config, requests,
+                                      [self._prompt(r) for r in requests])
         done = []
-        for p, hyp in zip(batch, hyps, strict=True):
-            tokens = hyp.tokens[: p.request.max_new_tokens]
-            truncated = len(hyp.tokens) >= p.request.max_new_tokens
-            repetition = self.config.repetition
-            looped = repetition is not None and any(
-                repetition.is_looping(tokens[:n]) for n in range(1, len(tokens) + 1))
-            p.request.samples, p.request.num_rows = [], 1
-            attempt = self._attempt(p.request, tokens, 0.0, hyp.log_prob, hyp.no_speech_prob,
-                                    looped, truncated and not looped)
-            result = self._settle(p.request, attempt)
+        for request, attempt in zip(requests, attempts, strict=True):
+            request.samples, request.num_rows = [], 1
+            result = self._settle(request, attempt)
             if result is not None:
                 done.append(result)
         return done
 
     def _prompt(self, request: DecodeRequest) -> tuple[int, ...]:
         return self.checkpoint.spec.prompt + request.prefix
-
-    def _attempt(self, request: DecodeRequest, generated: tuple[int, ...], temperature: float,
-                 log_prob: float, no_speech_prob: float | None, looped: bool,
-                 truncated: bool) -> DecodeAttempt:
-        """A decode's record: the request's prefix and the generated tokens, their text; the
-        average log-probability is the generated tokens' (end token counted)."""
-        tokens = request.prefix + tuple(generated)
-        return DecodeAttempt(tokens, self.checkpoint.tokenizer.decode(tokens), temperature,
-                             log_prob / (len(generated) + 1), no_speech_prob, looped, truncated)
 
     def _row_temperatures(self, request: DecodeRequest) -> list[float]:
         """The temperature of each row of the request's next decode: one row for the first
@@ -359,8 +331,9 @@ class ContinuousWhisperDecoder:
         eot = self.checkpoint.spec.eot
         tokens = tuple(row.tokens[:-1] if row.tokens[-1] == eot else row.tokens)
         request = row.request
-        request.samples.append(self._attempt(request, tokens, row.temperature, row.log_prob,
-                                             row.no_speech_prob, looped, truncated))
+        request.samples.append(request.attempt(self.checkpoint.tokenizer, tokens,
+                                               row.temperature, row.log_prob,
+                                               row.no_speech_prob, looped, truncated))
         if len(request.samples) < request.num_rows:
             return None  # other rows of this decode still running
         if request.temperature_index == 0:

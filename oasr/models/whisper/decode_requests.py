@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from oasr.models.whisper.safeguards import DecodeAttempt
+from oasr.models.whisper.tokenizer import WhisperTokenizer
 from oasr.models.whisper.window import EncodedSegments
 
 
@@ -56,6 +57,15 @@ class DecodeRequest:
     temperature_index: int = 0  # 0: the first decode; 1: the fallback ladder
     samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
     num_rows: int = 1  # rows decoding this temperature
+
+    def attempt(self, tokenizer: WhisperTokenizer, generated: tuple[int, ...],
+                temperature: float, log_prob: float, no_speech_prob: float | None,
+                looped: bool, truncated: bool) -> DecodeAttempt:
+        """A decode's record: this request's prefix and the generated tokens, their text; the
+        average log-probability is the generated tokens' (end token counted)."""
+        tokens = self.prefix + tuple(generated)
+        return DecodeAttempt(tokens, tokenizer.decode(tokens), temperature,
+                             log_prob / (len(generated) + 1), no_speech_prob, looped, truncated)
 
 
 @dataclass

@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from oasr.cache.decoder_kv import (
-    FP8_DTYPE,
-    QuantizedKv,
-    causal_bias,
-    check_kv_cache_format,
-    quantize_fp8,
-)
 from oasr.fmha import dense_attention
+from oasr.fmha.decoder_attention import causal_bias
+from oasr.fmha.fp8 import FP8_DTYPE, QuantizedKv, check_kv_cache_format, quantize_fp8
 
 
 class _LayerBuffer:

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from oasr.cache.decoder_kv import FP8_DTYPE, check_kv_cache_format
 from oasr.fmha import ATTN_BACKEND_ENV
+from oasr.fmha.fp8 import FP8_DTYPE, check_kv_cache_format
 
 FP8_TILE = 16  # the fp8 gather reads head dims in 16-wide tiles
 FP8_MAX_HEAD_DIM = 256

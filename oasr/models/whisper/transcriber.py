@@ -12,12 +12,8 @@ import numpy as np
 import torch
 
 from oasr.cache import BlockPool, CacheConfig
-from oasr.cache.decoder_kv import (
-    FP8_DTYPE,
-    DecoderKVCacheManager,
-    check_kv_cache_format,
-    resolve_kv_storage,
-)
+from oasr.cache.decoder_kv import DecoderKVCacheManager, resolve_kv_storage
+from oasr.fmha.fp8 import FP8_DTYPE, check_kv_cache_format
 from oasr.models.whisper.decoding import (
     GreedyHypothesis,
     WhisperTranscript,

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from oasr.cache.state import StreamStateSpec
+from oasr.cache.state_spec import StreamStateSpec
 from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
 from oasr.models.whisper_ctc.config import WhisperCtcConfig
 from oasr.models.whisper_ctc.model import CONV_CONTEXT

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from oasr.cache.state import StreamStateSpec
+from oasr.cache.state_spec import StreamStateSpec
 from oasr.models.zipformer.beam_search import BeamState, beam_steps
 from oasr.models.zipformer.config import ZipformerConfig
 from oasr.models.zipformer.encoder import ZipformerEncoder

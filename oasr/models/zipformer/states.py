@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from oasr.cache.state import StreamStateSpec
+from oasr.cache.state_spec import StreamStateSpec
 from oasr.models.zipformer.config import ZipformerConfig
 from oasr.models.zipformer.encoder import LAYER_STATE_NAMES, LayerState
 from oasr.models.zipformer.frontend import CONVNEXT_CONTEXT, LAYER3_CHANNELS, front_end_width

@@ -1,4 +1,9 @@
-"""``StreamContext``: one stream's view of the attention, conv and CTC caches."""
+"""``StreamContext``: one stream's view of the attention, conv and CTC caches.
+
+The specification's per-request facade (seed §7): tests and the specification's examples drive
+a stream through it. The engine does not: it opens, steps and closes cohorts of streams
+through ``oasr.engine.streams.StreamResources``, which owns the slots.
+"""
 
 from __future__ import annotations
 
@@ -37,29 +42,27 @@ class StreamContext:
 
     @classmethod
     def open(
-        cls,
-        stream_id: int,
-        attention: AttentionCacheManager,
-        cnn: CnnCacheManager,
-        ctc: CtcStateCacheManager | None = None,
-        *,
-        vocab_size: int | None = None,
-        batch: int = 1,
+        cls, stream_id: int, attention: AttentionCacheManager, cnn: CnnCacheManager,
+        ctc: CtcStateCacheManager | None = None, *,
+        vocab_size: int | None = None, batch: int = 1, slot: int | None = None,
     ) -> StreamContext:
-        """Allocate the stream in every manager (one slot for all) and bundle them.
+        """Allocate the stream in every manager under one slot and bundle them.
 
+        Args:
+            slot: the stream's slot from the caller's ``StreamSlotPool``; None binds the lowest
+                slot the attention manager has not bound, and the others follow it.
         Raises:
-            ValueError: duplicate stream id, or ``ctc`` given without ``vocab_size``.
+            ValueError: duplicate stream id, a bound slot, or ``ctc`` without ``vocab_size``.
             RuntimeError: no free slot or no room for a prefilled window.
         """
         if ctc is not None and vocab_size is None:
             raise ValueError("StreamContext.open needs vocab_size to allocate a CTC state")
-        slot = attention.allocate_stream(stream_id)
+        slot = attention.allocate_stream(stream_id, slot)
         try:
             cnn.allocate_stream(stream_id, slot)
             if ctc is not None:
                 assert vocab_size is not None
-                ctc.allocate_stream(stream_id, batch, vocab_size=vocab_size)
+                ctc.allocate_stream(stream_id, batch, vocab_size, slot if batch == 1 else None)
         except BaseException:
             if stream_id in cnn:
                 cnn.free_stream(stream_id)
@@ -160,7 +163,7 @@ class StreamContext:
             self.ctc.reset_stream(self.stream_id)
 
     def free(self) -> None:
-        """Release the blocks, the slot, the conv slot and pool the decoder state."""
+        """Release the blocks, the slot, the conv slot and the decoder row."""
         if self.ctc is not None:
             self.ctc.free_stream(self.stream_id)
         self.cnn.free_stream(self.stream_id)

@@ -1,34 +1,12 @@
-"""StreamContext: lifecycle on tiny pools, and whole streams of the WeNet reference model
-through the cache layer (dense, paged, and two batched streams at different offsets)."""
+"""StreamContext (the reference API): lifecycle on tiny pools, and whole streams of the WeNet
+reference model through the cache layer (dense, paged, and two batched streams at different
+offsets)."""
 
-import json
-from pathlib import Path
-
-import numpy as np
 import pytest
 import torch
-from cache_helpers import assert_drained
+from cache_helpers import assert_drained, fbank_windows, managers
 
-from oasr.cache import (
-    AttentionCacheManager,
-    BlockPool,
-    CacheConfig,
-    CnnCacheManager,
-    CtcStateCacheManager,
-    StreamContext,
-)
-from oasr.decoding import GpuDecoderConfig
-from oasr.models import AsrModel, ConformerConfig
-
-FIXTURES = Path("/work/shared/fixtures/wenet")
-
-
-def managers(config, pad_lanes=0):
-    pool = BlockPool(config, scratch_blocks=1 if pad_lanes else 0)
-    att = AttentionCacheManager(pool, config, pad_lanes=pad_lanes)
-    cnn = CnnCacheManager(config, pad_lanes=pad_lanes)
-    ctc = CtcStateCacheManager(GpuDecoderConfig(), device=config.device)
-    return pool, att, cnn, ctc
+from oasr.cache import CacheConfig, StreamContext
 
 
 def test_open_binds_one_slot_and_free_returns_everything(make_config):
@@ -42,9 +20,10 @@ def test_open_binds_one_slot_and_free_returns_everything(make_config):
     assert torch.all(cnn.buffer[:, 1] == 1) and not cnn.buffer[:, 0].any()
     b.reset()
     assert b.num_cached_frames == 0 and not b.get_cnn_cache().any() and b.slot == 1
+    assert [c.get_decoder().state.pool_row for c in (a, b)] == [0, 1]  # decoder row == slot
     a.free()
     b.free()
-    assert ctc.num_pooled_states == 2 and cnn.stream_ids == []
+    assert ctc.stream_ids == [] and cnn.stream_ids == []
     assert_drained(att, pool)
 
 
@@ -53,7 +32,7 @@ def test_open_rolls_back_on_failure(make_config):
     cnn.allocate_stream(5, 2)
     with pytest.raises(ValueError, match="stream 5 is already allocated"):
         StreamContext.open(5, att, cnn, ctc, vocab_size=4)
-    assert 5 not in att and att.slot_pool.num_free_slots == 3
+    assert 5 not in att and att.stream_ids == []
     with pytest.raises(ValueError, match="vocab_size"):
         StreamContext.open(7, att, cnn, ctc)
     ctx = StreamContext.open(7, att, cnn)  # no decoder
@@ -76,22 +55,6 @@ def test_dense_commit_through_context(make_config):
 # ---------------------------------------------------------------- the WeNet reference model
 
 
-@pytest.fixture(scope="module")
-def reference():
-    with np.load(FIXTURES / "reference_outputs.npz") as data:
-        return {k: torch.from_numpy(data[k]) for k in data.files}
-
-
-@pytest.fixture(scope="module")
-def model():
-    meta = json.loads((FIXTURES / "config.json").read_text())
-    config = ConformerConfig(input_dim=meta["input_dim"], vocab_size=meta["output_dim"], **meta["encoder_conf"])
-    model = AsrModel(config)
-    state = torch.load(FIXTURES / "state_dict_fp16.pt", weights_only=True)
-    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
-    return model.eval()
-
-
 def model_cache_config(left, max_batch_size=1):
     return CacheConfig(num_layers=4, n_kv_head=4, head_dim=36, hidden_dim=144, kernel_size=15,
                        chunk_size=16, num_left_chunks=left, block_size_frames=16,
@@ -99,9 +62,10 @@ def model_cache_config(left, max_batch_size=1):
                        max_batch_size=max_batch_size, device="cpu", dtype=torch.float32)
 
 
-def windows(feats):
-    """(1, <=67, 80) fbank windows with stride 64, the streaming chunks of the utterance."""
-    return [feats[None, s : s + 67] for s in range(0, feats.size(0) - 6, 64)]
+def open_reference_stream(left):
+    """A stream of the reference model (vocabulary 32) in managers of its geometry."""
+    pool, att, cnn, ctc = managers(model_cache_config(left))
+    return pool, att, StreamContext.open(0, att, cnn, ctc, vocab_size=32)
 
 
 def greedy(log_probs):
@@ -112,10 +76,9 @@ def greedy(log_probs):
 @pytest.mark.parametrize("left", [4, -1])
 @torch.no_grad()
 def test_dense_context_reproduces_wenet_chunked(model, reference, left):
-    pool, att, cnn, ctc = managers(model_cache_config(left))
-    ctx = StreamContext.open(0, att, cnn, ctc, vocab_size=32)
+    pool, att, ctx = open_reference_stream(left)
     outputs, offset = [], 0
-    for xs in windows(reference["feats"]):
+    for xs in fbank_windows(reference["feats"]):
         att_cache, cnn_cache = ctx.get_wenet_caches()
         ys, new_att, new_cnn = model.encoder.forward_chunk(xs, offset, -1, att_cache, cnn_cache)
         ctx.commit_wenet_chunk(new_att, new_cnn, ys.size(1))
@@ -136,10 +99,9 @@ def test_dense_context_reproduces_wenet_chunked(model, reference, left):
 @pytest.mark.parametrize("left", [4, -1])
 @torch.no_grad()
 def test_paged_context_reproduces_wenet_chunked(model, reference, left):
-    pool, att, cnn, ctc = managers(model_cache_config(left))
-    ctx = StreamContext.open(0, att, cnn, ctc, vocab_size=32)
+    pool, att, ctx = open_reference_stream(left)
     outputs, offset = [], 0
-    for xs in windows(reference["feats"]):
+    for xs in fbank_windows(reference["feats"]):
         ctx.prepare_chunk()
         ys, ys_lens, new_cnn = model.encoder.forward_chunk_paged(
             xs, torch.tensor([xs.size(1)]), torch.tensor([offset]), ctx.get_att_caches(),
@@ -160,7 +122,7 @@ def test_two_batched_streams_at_different_offsets(model, reference):
     """Stream B starts two chunks after A; every step is one padded batched call."""
     config = model_cache_config(4, max_batch_size=2)
     pool, att, cnn, ctc = managers(config, pad_lanes=1)
-    chunks = windows(reference["feats"])[:7]  # full windows only
+    chunks = fbank_windows(reference["feats"])[:7]  # full windows only
     a, b = StreamContext.open(10, att, cnn), StreamContext.open(11, att, cnn)
     outs = {10: [], 11: []}
     for step in range(len(chunks) + 2):

@@ -1,0 +1,55 @@
+"""The engine's dtypes by name, and which one ``dtype="auto"`` picks on this machine."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+INT8 = "int8"  # int8 Linear weights and activations (`oasr.models.int8`), float32 elsewhere
+DTYPE_NAMES = ("auto", *_DTYPES, INT8)
+BF16_AUTO_FAMILY = "whisper_ctc"  # the family dtype "auto" runs in bfloat16 on such CPUs
+_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16, read
+    from /proc/cpuinfo; False where that file does not exist). Without them oneDNN emulates
+    bfloat16 and it is no faster than float32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return any(flag in flags for flag in _NATIVE_BF16_FLAGS)
+
+
+def resolve_dtype(name: str, device: torch.device, family_name: str | None = None) -> torch.dtype:
+    """The float dtype of activations and the K/V pool for dtype ``name`` (one of
+    `DTYPE_NAMES`); float32 with "int8".
+
+    "auto": float16 on CUDA; on CPU bfloat16 for a Whisper-CTC model when the CPU
+    multiplies bfloat16 natively (`cpu_has_native_bf16`), else float32. Why: on the
+    devset bfloat16 is within 1 WER point of float32 on real and synthetic speech (43.1 /
+    16.0 against 43.8 / 16.0 with the char + word LM; 44.4 / 20.8 against 45.1 / 19.8
+    with the char LM alone, docs/benchmarks.md), a 64-stream step takes about half the
+    CPU time, and the K/V pool half the bytes. int8 ("int8") is about as fast and, with
+    the current LM, as accurate, but failed the 1-point rule with the char LM alone, keeps
+    the K/V pool in float32, and its partials do not reproduce across batch compositions.
+    The Conformer keeps float32 (no trained Conformer to measure accuracy on).
+
+    Args:
+        family_name: the model family ("conformer_ctc" | "whisper_ctc"); None = unknown
+            (float32 on CPU).
+    """
+    if name == INT8:
+        return torch.float32
+    if name != "auto":
+        return _DTYPES[name]
+    if device.type == "cuda":
+        return torch.float16
+    if family_name == BF16_AUTO_FAMILY and cpu_has_native_bf16():
+        return torch.bfloat16
+    return torch.float32

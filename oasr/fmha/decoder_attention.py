@@ -1,0 +1,127 @@
+"""Attention of an autoregressive decoder over paged K/V: causal self-attention over a row's
+growing tokens, cross-attention over its fixed encoder frames, FP8 pages included.
+
+The cache layer's ``PagedDecoderKv`` holds the rows' block tables and lengths; the maths is
+here. Every function takes one layer's ``PagedKVCache`` (the pool's K/V and the rows' block
+table and lengths) and, for an FP8 pool, that layer's ``(k_scales, v_scales)``, each
+(num_physical_blocks, block_size, n_kv_head) fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oasr.fmha.fp8 import QuantizedKv, quantize_kv_store
+from oasr.fmha.paged import (
+    PagedKVCache,
+    _chunk_slots,
+    dense_attention,
+    gather_length,
+    key_padding_mask,
+    write_chunk_kv,
+)
+
+Fp8Scales = tuple[torch.Tensor, torch.Tensor]
+
+
+def causal_bias(num_cached: torch.Tensor, num_new: int, length: int) -> torch.Tensor | None:
+    """(B, 1, T, L) additive mask letting new token t of row b see keys j <= num_cached[b] + t.
+
+    None when ``num_new`` is 1: a lone new token sees every stored key of its row, which the
+    key padding mask already says.
+    """
+    if num_new == 1:
+        return None
+    steps = torch.arange(num_new, device=num_cached.device)
+    query_pos = num_cached.long().unsqueeze(1) + steps  # (B, T)
+    keys = torch.arange(length, device=num_cached.device)
+    hidden = keys[None, None, :] > query_pos[:, :, None]  # (B, T, L)
+    bias = torch.zeros(hidden.shape, dtype=torch.float32, device=num_cached.device)
+    return bias.masked_fill(hidden, float("-inf")).unsqueeze(1)
+
+
+def write_decoder_kv(cache: PagedKVCache, k: torch.Tensor, v: torch.Tensor,
+                     scales: Fp8Scales | None = None) -> None:
+    """Write K, V (B, T, H, D) at positions cache_seqlens[b] + t of each row's pages;
+    quantized to FP8 with per-vector scales when ``scales`` is given."""
+    if scales is None:
+        write_chunk_kv(cache, k, v)
+        return
+    heads, dim = k.shape[2:]
+    k_store = QuantizedKv(cache.k_cache.view(-1, heads, dim), scales[0].view(-1, heads))
+    v_store = QuantizedKv(cache.v_cache.view(-1, heads, dim), scales[1].view(-1, heads))
+    slots = _chunk_slots(cache, k.size(1))  # (B * T,)
+    quantize_kv_store(k.reshape(-1, heads, dim), v.reshape(-1, heads, dim), k_store, v_store,
+                      slots)
+
+
+def gather_pages_head_major(cache: PagedKVCache, length: int, dtype: torch.dtype,
+                            scales: Fp8Scales | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' first ``length`` positions (whole pages), K and V each (H, B, length, D) in
+    ``dtype``: one head-major gather per tensor, FP8 pages dequantized after the gather (only
+    the pages read, never the pool)."""
+    table = cache.block_table
+    batch = table.size(0)
+    ids = table[:, : length // cache.block_size].reshape(-1).long()  # (B * nb,)
+    heads, dim = cache.k_cache.shape[2:]
+    out = []
+    pool_scales = (None, None) if scales is None else scales
+    for pool, pool_scale in zip((cache.k_cache, cache.v_cache), pool_scales, strict=True):
+        pages = pool.index_select(0, ids)  # (B * nb, page, H, D)
+        if pool_scale is None:
+            tiles = pages.to(dtype)
+        else:
+            tiles = QuantizedKv(pages, pool_scale.index_select(0, ids)).dequantize(dtype)
+        tiles = tiles.view(batch, length, heads, dim).permute(2, 0, 1, 3)  # (H, B, L, D)
+        out.append(tiles.contiguous())
+    return out[0], out[1]
+
+
+def attend_head_major(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor,
+                      bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``dense_attention`` over head-major keys, with (head, row) pairs as its batch so every
+    matmul operand is contiguous (a token-major (B, L, H, D) gather costs a copy per matmul).
+
+    Args:
+        q: (B, T, H, D); k, v: (H, B, L, D); valid: (B, L); bias: (B, 1 or H, T, L) or None.
+    Returns:
+        (B, T, H, D).
+    """
+    heads, batch, length, dim = k.shape
+    tokens = q.size(1)
+    q_flat = q.permute(2, 0, 1, 3).reshape(heads * batch, tokens, 1, dim)
+    k_flat = k.reshape(heads * batch, length, 1, dim)
+    v_flat = v.reshape(heads * batch, length, 1, dim)
+    if bias is not None:
+        bias = bias.expand(batch, heads, tokens, length).transpose(0, 1)
+        bias = bias.reshape(heads * batch, 1, tokens, length)
+    out = dense_attention(q_flat, k_flat, v_flat, valid.repeat(heads, 1), bias)  # (HB, T, 1, D)
+    return out.reshape(heads, batch, tokens, dim).permute(1, 2, 0, 3)
+
+
+def decoder_self_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           cache: PagedKVCache, scales: Fp8Scales | None = None) -> torch.Tensor:
+    """Store the new tokens' K/V (B, T, H, D), then causal attention of q (B, T, H, D) over
+    each row's stored tokens plus the new ones -> (B, T, H, D).
+
+    ``cache.cache_seqlens`` (B,) are the tokens each row held before these; ``host_seqlen``
+    their host-side maximum. A prefill into an empty FP8 cache attends its own K/V in the
+    served dtype (its prompt's causal attention is not rounded to FP8).
+    """
+    num_new = q.size(1)
+    write_decoder_kv(cache, k, v, scales)
+    lens = cache.cache_seqlens
+    if scales is not None and cache.host_seqlen == 0:
+        fresh = torch.ones(q.size(0), num_new, dtype=torch.bool, device=q.device)
+        return dense_attention(q, k, v, fresh, causal_bias(lens, num_new, num_new))
+    length = gather_length(cache, num_new)
+    keys, values = gather_pages_head_major(cache, length, q.dtype, scales)
+    valid = key_padding_mask(lens + num_new, length)
+    return attend_head_major(q, keys, values, valid, causal_bias(lens, num_new, length))
+
+
+def decoder_cross_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                            kv_lens: torch.Tensor) -> torch.Tensor:
+    """q (B, T, H, D) over each row's ``kv_lens[b]`` encoder frames, keys and values (H, B, L, D)
+    from `gather_pages_head_major` -> (B, T, H, D)."""
+    return attend_head_major(q, keys, values, key_padding_mask(kv_lens, keys.size(2)))

@@ -1,0 +1,66 @@
+"""Process-wide settings: applied by the entry points (``configure_process``), never by an
+engine's constructor; the host allocator setting reuses freed step buffers."""
+
+from __future__ import annotations
+
+import platform
+import resource
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+import torch
+
+from oasr.engine import ASREngine, EngineConfig, configure_process
+from oasr.engine.host_memory import retain_freed_host_memory
+from oasr.engine.second_pass import second_pass_threads
+
+
+@pytest.fixture
+def torch_threads() -> Iterator[int]:
+    """torch's intra-op thread count for the test, put back afterwards."""
+    before = torch.get_num_threads()
+    yield before
+    torch.set_num_threads(before)
+
+
+def test_building_an_engine_leaves_the_process_threads_alone(
+        engine_config: EngineConfig, torch_threads: int) -> None:
+    torch.set_num_threads(2)
+    ASREngine(replace(engine_config, num_threads=1))
+    assert torch.get_num_threads() == 2
+
+
+def test_configure_process_sets_the_threads(torch_threads: int) -> None:
+    configure_process(1)
+    assert torch.get_num_threads() == 1
+    configure_process(None)  # None keeps what the process has
+    assert torch.get_num_threads() == 1
+    with pytest.raises(ValueError, match="num_threads must be >= 1"):
+        configure_process(0)
+
+
+@pytest.mark.parametrize(("engine", "worker"), [(1, 1), (2, 1), (4, 2), (8, 4), (64, 4)])
+def test_the_second_pass_thread_takes_half_the_engine_threads(engine: int, worker: int) -> None:
+    assert second_pass_threads(engine) == worker
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="mallopt thresholds are glibc's")
+def test_step_sized_buffers_are_not_refaulted_after_the_setting() -> None:
+    assert retain_freed_host_memory()
+
+    def churn() -> None:  # what a step does: big temporaries made, written, freed
+        for _ in range(8):
+            a = torch.ones(2048, 1536)
+            b = a * 2.0
+            del a, b
+
+    churn()
+    churn()  # warm: the heap has grown to hold the buffers
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    churn()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    # re-faulting would cost 2 x 8 x 12 MiB / 4 KiB = 6,144 faults; reuse costs ~none
+    assert faults < 1000, f"{faults} minor page faults for 16 reused 12 MiB buffers"
