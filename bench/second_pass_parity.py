@@ -39,6 +39,7 @@ from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.offline import transcribe_files
+from oasr.engine.options import OFFLINE_FINAL_CONTEXT_S
 from oasr.models.whisper import default_model_dir, load_whisper
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, without_safeguards
@@ -117,7 +118,10 @@ def run_engine(items: list[Item], config: EngineConfig, column: str) -> dict[str
 
 
 def engine_config(second_pass: str, decode: WhisperDecodeConfig,
-                  guard: FirstPassGuard | None, threads: int) -> EngineConfig:
+                  guard: FirstPassGuard | None, threads: int,
+                  context_s: float = OFFLINE_FINAL_CONTEXT_S) -> EngineConfig:
+    """``oasr transcribe``'s engine (offline: every final decoded in full, with the previous
+    segment as context unless ``context_s`` is 0)."""
     from oasr.decoding import GpuDecoderConfig
     from oasr.engine.options import default_beam_size
 
@@ -129,7 +133,9 @@ def engine_config(second_pass: str, decode: WhisperDecodeConfig,
         num_threads=threads, second_pass=second_pass, second_pass_decode=decode,
         final_guard=guard, max_wait_time_s=math.inf, idle_timeout_s=math.inf,
         max_session_s=math.inf, max_pending_audio_s=math.inf,
-        second_pass_max_backlog=sys.maxsize, refine=None,  # offline, as oasr transcribe
+        second_pass_max_backlog=sys.maxsize, second_pass_fast_backlog=None, early_final_s=0.0,
+        final_context_s=context_s,
+        refine=None,  # offline, as oasr transcribe
     )
 
 
@@ -192,16 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     items = load_items(args.stress, None if args.no_devset else args.devset)[: args.limit]
     decode = replace(EngineConfig().second_pass_decode, beam_size=args.beam)
     guard = FirstPassGuard()
-    variants = {"": (decode, guard)}
-    if args.compare:  # the second pass as it was: greedy, no safeguards, no guard
+    variants = {"": (decode, guard, OFFLINE_FINAL_CONTEXT_S)}
+    if args.compare:  # the second pass as it was: greedy, no safeguards, no guard, no context
         plain = without_safeguards(WhisperDecodeConfig())  # greedy, the segment's window
-        variants = {"_plain": (plain, None), **variants}
+        variants = {"_plain": (plain, None, 0.0), **variants}
     run_reference(items, args.threads)
     stats = {}
-    for suffix, (dec, grd) in variants.items():
+    for suffix, (dec, grd, context_s) in variants.items():
         run_alone(items, replace(dec, max_rows=8), f"alone{suffix}")
         stats[f"finals{suffix}"] = run_engine(
-            items, engine_config("whisper", dec, grd, args.threads), f"finals{suffix}")
+            items, engine_config("whisper", dec, grd, args.threads, context_s), f"finals{suffix}")
     run_engine(items, engine_config("none", decode, None, args.threads), "ctc")
     columns = ["ref", *[f"{c}{s}" for s in variants for c in ("alone", "finals")], "ctc"]
     rows = subset_rows(items, columns)

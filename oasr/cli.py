@@ -14,7 +14,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from oasr.engine.options import add_engine_arguments, engine_config_from_args
+from oasr.engine.options import (
+    OFFLINE_FINAL_CONTEXT_S,
+    add_engine_arguments,
+    engine_config_from_args,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +69,10 @@ def _transcribe(args: argparse.Namespace) -> int:
     config = engine_config_from_args(
         args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
         max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
+        second_pass_fast_backlog=None,  # every final decoded in full, however many wait
+        final_context_s=(OFFLINE_FINAL_CONTEXT_S if args.final_context is None
+                         else args.final_context),
+        early_final_s=0.0,  # no one waits for a final offline
         refine=None,  # no one reads partials offline
     )
     configure_process(config.num_threads)

@@ -23,6 +23,7 @@ from oasr.models.whisper.window import EncoderWindow
 if TYPE_CHECKING:
     from oasr.engine.family import KVGeometry
 
+SECOND_PASS_FAST_BACKLOG = 2  # finals waiting beyond which a live server decodes them fast
 SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
 # The smallest chunk a deployment may ask for (encoder frames: 160 ms of Conformer output);
 # below it every chunk is mostly padding for the conv stem and the transcripts are noise.
@@ -89,12 +90,24 @@ class EngineConfig:
             final; "none" publishes the CTC text.
         second_pass_max_backlog: segments the second pass may have queued; beyond that a
             final keeps its CTC text (and is counted as a first-pass fallback).
+        second_pass_fast_backlog: once more than this many finals wait for the second pass,
+            the next are decoded fast (greedy on the segment's own window), so a busy live
+            server keeps up and leaves the streaming step its CPU; None: never (offline
+            transcription, where nothing waits on a final).
         second_pass_decode: how Whisper decodes: beam 5 at temperature 0 on the whole 30 s
             window (the reference decoders' defaults; refinements stay greedy on the segment's
             own window), its safeguards (temperature fallback, token budget, repetition
             stop; ``without_safeguards(...)`` for plain greedy).
         final_guard: when Whisper's text must not replace the CTC text of the same segment;
             None keeps Whisper's text always.
+        final_context_s: a segment's second pass also decodes the previous segment (when
+            that one is at most this long, its final is out, and both fit Whisper's 30 s
+            window) with the previous final's text forced as the transcript so far, so a short
+            segment keeps the context of the sentence before it; 0 decodes each segment alone.
+        early_final_s: a pause this long after the last word starts the segment's final
+            decode before the endpoint (while the second pass has no backlog); when the
+            segment then ends on the same words, that decode is its final, ready at the
+            endpoint instead of a decode after it; 0 waits for the endpoint.
         refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
             committed prefix that never changes); None: partials are the CTC text.
         quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
@@ -152,10 +165,13 @@ class EngineConfig:
     max_pending_audio_s: float = 120.0
     second_pass: str = "none"
     second_pass_max_backlog: int = 16
+    second_pass_fast_backlog: int | None = SECOND_PASS_FAST_BACKLOG
     second_pass_decode: WhisperDecodeConfig = field(
         default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE,
                                                     encoder_window=EncoderWindow("full")))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
+    final_context_s: float = 0.0
+    early_final_s: float = 0.5
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
     decode_kv_budget_gib: float | None = None
@@ -192,6 +208,13 @@ class EngineConfig:
             raise ValueError(f"kv_memory_fraction must be in (0, 0.9], got {self.kv_memory_fraction}")
         if self.second_pass not in ("none", "whisper"):
             raise ValueError(f"second_pass must be 'none' or 'whisper', got {self.second_pass!r}")
+        if self.early_final_s < 0:
+            raise ValueError(f"early_final_s must be >= 0, got {self.early_final_s}")
+        if self.final_context_s < 0:
+            raise ValueError(f"final_context_s must be >= 0, got {self.final_context_s}")
+        if self.second_pass_fast_backlog is not None and self.second_pass_fast_backlog < 0:
+            raise ValueError("second_pass_fast_backlog must be >= 0 or None, got "
+                             f"{self.second_pass_fast_backlog}")
         if self.second_pass_max_backlog < 1:
             raise ValueError(
                 f"second_pass_max_backlog must be >= 1, got {self.second_pass_max_backlog}")

@@ -67,9 +67,11 @@ class ASREngine:
             worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
                                            self.resources.cache_config.device,
                                            config.second_pass_decode_config(), guard,
-                                           config.num_threads)
+                                           config.num_threads,
+                                           config.second_pass_fast_backlog)
         self.family = self.resources.family
-        self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer)
+        self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer,
+                                     config.final_context_s, config.early_final_s)
         self.refiner = None
         if worker is not None and config.refine is not None:
             self.refiner = Refiner(config.refine, worker, self.family.timing,
@@ -176,9 +178,7 @@ class ASREngine:
             request.refine = RefineState()
         self.requests[command.stream_id] = request
         self.scheduler.add(request)
-        # publish at this step's end: a snapshot older than the stream would still show the
-        # server idle after the stream's done event reached its client
-        self.stats.mark_changed()
+        self.stats.mark_changed()  # a snapshot without it could still read "idle" at its end
 
     def _append_audio(self, request: Request, command: AppendAudio, now: float) -> None:
         if request.input_ended:
@@ -335,6 +335,8 @@ class ASREngine:
             self.stats.count_endpoint(decision.rule)
         else:
             self._cuts.forget_old_energy(request)
+            if not window.is_last:
+                self.finals.start_early(request, result.hypothesis)
 
     def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
         """Publish the segment's partial when any of its parts changed."""
@@ -382,11 +384,10 @@ class ASREngine:
         self._emit_final(request, reason, hyp)
         self.resources.reset_stream(request.stream_id)
         request.offset = 0
+        self.finals.release_audio(request, request.segment_start_frame)
         request.segment_start_frame = request.num_frames_decoded
         if cut < decoded:
             request.windower.rewind(request.num_frames_decoded * self._geometry.subsampling)
-        request.audio.discard_before(
-            request.segment_start_frame * self.family.timing.samples_per_frame)
         self._cuts.forget_old_energy(request)
 
     def _emit_final(self, request: Request, reason: str, hyp: Hypothesis | None = None) -> None:

@@ -17,32 +17,46 @@ from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
 from oasr.engine.events import Final
 from oasr.engine.family import FrameTiming
-from oasr.engine.final_guard import SOURCES
-from oasr.engine.request import PendingFinal, Request
+from oasr.engine.final_guard import REASONS, SOURCES
+from oasr.engine.request import EarlyFinal, PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
+
+# early final decodes start only while fewer jobs than this wait for the second pass: an
+# idle one (a busy one's spare time goes to the finals and refinements that are sure)
+EARLY_MAX_BACKLOG = 1
 
 
 class FinalPublisher:
     """Turns a finished segment into its final event, through the second pass when it is on.
 
     Times come from encoder frames through the model family's ``timing`` (40 ms Conformer
-    frames, 20 ms Whisper-CTC frames). Counters (for stats): ``num_second_pass`` finals that carry the second pass's text (Whisper's, or digits combined with the CTC text),
+    frames, 20 ms Whisper-CTC frames). Counters (for stats): ``num_second_pass`` finals that
+    carry the second pass's text (Whisper's, or digits combined with the CTC text),
     ``num_first_pass`` finals that kept the CTC text (second pass off, backlog full, segment
     too long, Whisper raised, or the guard rejected its text), ``num_backlog_full`` segments
     not queued because the backlog was full, ``second_pass_seconds`` summed latency,
-    ``num_by_source`` published finals by their ``source`` ("whisper", "ctc", "combined").
+    ``num_by_source`` published finals by their ``source`` ("whisper", "ctc", "combined"),
+    ``rejected`` published finals whose Whisper text the guard rejected, by reason (an early
+    decode the speaker went on from is never counted).
     """
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
-                 tokenizer: Any = None) -> None:
+                 tokenizer: Any = None, context_s: float = 0.0, early_s: float = 0.0) -> None:
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
+        self.context_s = context_s  # longest previous segment carried as context (0: none)
+        # a pause this long (in frames) after the last token starts the final's decode early
+        self.early_frames = round(early_s / timing.frame_shift_s) if early_s > 0 else 0
+        self.num_early_used = 0  # finals whose early decode was their final's
+        self.num_early_discarded = 0  # early decodes dropped: the speaker went on
         self._job_ids = itertools.count(1)
         self.num_backlog_full = 0
         self.second_pass_seconds = 0.0
         self.num_by_source = dict.fromkeys(SOURCES, 0)
+        # finals whose Whisper text the guard rejected, by reason (every key from the start)
+        self.rejected = dict.fromkeys(REASONS, 0)
 
     def publish(self, request: Request, hyp: Hypothesis, reason: str) -> None:
         """The segment that just ended: publish or queue its final, advance the segment.
@@ -65,18 +79,75 @@ class FinalPublisher:
                       max(last, first) * shift, reason, "ctc", self._words(hyp, base))
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
+        early, request.early = request.early, None
+        if (early is not None and audio is not None and early.tokens == tuple(hyp.tokens)
+                and early.prefix == self._committed(request)):
+            self.num_early_used += 1  # decoded at the pause on the same words: it is the final
+            request.segment += 1
+            request.pending_finals[early.job_id] = PendingFinal(event, base)
+            if early.done is not None:
+                self.on_second_pass(request, early.done)
+            return
+        if early is not None:
+            self._discard_early(early)
         if audio is not None and self.worker is not None:
-            prefix = request.refine.prefix_tokens if request.refine is not None else ()
-            job = SecondPassJob(self.next_job_id(), request.stream_id, request.segment, audio,
-                                time.monotonic(), hyp.text, prefix)
+            job = self._job(request, hyp, audio)
             if self.worker.try_submit(job):
                 request.segment += 1
-                request.pending_finals[job.job_id] = PendingFinal(event)
+                request.pending_finals[job.job_id] = PendingFinal(event, base)
                 return
             self.num_backlog_full += 1
         if hyp.text:
             request.segment += 1
-            self._emit(request, event)
+            self._emit(request, event, base)
+
+    def start_early(self, request: Request, hyp: Hypothesis | None) -> None:
+        """After a chunk that did not end the segment: when the stream has paused for
+        ``early_s`` after its last token and the second pass is idle, start the
+        segment's final decode now, so that the final is ready when the endpoint comes; an
+        early decode whose words the speaker went on from is dropped."""
+        early = request.early
+        tokens = tuple(hyp.tokens) if hyp is not None else ()
+        if early is not None and early.tokens != tokens:
+            request.early = None
+            self._discard_early(early)
+        if (request.early is not None or not self.early_frames or self.worker is None
+                or hyp is None or not hyp.timestamps
+                or request.offset - (hyp.timestamps[-1] + 1) < self.early_frames
+                or self.worker.backlog >= EARLY_MAX_BACKLOG):
+            return
+        audio = self._segment_audio(request)
+        if audio is None:
+            return
+        job = self._job(request, hyp, audio)
+        if self.worker.try_submit(job):
+            request.early = EarlyFinal(job.job_id, tokens, job.prefix)
+
+    def release_audio(self, request: Request, ended_segment_start: int) -> None:
+        """A segment ended: drop the audio no second pass needs any more (all before the new
+        segment; with context carried, all before the segment that just ended)."""
+        keep_from = ended_segment_start if self.context_s > 0 else request.num_frames_decoded
+        request.audio.discard_before(keep_from * self.timing.samples_per_frame)
+
+    @staticmethod
+    def _committed(request: Request) -> tuple[int, ...]:
+        """Whisper tokens of the open segment's committed words (forced in its final)."""
+        return request.refine.prefix_tokens if request.refine is not None else ()
+
+    def _discard_early(self, early: EarlyFinal) -> None:
+        self.num_early_discarded += 1
+        if self.worker is not None and early.done is None:
+            self.worker.abort(early.job_id)
+
+    def _job(self, request: Request, hyp: Hypothesis, audio: np.ndarray) -> SecondPassJob:
+        """The second-pass job of the open segment: its audio (after the previous segment's,
+        when that is carried as context), its CTC text, the refinement's committed words."""
+        prefix = self._committed(request)
+        context, context_job, context_audio = self._context(request)
+        return SecondPassJob(self.next_job_id(), request.stream_id, request.segment,
+                             np.concatenate([context_audio, audio]), time.monotonic(),
+                             hyp.text, prefix, context=context,
+                             context_samples=len(context_audio), context_job=context_job)
 
     def _words(self, hyp: Hypothesis, base: int) -> tuple[WordTime, ...]:
         if self.tokenizer is None or not hasattr(self.tokenizer, "raw_text"):
@@ -92,8 +163,12 @@ class FinalPublisher:
         """Whisper's answer for one of the request's segments; publish what is now in order."""
         pending = request.pending_finals.get(done.job_id)
         if pending is None:
+            if request.early is not None and request.early.job_id == done.job_id:
+                request.early.done = done  # kept for the final, if the segment ends on it
             return
         self.second_pass_seconds += done.seconds
+        if done.rejected is not None:
+            self.rejected[done.rejected] = self.rejected.get(done.rejected, 0) + 1
         pending.text = done.text
         pending.source = done.source
         pending.answered = True
@@ -113,10 +188,13 @@ class FinalPublisher:
             event = pending.event
             if pending.text is not None:
                 event = replace(event, text=pending.text, source=pending.source)
-            self._emit(request, event)
+            self._emit(request, event, pending.start_frame)
 
     def drop_pending(self, request: Request) -> None:
         """The stream vanished: forget its queued segments."""
+        if request.early is not None:
+            self._discard_early(request.early)
+            request.early = None
         for job_id in request.pending_finals:
             if self.worker is not None:
                 self.worker.abort(job_id)
@@ -132,6 +210,38 @@ class FinalPublisher:
         audio = request.audio.slice(start, end)
         return audio.copy() if audio is not None and audio.size else None
 
+    def _context(self, request: Request) -> tuple[str, int | None, np.ndarray]:
+        """What this segment's second pass carries from the previous segment: its final's
+        text (or, while that is still being decoded, its job id: the worker then waits for
+        it) and its audio; none unless the previous segment is at most ``context_s`` long
+        and both fit Whisper's window together. The decode then continues the previous text
+        instead of starting cold on a few seconds of audio (Whisper's own long-form
+        transcription conditions on the previous text the same way)."""
+        none = ("", None, np.zeros(0, dtype=np.float32))
+        if self.context_s <= 0:
+            return none
+        text, job_id, start_frame = "", None, 0
+        if request.pending_finals:
+            job_id, pending = next(reversed(request.pending_finals.items()))
+            if pending.event.segment != request.segment - 1:
+                return none
+            start_frame = pending.start_frame
+        else:
+            last = request.last_final
+            if last is None or last.segment != request.segment - 1:
+                return none
+            text, start_frame = last.text, last.start_frame
+        per_frame = self.timing.samples_per_frame
+        start, end = start_frame * per_frame, request.segment_start_frame * per_frame
+        whole = request.num_frames_decoded * per_frame + self.timing.right_context_samples
+        if (end - start > self.context_s * MODEL_SAMPLE_RATE
+                or whole - start > MAX_SEGMENT_S * MODEL_SAMPLE_RATE):
+            return none
+        audio = request.audio.slice(start, end)
+        if audio is None or len(audio) != end - start:
+            return none
+        return text, job_id, audio.astype(np.float32, copy=True)
+
     @property
     def num_second_pass(self) -> int:
         """Finals with the second pass's text (Whisper's, or a combined digit string)."""
@@ -142,7 +252,9 @@ class FinalPublisher:
         """Finals that kept the CTC text."""
         return self.num_by_source["ctc"]
 
-    def _emit(self, request: Request, event: Final) -> None:
+    def _emit(self, request: Request, event: Final, start_frame: int) -> None:
+        if event.text:
+            request.last_final = SpokenContext(event.segment, start_frame, event.text)
         self.num_by_source[event.source] = self.num_by_source.get(event.source, 0) + 1
         request.num_segments_emitted += 1
         request.emit(event)

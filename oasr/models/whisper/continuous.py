@@ -107,6 +107,14 @@ class ContinuousWhisperDecoder:
         """Where each word of ``tokens``' text ends (``WhisperTokenizer.word_ends``)."""
         return self.checkpoint.tokenizer.word_ends(tokens)
 
+    def text_tokens(self, text: str) -> list[int]:
+        """``text``'s tokens (to force as a prefix)."""
+        return self.checkpoint.tokenizer.encode(text)
+
+    def text_of(self, tokens: tuple[int, ...]) -> str:
+        """The text of text tokens."""
+        return self.checkpoint.tokenizer.decode(tokens)
+
     def budget(self, num_samples: int) -> int:
         """Tokens a segment of ``num_samples`` may generate (the token budget, capped)."""
         rule = self.config.token_budget

@@ -1,0 +1,174 @@
+"""Finals with and without the previous segment carried as context, per endpointing rule.
+
+A segment's second pass can decode the previous segment's audio too, with that segment's
+final text forced as the transcript so far (``EngineConfig.final_context_s``), so a short
+segment keeps the context of the sentence before it. This measures what that buys, and
+whether it makes sentence-pause endpointing (shorter segments, earlier finals) as accurate
+as WeNet's rules, on material with several segments per file:
+
+- ``passages``: long read passages (``bench/read_passages.py``): the devset's real read
+  recordings re-joined in seeded orders, and public-domain paragraphs read by TTS voices the
+  model never trained on (and two it did), sentences joined by 0.6-1.2 s pauses;
+- the stress set's subsets (``bench/stress_set.py``): re-spliced digit strings, read speech
+  re-levelled / narrowband / joined, held-out voices;
+- the devset's real and synthetic files.
+
+Every file goes through the engine as ``oasr transcribe`` runs it (offline: all streams at
+once, every second pass awaited). Reported per subset and variant: WER (after
+``oasr.text.wer.normalize_transcript``), segments, and finals decoded with context.
+
+    python bench/read_passages.py --out /tmp/passages
+    python bench/stress_set.py --out /tmp/oasr-stress
+    python bench/final_context.py --passages /tmp/passages --stress /tmp/oasr-stress \\
+        --out bench/results_final_context.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from oasr.decoding import GpuDecoderConfig
+from oasr.decoding.endpoint import EndpointConfig
+from oasr.engine.config import EngineConfig
+from oasr.engine.engine import ASREngine
+from oasr.engine.offline import transcribe_files
+from oasr.text.wer import ErrorCounts
+
+DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
+PAUSE_S, LONGEST_S = 0.8, 15.0  # the sentence-pause rules: --endpoint-pause 0.8 --max-segment 15
+CONTEXT_S = 10.0
+
+
+@dataclass
+class Item:
+    path: Path
+    subset: str
+    reference: str
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def load_items(passages: Path | None, stress: Path | None, devset: Path | None,
+               subsets: set[str] | None) -> list[Item]:
+    items: list[Item] = []
+    if passages is not None:
+        for wav in sorted(passages.glob("*.wav")):
+            meta = json.loads(wav.with_suffix(".json").read_text())
+            subset = "passages_real" if wav.name.startswith("real_") else "passages_tts"
+            items.append(Item(wav, subset, " ".join(s["text"] for s in meta["sentences"])))
+    if stress is not None:
+        for line in (stress / "manifest.tsv").read_text().splitlines():
+            name, subset, text = line.split("\t")
+            items.append(Item(stress / name, subset, text))
+    if devset is not None:
+        for line in (devset / "manifest.tsv").read_text().splitlines():
+            name, text = line.split("\t")
+            if name.startswith(("real_", "tts_")):
+                subset = "devset_real" if name.startswith("real_") else "devset_synthetic"
+                items.append(Item(devset / name, subset, text))
+    return [i for i in items if subsets is None or i.subset in subsets]
+
+
+def sentence_pauses() -> EndpointConfig:
+    """``oasr-server --endpoint-pause 0.8 --max-segment 15``'s rules."""
+    config = EndpointConfig()
+    assert config.rule2 is not None and config.rule3 is not None
+    return replace(config, rule2=replace(config.rule2, min_trailing_silence_s=PAUSE_S),
+                   rule3=replace(config.rule3, min_utterance_length_s=LONGEST_S),
+                   max_cut_window_s=min(config.max_cut_window_s, LONGEST_S / 2))
+
+
+def engine_config(endpoint: EndpointConfig, context_s: float, threads: int) -> EngineConfig:
+    from oasr.cli import default_beam_size
+
+    # a pool for 32 streams of 30 s, as bench/second_pass_parity.py: a pool that ran short
+    # would end streams early and score truncated texts
+    return EngineConfig(
+        decoder=GpuDecoderConfig(beam_size=default_beam_size(None, "auto")),
+        endpoint=endpoint, final_context_s=context_s,
+        max_batch_size=32, max_num_blocks=32 * 64, num_threads=threads, second_pass="whisper",
+        max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
+        max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize,
+        second_pass_fast_backlog=None, early_final_s=0.0, refine=None)
+
+
+def run(items: list[Item], config: EngineConfig, column: str) -> float:
+    engine = ASREngine(config)
+    started = time.perf_counter()
+    results = transcribe_files(config, [i.path for i in items], progress=False, engine=engine)
+    seconds = time.perf_counter() - started
+    for item, result in zip(items, results, strict=True):
+        if result.finish_reason != "stop":
+            raise RuntimeError(f"{item.path.name} ended {result.finish_reason!r}: {result.error}")
+        item.results[column] = {"text": result.text, "segments": len(result.segments),
+                                "sources": [s["source"] for s in result.segments]}
+    engine.shutdown()
+    return seconds
+
+
+def rows(items: list[Item], columns: list[str]) -> list[dict[str, Any]]:
+    table = []
+    for subset in dict.fromkeys(i.subset for i in items):
+        group = [i for i in items if i.subset == subset]
+        row: dict[str, Any] = {"subset": subset, "files": len(group)}
+        for column in columns:
+            counts = ErrorCounts()
+            for item in group:
+                counts.add(item.reference, item.results[column]["text"])
+            row[f"wer_{column}"] = round(counts.wer, 1)
+            row[f"segments_{column}"] = sum(i.results[column]["segments"] for i in group)
+        table.append(row)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py dir")
+    parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py dir")
+    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--no-devset", action="store_true")
+    parser.add_argument("--subsets", nargs="*", default=None, help="only these subsets")
+    parser.add_argument("--context", type=float, default=CONTEXT_S,
+                        help="final_context_s of the variants with context")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="write per-file JSON here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    items = load_items(args.passages, args.stress, None if args.no_devset else args.devset,
+                       set(args.subsets) if args.subsets else None)
+    variants = {
+        "wenet": (EndpointConfig.wenet(), 0.0),
+        "wenet_ctx": (EndpointConfig.wenet(), args.context),
+        "pause": (sentence_pauses(), 0.0),
+        "pause_ctx": (sentence_pauses(), args.context),
+    }
+    seconds = {}
+    for column, (endpoint, context_s) in variants.items():
+        seconds[column] = round(run(items, engine_config(endpoint, context_s, args.threads),
+                                    column), 1)
+        print(f"{column}: {seconds[column]} s", file=sys.stderr)
+    table = rows(items, list(variants))
+    keys = ["subset", "files"] + [f"{k}_{c}" for c in variants for k in ("wer", "segments")]
+    print("| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for row in table:
+        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+    print(f"seconds per variant: {seconds}")
+    if args.out is not None:
+        args.out.write_text(json.dumps({
+            "rows": table, "seconds": seconds, "context_s": args.context,
+            "files": [{"path": str(i.path), "subset": i.subset, "reference": i.reference,
+                       "results": i.results} for i in items]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,380 @@
+"""The second-pass worker's scheduling: finals that carry the previous segment as context
+(``EngineConfig.final_context_s``), and which finals a backlog decodes fast.
+
+The worker decodes a segment together with the previous segment's audio, forcing that
+segment's final text as the transcript so far; the final is what follows it. A segment whose
+previous final is still being decoded waits for it. Driven here through a scripted decoder
+(the worker's side) and through the engine with Whisper (the whole path).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from engine_helpers import Collector, run_until_idle_with_finals
+
+from oasr.decoding import EndpointConfig, EndpointRule, Hypothesis
+from oasr.engine import ASREngine, EngineConfig
+from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.engine.events import Final
+from oasr.engine.family import FrameTiming
+from oasr.engine.final_guard import GuardVerdict
+from oasr.engine.finals import FinalPublisher
+from oasr.engine.refine import RefineState
+from oasr.engine.request import Request, SegmentAudio
+from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
+from oasr.engine.snapshot import SecondPassSnapshot
+from oasr.models.whisper.no_speech import NoSpeechRule
+from oasr.text.wer import normalize_transcript
+
+RATE = 16_000
+
+
+class ScriptedDecoder:
+    """Words as tokens (one id per distinct word); each request "decodes" to its prefix and
+    then the words scripted for it, once ``release(job_id)`` lets it finish."""
+
+    max_new_tokens = 100
+
+    def __init__(self, scripts: dict[int, str]) -> None:
+        self.scripts = scripts
+        self.vocab: dict[str, int] = {}
+        self.submitted: dict[int, tuple[int, tuple[int, ...]]] = {}  # id -> (samples, prefix)
+        self.fast: dict[int, bool] = {}
+        self.released: set[int] = set()
+        self._pending: list[int] = []
+        self._lock = threading.Lock()
+        self.gate = threading.Event()  # the worker's loop waits here while it is clear
+        self.gate.set()
+
+    def release(self, job_id: int) -> None:
+        with self._lock:
+            self.released.add(job_id)
+
+    def text_tokens(self, text: str) -> list[int]:
+        return [self.vocab.setdefault(w, len(self.vocab)) for w in text.split()]
+
+    def text_of(self, tokens: tuple[int, ...]) -> str:
+        words = {i: w for w, i in self.vocab.items()}
+        return " ".join(words[t] for t in tokens)
+
+    def submit(self, job_id: int, audio: np.ndarray, prefix: tuple[int, ...] = (),
+               background: bool = False, fast: bool = False) -> None:
+        self.submitted[job_id] = (len(audio), tuple(prefix))
+        self.fast[job_id] = fast
+        self._pending.append(job_id)
+
+    def has_work(self) -> bool:
+        self.gate.wait()
+        return bool(self._pending)
+
+    def abort(self, job_id: int) -> bool:
+        if job_id in self._pending:
+            self._pending.remove(job_id)
+        return True
+
+    def step(self) -> list[object]:
+        with self._lock:
+            ready = [j for j in self._pending if j in self.released]
+        results = []
+        for job_id in ready:
+            self._pending.remove(job_id)
+            tokens = self.submitted[job_id][1] + tuple(self.text_tokens(self.scripts[job_id]))
+            results.append(_Result(job_id, tokens, self.text_of(tokens)))
+        return results
+
+
+class _Result:
+    def __init__(self, request_id: int, tokens: tuple[int, ...], text: str) -> None:
+        self.request_id, self.tokens, self.text = request_id, tokens, text
+        self.no_speech_prob, self.avg_log_prob, self.failed = 0.01, -0.2, False
+
+
+def _voice(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def _job(job_id: int, segment: np.ndarray, context: np.ndarray | None = None,
+         context_job: int | None = None, context_text: str = "") -> SecondPassJob:
+    before = np.zeros(0, np.float32) if context is None else context
+    return SecondPassJob(job_id, 1, job_id - 1, np.concatenate([before, segment]), 0.0,
+                         ctc_text=f"ctc {job_id}", context=context_text,
+                         context_samples=len(before), context_job=context_job)
+
+
+def _worker(decoder: ScriptedDecoder) -> tuple[SecondPassWorker, queue.Queue[SecondPassDone]]:
+    out: queue.Queue[SecondPassDone] = queue.Queue()
+    return SecondPassWorker(decoder, out.put, max_backlog=8), out
+
+
+def test_a_segment_waits_for_the_previous_final_and_continues_its_text() -> None:
+    decoder = ScriptedDecoder({1: "the first sentence", 2: "and the second"})
+    worker, out = _worker(decoder)
+    first, second = _voice(2.0), _voice(1.5)
+    worker.try_submit(_job(1, first))
+    worker.try_submit(_job(2, second, context=first, context_job=1))
+    with pytest.raises(queue.Empty):
+        out.get(timeout=0.3)
+    assert 2 not in decoder.submitted  # waits for segment 1's text
+    decoder.release(1)
+    assert out.get(timeout=5).text == "the first sentence"
+    decoder.release(2)
+    done = out.get(timeout=5)
+    worker.stop()
+    assert done.text == "and the second"  # what follows the context, not the context
+    samples, prefix = decoder.submitted[2]
+    assert samples == len(first) + len(second)
+    assert decoder.text_of(prefix) == "the first sentence"
+    assert worker.num_with_context == 1 and worker.backlog == 0
+
+
+def test_a_previous_final_already_out_is_used_at_once() -> None:
+    decoder = ScriptedDecoder({1: "hello there", 2: "general"})
+    decoder.release(1)
+    decoder.release(2)
+    worker, out = _worker(decoder)
+    first = _voice(1.0)
+    worker.try_submit(_job(1, first))
+    assert out.get(timeout=5).text == "hello there"
+    worker.try_submit(_job(2, _voice(1.0), context=first, context_job=1))
+    assert out.get(timeout=5).text == "general"
+    worker.stop()
+    assert decoder.text_of(decoder.submitted[2][1]) == "hello there"
+
+
+def test_a_rejected_previous_final_passes_on_the_text_it_published() -> None:
+    decoder = ScriptedDecoder({1: "loop loop loop", 2: "fine"})
+
+    class RejectFirst:
+        def review(self, text: str, ctc_text: str, failed: bool):  # type: ignore[no-untyped-def]
+            if text.startswith("loop"):
+                return GuardVerdict(ctc_text, "ctc", "failed")
+            return GuardVerdict(text, "whisper", None)
+
+    out: queue.Queue[SecondPassDone] = queue.Queue()
+    worker = SecondPassWorker(decoder, out.put, max_backlog=8, guard=RejectFirst())  # type: ignore[arg-type]
+    first = _voice(1.0)
+    worker.try_submit(_job(1, first))
+    worker.try_submit(_job(2, _voice(1.0), context=first, context_job=1))
+    decoder.release(1)
+    decoder.release(2)
+    assert out.get(timeout=5).text is None  # the final keeps its CTC text ...
+    assert out.get(timeout=5).text == "fine"
+    worker.stop()
+    assert decoder.text_of(decoder.submitted[2][1]) == "ctc 1"  # ... which is the context
+
+
+def test_an_aborted_previous_segment_leaves_the_next_one_without_context() -> None:
+    decoder = ScriptedDecoder({2: "alone"})
+    decoder.release(2)
+    worker, out = _worker(decoder)
+    first, second = _voice(1.0), _voice(1.2)
+    worker.try_submit(_job(1, first))
+    worker.try_submit(_job(2, second, context=first, context_job=1))
+    worker.abort(1)
+    done = out.get(timeout=5)
+    worker.stop()
+    assert (done.job_id, done.text) == (2, "alone")
+    assert decoder.submitted[2] == (len(second), ())  # its own audio, nothing forced
+    assert worker.backlog == 0
+
+
+def test_a_context_too_long_for_the_decoder_is_left_out() -> None:
+    decoder = ScriptedDecoder({2: "short"})
+    decoder.release(2)
+    worker, out = _worker(decoder)
+    long_text = " ".join(f"w{i}" for i in range(60))  # over half the decoder's 100 tokens
+    second = _voice(1.0)
+    worker.try_submit(_job(2, second, context=_voice(3.0), context_text=long_text))
+    assert out.get(timeout=5).text == "short"
+    worker.stop()
+    assert decoder.submitted[2] == (len(second), ())
+    assert worker.num_with_context == 0
+
+
+@pytest.mark.parametrize(("fast_backlog", "fast"), [(None, False), (8, False), (2, True)])
+def test_a_backlog_beyond_the_fast_limit_is_decoded_fast(fast_backlog: int | None,
+                                                         fast: bool) -> None:
+    # a live server keeps up by decoding finals greedily once more than 2 wait; offline
+    # (None) every final gets the full decode however many wait
+    decoder = ScriptedDecoder({i: "x" for i in range(1, 6)})
+    decoder.gate.clear()  # five finals arrive before the worker looks
+    out: queue.Queue[SecondPassDone] = queue.Queue()
+    worker = SecondPassWorker(decoder, out.put, max_backlog=8, fast_backlog=fast_backlog)
+    for job_id in range(1, 6):
+        assert worker.try_submit(_job(job_id, _voice(0.5)))
+    decoder.gate.set()
+    for job_id in range(1, 6):
+        decoder.release(job_id)
+    for _ in range(5):
+        out.get(timeout=5)
+    worker.stop()
+    assert [decoder.fast[j] for j in range(1, 6)] == [fast] * 5
+
+
+whisper = pytest.importorskip("oasr.models.whisper")
+
+
+def _cut_every(seconds: float) -> EndpointConfig:
+    """A segment ends every ``seconds`` (the tiny random CTC model hears no pauses)."""
+    rule = EndpointRule(must_contain_speech=False, min_trailing_silence_s=0.0,
+                        min_utterance_length_s=seconds)
+    return EndpointConfig(rule1=None, rule2=None, rule3=rule)
+
+
+@pytest.mark.skipif(whisper.default_model_dir() is None, reason="no Whisper tiny.en weights")
+def test_finals_through_the_engine_carry_the_previous_segment(
+        engine_config: EngineConfig, speech: list[np.ndarray]) -> None:
+    gap = np.zeros(RATE, dtype=np.float32)
+    audio = np.concatenate([speech[0], gap, speech[1], gap])
+    texts = {}
+    for context_s in (0.0, 10.0):
+        config = replace(engine_config, second_pass="whisper", final_guard=None, refine=None,
+                         endpoint=_cut_every(len(speech[0]) / RATE + 0.6),
+                         final_context_s=context_s)
+        engine = ASREngine(config)
+        events = Collector()
+        engine.submit(OpenStream(1, events.sink(1)))
+        engine.submit(AppendAudio(1, audio))
+        engine.submit(EndStream(1))
+        run_until_idle_with_finals(engine)
+        finals = events.of_type(1, Final)
+        assert [f.source for f in finals] == ["whisper", "whisper"]
+        texts[context_s] = [normalize_transcript(f.text) for f in finals]
+        with_context = engine.latest_stats().second_pass.num_with_context
+        assert with_context == (1 if context_s else 0)
+        engine.shutdown()
+    # the second final is the second sentence alone, with or without the first as context
+    assert texts[10.0][0] == texts[0.0][0]
+    assert "weather" not in texts[10.0][1] and "volume" in texts[10.0][1]
+
+
+@pytest.fixture(scope="module")
+def bundled() -> EngineConfig:
+    from oasr.models.checkpoint import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+        pytest.skip("the bundled default model is not installed")
+    if whisper.default_model_dir() is None:
+        pytest.skip("no Whisper tiny.en weights")
+    return EngineConfig(device="cpu", second_pass="whisper", max_num_blocks=256,
+                        max_batch_size=4, refine=None, endpoint=EndpointConfig.wenet())
+
+
+def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], SecondPassSnapshot]:
+    """One stream fed in 0.64 s pieces, as a live client's audio comes; after each piece the
+    second pass catches up (an idle server: early decodes start only without a backlog)."""
+    engine = ASREngine(config)
+    events = Collector()
+    engine.submit(OpenStream(1, events.sink(1)))
+    piece = int(0.64 * RATE)
+    worker = engine.finals.worker
+    assert worker is not None
+    for start in range(0, len(audio), piece):
+        engine.submit(AppendAudio(1, audio[start : start + piece]))
+        engine.step()
+        deadline = time.monotonic() + 60
+        while worker.backlog and time.monotonic() < deadline:
+            time.sleep(0.01)
+            engine.step()
+    engine.submit(EndStream(1))
+    run_until_idle_with_finals(engine)
+    second = engine.latest_stats().second_pass
+    engine.shutdown()
+    return [f.text for f in events.of_type(1, Final)], second
+
+
+@pytest.mark.slow
+def test_an_early_decode_at_the_pause_becomes_the_final(
+        bundled: EngineConfig, speech: list[np.ndarray]) -> None:
+    pause, short = np.zeros(int(1.6 * RATE), np.float32), np.zeros(int(0.85 * RATE), np.float32)
+    # two sentences ended by endpoints; the first has a 0.85 s pause inside it, where an early
+    # decode starts and is dropped when the speaker goes on
+    audio = np.concatenate([speech[0][: int(1.6 * RATE)], short, speech[0][int(1.6 * RATE):],
+                            pause, speech[1], pause])
+    plain, plain_stats = _run_live(replace(bundled, early_final_s=0.0), audio)
+    # 0.16 s: a chunk boundary (every 0.64 s) surely falls in the inner pause after it
+    early, early_stats = _run_live(replace(bundled, early_final_s=0.16), audio)
+    assert plain_stats.num_early_finals == 0 and len(plain) == 2
+    assert early_stats.num_early_finals == 2  # both finals were decoded at their pause
+    assert early_stats.num_early_discarded >= 1  # the pause inside the first sentence
+    assert [normalize_transcript(t) for t in early] == [normalize_transcript(t) for t in plain]
+
+
+class _QueueingWorker:
+    """The worker's side of FinalPublisher: queued jobs, aborts, a settable backlog."""
+
+    def __init__(self) -> None:
+        self.jobs: list[SecondPassJob] = []
+        self.aborted: list[int] = []
+        self.backlog = 0
+        self.no_speech = NoSpeechRule()
+
+    def try_submit(self, job: SecondPassJob) -> bool:
+        self.jobs.append(job)
+        return True
+
+    def abort(self, job_id: int) -> None:
+        self.aborted.append(job_id)
+
+
+def _open_request(seconds: float) -> Request:
+    request = Request(1, lambda event: None, 0.0, None, None)  # type: ignore[arg-type]
+    request.audio = SegmentAudio(30 * RATE)
+    request.audio.append(_voice(seconds))
+    request.refine = RefineState()
+    return request
+
+
+def _hyp(tokens: list[int], last_frame: int) -> Hypothesis:
+    return Hypothesis(tokens, " ".join(map(str, tokens)), 0.0,
+                      [last_frame - len(tokens) + 1 + i for i in range(len(tokens))])
+
+
+def test_early_decodes_start_at_a_pause_and_are_used_only_on_the_same_words() -> None:
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 80))  # 0.38 s after the last token: too soon
+    assert not worker.jobs
+    worker.backlog = 1
+    finals.start_early(request, _hyp([5, 6], 70))  # 0.58 s, but the second pass is busy
+    assert not worker.jobs
+    worker.backlog = 0
+    finals.start_early(request, _hyp([5, 6], 70))
+    (early,) = worker.jobs
+    finals.start_early(request, _hyp([5, 6], 70))  # the same words: nothing new to start
+    assert len(worker.jobs) == 1
+    finals.start_early(request, _hyp([5, 6, 7], 99))  # the speaker went on: dropped
+    assert worker.aborted == [early.job_id] and request.early is None
+    finals.start_early(request, _hyp([5, 6, 7], 70))
+    second = worker.jobs[-1]
+    request.refine.prefix_tokens = (42,)  # a refinement committed a word since: the early
+    finals.publish(request, _hyp([5, 6, 7], 70), "endpoint")  # decode lacks it
+    assert second.job_id in worker.aborted
+    final_job = worker.jobs[-1]
+    assert final_job.job_id not in (early.job_id, second.job_id)
+    assert final_job.prefix == (42,) and list(request.pending_finals) == [final_job.job_id]
+    assert (finals.num_early_used, finals.num_early_discarded) == (0, 2)
+
+
+def test_an_early_decode_on_the_final_words_is_the_final() -> None:
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 70))
+    (early,) = worker.jobs
+    finals.on_second_pass(request, SecondPassDone(early.job_id, 1, "five six", 0.4))
+    finals.publish(request, _hyp([5, 6], 70), "endpoint")
+    assert len(worker.jobs) == 1 and not worker.aborted  # no second decode
+    assert finals.num_early_used == 1
+    assert not request.pending_finals and request.last_final is not None
+    assert request.last_final.text == "five six"  # published at the endpoint at once
