@@ -30,7 +30,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,37 +43,26 @@ from oasr.engine.engine import ASREngine
 from oasr.engine.offline import transcribe_files
 from oasr.text.wer import ErrorCounts
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from second_pass_parity import Item  # noqa: E402  (a sibling script)
+from second_pass_parity import load_items as load_stress_items  # noqa: E402
+
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 PAUSE_S, LONGEST_S = 0.8, 15.0  # the sentence-pause rules: --endpoint-pause 0.8 --max-segment 15
 CONTEXT_S = 10.0
 
 
-@dataclass
-class Item:
-    path: Path
-    subset: str
-    reference: str
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
 def load_items(passages: Path | None, stress: Path | None, devset: Path | None,
                subsets: set[str] | None) -> list[Item]:
+    """The passages' files (the text of all their sentences), then the stress set's and the
+    devset's (as ``bench/second_pass_parity.py`` reads them), only ``subsets`` if given."""
     items: list[Item] = []
     if passages is not None:
         for wav in sorted(passages.glob("*.wav")):
             meta = json.loads(wav.with_suffix(".json").read_text())
             subset = "passages_real" if wav.name.startswith("real_") else "passages_tts"
             items.append(Item(wav, subset, " ".join(s["text"] for s in meta["sentences"])))
-    if stress is not None:
-        for line in (stress / "manifest.tsv").read_text().splitlines():
-            name, subset, text = line.split("\t")
-            items.append(Item(stress / name, subset, text))
-    if devset is not None:
-        for line in (devset / "manifest.tsv").read_text().splitlines():
-            name, text = line.split("\t")
-            if name.startswith(("real_", "tts_")):
-                subset = "devset_real" if name.startswith("real_") else "devset_synthetic"
-                items.append(Item(devset / name, subset, text))
+    items += load_stress_items(stress, devset)
     return [i for i in items if subsets is None or i.subset in subsets]
 
 
