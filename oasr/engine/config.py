@@ -109,7 +109,7 @@ class EngineConfig:
             segment then ends on the same words, that decode is its final, ready at the
             endpoint instead of a decode after it; 0 (the default) waits for the endpoint.
             Opt-in: in bench/live_text.py it cut one client's final lag p95 from 2.25 to
-            1.78 s, but 2 of 8 runs showed one committed word that the final did not repeat
+            1.78 s, but 2 of 6 runs showed one committed word that the final did not repeat
             (never seen without it), and at 4 clients its dropped decodes cost p95 lag.
         refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
             committed prefix that never changes); None: partials are the CTC text.
