@@ -152,6 +152,7 @@ def percentile(values: list[float], q: float) -> float:
 def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]:
     last_partial, finals = ErrorCounts(), ErrorCounts()
     lags, partial_lat, changed, refined = [], [], 0, 0
+    examples: list[dict[str, Any]] = []  # the first few changes, to see what changed
     for log in logs:
         last: dict[int, str] = {}
         stable: dict[int, list[str]] = {}
@@ -163,8 +164,11 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                 last[m["segment"]] = m["text"]
                 words = m.get("stable", "").split()
                 before = stable.get(m["segment"], [])
-                changed += sum(a != b for a, b in zip(before, words, strict=False))
-                changed += max(0, len(before) - len(words))
+                num = sum(a != b for a, b in zip(before, words, strict=False))
+                num += max(0, len(before) - len(words))
+                if num and len(examples) < 5:
+                    examples.append({"by": "partial", "committed": before, "then": words})
+                changed += num
                 stable[m["segment"]] = words
                 shown_refined |= bool(m.get("stable") or m.get("tentative"))
                 if m.get("end", 0.0) > decoded_end:
@@ -177,8 +181,11 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                 committed = stable.get(m["segment"], [])
                 if m.get("source") != "ctc":
                     words = m["text"].split()
-                    changed += sum(a != b for a, b in zip(committed, words, strict=False))
-                    changed += max(0, len(committed) - len(words))
+                    num = sum(a != b for a, b in zip(committed, words, strict=False))
+                    num += max(0, len(committed) - len(words))
+                    if num and len(examples) < 5:
+                        examples.append({"by": "final", "committed": committed, "then": words})
+                    changed += num
                 shown.append(last.pop(m["segment"], ""))
                 sent = log.sent_at(m["end"])
                 if sent is not None and m["text"]:
@@ -193,7 +200,8 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
         "final_lag_p95": round(percentile(lags, 0.95), 2),
         "partial_p50": round(percentile(partial_lat, 0.5), 3),
         "partial_p95": round(percentile(partial_lat, 0.95), 3),
-        "changed_committed": changed, "refined_share": round(refined / max(len(logs), 1), 2),
+        "changed_committed": changed, "changed_examples": examples,
+        "refined_share": round(refined / max(len(logs), 1), 2),
     }
 
 
