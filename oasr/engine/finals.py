@@ -25,6 +25,10 @@ from oasr.engine.words import WordTime, ctc_word_times
 # early final decodes start only while fewer jobs than this wait for the second pass: an
 # idle one (a busy one's spare time goes to the finals and refinements that are sure)
 EARLY_MAX_BACKLOG = 1
+# ... and only while this few streams are live: with more, the decodes the speakers go on
+# from take the worker's time from finals that are sure (bench/live_text.py, 4 clients:
+# final lag p95 3.2 -> 4.0 s with them; 1 client: 2.25 -> 1.78 s)
+EARLY_MAX_STREAMS = 2
 
 
 class FinalPublisher:
@@ -101,18 +105,19 @@ class FinalPublisher:
             request.segment += 1
             self._emit(request, event, base)
 
-    def start_early(self, request: Request, hyp: Hypothesis | None) -> None:
+    def start_early(self, request: Request, hyp: Hypothesis | None, num_streams: int = 1) -> None:
         """After a chunk that did not end the segment: when the stream has paused for
-        ``early_s`` after its last token and the second pass is idle, start the
-        segment's final decode now, so that the final is ready when the endpoint comes; an
-        early decode whose words the speaker went on from is dropped."""
+        ``early_s`` after its last token, the second pass is idle and at most
+        ``EARLY_MAX_STREAMS`` streams are live (``num_streams``), start the segment's final
+        decode now, so that the final is ready when the endpoint comes; an early decode whose
+        words the speaker went on from is dropped."""
         early = request.early
         tokens = tuple(hyp.tokens) if hyp is not None else ()
         if early is not None and early.tokens != tokens:
             request.early = None
             self._discard_early(early)
         if (request.early is not None or not self.early_frames or self.worker is None
-                or hyp is None or not hyp.timestamps
+                or num_streams > EARLY_MAX_STREAMS or hyp is None or not hyp.timestamps
                 or request.offset - (hyp.timestamps[-1] + 1) < self.early_frames
                 or self.worker.backlog >= EARLY_MAX_BACKLOG):
             return

@@ -348,6 +348,8 @@ def test_early_decodes_start_at_a_pause_and_are_used_only_on_the_same_words() ->
     finals.start_early(request, _hyp([5, 6], 70))  # 0.58 s, but the second pass is busy
     assert not worker.jobs
     worker.backlog = 0
+    finals.start_early(request, _hyp([5, 6], 70), num_streams=3)  # more than a demo's load
+    assert not worker.jobs
     finals.start_early(request, _hyp([5, 6], 70))
     (early,) = worker.jobs
     finals.start_early(request, _hyp([5, 6], 70))  # the same words: nothing new to start
