@@ -54,7 +54,11 @@ class FileResult:
 
 def transcribe_files(config: EngineConfig, files: Sequence[Path | str], progress: bool = True,
                      engine: ASREngine | None = None) -> list[FileResult]:
-    """Transcribe ``files`` as concurrent streams of one engine; results in input order."""
+    """Transcribe ``files`` as concurrent streams of one engine; results in input order.
+
+    An engine given is left running (its caller shuts it down); one made here is shut down
+    before returning, so its second-pass thread does not outlive the call."""
+    owned = engine is None
     engine = engine if engine is not None else ASREngine(config)
     results = [FileResult(str(f)) for f in files]
     total_s = 0.0
@@ -77,4 +81,6 @@ def transcribe_files(config: EngineConfig, files: Sequence[Path | str], progress
             bar.update(round(engine.stats.total_audio_s, 1) - bar.n)
             if engine.is_idle:
                 break
+    if owned:
+        engine.shutdown()
     return results

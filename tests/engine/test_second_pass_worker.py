@@ -380,3 +380,21 @@ def test_an_early_decode_on_the_final_words_is_the_final() -> None:
     assert finals.num_early_used == 1
     assert not request.pending_finals and request.last_final is not None
     assert request.last_final.text == "five six"  # published at the endpoint at once
+
+
+@pytest.mark.skipif(whisper.default_model_dir() is None, reason="no Whisper tiny.en weights")
+def test_transcribe_files_stops_the_second_pass_it_started(
+        engine_config: EngineConfig, speech: list[np.ndarray], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import soundfile as sf
+
+    from oasr.engine.offline import transcribe_files
+
+    path = tmp_path / "a.wav"
+    sf.write(path, speech[0], RATE)
+    config = replace(engine_config, second_pass="whisper", final_guard=None)
+    before = {t for t in threading.enumerate() if t.name == "oasr-second-pass"}
+    for _ in range(2):
+        (result,) = transcribe_files(config, [path], progress=False)
+        assert result.finish_reason == "stop" and result.text
+    after = {t for t in threading.enumerate() if t.name == "oasr-second-pass"}
+    assert after <= before  # no worker thread left behind by either call
