@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import replace
@@ -36,7 +35,6 @@ from typing import Any
 
 import torch
 
-from oasr.decoding import GpuDecoderConfig
 from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
@@ -45,6 +43,7 @@ from oasr.text.wer import ErrorCounts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from second_pass_parity import Item  # noqa: E402  (a sibling script)
+from second_pass_parity import engine_config as parity_engine_config  # noqa: E402
 from second_pass_parity import load_items as load_stress_items  # noqa: E402
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
@@ -76,17 +75,12 @@ def sentence_pauses() -> EndpointConfig:
 
 
 def engine_config(endpoint: EndpointConfig, context_s: float, threads: int) -> EngineConfig:
-    from oasr.cli import default_beam_size
-
-    # a pool for 32 streams of 30 s, as bench/second_pass_parity.py: a pool that ran short
-    # would end streams early and score truncated texts
-    return EngineConfig(
-        decoder=GpuDecoderConfig(beam_size=default_beam_size(None, "auto")),
-        endpoint=endpoint, final_context_s=context_s,
-        max_batch_size=32, max_num_blocks=32 * 64, num_threads=threads, second_pass="whisper",
-        max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
-        max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize,
-        second_pass_fast_backlog=None, early_final_s=0.0, refine=None)
+    """``bench/second_pass_parity.py``'s offline engine (``oasr transcribe``'s) with these
+    endpoint rules and context."""
+    default = EngineConfig()
+    config = parity_engine_config("whisper", default.second_pass_decode, default.final_guard,
+                                  threads, context_s)
+    return replace(config, endpoint=endpoint)
 
 
 def run(items: list[Item], config: EngineConfig, column: str) -> float:

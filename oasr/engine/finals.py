@@ -111,13 +111,15 @@ class FinalPublisher:
         ``EARLY_MAX_STREAMS`` streams are live (``num_streams``), start the segment's final
         decode now, so that the final is ready when the endpoint comes; an early decode whose
         words the speaker went on from is dropped."""
+        if not self.early_frames or self.worker is None:
+            return  # off: nothing to start or drop, on every chunk of every stream
         early = request.early
         tokens = tuple(hyp.tokens) if hyp is not None else ()
         if early is not None and early.tokens != tokens:
             request.early = None
             self._discard_early(early)
-        if (request.early is not None or not self.early_frames or self.worker is None
-                or num_streams > EARLY_MAX_STREAMS or hyp is None or not hyp.timestamps
+        if (request.early is not None or num_streams > EARLY_MAX_STREAMS
+                or hyp is None or not hyp.timestamps
                 or request.offset - (hyp.timestamps[-1] + 1) < self.early_frames
                 or self.worker.backlog >= EARLY_MAX_BACKLOG):
             return
@@ -205,11 +207,16 @@ class FinalPublisher:
                 self.worker.abort(job_id)
         request.pending_finals.clear()
 
+    def _segment_end(self, request: Request) -> int:
+        """The sample the open segment's audio ends at: its decoded frames plus the encoder's
+        right context."""
+        return (request.num_frames_decoded * self.timing.samples_per_frame
+                + self.timing.right_context_samples)
+
     def _segment_audio(self, request: Request) -> np.ndarray | None:
         """The current segment's samples (a copy), or None if it is too long or not held."""
-        per_frame = self.timing.samples_per_frame
-        start = request.segment_start_frame * per_frame
-        end = request.num_frames_decoded * per_frame + self.timing.right_context_samples
+        start = request.segment_start_frame * self.timing.samples_per_frame
+        end = self._segment_end(request)
         if (end - start) / MODEL_SAMPLE_RATE > MAX_SEGMENT_S:
             return None
         audio = request.audio.slice(start, end)
@@ -238,9 +245,8 @@ class FinalPublisher:
             text, start_frame = last.text, last.start_frame
         per_frame = self.timing.samples_per_frame
         start, end = start_frame * per_frame, request.segment_start_frame * per_frame
-        whole = request.num_frames_decoded * per_frame + self.timing.right_context_samples
         if (end - start > self.context_s * MODEL_SAMPLE_RATE
-                or whole - start > MAX_SEGMENT_S * MODEL_SAMPLE_RATE):
+                or self._segment_end(request) - start > MAX_SEGMENT_S * MODEL_SAMPLE_RATE):
             return none
         audio = request.audio.slice(start, end)
         if audio is None or len(audio) != end - start:

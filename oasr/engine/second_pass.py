@@ -157,8 +157,6 @@ class SecondPassWorker:
         self.decoder = decoder  # oasr.models.whisper.continuous.ContinuousWhisperDecoder
         self.deliver = deliver
         self.max_backlog = max_backlog
-        # finals queued beyond this many are decoded fast (greedy on the segment's own
-        # window: a live server that falls behind); None: never
         self.fast_backlog = fast_backlog
         self.no_speech = no_speech or NoSpeechRule()
         self.guard = guard
@@ -257,7 +255,7 @@ class SecondPassWorker:
         jobs = self._active
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
-            if not self._take_commands(jobs, block):
+            if not self._take_commands(block):
                 return
             started = time.perf_counter()
             try:
@@ -318,8 +316,9 @@ class SecondPassWorker:
             return None, "ctc", verdict.reason
         return verdict.text, verdict.source, None
 
-    def _take_commands(self, jobs: dict[int, SecondPassJob | RefineJob], block: bool) -> bool:
+    def _take_commands(self, block: bool) -> bool:
         """Move queued submissions and aborts into the decoder. False on stop."""
+        jobs = self._active
         while True:
             try:
                 item = self._jobs.get(block=block, timeout=None if block else 0)
