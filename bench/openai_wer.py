@@ -19,23 +19,19 @@ Texts are scored with `oasr.text.wer.ErrorCounts` after `normalize_transcript`.
 from __future__ import annotations
 
 import argparse
-import base64
 import concurrent.futures
 import json
 import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import openai
-import soxr
 
-from oasr.audio import read_audio
+from oasr.benchmarks.realtime_client import realtime_pcm, start_feeding
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
@@ -73,9 +69,7 @@ def http_text(client: openai.OpenAI, path: Path) -> str:
 
 
 def realtime_text(client: openai.OpenAI, path: Path, manual: bool) -> str:
-    audio = read_audio(path)
-    pcm = (np.clip(soxr.resample(audio, 16000, 24000), -1, 1) * 32767).astype("<i2").tobytes()
-    pcm += bytes(24000 * 2 * 3 // 2)
+    pcm = realtime_pcm(path)
     texts: list[str] = []
     with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
         conn.recv()
@@ -83,17 +77,7 @@ def realtime_text(client: openai.OpenAI, path: Path, manual: bool) -> str:
             "turn_detection": None if manual else {"type": "server_vad",
                                                    "silence_duration_ms": 500}}}})
 
-        def feed() -> None:
-            start = time.monotonic()
-            for n, i in enumerate(range(0, len(pcm), 4800)):
-                conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + 4800]).decode())
-                time.sleep(max(0.0, start + (n + 1) * 0.1 - time.monotonic()))
-            if manual:
-                conn.input_audio_buffer.commit()
-            conn.session.update(session={"type": "transcription"})  # marks the end of input
-
-        feeder = threading.Thread(target=feed)
-        feeder.start()
+        feeder = start_feeding(conn, pcm, manual)
         updates = started = committed = 0
         for event in conn:
             if event.type == "error":

@@ -8,18 +8,14 @@ wrong keys are refused on both.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import re
-import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soxr
 
-from oasr.audio import read_audio
+from oasr.benchmarks.realtime_client import realtime_pcm, start_feeding
 from oasr.text.wer import normalize_transcript, word_error_rate
 
 openai = pytest.importorskip("openai")
@@ -105,9 +101,7 @@ def test_models(client: object) -> None:
 def realtime(client: object, path: Path, manual: bool) -> list[object]:
     """Stream ``path`` at real-time pace (100 ms appends of 24 kHz pcm) plus 1.5 s of silence;
     the server events until the last completed transcript."""
-    audio = read_audio(path)
-    pcm = (np.clip(soxr.resample(audio, 16000, 24000), -1, 1) * 32767).astype("<i2").tobytes()
-    pcm += bytes(24000 * 2 * 3 // 2)
+    pcm = realtime_pcm(path)
     events: list[object] = []
     with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
         events.append(conn.recv())
@@ -117,17 +111,7 @@ def realtime(client: object, path: Path, manual: bool) -> list[object]:
             "turn_detection": None if manual else {"type": "server_vad",
                                                    "silence_duration_ms": 500}}}})
 
-        def feed() -> None:
-            start = time.monotonic()
-            for n, i in enumerate(range(0, len(pcm), 4800)):
-                conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + 4800]).decode())
-                time.sleep(max(0.0, start + (n + 1) * 0.1 - time.monotonic()))
-            if manual:
-                conn.input_audio_buffer.commit()
-            conn.session.update(session={"type": "transcription"})  # marks the end of input
-
-        feeder = threading.Thread(target=feed)
-        feeder.start()
+        feeder = start_feeding(conn, pcm, manual)
         deadline = time.monotonic() + 120
         num_updates = 0
         for event in conn:
