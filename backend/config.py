@@ -18,8 +18,9 @@ SERVER_IDLE_TIMEOUT_S = 15.0  # a live client that says nothing for this long is
 
 def default_engine_config() -> EngineConfig:
     """The engine a server runs when none is given: EngineConfig's defaults, but a live
-    client's idle timeout (15 s, not the library's 30 s)."""
-    return EngineConfig(idle_timeout_s=SERVER_IDLE_TIMEOUT_S)
+    client's idle timeout (15 s, not the library's 30 s) and the second pass (when it is on)
+    in a process of its own, below the streaming step's CPU priority."""
+    return EngineConfig(idle_timeout_s=SERVER_IDLE_TIMEOUT_S, second_pass_process=True)
 
 
 def default_frontend_dir() -> Path:

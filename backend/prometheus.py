@@ -80,6 +80,14 @@ class _SnapshotCollector(Collector):
                 "oasr_second_pass_temperature_fallbacks",
                 "Whisper decodes redone at a higher temperature",
                 value=second.num_temperature_fallbacks)
+            yield CounterMetricFamily(
+                "oasr_second_pass_holds",
+                "Times the second pass waited because the streaming step was behind",
+                value=second.num_holds)
+            yield CounterMetricFamily(
+                "oasr_second_pass_expired",
+                "Finals that kept their CTC text because the second pass waited too long",
+                value=second.num_expired)
 
 
 class ServerMetrics:

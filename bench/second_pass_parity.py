@@ -134,6 +134,7 @@ def engine_config(second_pass: str, decode: WhisperDecodeConfig,
         final_guard=guard, max_wait_time_s=math.inf, idle_timeout_s=math.inf,
         max_session_s=math.inf, max_pending_audio_s=math.inf,
         second_pass_max_backlog=sys.maxsize, second_pass_fast_backlog=None, early_final_s=0.0,
+        second_pass_yield_s=None,
         final_context_s=context_s,
         refine=None,  # offline, as oasr transcribe
     )

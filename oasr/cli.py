@@ -70,6 +70,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
         max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
         second_pass_fast_backlog=None,  # every final decoded in full, however many wait
+        second_pass_yield_s=None,  # audio waits by design: Whisper never waits for it
         final_context_s=(OFFLINE_FINAL_CONTEXT_S if args.final_context is None
                          else args.final_context),
         early_final_s=0.0,  # no one waits for a final offline

@@ -94,6 +94,17 @@ class EngineConfig:
             the next are decoded fast (greedy on the segment's own window), so a busy live
             server keeps up and leaves the streaming step its CPU; None: never (offline
             transcription, where nothing waits on a final).
+        second_pass_yield_s: the second pass decodes only while no live stream has more than
+            a chunk plus this many seconds of audio waiting to be decoded: when the streaming
+            step falls behind real time it gets the CPU back, and partials stay on time (a
+            final that waits ``SECOND_PASS_MAX_HOLD_S`` meanwhile keeps its CTC text); None: the
+            second pass always decodes (offline transcription, where audio waits by design).
+        second_pass_process: run the second pass in a process of its own (the live
+            server's default) instead of on a thread of the engine's process: it then never
+            holds the engine thread's GIL, and at ``second_pass_nice`` the operating system
+            gives the streaming step the CPU first (``oasr.engine.second_pass_process``).
+        second_pass_nice: how many CPU priority steps (``nice``) below the server that
+            process runs (0 to 19; 0: the same priority).
         second_pass_decode: how Whisper decodes: beam 5 at temperature 0 on the whole 30 s
             window (the reference decoders' defaults; refinements stay greedy on the segment's
             own window), its safeguards (temperature fallback, token budget, repetition
@@ -168,6 +179,9 @@ class EngineConfig:
     second_pass: str = "none"
     second_pass_max_backlog: int = 16
     second_pass_fast_backlog: int | None = SECOND_PASS_FAST_BACKLOG
+    second_pass_yield_s: float | None = 0.25
+    second_pass_process: bool = False
+    second_pass_nice: int = 10
     second_pass_decode: WhisperDecodeConfig = field(
         default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE,
                                                     encoder_window=EncoderWindow("full")))
@@ -217,6 +231,11 @@ class EngineConfig:
         if self.second_pass_fast_backlog is not None and self.second_pass_fast_backlog < 0:
             raise ValueError("second_pass_fast_backlog must be >= 0 or None, got "
                              f"{self.second_pass_fast_backlog}")
+        if self.second_pass_yield_s is not None and self.second_pass_yield_s < 0:
+            raise ValueError(
+                f"second_pass_yield_s must be >= 0 or None, got {self.second_pass_yield_s}")
+        if not 0 <= self.second_pass_nice <= 19:
+            raise ValueError(f"second_pass_nice must be in 0..19, got {self.second_pass_nice}")
         if self.second_pass_max_backlog < 1:
             raise ValueError(
                 f"second_pass_max_backlog must be >= 1, got {self.second_pass_max_backlog}")

@@ -33,7 +33,13 @@ from oasr.engine.model_runner import BatchPlan
 from oasr.engine.refine import RefinedPartial, Refiner, RefineState, compose
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
-from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone, SecondPassWorker
+from oasr.engine.second_pass import (
+    MAX_SEGMENT_S,
+    RefineDone,
+    SecondPassDone,
+    SecondPassWorker,
+    YieldRule,
+)
 from oasr.engine.segment_cuts import SegmentCuts
 from oasr.engine.snapshot import EngineSnapshot
 from oasr.engine.stats import EngineStats
@@ -68,7 +74,8 @@ class ASREngine:
                                            self.resources.cache_config.device,
                                            config.second_pass_decode_config(), guard,
                                            config.num_threads,
-                                           config.second_pass_fast_backlog)
+                                           config.second_pass_fast_backlog,
+                                           config.second_pass_process, config.second_pass_nice)
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer,
                                      config.final_context_s, config.early_final_s)
@@ -81,6 +88,8 @@ class ASREngine:
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
+        self._yield = YieldRule.of(config.second_pass_yield_s, self.resources.chunk_size,
+                                   self.family.timing)
         self._cuts = SegmentCuts(self.resources.endpointer, self._geometry)
         self._retain_frames = self._cuts.retain_feature_frames
         self.stats.refresh(self.requests, self.scheduler)
@@ -129,6 +138,8 @@ class ASREngine:
             self._reset_at_position_limit(self.requests[stream_id])
         cohort = [s for s in plan.run if not self._stop_at_capacity(s)]
         audio_s = self._run_cohort(cohort) if cohort else 0.0
+        if self.finals.worker is not None and self._yield is not None:
+            self.finals.worker.hold(self._yield.is_behind(self.requests.values()))
         if self.refiner is not None:
             self.refiner.schedule(self.requests, now, self.stats.total_busy_s)
         self.stats.record_step(time.perf_counter() - started, len(cohort), audio_s,

@@ -73,6 +73,16 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="penalty per word outside the word LM's lexicon; default: tuned")
     g.add_argument("--second-pass", choices=("whisper", "none"), default="whisper",
                    help="re-decode each finished segment with Whisper tiny.en for accurate finals")
+    g.add_argument("--second-pass-process", action=argparse.BooleanOptionalAction,
+                   default=None,
+                   help="run the second pass in a process of its own at a lower CPU priority, "
+                   "so it never slows the streaming step (default: on for oasr-server, off "
+                   "for oasr transcribe)")
+    g.add_argument("--second-pass-yield", type=_seconds_or_off, default=EngineConfig.second_pass_yield_s,
+                   metavar="S|off",
+                   help="the second pass waits while a live stream has more than a chunk plus "
+                   "S seconds of audio waiting to be decoded (partials first); off: it never "
+                   "waits (default: off for oasr transcribe)")
     g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
                    help="Whisper's beam at temperature 0 (1 = greedy)")
     g.add_argument("--final-context", type=float, default=None, metavar="S",
@@ -167,6 +177,16 @@ SAME_NAME_FIELDS = ("model", "device", "dtype", "max_batch_size", "chunk_size",
                     "streaming_cohort_admit", "decode_kv_budget_gib", "max_decode_slots")
 
 
+def _seconds_or_off(value: str) -> float | None:
+    """A flag's value in seconds (>= 0), or None for "off"."""
+    if value == "off":
+        return None
+    seconds = float(value)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds or 'off', got {value}")
+    return seconds
+
+
 def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> EngineConfig:
     """The `EngineConfig` the flags of `add_engine_arguments` describe, with ``overrides``
     (EngineConfig fields a command sets itself, e.g. ``oasr transcribe``'s unbounded waits)."""
@@ -193,6 +213,9 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         final_context_s=(EngineConfig.final_context_s if args.final_context is None
                          else args.final_context),
         early_final_s=args.early_final,
+        second_pass_yield_s=args.second_pass_yield,
+        second_pass_process=(EngineConfig.second_pass_process
+                             if args.second_pass_process is None else args.second_pass_process),
         quantization=parse_quantization_options(args.quantization_option) or None,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]

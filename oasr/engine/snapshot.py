@@ -126,6 +126,9 @@ class SecondPassSnapshot:
     num_no_voice: int  # segments too quiet to decode
     num_no_speech: int  # segments decoded, but no speech
     avg_latency_ms: float
+    held: bool = False  # waiting now: the streaming step is behind (second_pass_yield_s)
+    num_holds: int = 0  # times it was made to wait
+    num_expired: int = 0  # finals given up while it waited (they keep their CTC text)
     refine: RefineSnapshot | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -186,6 +186,9 @@ class EngineStats:
             num_no_speech=worker.num_no_speech if worker is not None else 0,
             avg_latency_ms=(round(finals.second_pass_seconds / done * 1e3, 1) if done
                             else 0.0),
+            held=worker.held if worker is not None else False,
+            num_holds=worker.num_holds if worker is not None else 0,
+            num_expired=worker.num_expired if worker is not None else 0,
             refine=self._refine_entry(running),
         )
 

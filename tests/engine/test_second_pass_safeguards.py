@@ -146,7 +146,7 @@ def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
     assert len(ctc_text.split()) >= 3, ctc_text
 
     engine = ASREngine(_config())
-    engine.finals.worker = SecondPassWorker(_HallucinatingWhisper(whisper_text), engine.submit,
+    engine.finals.worker = SecondPassWorker.on_thread(_HallucinatingWhisper(whisper_text), engine.submit,
                                             max_backlog=16, guard=FirstPassGuard())
     events = Collector()
     engine.submit(OpenStream(1, events.sink(1)))

@@ -110,7 +110,7 @@ def _job(job_id: int, segment: np.ndarray, context: np.ndarray | None = None,
 
 def _worker(decoder: ScriptedDecoder) -> tuple[SecondPassWorker, queue.Queue[SecondPassDone]]:
     out: queue.Queue[SecondPassDone] = queue.Queue()
-    return SecondPassWorker(decoder, out.put, max_backlog=8), out
+    return SecondPassWorker.on_thread(decoder, out.put, max_backlog=8), out
 
 
 def test_a_segment_waits_for_the_previous_final_and_continues_its_text() -> None:
@@ -158,7 +158,7 @@ def test_a_rejected_previous_final_passes_on_the_text_it_published() -> None:
             return GuardVerdict(text, "whisper", None)
 
     out: queue.Queue[SecondPassDone] = queue.Queue()
-    worker = SecondPassWorker(decoder, out.put, max_backlog=8, guard=RejectFirst())  # type: ignore[arg-type]
+    worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8, guard=RejectFirst())  # type: ignore[arg-type]
     first = _voice(1.0)
     worker.try_submit(_job(1, first))
     worker.try_submit(_job(2, _voice(1.0), context=first, context_job=1))
@@ -206,7 +206,7 @@ def test_a_backlog_beyond_the_fast_limit_is_decoded_fast(fast_backlog: int | Non
     decoder = ScriptedDecoder({i: "x" for i in range(1, 6)})
     decoder.gate.clear()  # five finals arrive before the worker looks
     out: queue.Queue[SecondPassDone] = queue.Queue()
-    worker = SecondPassWorker(decoder, out.put, max_backlog=8, fast_backlog=fast_backlog)
+    worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8, fast_backlog=fast_backlog)
     for job_id in range(1, 6):
         assert worker.try_submit(_job(job_id, _voice(0.5)))
     decoder.gate.set()

@@ -92,7 +92,7 @@ def test_worker_answers_silence_and_noise_with_empty_text(checkpoint: WhisperChe
                                                           recordings) -> None:
     out: queue.Queue[SecondPassDone] = queue.Queue()
     decoder = ContinuousWhisperDecoder(checkpoint)
-    worker = SecondPassWorker(decoder, out.put, max_backlog=8)
+    worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8)
     speech = next(r for r in recordings if r.name == "real_jackson_4.wav")
     segments = {1: np.zeros(RATE, dtype=np.float32), 2: _noise(2.0, -55.0, 3),
                 3: _noise(2.0, -30.0, 4), 4: _hum(2.0), 5: speech.waveform.numpy()}

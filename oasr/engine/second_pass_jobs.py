@@ -1,0 +1,98 @@
+"""What the engine and the second pass hand each other: jobs (a segment's final, an open
+segment's refinement) and their answers. Plain picklable records: they cross a thread or a
+process boundary (``oasr.engine.second_pass``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SecondPassJob:
+    """One segment to re-decode.
+
+    Attributes:
+        job_id: unique per engine.
+        stream_id, segment: whose segment.
+        audio: (N,) float32 16 kHz samples of the segment, N <= 30 s.
+        submitted_at: monotonic time the engine queued it.
+        ctc_text: the first pass's text of the same audio (the guard's witness).
+        prefix: Whisper tokens the final must begin with (the refinement's committed words).
+        context: the previous segment's final text, whose audio is the first
+            ``context_samples`` of ``audio``: forced before ``prefix`` so that the decode
+            continues it; the final's text is what follows it.
+        context_job: the previous segment's job when its final was not out yet: the worker
+            decodes this job once that one is answered, with its text as ``context``.
+        context_tokens: ``context``'s Whisper tokens (the worker fills them in).
+    """
+
+    job_id: int
+    stream_id: int
+    segment: int
+    audio: np.ndarray
+    submitted_at: float
+    ctc_text: str = ""
+    prefix: tuple[int, ...] = ()
+    context: str = ""
+    context_samples: int = 0
+    context_job: int | None = None
+    context_tokens: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RefineJob:
+    """An open segment's audio so far, to refine its partial (``oasr.engine.refine``).
+
+    Attributes:
+        job_id: unique per engine (shared with ``SecondPassJob`` ids).
+        stream_id, segment: whose segment.
+        audio: (N,) float32 16 kHz samples from the segment's start.
+        prefix: Whisper tokens of the committed words, forced as the transcript's start.
+        num_frames: segment-relative encoder frames the audio covers.
+    """
+
+    job_id: int
+    stream_id: int
+    segment: int
+    audio: np.ndarray
+    prefix: tuple[int, ...]
+    num_frames: int
+
+
+@dataclass(frozen=True)
+class RefineDone:
+    """A finished refinement (a command back to the engine): Whisper's text of the audio so
+    far, its tokens and where each word ends in them; ``failed`` when it failed its
+    safeguards (no fallback is tried for a refinement)."""
+
+    job_id: int
+    stream_id: int
+    segment: int
+    text: str
+    tokens: tuple[int, ...]
+    word_ends: tuple[int, ...]
+    failed: bool
+    num_frames: int
+
+
+@dataclass(frozen=True)
+class SecondPassDone:
+    """A finished job (a command back to the engine).
+
+    ``text`` is the final's text from the second pass: Whisper's (``source`` "whisper"; "" when
+    Whisper judged the segment to hold no speech) or a digit string combined from Whisper's
+    and the CTC text (``source`` "combined"); None when the final keeps its CTC text: Whisper
+    raised, or the guard rejected its text (``rejected`` names the guard's reason).
+    """
+
+    job_id: int
+    stream_id: int
+    text: str | None
+    seconds: float
+    source: str = "whisper"
+    rejected: str | None = None
+
+
+Answer = SecondPassDone | RefineDone

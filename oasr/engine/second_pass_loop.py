@@ -1,0 +1,254 @@
+"""The second pass's decoding side: the loop that feeds Whisper's continuous decoder with
+queued jobs and turns its results into answers, wherever it runs.
+
+`SecondPassLoop` owns the decoder and everything only the decoding side knows: jobs in the
+decoder, finals waiting for the previous segment's text (their context), the recent finals'
+texts, and the counters. It takes its commands from a ``get`` function (a job, a job id to
+abort, or None to stop) and hands each answer to ``emit``; the engine side
+(``oasr.engine.second_pass.SecondPassWorker``) runs it on a thread of the engine's process or
+in a process of its own (``oasr.engine.second_pass_process``) and keeps the accounting of
+what is outstanding.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.second_pass_jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
+from oasr.models.whisper.no_speech import NoSpeechRule
+
+logger = logging.getLogger(__name__)
+
+# finals' texts kept for a next segment that may still arrive (its context)
+MAX_REMEMBERED_FINALS = 1024
+
+PAUSE_POLL_S = 0.05  # while held back, commands are taken this often
+
+Command = SecondPassJob | RefineJob | int | None
+
+
+@dataclass
+class LoopCounters:
+    """What the decoding side counts (read by the engine's stats).
+
+    Attributes:
+        num_no_voice: segments answered "" without decoding.
+        num_no_speech: segments whose Whisper text was dropped as no speech.
+        num_with_context: finals decoded after the previous segment's text.
+        num_refinements: refinements decoded.
+        num_fallbacks: decodes redone at a higher temperature.
+        busy_seconds: time spent in decoder steps.
+    """
+
+    num_no_voice: int = 0
+    num_no_speech: int = 0
+    num_with_context: int = 0
+    num_refinements: int = 0
+    num_fallbacks: int = 0
+    busy_seconds: float = 0.0
+
+
+class SecondPassLoop:
+    """Decodes queued jobs with Whisper's continuous decoder (one thread: the one in `run`).
+
+    Args:
+        decoder: ``oasr.models.whisper.continuous.ContinuousWhisperDecoder`` (or a test's
+            scripted one): ``submit``, ``step``, ``abort``, ``has_work``, ``text_tokens``,
+            ``text_of``, ``word_ends``, ``max_new_tokens``.
+        emit: receives each answer (`SecondPassDone` or `RefineDone`), exactly once per job
+            not aborted.
+        no_speech: when a segment holds no speech.
+        guard: reviews Whisper's text against the CTC text (None: always kept).
+        fast_backlog: finals that find more than this many finals on this side are decoded
+            fast (greedy on the segment's own window); None: never.
+    """
+
+    def __init__(self, decoder: object, emit: Callable[[SecondPassDone | RefineDone], None],
+                 no_speech: NoSpeechRule | None = None, guard: FirstPassGuard | None = None,
+                 fast_backlog: int | None = None) -> None:
+        self.decoder = decoder
+        self.emit = emit
+        self.no_speech = no_speech or NoSpeechRule()
+        self.guard = guard
+        self.fast_backlog = fast_backlog
+        self.counters = LoopCounters()
+        # jobs in the decoder, finals waiting for the previous segment's final (keyed by
+        # that job's id), recent finals' texts by job id, and finals taken but not started
+        self._active: dict[int, SecondPassJob | RefineJob] = {}
+        self._deferred: dict[int, SecondPassJob] = {}
+        self._final_texts: dict[int, str] = {}
+        self._num_taken = 0
+
+    def run(self, get: Callable[[bool], Command],
+            may_step: Callable[[float], bool] | None = None) -> None:
+        """Decode until a None command; ``get(block)`` returns the next command, or raises
+        ``queue.Empty`` when there is none and ``block`` is False. ``may_step(timeout)`` waits
+        up to ``timeout`` seconds for leave to run the next decoder step (the engine withholds
+        it while its streams are behind); commands are still taken while it is withheld."""
+        held = False
+        while True:
+            block = not self.decoder.has_work()  # type: ignore[attr-defined]
+            if not self._take_commands(get, block):
+                return
+            if may_step is not None:
+                if not may_step(PAUSE_POLL_S):
+                    held = True
+                    continue
+                if held:  # what came while it waited (aborts) goes in before the step
+                    held = False
+                    if not self._take_commands(get, False):
+                        return
+            started = time.perf_counter()
+            try:
+                finished = self.decoder.step()  # type: ignore[attr-defined]
+            except Exception:
+                logger.exception("second pass failed; its segments keep their CTC text")
+                finished = []
+                for job_id in list(self._active):
+                    self.decoder.abort(job_id)  # type: ignore[attr-defined]
+                    self._drop(self._active.pop(job_id))
+            self.counters.busy_seconds += time.perf_counter() - started
+            self.counters.num_fallbacks = int(getattr(self.decoder, "num_fallbacks", 0))
+            for result in finished:
+                job = self._active.pop(result.request_id, None)
+                if isinstance(job, RefineJob):
+                    self._refined(job, result)
+                elif job is not None:
+                    self._finish(job, *self._review(result, job))
+
+    @property
+    def num_finals(self) -> int:
+        """Finals on this side: decoding, waiting for their context, or taken to start."""
+        active = sum(isinstance(job, SecondPassJob) for job in self._active.values())
+        return active + len(self._deferred) + self._num_taken
+
+    def _take_commands(self, get: Callable[[bool], Command], block: bool) -> bool:
+        """Move every queued submission and abort into the decoder. False on stop."""
+        taken: list[Command] = []
+        while True:
+            try:
+                taken.append(get(block))
+            except queue.Empty:
+                break
+            block = False
+        self._num_taken = sum(isinstance(item, SecondPassJob) for item in taken)
+        for item in taken:
+            if item is None:
+                return False
+            if isinstance(item, int):
+                self._abort(item)
+            elif isinstance(item, RefineJob):
+                self._active[item.job_id] = item
+                self.decoder.submit(item.job_id, item.audio, prefix=item.prefix,  # type: ignore[attr-defined]
+                                    background=True)
+            else:
+                self._num_taken -= 1
+                self._take_final(item)
+        return True
+
+    def _take_final(self, job: SecondPassJob) -> None:
+        if not self.no_speech.has_voice(job.audio[job.context_samples:]):
+            self.counters.num_no_voice += 1
+            self._finish(job, "")
+            return
+        if job.context_job is not None:
+            if job.context_job in self._final_texts:  # the previous final is out
+                job = replace(job, context=self._final_texts.pop(job.context_job),
+                              context_job=None)
+            elif job.context_job in self._active or job.context_job in self._deferred:
+                self._deferred[job.context_job] = job  # decoded once it is out
+                return
+            else:  # the previous segment's job was aborted
+                job = replace(job, context_job=None)
+        self._start(job)
+
+    def _abort(self, job_id: int) -> None:
+        job = self._active.pop(job_id, None)
+        if job is not None:
+            self.decoder.abort(job_id)  # type: ignore[attr-defined]
+        for waited_on, deferred in list(self._deferred.items()):
+            if deferred.job_id == job_id:
+                del self._deferred[waited_on]
+        if job_id in self._deferred:  # the next segment goes on without this one's text
+            self._start(replace(self._deferred.pop(job_id), context_job=None))
+
+    def _start(self, job: SecondPassJob) -> None:
+        """Hand a final's job to the decoder, with its context's tokens forced first."""
+        # under backlog the finals are decoded fast (greedy, the segment's window) so
+        # the second pass keeps up and leaves the streaming step its CPU
+        fast = self.fast_backlog is not None and self.num_finals + 1 > self.fast_backlog
+        job = self._with_context(job)
+        self._active[job.job_id] = job
+        self.decoder.submit(job.job_id, job.audio,  # type: ignore[attr-defined]
+                            prefix=job.context_tokens + job.prefix, fast=fast)
+
+    def _with_context(self, job: SecondPassJob) -> SecondPassJob:
+        """The job with its context's tokens; without any context (audio and text) when it
+        has no text, or the text would take more than half of the decoder's room."""
+        tokens: tuple[int, ...] = ()
+        if job.context.strip():
+            tokens = tuple(self.decoder.text_tokens(" " + job.context.strip()))  # type: ignore[attr-defined]
+        room = int(getattr(self.decoder, "max_new_tokens", 0)) - len(job.prefix)
+        if not tokens or len(tokens) > room // 2:
+            return replace(job, audio=job.audio[job.context_samples:], context="",
+                           context_samples=0, context_job=None)
+        self.counters.num_with_context += 1
+        return replace(job, context_tokens=tokens)
+
+    def _drop(self, job: SecondPassJob | RefineJob) -> None:
+        """A job the decoder lost: a final keeps its CTC text, a refinement is forgotten."""
+        if isinstance(job, RefineJob):
+            self._refined(job, None)
+        else:
+            self._finish(job, None)
+
+    def _refined(self, job: RefineJob, result: object | None) -> None:
+        if result is None:
+            self.emit(RefineDone(job.job_id, job.stream_id, job.segment, "", (), (), True,
+                                 job.num_frames))
+            return
+        self.counters.num_refinements += 1
+        tokens = tuple(getattr(result, "tokens", ()))
+        word_ends: list[int] = getattr(self.decoder, "word_ends", lambda t: [])(tokens)
+        self.emit(RefineDone(
+            job.job_id, job.stream_id, job.segment, str(getattr(result, "text", "")).strip(),
+            tokens, tuple(word_ends), bool(getattr(result, "failed", False)), job.num_frames))
+
+    def _review(self, result: object, job: SecondPassJob) -> tuple[str | None, str, str | None]:
+        """(text, source, rejection) of a decoded segment: Whisper's text (or "" when Whisper
+        judged the segment to hold no speech), a digit string combined with the CTC text, or
+        (None, "ctc", reason) when the guard keeps the CTC text."""
+        no_speech_prob = getattr(result, "no_speech_prob", None)
+        failed = bool(getattr(result, "failed", False))
+        if not failed and self.no_speech.is_no_speech(no_speech_prob,
+                                                      getattr(result, "avg_log_prob", 0.0)):
+            self.counters.num_no_speech += 1
+            return "", "whisper", None
+        text = str(getattr(result, "text", "")).strip()
+        if job.context_tokens:  # the final is what follows the previous segment's text
+            tokens = tuple(getattr(result, "tokens", ()))[len(job.context_tokens):]
+            text = self.decoder.text_of(tokens).strip()  # type: ignore[attr-defined]
+        if self.guard is None:
+            return text, "whisper", None
+        verdict = self.guard.review(text, job.ctc_text, failed)
+        if verdict.reason is not None:  # counted by the engine when the final is published
+            return None, "ctc", verdict.reason
+        return verdict.text, verdict.source, None
+
+    def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
+                rejected: str | None = None) -> None:
+        self.emit(SecondPassDone(job.job_id, job.stream_id, text,
+                                 time.monotonic() - job.submitted_at, source, rejected))
+        published = job.ctc_text if text is None else text  # what the final carries
+        waiting = self._deferred.pop(job.job_id, None)
+        if waiting is not None:
+            self._start(replace(waiting, context=published, context_job=None))
+        else:  # the next segment's job may not have arrived yet
+            self._final_texts[job.job_id] = published
+            while len(self._final_texts) > MAX_REMEMBERED_FINALS:
+                self._final_texts.pop(next(iter(self._final_texts)))
