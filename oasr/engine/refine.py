@@ -16,7 +16,9 @@ a refinement can only add to it; the segment's final is decoded the same way.
 Refinement only takes spare capacity (``RefineConfig``): it is scheduled by the engine thread
 when the engine and the second-pass worker are both below their busy budgets, at most
 ``max_in_flight`` at a time, the stream whose refined text is oldest first, and it is queued
-behind every final. At many streams the engine is busy and partials are the CTC text, as they
+behind every final. The exception is a stream at a pause (``pause_s`` after a word no
+refinement has seen): its segment may end there, so its refinement goes first, whatever the
+worker's backlog, and is decoded beside the finals rather than after them. At many streams the engine is busy and partials are the CTC text, as they
 are with the second pass off.
 """
 
@@ -42,6 +44,10 @@ class RefineConfig:
 
     Attributes:
         interval_s: audio a stream must add to its segment before its next refinement.
+        pause_s: a pause this long after the newest CTC word, which no refinement has seen
+            yet, makes the stream due at once, ahead of the streams due by ``interval_s``:
+            the segment may end at this pause, and its last partial is then Whisper's
+            words, not the CTC pass's.
         min_audio_s: a segment is refined once it holds this much audio.
         max_streams: with more live streams than this, nothing is refined (the CTC partials
             of a busy server).
@@ -52,6 +58,7 @@ class RefineConfig:
     """
 
     interval_s: float = 1.0
+    pause_s: float = 0.3
     min_audio_s: float = 1.0
     max_streams: int = 8
     max_in_flight: int = 2
@@ -59,7 +66,7 @@ class RefineConfig:
     worker_budget: float = 0.7
 
     def __post_init__(self) -> None:
-        for name in ("interval_s", "min_audio_s"):
+        for name in ("interval_s", "pause_s", "min_audio_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RefineConfig.{name} must be > 0 seconds, got {getattr(self, name)}")
         for name in ("max_streams", "max_in_flight"):
@@ -120,6 +127,7 @@ class RefineState:
         refined_frames: segment-relative encoder frames the newest refinement saw.
         requested_frames: ... the one in flight (or the newest) was asked for.
         refined_at: monotonic time of the newest refinement's request (oldest goes first).
+        last_token_frame: segment-relative encoder frame after the newest CTC token.
         num_refinements: refinements applied in this stream.
     """
 
@@ -129,6 +137,7 @@ class RefineState:
     refined_frames: int = 0
     requested_frames: int = 0
     refined_at: float = 0.0
+    last_token_frame: int = 0
     num_refinements: int = 0
 
     def reset(self) -> None:
@@ -136,7 +145,7 @@ class RefineState:
         self.agreement.reset()
         self.prefix_tokens = ()
         self.in_flight = None
-        self.refined_frames = self.requested_frames = 0
+        self.refined_frames = self.requested_frames = self.last_token_frame = 0
 
 
 @dataclass(frozen=True)
@@ -204,32 +213,43 @@ class Refiner:
         starts: list[int] = []
         if hypothesis is not None and self.tokenizer is not None:
             starts = word_start_frames(self.tokenizer, hypothesis.tokens, hypothesis.timestamps)
+        if hypothesis is not None and hypothesis.timestamps and request.refine is not None:
+            request.refine.last_token_frame = hypothesis.timestamps[-1] + 1
         request.ctc_starts = starts
         return compose(request.refine, text, starts)
 
     def schedule(self, requests: dict[int, Request], now: float, engine_busy_s: float) -> None:
-        """Submit refinements for the streams due, oldest refined first, within the budgets."""
+        """Submit refinements for the streams due, those at a pause first, then the oldest
+        refined, within the budgets."""
         live = [r for r in requests.values() if r.is_running and r.refine is not None]
-        if not live or len(live) > self.config.max_streams or self.worker.backlog:
+        if not live or len(live) > self.config.max_streams:
             return
         engine_share, worker_share = self._shares(now, engine_busy_s)
-        if engine_share > self.config.engine_budget or worker_share > self.config.worker_budget:
+        if engine_share > self.config.engine_budget:
             return
+        # a busy second pass still takes the refinements at a pause (the last partial a
+        # reader sees before the final), ahead of the background ones
+        busy = bool(self.worker.backlog) or worker_share > self.config.worker_budget
         shift = self.timing.frame_shift_s
+        pause = round(self.config.pause_s / shift)
         due = []
         for request in live:
             state = request.refine
             assert state is not None
             frames = request.num_frames_decoded - request.segment_start_frame
-            if (state.in_flight is None and request.last_partial
-                    and frames * shift >= self.config.min_audio_s
-                    and (frames - state.requested_frames) * shift >= self.config.interval_s):
-                due.append((state.refined_at, request, frames))
-        for _, request, frames in sorted(due, key=lambda d: d[0]):
-            if not self._submit(request, frames, now):
+            if (state.in_flight is not None or not request.last_partial
+                    or frames * shift < self.config.min_audio_s):
+                continue
+            at_pause = (state.requested_frames < state.last_token_frame
+                        and frames - state.last_token_frame >= pause)
+            if at_pause or (not busy and (frames - state.requested_frames) * shift
+                            >= self.config.interval_s):
+                due.append((not at_pause, state.refined_at, request, frames))
+        for later, _, request, frames in sorted(due, key=lambda d: d[:2]):
+            if not self._submit(request, frames, now, at_pause=not later):
                 return
 
-    def _submit(self, request: Request, frames: int, now: float) -> bool:
+    def _submit(self, request: Request, frames: int, now: float, at_pause: bool = False) -> bool:
         per_frame = self.timing.samples_per_frame
         start = request.segment_start_frame * per_frame
         audio = request.audio.slice(start, start + frames * per_frame)
@@ -238,7 +258,7 @@ class Refiner:
         state = request.refine
         assert state is not None
         job = RefineJob(self.next_job_id(), request.stream_id, request.segment, audio.copy(),
-                        state.prefix_tokens, frames)
+                        state.prefix_tokens, frames, at_pause)
         if not self.worker.try_submit_refine(job, self.config.max_in_flight):
             return False
         if state.refined_at:

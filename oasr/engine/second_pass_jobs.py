@@ -51,6 +51,8 @@ class RefineJob:
         audio: (N,) float32 16 kHz samples from the segment's start.
         prefix: Whisper tokens of the committed words, forced as the transcript's start.
         num_frames: segment-relative encoder frames the audio covers.
+        at_pause: the stream paused after its last word (its segment may end here): decoded
+            beside the finals, not in the background after them.
     """
 
     job_id: int
@@ -59,6 +61,7 @@ class RefineJob:
     audio: np.ndarray
     prefix: tuple[int, ...]
     num_frames: int
+    at_pause: bool = False
 
 
 @dataclass(frozen=True)

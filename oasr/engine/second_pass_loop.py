@@ -90,19 +90,16 @@ class SecondPassLoop:
         ``queue.Empty`` when there is none and ``block`` is False. ``may_step(timeout)`` waits
         up to ``timeout`` seconds for leave to run the next decoder step (the engine withholds
         it while its streams are behind); commands are still taken while it is withheld."""
-        held = False
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
             if not self._take_commands(get, block):
                 return
             if may_step is not None:
                 if not may_step(PAUSE_POLL_S):
-                    held = True
                     continue
-                if held:  # what came while it waited (aborts) goes in before the step
-                    held = False
-                    if not self._take_commands(get, False):
-                        return
+                # what came while it asked (an abort of a final given up) goes in first
+                if not self._take_commands(get, False):
+                    return
             started = time.perf_counter()
             try:
                 finished = self.decoder.step()  # type: ignore[attr-defined]
@@ -144,8 +141,10 @@ class SecondPassLoop:
                 self._abort(item)
             elif isinstance(item, RefineJob):
                 self._active[item.job_id] = item
+                # greedy on the segment's window either way; one at a pause goes beside the
+                # finals instead of after them
                 self.decoder.submit(item.job_id, item.audio, prefix=item.prefix,  # type: ignore[attr-defined]
-                                    background=True)
+                                    background=not item.at_pause, fast=True)
             else:
                 self._num_taken -= 1
                 self._take_final(item)

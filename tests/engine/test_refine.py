@@ -3,16 +3,24 @@ times, and the refiner's bookkeeping of results."""
 
 from __future__ import annotations
 
+import itertools
+import types
+from typing import Any
+
+import numpy as np
 import pytest
 
+from oasr.engine.family import FrameTiming
 from oasr.engine.refine import (
     LocalAgreement,
     RefineConfig,
     RefinedPartial,
+    Refiner,
     RefineState,
     compose,
     word_start_frames,
 )
+from oasr.engine.second_pass import RefineJob
 from oasr.text.tokenizer import CharTokenizer
 
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\u2581", "<sos/eos>"]
@@ -77,3 +85,60 @@ def test_refine_config_is_validated() -> None:
         RefineConfig(max_in_flight=0)
     with pytest.raises(ValueError, match=r"engine_budget must be in \(0, 1\]"):
         RefineConfig(engine_budget=1.5)
+
+
+class _Worker:
+    """The refiner's view of the second pass: idle, records what it is asked to refine."""
+
+    backlog = 0
+    busy_seconds = 0.0
+
+    def __init__(self) -> None:
+        self.jobs: list[RefineJob] = []
+
+    def try_submit_refine(self, job: RefineJob, max_in_flight: int) -> bool:
+        self.jobs.append(job)
+        return True
+
+
+class _Audio:
+    def slice(self, start: int, end: int) -> np.ndarray:
+        return np.zeros(end - start, dtype=np.float32)
+
+
+def _stream(stream_id: int, frames: int, requested: int, last_token: int) -> Any:
+    state = RefineState(requested_frames=requested, last_token_frame=last_token,
+                        refined_at=float(stream_id))
+    return types.SimpleNamespace(
+        stream_id=stream_id, segment=0, is_running=True, refine=state, last_partial="words",
+        num_frames_decoded=frames, segment_start_frame=0, audio=_Audio())
+
+
+def test_a_stream_at_a_pause_is_refined_first_and_before_its_interval() -> None:
+    # 40 ms frames: refined up to frame 50; the newest CTC word ended at frame 60
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    worker = _Worker()
+    refiner = Refiner(RefineConfig(interval_s=1.0, pause_s=0.3, max_in_flight=1), worker,
+                      timing, None, itertools.count(1).__next__)
+    streams = {
+        1: _stream(1, frames=90, requested=50, last_token=90),  # talking: due by interval
+        2: _stream(2, frames=68, requested=50, last_token=60),  # 0.32 s of pause, unseen
+        3: _stream(3, frames=68, requested=62, last_token=60),  # a pause already refined
+        4: _stream(4, frames=64, requested=50, last_token=60),  # 0.16 s: not a pause yet
+    }
+    refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
+    assert [job.stream_id for job in worker.jobs] == [2, 1]  # the pause first; 3, 4 not due
+    assert worker.jobs[0].num_frames == 68
+    assert [job.at_pause for job in worker.jobs] == [True, False]
+
+
+def test_a_busy_second_pass_still_refines_a_stream_at_a_pause() -> None:
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    worker = _Worker()
+    worker.backlog = 2  # finals wait: background refinements would only add to them
+    refiner = Refiner(RefineConfig(interval_s=1.0, pause_s=0.3), worker, timing, None,
+                      itertools.count(1).__next__)
+    streams = {1: _stream(1, frames=90, requested=50, last_token=90),
+               2: _stream(2, frames=68, requested=50, last_token=60)}
+    refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
+    assert [(job.stream_id, job.at_pause) for job in worker.jobs] == [(2, True)]
