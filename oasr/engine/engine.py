@@ -30,7 +30,7 @@ from oasr.engine.family import FEATURE_SHIFT_S
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.isolation import forward_isolating_failures, prepare_or_stop
 from oasr.engine.model_runner import BatchPlan
-from oasr.engine.refine import RefinedPartial, Refiner, RefineState, compose
+from oasr.engine.refine import RefinedPartial, Refiner, RefineState
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.second_pass import (
@@ -336,7 +336,7 @@ class ASREngine:
         if result.text != request.last_partial or self.refiner is not None:
             request.last_partial = result.text
             if self.refiner is not None:
-                parts = self.refiner.compose(request, result.hypothesis, result.text)
+                parts = self.refiner.compose(request, result.hypothesis)
             else:
                 parts = RefinedPartial("", "", result.text)
             self._emit_partial(request, parts)
@@ -363,7 +363,7 @@ class ASREngine:
         if request is None or self.refiner is None or not request.is_running:
             return
         if self.refiner.apply(request, done):
-            parts = compose(request.refine, request.last_partial, request.ctc_starts)
+            parts = self.refiner.parts(request)
             self._emit_partial(request, parts)
 
     def _reset_at_position_limit(self, request: Request) -> None:

@@ -44,6 +44,10 @@ class RefineConfig:
 
     Attributes:
         interval_s: audio a stream must add to its segment before its next refinement.
+        ctc_lag_s: a CTC word shown after the refined words must start this long after the
+            refined audio ends: a CTC pass emits a word's first letter a little after the
+            word begins, so a word Whisper already wrote at the end of the refined audio
+            would otherwise show twice ("... for your country. country").
         pause_s: a pause this long after the newest CTC word, which no refinement has seen
             yet, makes the stream due at once, ahead of the streams due by ``interval_s``:
             the segment may end at this pause, and its last partial is then Whisper's
@@ -58,6 +62,7 @@ class RefineConfig:
     """
 
     interval_s: float = 1.0
+    ctc_lag_s: float = 0.16
     pause_s: float = 0.3
     min_audio_s: float = 1.0
     max_streams: int = 8
@@ -69,6 +74,8 @@ class RefineConfig:
         for name in ("interval_s", "pause_s", "min_audio_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RefineConfig.{name} must be > 0 seconds, got {getattr(self, name)}")
+        if self.ctc_lag_s < 0:
+            raise ValueError(f"RefineConfig.ctc_lag_s must be >= 0 seconds, got {self.ctc_lag_s}")
         for name in ("max_streams", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RefineConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -168,15 +175,17 @@ def word_start_frames(tokenizer: Any, tokens: Sequence[int],
     return [int(start) for _, start, _ in ctc_word_times(tokenizer, tokens, timestamps, 0, 1.0)]
 
 
-def compose(state: RefineState | None, ctc_text: str, ctc_starts: Sequence[int]) -> RefinedPartial:
+def compose(state: RefineState | None, ctc_text: str, ctc_starts: Sequence[int],
+            lag_frames: int = 0) -> RefinedPartial:
     """A partial from the refinement state and the current CTC hypothesis (its words and the
-    frame each starts at, segment-relative)."""
+    frame each starts at, segment-relative): the CTC words that start ``lag_frames`` or more
+    after the refined audio follow the refined ones."""
     if state is None or not state.agreement.latest:
         return RefinedPartial("", "", ctc_text)
     words = ctc_text.split()
     if len(words) == len(ctc_starts):
         tail = [w for w, start in zip(words, ctc_starts, strict=True)
-                if start >= state.refined_frames]
+                if start >= state.refined_frames + lag_frames]
     else:  # the text's words and the tokens' words disagree (special units): no CTC tail
         tail = []
     return RefinedPartial(" ".join(state.agreement.committed),
@@ -208,15 +217,21 @@ class Refiner:
         self._busy_mark = (time.monotonic(), 0.0, 0.0)  # (time, engine busy s, worker busy s)
         self._busy_share = (0.0, 0.0)
 
-    def compose(self, request: Request, hypothesis: Hypothesis | None, text: str) -> RefinedPartial:
-        """The partial of ``request`` given its current CTC text (and hypothesis, for times)."""
+    def compose(self, request: Request, hypothesis: Hypothesis | None) -> RefinedPartial:
+        """The partial of ``request`` after a chunk: its CTC text is ``last_partial`` and
+        ``hypothesis`` gives the words' times."""
         starts: list[int] = []
         if hypothesis is not None and self.tokenizer is not None:
             starts = word_start_frames(self.tokenizer, hypothesis.tokens, hypothesis.timestamps)
         if hypothesis is not None and hypothesis.timestamps and request.refine is not None:
             request.refine.last_token_frame = hypothesis.timestamps[-1] + 1
         request.ctc_starts = starts
-        return compose(request.refine, text, starts)
+        return self.parts(request)
+
+    def parts(self, request: Request) -> RefinedPartial:
+        """The partial of ``request`` from its refinement and its latest CTC words."""
+        lag = round(self.config.ctc_lag_s / self.timing.frame_shift_s)
+        return compose(request.refine, request.last_partial, request.ctc_starts, lag)
 
     def schedule(self, requests: dict[int, Request], now: float, engine_busy_s: float) -> None:
         """Submit refinements for the streams due, those at a pause first, then the oldest

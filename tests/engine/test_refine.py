@@ -76,6 +76,12 @@ def test_a_partial_is_stable_then_tentative_then_the_ctc_words_after_the_refined
     assert parts.text == "He was not an ill disposd yung"
     # the CTC words cannot be placed (word counts disagree): no CTC tail rather than a wrong one
     assert compose(state, "he was", [0]).ctc == ""
+    # a word whose first letter came just after the refined audio is Whisper's last word
+    # ("ill"), not a new one: with a lag of 2 frames it is not shown twice
+    starts = [0, 6, 14, 20, 31, 40, 44]
+    assert compose(state, "he was not an il disposd yung", starts).ctc == "il disposd yung"
+    assert compose(state, "he was not an il disposd yung", starts,
+                   lag_frames=2) == RefinedPartial("He was not an", "ill", "disposd yung")
 
 
 def test_refine_config_is_validated() -> None:
