@@ -1,6 +1,7 @@
 // The second pass in the panel: finals by the pass that wrote their text ("whisper",
 // "combined": a digit string repaired from both passes, "ctc": the streaming pass's text
-// kept), why the CTC text was kept (the guard rejected Whisper's text, the backlog was full),
+// kept), why the CTC text was kept (the guard rejected Whisper's text, the backlog was full,
+// or the final waited too long while Whisper yielded to live streams behind real time),
 // Whisper's own temperature fallbacks, its backlog and latency, and, when the snapshot has
 // them (a server that refines partials with Whisper), how many refinements are in flight, how
 // often a stream's partial is refined and how many streams have refined partials. Counts only.
@@ -53,14 +54,18 @@ export class SecondPassView {
       return;
     }
     const latency = Number(pass.avg_latency_ms || 0).toFixed(0);
+    // held: the streams are behind real time and Whisper waits for them (partials first)
+    const waiting = pass.held ? " Waiting now: the live streams are behind real time." : "";
     this.summary.textContent = `Whisper tiny.en re-decodes each finished segment: backlog ` +
-      `${pass.backlog}, average ${latency} ms from segment end to final.`;
+      `${pass.backlog}, average ${latency} ms from segment end to final.${waiting}`;
+    this.root.dataset.held = String(Boolean(pass.held));
     const bySource = finalsBySource(pass);
     this.sources.replaceChildren(...SOURCES.map(([key, label]) => chip(label, bySource[key], key)));
     this.fallbacks.replaceChildren(
       chip("temperature fallbacks", pass.num_temperature_fallbacks, "temperature"),
       chip("rejected by the guard", pass.num_rejected, "rejected"),
       chip("backlog full", pass.num_backlog_full, "backlog_full"),
+      chip("waited too long (streams behind)", pass.num_expired ?? 0, "expired"),
     );
     this.paintRefine(pass);
   }

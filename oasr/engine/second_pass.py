@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -124,6 +124,10 @@ class ThreadRunner:
     @property
     def counters(self) -> LoopCounters:
         return self.loop.counters
+
+    @property
+    def decoder(self) -> object:
+        return self.loop.decoder
 
     def put(self, command: Command) -> None:
         self._commands.put(command)
@@ -257,6 +261,12 @@ class SecondPassWorker:
     def counters(self) -> LoopCounters:
         """The decoding side's counters (as of its latest report, when in a process)."""
         return self._runner.counters
+
+    @property
+    def decoder(self) -> Any:
+        """Whisper's continuous decoder when it runs on a thread of this process (to
+        inspect its pool and config); None when it runs in a process of its own."""
+        return getattr(self._runner, "decoder", None)
 
     @property
     def num_no_voice(self) -> int:

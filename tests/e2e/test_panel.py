@@ -112,10 +112,14 @@ def test_grid_zooms_on_the_blocks_in_use_and_the_chart_follows_the_steps(
             ".reduce((n, c) => n + Number(c.textContent), 0) >= 1")
     shown = page.page.evaluate("""() => {
       const root = document.querySelector('[data-second-pass]');
+      const expired = root.querySelector('[data-sp-fallbacks] [data-key=expired] .count');
       return {enabled: root.dataset.enabled === 'true',
-              refineHidden: root.querySelector('[data-sp-refine]').hidden};
+              refineHidden: root.querySelector('[data-sp-refine]').hidden,
+              expired: expired === null ? null : Number(expired.textContent)};
     }""")
     assert shown["enabled"] == second["enabled"]
+    if second["enabled"]:  # finals given up while the streams were behind: none at demo load
+        assert shown["expired"] == second["num_expired"] == 0
     assert shown["refineHidden"] == (not second.get("refine", False))
 
 
