@@ -20,6 +20,7 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -77,7 +78,10 @@ def _build_decoder(spec: WhisperProcessSpec) -> object:
 def child_main(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step: Any,
                build: Callable[[WhisperProcessSpec], object] = _build_decoder) -> None:
     """The child's life: lower its priority, build the decoder, say ``ready`` (or
-    ``error``), then decode until a None command."""
+    ``error``), then decode until a None command. Ctrl-C in a terminal reaches the whole
+    process group: the child ignores it and goes on answering while the server drains; the
+    server stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.nice:
         os.nice(spec.nice)
     torch.set_num_threads(spec.threads)

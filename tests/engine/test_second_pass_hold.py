@@ -196,3 +196,14 @@ def test_a_process_that_dies_answers_what_it_held() -> None:
 def test_a_process_that_cannot_load_is_refused_with_its_reason() -> None:
     with pytest.raises(ValueError, match="no weights here"):
         _in_process(child_broken)
+
+
+def test_a_process_goes_on_after_ctrl_c() -> None:
+    # Ctrl-C in a terminal reaches the whole process group; the server drains on it and its
+    # streams' finals still need Whisper
+    worker, out = _in_process(child_scripted)
+    os.kill(worker._runner.process.pid, signal.SIGINT)  # type: ignore[attr-defined]
+    time.sleep(0.5)
+    assert worker.try_submit(_job(1, _voice(0.5)))
+    assert out.get(timeout=20).text == "from the child"
+    worker.stop()
