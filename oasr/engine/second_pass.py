@@ -251,7 +251,11 @@ class SecondPassWorker:
 
             threads = second_pass_threads(engine_threads or torch.get_num_threads())
             spec = WhisperProcessSpec(device, config, guard, fast_backlog, threads, nice)
-            return cls.in_process(spec, deliver, max_backlog)
+            try:
+                return cls.in_process(spec, deliver, max_backlog)
+            except OSError as exc:  # no process or semaphores here (a locked-down sandbox)
+                logger.warning("second pass on a thread: its process could not start (%s)", exc)
+            checkpoint = load_whisper(device=device)
         decoder = ContinuousWhisperDecoder(checkpoint, config)
         check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
         return cls.on_thread(decoder, deliver, max_backlog, guard=guard,

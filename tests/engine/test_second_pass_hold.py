@@ -207,3 +207,19 @@ def test_a_process_goes_on_after_ctrl_c() -> None:
     assert worker.try_submit(_job(1, _voice(0.5)))
     assert out.get(timeout=20).text == "from the child"
     worker.stop()
+
+
+def test_a_process_that_cannot_start_falls_back_to_a_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    whisper = pytest.importorskip("oasr.models.whisper")
+    if whisper.default_model_dir() is None:
+        pytest.skip("no Whisper tiny.en weights")
+    from oasr.engine import second_pass_process
+
+    def no_processes(*args: Any, **kwargs: Any) -> None:
+        raise OSError("no semaphores in this sandbox")
+
+    monkeypatch.setattr(second_pass_process, "ProcessRunner", no_processes)
+    worker = SecondPassWorker.load(lambda answer: None, 4, process=True)
+    assert worker is not None and worker.decoder is not None  # decoding on a thread
+    worker.stop()
