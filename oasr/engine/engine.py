@@ -281,6 +281,11 @@ class ASREngine:
         if request is None:
             return
         self.finals.on_second_pass(request, done)
+        early = request.early
+        if (self.refiner is not None and request.is_running and early is not None
+                and early.done is done
+                and self.refiner.apply_early(request, done, early.num_frames)):
+            self._emit_partial(request, self.refiner.parts(request))
         self.stats.mark_changed()
         if request.is_finished and not request.pending_finals:
             del self.draining[request.stream_id]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from oasr.engine.second_pass import RefineDone, RefineJob
+from oasr.engine.second_pass import RefineDone, RefineJob, SecondPassDone
 from oasr.engine.words import ctc_word_times
 from oasr.text.wer import normalize_transcript
 
@@ -100,19 +100,21 @@ class LocalAgreement:
     committed: list[str] = field(default_factory=list)
     latest: list[str] = field(default_factory=list)
 
-    def update(self, words: Sequence[str]) -> None:
+    def update(self, words: Sequence[str]) -> bool:
         """A new refinement's words (which begin with the committed ones): commit what it
-        and the previous refinement agree on after the committed prefix."""
+        and the previous refinement agree on after the committed prefix. False (and nothing
+        changes) when the words do not begin with the committed ones."""
         words = list(words)
         n = len(self.committed)
         if [_key(w) for w in words[:n]] != [_key(w) for w in self.committed]:
-            return  # not built on the committed prefix (a decode that failed to keep it)
+            return False  # not built on the committed prefix (a decode that failed to keep it)
         agreed = n
         while (agreed < min(len(words), len(self.latest))
                and _key(words[agreed]) == _key(self.latest[agreed])):
             agreed += 1
         self.committed += words[n:agreed]
         self.latest = words
+        return True
 
     @property
     def tentative(self) -> list[str]:
@@ -287,15 +289,33 @@ class Refiner:
         if state is None or state.in_flight != done.job_id or done.segment != request.segment:
             return False  # stale: the segment ended (its final is decoded on its own)
         state.in_flight = None
-        words = done.text.split()
-        if done.failed or not words or len(done.word_ends) != len(words):
+        if done.failed or done.num_frames < state.refined_frames:
+            return False  # an early final decode has seen more audio since
+        if not self._take(state, done.text, done.tokens, done.word_ends, done.num_frames):
             return False
-        state.agreement.update(words)
-        state.refined_frames = done.num_frames
         state.num_refinements += 1
+        return True
+
+    def apply_early(self, request: Request, done: SecondPassDone, num_frames: int) -> bool:
+        """An early final decode's answer (``FinalPublisher.start_early``: the segment's audio
+        up to ``num_frames`` at a pause, beam search on the whole window), taken as a
+        refinement until the segment ends: the best text of the segment there is before its
+        final. True when the partial should be republished."""
+        state = request.refine
+        if state is None or not done.text or num_frames < state.refined_frames:
+            return False
+        return self._take(state, done.text, done.tokens, done.word_ends, num_frames)
+
+    @staticmethod
+    def _take(state: RefineState, text: str, tokens: tuple[int, ...],
+              word_ends: tuple[int, ...], num_frames: int) -> bool:
+        words = text.split()
+        if not words or len(word_ends) != len(words) or not state.agreement.update(words):
+            return False
+        state.refined_frames = num_frames
         committed = len(state.agreement.committed)
-        if committed and committed <= len(done.word_ends):
-            state.prefix_tokens = done.tokens[: done.word_ends[committed - 1]]
+        if committed and committed <= len(word_ends):
+            state.prefix_tokens = tokens[: word_ends[committed - 1]]
         return True
 
     def _shares(self, now: float, engine_busy_s: float) -> tuple[float, float]:

@@ -91,6 +91,7 @@ class EarlyFinal:
     tokens: tuple[int, ...]
     prefix: tuple[int, ...] = ()
     done: SecondPassDone | None = None
+    num_frames: int = 0  # segment-relative encoder frames its audio covers
 
 
 @dataclass

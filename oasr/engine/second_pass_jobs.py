@@ -88,6 +88,9 @@ class SecondPassDone:
     Whisper judged the segment to hold no speech) or a digit string combined from Whisper's
     and the CTC text (``source`` "combined"); None when the final keeps its CTC text: Whisper
     raised, or the guard rejected its text (``rejected`` names the guard's reason).
+    ``tokens`` are Whisper's tokens of ``text`` and ``word_ends`` where each word ends in
+    them, when the text is Whisper's own (else empty): an early decode's answer then refines
+    the open segment's partial until the segment ends.
     """
 
     job_id: int
@@ -96,6 +99,8 @@ class SecondPassDone:
     seconds: float
     source: str = "whisper"
     rejected: str | None = None
+    tokens: tuple[int, ...] = ()
+    word_ends: tuple[int, ...] = ()
 
 
 Answer = SecondPassDone | RefineDone

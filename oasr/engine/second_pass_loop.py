@@ -116,7 +116,11 @@ class SecondPassLoop:
                 if isinstance(job, RefineJob):
                     self._refined(job, result)
                 elif job is not None:
-                    self._finish(job, *self._review(result, job))
+                    text, source, rejected = self._review(result, job)
+                    tokens: tuple[int, ...] = ()
+                    if text and source == "whisper":  # after the context's tokens
+                        tokens = tuple(getattr(result, "tokens", ()))[len(job.context_tokens):]
+                    self._finish(job, text, source, rejected, tokens)
 
     @property
     def num_finals(self) -> int:
@@ -240,9 +244,12 @@ class SecondPassLoop:
         return verdict.text, verdict.source, None
 
     def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
-                rejected: str | None = None) -> None:
+                rejected: str | None = None, tokens: tuple[int, ...] = ()) -> None:
+        word_ends: list[int] = (getattr(self.decoder, "word_ends", lambda t: [])(tokens)
+                                if tokens else [])
         self.emit(SecondPassDone(job.job_id, job.stream_id, text,
-                                 time.monotonic() - job.submitted_at, source, rejected))
+                                 time.monotonic() - job.submitted_at, source, rejected,
+                                 tokens, tuple(word_ends)))
         published = job.ctc_text if text is None else text  # what the final carries
         waiting = self._deferred.pop(job.job_id, None)
         if waiting is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import types
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from oasr.engine.refine import (
     compose,
     word_start_frames,
 )
-from oasr.engine.second_pass import RefineJob
+from oasr.engine.second_pass import RefineDone, RefineJob, SecondPassDone
 from oasr.text.tokenizer import CharTokenizer
 
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\u2581", "<sos/eos>"]
@@ -148,3 +149,27 @@ def test_a_busy_second_pass_still_refines_a_stream_at_a_pause() -> None:
                2: _stream(2, frames=68, requested=50, last_token=60)}
     refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
     assert [(job.stream_id, job.at_pause) for job in worker.jobs] == [(2, True)]
+
+
+def test_an_early_final_decode_refines_the_partial_and_a_shorter_refinement_is_stale() -> None:
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    refiner = Refiner(RefineConfig(), _Worker(), timing, None, itertools.count(1).__next__)
+    request = _stream(1, frames=80, requested=50, last_token=70)
+    state = request.refine
+    state.agreement.update(["He", "was"])
+    state.agreement.update(["He", "was", "not"])  # committed: He was
+    state.refined_frames, state.in_flight = 50, 7  # a refinement of 50 frames in flight
+    # the early decode at the pause: beam search on all 80 frames, the committed words forced
+    early = SecondPassDone(9, 1, "He was not an ill-disposed man.", 0.5, "whisper",
+                           tokens=(1, 2, 3, 4, 5, 6, 7), word_ends=(1, 2, 3, 4, 6, 7))
+    assert refiner.apply_early(request, early, num_frames=80)
+    request.last_partial, request.ctc_starts = "he was not an il disposd man", [0, 6, 14, 20, 26,
+                                                                            31, 40]
+    assert refiner.parts(request) == RefinedPartial("He was not", "an ill-disposed man.", "")
+    # the refinement of 50 frames answers afterwards: older than what the partial shows
+    late = RefineDone(7, 1, 0, "He was not and", (1, 2, 3, 8), (1, 2, 3, 4), False, 50)
+    assert not refiner.apply(request, late)
+    assert state.refined_frames == 80 and state.agreement.tentative[0] == "an"
+    # a decode that does not begin with the committed words is not taken
+    assert not refiner.apply_early(request, replace(early, text="She was never"), num_frames=90)
+    assert state.refined_frames == 80

@@ -21,11 +21,11 @@ from engine_helpers import Collector, run_until_idle_with_finals
 from oasr.decoding import EndpointConfig, EndpointRule, Hypothesis
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from oasr.engine.events import Final
+from oasr.engine.events import Final, Partial
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import GuardVerdict
 from oasr.engine.finals import FinalPublisher
-from oasr.engine.refine import RefineState
+from oasr.engine.refine import RefineConfig, RefineState
 from oasr.engine.request import Request, SegmentAudio
 from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.snapshot import SecondPassSnapshot
@@ -270,6 +270,12 @@ def bundled() -> EngineConfig:
 def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], SecondPassSnapshot]:
     """One stream fed in 0.64 s pieces, as a live client's audio comes; after each piece the
     second pass catches up (an idle server: early decodes start only without a backlog)."""
+    events, second = _run_live_events(config, audio)
+    return [f.text for f in events.of_type(1, Final)], second
+
+
+def _run_live_events(config: EngineConfig,
+                     audio: np.ndarray) -> tuple[Collector, SecondPassSnapshot]:
     engine = ASREngine(config)
     events = Collector()
     engine.submit(OpenStream(1, events.sink(1)))
@@ -287,7 +293,7 @@ def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], Secon
     run_until_idle_with_finals(engine)
     second = engine.latest_stats().second_pass
     engine.shutdown()
-    return [f.text for f in events.of_type(1, Final)], second
+    return events, second
 
 
 @pytest.mark.slow
@@ -305,6 +311,22 @@ def test_an_early_decode_at_the_pause_becomes_the_final(
     assert early_stats.num_early_finals == 2  # both finals were decoded at their pause
     assert early_stats.num_early_discarded >= 1  # the pause inside the first sentence
     assert [normalize_transcript(t) for t in early] == [normalize_transcript(t) for t in plain]
+
+
+@pytest.mark.slow
+def test_an_early_decode_shows_in_the_partial_before_its_final(
+        bundled: EngineConfig, speech: list[np.ndarray]) -> None:
+    # with refined partials on, the early decode's answer (beam search on the segment so far)
+    # refines the partial at once: the text a reader has before the final is the final's
+    audio = np.concatenate([speech[1], np.zeros(int(1.6 * RATE), np.float32)])
+    config = replace(bundled, early_final_s=0.16, refine=RefineConfig())
+    events, second = _run_live_events(config, audio)
+    stream = events.events[1]
+    final = next(e for e in stream if isinstance(e, Final))
+    before = [e for e in stream[: stream.index(final)] if isinstance(e, Partial)]
+    assert second.num_early_finals == 1
+    shown = " ".join(p for p in (before[-1].stable, before[-1].tentative) if p)
+    assert normalize_transcript(shown) == normalize_transcript(final.text)
 
 
 class _QueueingWorker:
