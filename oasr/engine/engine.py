@@ -388,7 +388,7 @@ class ASREngine:
                 fewer means a cut in the past: its final keeps the tokens before the cut and
                 the frames after it are decoded again as the next segment's first.
         """
-        decoded = request.num_frames_decoded - request.segment_start_frame
+        decoded = request.segment_frames
         cut = decoded if cut_frame is None else cut_frame
         assert 0 <= cut <= decoded, (cut, decoded)
         hyp = self.resources.final_hypothesis(request.stream_id,

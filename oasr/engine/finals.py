@@ -129,8 +129,7 @@ class FinalPublisher:
         job = self._job(request, hyp, audio)
         if self.worker.try_submit(job):
             request.early = EarlyFinal(job.job_id, tokens, job.prefix,
-                                       num_frames=request.num_frames_decoded
-                                       - request.segment_start_frame)
+                                       num_frames=request.segment_frames)
 
     def release_audio(self, request: Request, ended_segment_start: int) -> None:
         """A segment ended: drop the audio no second pass needs any more (all before the new

@@ -253,7 +253,7 @@ class Refiner:
         for request in live:
             state = request.refine
             assert state is not None
-            frames = request.num_frames_decoded - request.segment_start_frame
+            frames = request.segment_frames
             if (state.in_flight is not None or not request.last_partial
                     or frames * shift < self.config.min_audio_s):
                 continue

@@ -166,6 +166,11 @@ class Request:
     def is_running(self) -> bool:
         return self.status is RequestStatus.RUNNING
 
+    @property
+    def segment_frames(self) -> int:
+        """Encoder frames decoded in the open segment."""
+        return self.num_frames_decoded - self.segment_start_frame
+
     def take_pending_audio(self) -> np.ndarray | None:
         """All audio received since the last call, joined; None when there is none."""
         if not self.pending_audio:

@@ -46,7 +46,7 @@ from oasr.engine.second_pass_jobs import (
     SecondPassDone,
     SecondPassJob,
 )
-from oasr.engine.second_pass_loop import Command, LoopCounters, SecondPassLoop
+from oasr.engine.second_pass_loop import Command, CommandGate, LoopCounters, SecondPassLoop
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
@@ -108,16 +108,14 @@ class Runner(Protocol):
     def stop(self, timeout: float) -> None: ...
 
 
-class ThreadRunner:
+class ThreadRunner(CommandGate):
     """The decoding side on a thread of this process (torch's intra-op threads are per
     calling thread: it takes ``second_pass_threads`` of the engine's)."""
 
     def __init__(self, loop: SecondPassLoop, engine_threads: int | None) -> None:
+        super().__init__(queue.SimpleQueue(), threading.Event())
         self.loop = loop
         self.engine_threads = engine_threads
-        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        self._may_step = threading.Event()
-        self._may_step.set()
         self._thread = threading.Thread(target=self._run, name="oasr-second-pass", daemon=True)
         self._thread.start()
 
@@ -128,15 +126,6 @@ class ThreadRunner:
     @property
     def decoder(self) -> object:
         return self.loop.decoder
-
-    def put(self, command: Command) -> None:
-        self._commands.put(command)
-
-    def hold(self, held: bool) -> None:
-        if held:
-            self._may_step.clear()
-        else:
-            self._may_step.set()
 
     def stop(self, timeout: float) -> None:
         self._commands.put(None)

@@ -17,6 +17,7 @@ import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass_jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
@@ -30,6 +31,27 @@ MAX_REMEMBERED_FINALS = 1024
 PAUSE_POLL_S = 0.05  # while held back, commands are taken this often
 
 Command = SecondPassJob | RefineJob | int | None
+
+
+class CommandGate:
+    """The engine's end of a decoding side, wherever it runs: the command queue and the
+    leave to step (a ``queue``/``threading`` pair on a thread, their ``multiprocessing``
+    counterparts for a process). Leave is given at the start."""
+
+    def __init__(self, commands: Any, may_step: Any) -> None:
+        self._commands = commands
+        self._may_step = may_step
+        may_step.set()
+
+    def put(self, command: Command) -> None:
+        self._commands.put(command)
+
+    def hold(self, held: bool) -> None:
+        """Withhold (True) or give back (False) the leave to run decoder steps."""
+        if held:
+            self._may_step.clear()
+        else:
+            self._may_step.set()
 
 
 @dataclass

@@ -31,7 +31,7 @@ import torch
 
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass_jobs import Answer
-from oasr.engine.second_pass_loop import Command, LoopCounters, SecondPassLoop
+from oasr.engine.second_pass_loop import Command, CommandGate, LoopCounters, SecondPassLoop
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
@@ -109,7 +109,7 @@ def child_main(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step: 
     answers.put(("stopped", replace(loop.counters)))
 
 
-class ProcessRunner:
+class ProcessRunner(CommandGate):
     """Starts the child, forwards commands to it and its answers to ``answered`` (from a
     reader thread); calls ``lost`` once if the child dies before it is stopped.
 
@@ -121,10 +121,8 @@ class ProcessRunner:
                  lost: Callable[[], None],
                  target: Callable[..., None] = child_main) -> None:
         ctx = mp.get_context("spawn")
-        self._commands = ctx.Queue()
+        super().__init__(ctx.Queue(), ctx.Event())
         self._answers = ctx.Queue()
-        self._may_step = ctx.Event()
-        self._may_step.set()
         self._counters = LoopCounters()
         self._answered = answered
         self._lost = lost
@@ -156,15 +154,6 @@ class ProcessRunner:
     @property
     def counters(self) -> LoopCounters:
         return self._counters
-
-    def put(self, command: Command) -> None:
-        self._commands.put(command)
-
-    def hold(self, held: bool) -> None:
-        if held:
-            self._may_step.clear()
-        else:
-            self._may_step.set()
 
     def stop(self, timeout: float) -> None:
         self._stopping = True

@@ -55,13 +55,19 @@ def run_until_idle_with_finals(engine: ASREngine, max_steps: int = 50_000) -> No
     raise AssertionError("engine did not become idle")
 
 
-def transcribe_alone(config: EngineConfig, audio: np.ndarray) -> Collector:
-    """One stream through its own engine, all audio at once."""
-    engine = ASREngine(replace(config, max_batch_size=1))
+def stream_all(engine: ASREngine, audio: np.ndarray) -> Collector:
+    """Open stream 1, hand it all of ``audio`` and end it; the caller steps the engine."""
     events = Collector()
     engine.submit(OpenStream(1, events.sink(1)))
     engine.submit(AppendAudio(1, audio))
     engine.submit(EndStream(1))
+    return events
+
+
+def transcribe_alone(config: EngineConfig, audio: np.ndarray) -> Collector:
+    """One stream through its own engine, all audio at once."""
+    engine = ASREngine(replace(config, max_batch_size=1))
+    events = stream_all(engine, audio)
     run_until_idle(engine)
     return events
 

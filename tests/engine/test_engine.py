@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from engine_helpers import Collector, assert_pool_full, run_until_idle, transcribe_alone
+from engine_helpers import Collector, assert_pool_full, run_until_idle, stream_all, transcribe_alone
 
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, Error, Final, Partial, Ready
@@ -102,11 +102,8 @@ def test_eviction_counts_match_geometry(engine_config: EngineConfig,
                                         speech: list[np.ndarray]) -> None:
     config = replace(engine_config, num_left_chunks=2)
     engine = ASREngine(config)
-    events = Collector()
     audio = speech[2]
-    engine.submit(OpenStream(1, events.sink(1)))
-    engine.submit(AppendAudio(1, audio))
-    engine.submit(EndStream(1))
+    events = stream_all(engine, audio)
     run_until_idle(engine)
     num_fbank = 1 + (len(audio) - 400) // 160
     num_chunks = len(range(0, num_fbank - 7 + 1, 64))
@@ -224,10 +221,7 @@ def test_endpoint_finalises_segment_and_resets_the_stream(engine_config: EngineC
     endpoint = EndpointConfig(rule1=None, rule2=None, rule3=None)
     engine = ASREngine(replace(engine_config, endpoint=endpoint))
     _silence_is_blank(engine)
-    events = Collector()
-    engine.submit(OpenStream(1, events.sink(1)))
-    engine.submit(AppendAudio(1, audio))
-    engine.submit(EndStream(1))
+    events = stream_all(engine, audio)
     blocks_seen = []
     engine.step()
     while engine.requests:

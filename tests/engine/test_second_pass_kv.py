@@ -8,10 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
+from engine_helpers import assert_pool_full, run_until_idle_with_finals, stream_all
 
 from oasr.engine import ASREngine, EngineConfig, Final
-from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.fmha.fp8 import FP8_DTYPE
 from oasr.text.wer import word_error_rate
 
@@ -35,10 +34,7 @@ def test_fp8_decoder_kv_serves_whisper_finals(engine_config: EngineConfig,
     decoder = engine.finals.worker.decoder
     assert decoder.config.max_rows == 5 and decoder.manager.kv_cache == "fp8_e4m3"
     assert decoder.manager.pool.k_pool.dtype == FP8_DTYPE
-    events = Collector()
-    engine.submit(OpenStream(1, events.sink(1)))
-    engine.submit(AppendAudio(1, speech[0]))
-    engine.submit(EndStream(1))
+    events = stream_all(engine, speech[0])
     run_until_idle_with_finals(engine)
     finals = events.of_type(1, Final)
     assert [f.source for f in finals] == ["whisper"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals
+from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals, stream_all
 
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, Final
@@ -148,10 +148,7 @@ def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
     engine = ASREngine(_config())
     engine.finals.worker = SecondPassWorker.on_thread(_HallucinatingWhisper(whisper_text), engine.submit,
                                             max_backlog=16, guard=FirstPassGuard())
-    events = Collector()
-    engine.submit(OpenStream(1, events.sink(1)))
-    engine.submit(AppendAudio(1, audio))
-    engine.submit(EndStream(1))
+    events = stream_all(engine, audio)
     run_until_idle_with_finals(engine)
     finals = events.of_type(1, Final)
     assert [f.source for f in finals] == ["ctc"]

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from engine_helpers import Collector, run_until_idle_with_finals
+from engine_helpers import Collector, run_until_idle_with_finals, stream_all
 
 from oasr.decoding import EndpointConfig, EndpointRule, Hypothesis
 from oasr.engine import ASREngine, EngineConfig
@@ -239,10 +239,7 @@ def test_finals_through_the_engine_carry_the_previous_segment(
                          endpoint=_cut_every(len(speech[0]) / RATE + 0.6),
                          final_context_s=context_s)
         engine = ASREngine(config)
-        events = Collector()
-        engine.submit(OpenStream(1, events.sink(1)))
-        engine.submit(AppendAudio(1, audio))
-        engine.submit(EndStream(1))
+        events = stream_all(engine, audio)
         run_until_idle_with_finals(engine)
         finals = events.of_type(1, Final)
         assert [f.source for f in finals] == ["whisper", "whisper"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from engine_helpers import Collector, assert_pool_full, run_until_idle
+from engine_helpers import Collector, assert_pool_full, run_until_idle, stream_all
 
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
@@ -85,10 +85,7 @@ def _run_alone(config: EngineConfig, audio: np.ndarray) -> tuple[ASREngine, Coll
     """One stream, whole audio then end, through an engine with one slot, run until idle."""
     engine = ASREngine(replace(config, max_batch_size=1))
     recorder = Recorder(engine)
-    events = Collector()
-    engine.submit(OpenStream(1, events.sink(1)))
-    engine.submit(AppendAudio(1, audio))
-    engine.submit(EndStream(1))
+    events = stream_all(engine, audio)
     run_until_idle(engine)
     return engine, events, recorder
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from engine_helpers import Collector, run_until_idle
+from engine_helpers import Collector, run_until_idle, stream_all
 
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
@@ -62,10 +62,8 @@ class Recorder:
 
 def _run_alone(config: EngineConfig, audio: np.ndarray) -> tuple[Collector, Recorder]:
     engine = ASREngine(replace(config, max_batch_size=1))
-    recorder, events = Recorder(engine), Collector()
-    engine.submit(OpenStream(1, events.sink(1)))
-    engine.submit(AppendAudio(1, audio))
-    engine.submit(EndStream(1))
+    recorder = Recorder(engine)
+    events = stream_all(engine, audio)
     run_until_idle(engine)
     return events, recorder
 
