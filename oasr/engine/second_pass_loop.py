@@ -138,11 +138,7 @@ class SecondPassLoop:
                 if isinstance(job, RefineJob):
                     self._refined(job, result)
                 elif job is not None:
-                    text, source, rejected = self._review(result, job)
-                    tokens: tuple[int, ...] = ()
-                    if text and source == "whisper":  # after the context's tokens
-                        tokens = tuple(getattr(result, "tokens", ()))[len(job.context_tokens):]
-                    self._finish(job, text, source, rejected, tokens)
+                    self._finish(job, *self._review(result, job))
 
     @property
     def num_finals(self) -> int:
@@ -239,39 +235,47 @@ class SecondPassLoop:
             return
         self.counters.num_refinements += 1
         tokens = tuple(getattr(result, "tokens", ()))
-        word_ends: list[int] = getattr(self.decoder, "word_ends", lambda t: [])(tokens)
         self.emit(RefineDone(
             job.job_id, job.stream_id, job.segment, str(getattr(result, "text", "")).strip(),
-            tokens, tuple(word_ends), bool(getattr(result, "failed", False)), job.num_frames))
+            tokens, self._word_ends(tokens), bool(getattr(result, "failed", False)),
+            job.num_frames))
 
-    def _review(self, result: object, job: SecondPassJob) -> tuple[str | None, str, str | None]:
-        """(text, source, rejection) of a decoded segment: Whisper's text (or "" when Whisper
-        judged the segment to hold no speech), a digit string combined with the CTC text, or
-        (None, "ctc", reason) when the guard keeps the CTC text."""
+    def _word_ends(self, tokens: tuple[int, ...]) -> tuple[int, ...]:
+        """Where each word of ``tokens`` ends in them (none from a decoder that cannot say)."""
+        if not tokens:
+            return ()
+        return tuple(getattr(self.decoder, "word_ends", lambda t: [])(tokens))
+
+    def _review(self, result: object, job: SecondPassJob
+                ) -> tuple[str | None, str, str | None, tuple[int, ...]]:
+        """(text, source, rejection, tokens) of a decoded segment: Whisper's text (or ""
+        when Whisper judged the segment to hold no speech), a digit string combined with the
+        CTC text, or (None, "ctc", reason) when the guard keeps the CTC text; ``tokens`` are
+        Whisper's tokens of the text (after any context) when the text is Whisper's own."""
         no_speech_prob = getattr(result, "no_speech_prob", None)
         failed = bool(getattr(result, "failed", False))
         if not failed and self.no_speech.is_no_speech(no_speech_prob,
                                                       getattr(result, "avg_log_prob", 0.0)):
             self.counters.num_no_speech += 1
-            return "", "whisper", None
+            return "", "whisper", None, ()
         text = str(getattr(result, "text", "")).strip()
-        if job.context_tokens:  # the final is what follows the previous segment's text
-            tokens = tuple(getattr(result, "tokens", ()))[len(job.context_tokens):]
+        # the final is what follows the previous segment's text
+        tokens = tuple(getattr(result, "tokens", ()))[len(job.context_tokens):]
+        if job.context_tokens:
             text = self.decoder.text_of(tokens).strip()  # type: ignore[attr-defined]
         if self.guard is None:
-            return text, "whisper", None
+            return text, "whisper", None, tokens if text else ()
         verdict = self.guard.review(text, job.ctc_text, failed)
         if verdict.reason is not None:  # counted by the engine when the final is published
-            return None, "ctc", verdict.reason
-        return verdict.text, verdict.source, None
+            return None, "ctc", verdict.reason, ()
+        own = verdict.source == "whisper" and verdict.text
+        return verdict.text, verdict.source, None, tokens if own else ()
 
     def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
                 rejected: str | None = None, tokens: tuple[int, ...] = ()) -> None:
-        word_ends: list[int] = (getattr(self.decoder, "word_ends", lambda t: [])(tokens)
-                                if tokens else [])
         self.emit(SecondPassDone(job.job_id, job.stream_id, text,
                                  time.monotonic() - job.submitted_at, source, rejected,
-                                 tokens, tuple(word_ends)))
+                                 tokens, self._word_ends(tokens)))
         published = job.ctc_text if text is None else text  # what the final carries
         waiting = self._deferred.pop(job.job_id, None)
         if waiting is not None:
