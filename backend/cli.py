@@ -14,7 +14,12 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from backend.config import API_KEYS_ENV, ServerConfig, api_keys_from_env, default_engine_config
+from backend.config import (
+    API_KEYS_ENV,
+    SERVER_SECOND_PASS_PROCESS,
+    ServerConfig,
+    api_keys_from_env,
+)
 from backend.server import run
 from oasr.engine.options import add_engine_arguments, engine_config_from_args
 
@@ -130,7 +135,7 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     server = {f.field: getattr(args, f.dest) for f in FIELD_FLAGS if not f.engine}
     engine = {f.field: getattr(args, f.dest) for f in FIELD_FLAGS if f.engine}
     if args.second_pass_process is None:  # a live server keeps Whisper off its CPU's way
-        engine["second_pass_process"] = default_engine_config().second_pass_process
+        engine["second_pass_process"] = SERVER_SECOND_PASS_PROCESS
     return ServerConfig(
         **server,
         allowed_origins=tuple(args.allowed_origin),

@@ -82,7 +82,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    metavar="S|off",
                    help="the second pass waits while a live stream has more than a chunk plus "
                    "S seconds of audio waiting to be decoded (partials first); off: it never "
-                   "waits (default: off for oasr transcribe)")
+                   "waits (oasr transcribe never waits: its audio waits by design)")
     g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
                    help="Whisper's beam at temperature 0 (1 = greedy)")
     g.add_argument("--final-context", type=float, default=None, metavar="S",

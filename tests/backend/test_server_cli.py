@@ -45,6 +45,11 @@ def test_no_flags_give_the_default_server_config(monkeypatch: pytest.MonkeyPatch
                                 else (config, defaults))
         assert getattr(owner, flag.field) == getattr(default_owner, flag.field), flag.flag
     assert config.max_upload_bytes == defaults.max_upload_bytes
+    # a live server runs Whisper in its own process unless told otherwise
+    assert config.engine.second_pass_process and defaults.engine.second_pass_process
+    on_thread = server_config_from_args(build_parser().parse_args(
+        ["--lm", "none", "--no-second-pass-process"]))
+    assert not on_thread.engine.second_pass_process
 
 
 def test_repeatable_flags_and_upload_size(monkeypatch: pytest.MonkeyPatch) -> None:
