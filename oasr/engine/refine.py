@@ -18,8 +18,8 @@ when the engine and the second-pass worker are both below their busy budgets, at
 ``max_in_flight`` at a time, the stream whose refined text is oldest first, and it is queued
 behind every final. The exception is a stream at a pause (``pause_s`` after a word no
 refinement has seen): its segment may end there, so its refinement goes first, whatever the
-worker's backlog, and is decoded beside the finals rather than after them. At many streams the engine is busy and partials are the CTC text, as they
-are with the second pass off.
+worker's backlog, and is decoded beside the finals rather than after them. At many streams
+the engine is busy and partials are the CTC text, as they are with the second pass off.
 """
 
 from __future__ import annotations
@@ -214,6 +214,9 @@ class Refiner:
         self.timing = timing
         self.tokenizer = tokenizer if hasattr(tokenizer, "raw_text") else None
         self.next_job_id = next_job_id
+        shift = timing.frame_shift_s
+        self._lag_frames = round(config.ctc_lag_s / shift)  # see RefineConfig.ctc_lag_s
+        self._pause_frames = round(config.pause_s / shift)
         self.num_refined_streams = 0  # streams that got a refinement in the last schedule
         self.avg_interval_s = 0.0  # seconds between a stream's refinements (moving average)
         self._busy_mark = (time.monotonic(), 0.0, 0.0)  # (time, engine busy s, worker busy s)
@@ -232,8 +235,8 @@ class Refiner:
 
     def parts(self, request: Request) -> RefinedPartial:
         """The partial of ``request`` from its refinement and its latest CTC words."""
-        lag = round(self.config.ctc_lag_s / self.timing.frame_shift_s)
-        return compose(request.refine, request.last_partial, request.ctc_starts, lag)
+        return compose(request.refine, request.last_partial, request.ctc_starts,
+                       self._lag_frames)
 
     def schedule(self, requests: dict[int, Request], now: float, engine_busy_s: float) -> None:
         """Submit refinements for the streams due, those at a pause first, then the oldest
@@ -248,7 +251,6 @@ class Refiner:
         # reader sees before the final), ahead of the background ones
         busy = bool(self.worker.backlog) or worker_share > self.config.worker_budget
         shift = self.timing.frame_shift_s
-        pause = round(self.config.pause_s / shift)
         due = []
         for request in live:
             state = request.refine
@@ -258,7 +260,7 @@ class Refiner:
                     or frames * shift < self.config.min_audio_s):
                 continue
             at_pause = (state.requested_frames < state.last_token_frame
-                        and frames - state.last_token_frame >= pause)
+                        and frames - state.last_token_frame >= self._pause_frames)
             if at_pause or (not busy and (frames - state.requested_frames) * shift
                             >= self.config.interval_s):
                 due.append((not at_pause, state.refined_at, request, frames))
