@@ -44,6 +44,7 @@ export class TranscriptView {
 
   /** Show or replace the live hypothesis of a segment that is not final yet. */
   partial({ segment, text, stable = "", tentative = "", ctc = text }) {
+    if (!this.lines.has(segment) && !(stable || tentative || ctc)) return;  // no words yet
     const line = this.line(segment);
     if (line.classList.contains("final")) return;
     line.textContent = "";

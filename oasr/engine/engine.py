@@ -30,7 +30,7 @@ from oasr.engine.family import FEATURE_SHIFT_S
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.isolation import forward_isolating_failures, prepare_or_stop
 from oasr.engine.model_runner import BatchPlan
-from oasr.engine.refine import RefinedPartial, Refiner, RefineState
+from oasr.engine.refine import NO_WORDS, RefinedPartial, Refiner, RefineState
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.second_pass import (
@@ -355,7 +355,8 @@ class ASREngine:
                 self.finals.start_early(request, result.hypothesis, len(self.requests))
 
     def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
-        """Publish the segment's partial when any of its parts changed."""
+        """Publish the segment's partial when any of its parts changed (so never an empty
+        partial at a segment's start, with refinements or without)."""
         if parts == request.last_parts:
             return
         request.last_parts = parts
@@ -408,7 +409,7 @@ class ASREngine:
 
     def _emit_final(self, request: Request, reason: str, hyp: Hypothesis | None = None) -> None:
         request.last_partial = ""
-        request.last_parts = None
+        request.last_parts = NO_WORDS  # a new segment's partial is sent once it has words
         if hyp is None:
             hyp = self.resources.final_hypothesis(request.stream_id)
         self.finals.publish(request, hyp, reason)

@@ -170,6 +170,9 @@ class RefinedPartial:
         return " ".join(part for part in (self.stable, self.tentative, self.ctc) if part)
 
 
+NO_WORDS = RefinedPartial("", "", "")  # what a segment shows before its first word
+
+
 def word_start_frames(tokenizer: Any, tokens: Sequence[int],
                       timestamps: Sequence[int]) -> list[int]:
     """The frame each word of a CTC hypothesis starts at (``oasr.engine.words``' word times,

@@ -13,7 +13,7 @@ import numpy as np
 from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
 from oasr.decoding import Endpointer
 from oasr.engine.events import Final, FinishReason, StreamEvent
-from oasr.engine.refine import RefinedPartial, RefineState
+from oasr.engine.refine import NO_WORDS, RefinedPartial, RefineState
 
 if TYPE_CHECKING:
     from oasr.engine.second_pass import SecondPassDone
@@ -134,7 +134,7 @@ class Request:
     segment: int = 0
     segment_start_frame: int = 0
     last_partial: str = ""  # the CTC text of the open segment
-    last_parts: RefinedPartial | None = None  # the partial last published
+    last_parts: RefinedPartial = NO_WORDS  # the partial last published in this segment
     num_segments_emitted: int = 0
     finish_reason: FinishReason | None = None
     finish_message: str = ""  # why it finished, when the client needs telling (timeouts)

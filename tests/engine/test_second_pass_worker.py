@@ -324,6 +324,9 @@ def test_an_early_decode_shows_in_the_partial_before_its_final(
     assert second.num_early_finals == 1
     shown = " ".join(p for p in (before[-1].stable, before[-1].tentative) if p)
     assert normalize_transcript(shown) == normalize_transcript(final.text)
+    # the silence after the endpoint opens segment 1, which never gets a word: a segment's
+    # first partial comes with its first word, refined or not (no empty line on a page)
+    assert [e.segment for e in stream if isinstance(e, Partial) and not e.text] == []
 
 
 class _QueueingWorker:
