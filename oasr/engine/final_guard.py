@@ -11,8 +11,12 @@ normalisation (``oasr.text.wer.normalize_transcript``, so "8" and "eight" agree)
 CTC text when Whisper:
 
 - failed its safeguards after every temperature (``failed``);
-- wrote more than ``max_word_ratio`` times, or fewer than ``1 / max_word_ratio`` times, the
-  CTC pass's words (``length``), once the CTC pass heard ``min_words`` words or more;
+- wrote more than ``max_length_ratio`` times, or less than ``1 / max_length_ratio`` times, the
+  CTC pass's characters (``length``), once the CTC pass heard ``min_words`` words or more.
+  Characters, not words: the CTC pass often runs words together ("she videovenivebenmadamiable
+  himself" for "he might even have been made amiable himself", 3 words against 8 and 36
+  characters against 37), which on a short segment made a word count reject Whisper's right
+  text; a sentence Whisper left out still changes the characters as much as the words;
 - differs from it in more than ``max_char_distance`` of the characters (normalised
   Levenshtein distance; ``distance``), with the same ``min_words`` floor.
 
@@ -20,7 +24,9 @@ Digit strings are where the CTC model is strong and Whisper weak in its own way:
 "four" as "for" and "six" as "z", and drops a digit of a repeated run ("9 9 9 4 8" for "two nine
 nine nine nine four eight"), while the CTC pass, trained on digit strings, rarely drops one but
 mishears more digits on degraded audio. So on a segment whose CTC text is a digit string
-(``min_digit_share`` of its words digits), the two are aligned word by word and combined
+(``min_digit_share`` of its words digits, ``min_digit_words`` words or more: a two-digit
+segment is where Whisper writes "Hey. Hey." for "eight eight"), the two are aligned word by
+word and combined
 (``source`` "combined"): where they agree, or both wrote a digit, Whisper's word; where
 Whisper wrote a non-digit word against a CTC digit, or left out a digit the CTC pass heard,
 the CTC digit. ``docs/model.md`` has the stress-set measurement that chose the rule: it is
@@ -60,8 +66,8 @@ class FirstPassGuard:
     """Thresholds of the comparison (see the module docstring).
 
     Attributes:
-        max_word_ratio: Whisper may write at most this many times the CTC pass's words, and
-            at least its reciprocal.
+        max_length_ratio: Whisper may write at most this many times the CTC pass's
+            characters (spaces aside, after normalisation), and at least its reciprocal.
         max_char_distance: the most character edits per character (normalised Levenshtein
             distance between the normalised texts) Whisper may differ by; None: no distance
             check. The threshold was calibrated against a CTC pass decoded with its LMs
@@ -71,25 +77,31 @@ class FirstPassGuard:
             off then and keeps the word-count check.
         min_words: the word-count and distance checks apply once the CTC text has this many
             words (a one-word CTC text is too weak a witness).
-        min_digit_share: a CTC text of ``min_words`` or more words with at least this share
-            of digits is a digit string, and Whisper's text of it is combined with it; None
-            never combines.
+        min_digit_share: a CTC text of ``min_digit_words`` or more words with at least this
+            share of digits is a digit string, and Whisper's text of it is combined with it;
+            None never combines.
+        min_digit_words: the fewest words of a digit string (see ``min_digit_share``).
     """
 
-    max_word_ratio: float = 2.0
+    max_length_ratio: float = 2.0
     max_char_distance: float | None = 0.6
     min_words: int = 3
     min_digit_share: float | None = 0.75
+    min_digit_words: int = 2
 
     def __post_init__(self) -> None:
-        if not self.max_word_ratio >= 1.0:
-            raise ValueError(f"FirstPassGuard.max_word_ratio must be >= 1, got {self.max_word_ratio}")
+        if not self.max_length_ratio >= 1.0:
+            raise ValueError(
+                f"FirstPassGuard.max_length_ratio must be >= 1, got {self.max_length_ratio}")
         if self.max_char_distance is not None and not 0.0 < self.max_char_distance <= 1.0:
             raise ValueError(
                 f"FirstPassGuard.max_char_distance must be in (0, 1] or None, got "
                 f"{self.max_char_distance}")
         if self.min_words < 1:
             raise ValueError(f"FirstPassGuard.min_words must be >= 1, got {self.min_words}")
+        if self.min_digit_words < 1:
+            raise ValueError(
+                f"FirstPassGuard.min_digit_words must be >= 1, got {self.min_digit_words}")
         if self.min_digit_share is not None and not 0.0 < self.min_digit_share <= 1.0:
             raise ValueError(
                 f"FirstPassGuard.min_digit_share must be in (0, 1] or None, got {self.min_digit_share}")
@@ -116,8 +128,8 @@ class FirstPassGuard:
         ours, theirs = normalize_transcript(whisper).split(), normalize_transcript(ctc).split()
         if len(theirs) < self.min_words:
             return None
-        ratio = len(ours) / len(theirs)
-        if ratio > self.max_word_ratio or ratio < 1.0 / self.max_word_ratio:
+        ratio = sum(map(len, ours)) / sum(map(len, theirs))
+        if ratio > self.max_length_ratio or ratio < 1.0 / self.max_length_ratio:
             return "length"
         limit = self.max_char_distance
         if limit is not None and Levenshtein.normalized_distance(" ".join(ours),
@@ -130,7 +142,7 @@ class FirstPassGuard:
         the module docstring); None when ``ctc`` is no digit string or the combination is
         Whisper's own words."""
         theirs = normalize_transcript(ctc).split()
-        if (self.min_digit_share is None or len(theirs) < self.min_words
+        if (self.min_digit_share is None or len(theirs) < self.min_digit_words
                 or sum(w.isdigit() for w in theirs) < self.min_digit_share * len(theirs)):
             return None
         ours = normalize_transcript(whisper).split()

@@ -32,6 +32,16 @@ def test_runaway_or_missing_words_are_rejected(guard: FirstPassGuard) -> None:
     assert guard.rejection("", ctc) == "length"
 
 
+def test_words_the_ctc_pass_ran_together_are_no_length_mismatch(guard: FirstPassGuard) -> None:
+    # 3 CTC "words" against Whisper's 8: a word count said "length"; the characters agree
+    ctc = "she videovenivebenmadamiable himself"
+    whisper = "He might even have been made amiable himself."
+    assert guard.review(whisper, ctc) == GuardVerdict(whisper, "whisper")
+    # a sentence Whisper left out is still too few characters
+    ctc = "ask what you can do for your country and mister john dashwood had then leisure"
+    assert guard.rejection("Ask what you can do for your country.", ctc) == "length"
+
+
 def test_a_different_story_is_rejected(guard: FirstPassGuard) -> None:
     ctc = "the weather is nice today so we will walk to the park"
     assert guard.rejection("I don't know what you're talking about, my friend.", ctc) == "distance"
@@ -54,14 +64,25 @@ def test_digit_strings_are_combined_word_by_word(guard: FirstPassGuard) -> None:
     assert guard.rejection("This is my 21-8.", "six five seven one eight eight") == "distance"
 
 
+def test_two_digit_segments_are_combined_one_digit_is_not(guard: FirstPassGuard) -> None:
+    # Whisper's words for a short run of digits ("Hey. Hey." for "eight eight")
+    assert guard.review("Hey. Hey.", "eight eight") == GuardVerdict("8 8", "combined")
+    assert guard.review("Thanks. Thanks.", "six six") == GuardVerdict("6 6", "combined")
+    assert guard.review("2, 8", "two eight") == GuardVerdict("2, 8", "whisper")
+    assert guard.review("Hey.", "eight") == GuardVerdict("Hey.", "whisper")  # one word: no witness
+    assert FirstPassGuard(min_digit_words=3).review("Hey. Hey.", "eight eight").source == "whisper"
+    with pytest.raises(ValueError, match="min_digit_words must be >= 1"):
+        FirstPassGuard(min_digit_words=0)
+
+
 def test_short_ctc_texts_are_no_witness(guard: FirstPassGuard) -> None:
     assert guard.rejection("Thank you very much for coming today.", "a") is None
     assert guard.rejection("Hello there.", "") is None
 
 
 def test_config_is_validated() -> None:
-    with pytest.raises(ValueError, match="max_word_ratio must be >= 1"):
-        FirstPassGuard(max_word_ratio=0.5)
+    with pytest.raises(ValueError, match="max_length_ratio must be >= 1"):
+        FirstPassGuard(max_length_ratio=0.5)
     with pytest.raises(ValueError, match=r"max_char_distance must be in \(0, 1\]"):
         FirstPassGuard(max_char_distance=0.0)
     with pytest.raises(ValueError, match="min_words must be >= 1"):
@@ -69,7 +90,7 @@ def test_config_is_validated() -> None:
 
 
 def test_a_first_pass_without_an_lm_gets_no_distance_check() -> None:
-    guard = FirstPassGuard(max_word_ratio=3.0)
+    guard = FirstPassGuard(max_length_ratio=3.0)
     assert guard.for_first_pass(has_lm=True) is guard
     loose = guard.for_first_pass(has_lm=False)
-    assert loose.max_char_distance is None and loose.max_word_ratio == 3.0
+    assert loose.max_char_distance is None and loose.max_length_ratio == 3.0
