@@ -135,7 +135,8 @@ class _HallucinatingWhisper:
 
 @pytest.mark.parametrize("whisper_text, reason", [
     ("I take 0, " + "1, " * 20 + "1.", "length"),
-    ("Thank you so much for watching and see you next time.", "distance"),
+    ("Thank you so much for watching and see you next time.", "length"),  # 6 digits' chars
+    ("This is my 21-8.", "distance"),
 ])
 def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
         whisper_text: str, reason: str) -> None:
