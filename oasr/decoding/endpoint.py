@@ -205,6 +205,10 @@ class Endpointer:
         self.sure_pause_frames = (_frames(rule4.min_trailing_silence_s, shift)
                                   if rule4 is not None and self.config.tail_words else 0)
 
+    def is_silence_rule(self, name: str) -> bool:
+        """Whether rule ``name`` fires on a silence (not on the segment's length alone)."""
+        return any(n == name and silence > 0 for n, _, silence, _, _ in self._thresholds)
+
     def detect(self, stats: FrameStats) -> str | None:
         """The first rule (in order 1, 2, 4, 3) whose trailing silence and length hold; a
         rule with ``min_words`` needs `decide` (the words) and is skipped here."""

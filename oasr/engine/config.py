@@ -15,6 +15,7 @@ from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
 from oasr.engine.dtypes import DTYPE_NAMES, INT8, resolve_dtype
 from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig
 from oasr.models import ConformerConfig
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
@@ -79,6 +80,10 @@ class EngineConfig:
             the second pass its context (stress set: read-speech finals 11.8 % WER against
             3-5 %, docs/model.md), so they are opt-in until the second pass can carry
             context across segments.
+        endpoint_quiet: between chunks, the audio after a stream's last chunk counts as
+            silence where it is as quiet as the decoded pause (``oasr.engine.quiet_tail``),
+            so a segment ends (and its early final starts) when the silence is there, not at
+            the next 640 ms chunk; None: only at chunks.
         idle_timeout_s: a stream that sends no audio for this long ends with "timeout". The
             engine owns both timeouts; the server passes ``--idle-timeout`` / ``--max-session``
             through and reads them from here (``ServerConfig.engine``).
@@ -172,6 +177,7 @@ class EngineConfig:
     streaming_cohort_admit: bool = False
     decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)
     endpoint: EndpointConfig | None = field(default_factory=EndpointConfig.wenet)
+    endpoint_quiet: QuietTail | None = field(default_factory=QuietTail)
     lm: str = "auto"
     idle_timeout_s: float = 30.0
     max_session_s: float = 3600.0

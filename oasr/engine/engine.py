@@ -15,7 +15,7 @@ import threading
 import time
 
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow, FrameEnergy
-from oasr.decoding import Hypothesis
+from oasr.decoding import Hypothesis, StreamStep
 from oasr.engine.commands import (
     AbortStream,
     AppendAudio,
@@ -90,7 +90,7 @@ class ASREngine:
         self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
         self._yield = YieldRule.of(config.second_pass_yield_s, self.resources.chunk_size,
                                    self.family.timing)
-        self._cuts = SegmentCuts(self.resources.endpointer, self._geometry)
+        self._cuts = SegmentCuts(self.resources.endpointer, self._geometry, config.endpoint_quiet)
         self._retain_frames = self._cuts.retain_feature_frames
         self.stats.refresh(self.requests, self.scheduler)
 
@@ -138,6 +138,7 @@ class ASREngine:
             self._reset_at_position_limit(self.requests[stream_id])
         cohort = [s for s in plan.run if not self._stop_at_capacity(s)]
         audio_s = self._run_cohort(cohort) if cohort else 0.0
+        self._listen_between_chunks(set(cohort))
         if self.finals.worker is not None and self._yield is not None:
             self.finals.worker.hold(self._yield.is_behind(self.requests.values()))
         if self.refiner is not None:
@@ -338,6 +339,8 @@ class ASREngine:
         request.offset += frames
         request.num_frames_decoded += frames
         request.last_decoded_at = time.monotonic()
+        if result.hypothesis is not None and result.stats is not None:
+            request.last_step = StreamStep(result.hypothesis, result.stats)
         if result.text != request.last_partial or self.refiner is not None:
             request.last_partial = result.text
             if self.refiner is not None:
@@ -353,6 +356,18 @@ class ASREngine:
             self._cuts.forget_old_energy(request)
             if not window.is_last:
                 self.finals.start_early(request, result.hypothesis, len(self.requests))
+
+    def _listen_between_chunks(self, ran: set[int]) -> None:
+        """Streams that got no chunk this step: a segment whose pause the audio after its
+        last chunk already holds ends now, or starts its early final (`SegmentCuts.in_quiet`)."""
+        for request in [r for s, r in self.requests.items() if s not in ran and r.is_running]:
+            decision, pause = self._cuts.in_quiet(request)
+            if decision is not None:
+                self._end_segment(request, "endpoint", decision.cut_frame)
+                self.stats.count_endpoint(decision.rule, between_chunks=True)
+            elif pause and request.last_step is not None:
+                self.finals.start_early(request, request.last_step.hypothesis,
+                                        len(self.requests), pause)
 
     def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
         """Publish the segment's partial when any of its parts changed (so never an empty
@@ -410,6 +425,7 @@ class ASREngine:
     def _emit_final(self, request: Request, reason: str, hyp: Hypothesis | None = None) -> None:
         request.last_partial = ""
         request.last_parts = NO_WORDS  # a new segment's partial is sent once it has words
+        request.last_step = None
         if hyp is None:
             hyp = self.resources.final_hypothesis(request.stream_id)
         self.finals.publish(request, hyp, reason)

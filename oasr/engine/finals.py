@@ -105,12 +105,14 @@ class FinalPublisher:
             request.segment += 1
             self._emit(request, event, base)
 
-    def start_early(self, request: Request, hyp: Hypothesis | None, num_streams: int = 1) -> None:
+    def start_early(self, request: Request, hyp: Hypothesis | None, num_streams: int = 1,
+                    pause_frames: int | None = None) -> None:
         """After a chunk that did not end the segment: when the stream has paused for
         ``early_s`` after its last token, the second pass is idle and at most
         ``EARLY_MAX_STREAMS`` streams are live (``num_streams``), start the segment's final
         decode now, so that the final is ready when the endpoint comes; an early decode whose
-        words the speaker went on from is dropped."""
+        words the speaker went on from is dropped. ``pause_frames``: the pause so far when
+        the audio after the last chunk counts too (`SegmentCuts.in_quiet`)."""
         if not self.early_frames or self.worker is None:
             return  # off: nothing to start or drop, on every chunk of every stream
         early = request.early
@@ -118,9 +120,11 @@ class FinalPublisher:
         if early is not None and early.tokens != tokens:
             request.early = None
             self._discard_early(early)
+        if hyp is not None and hyp.timestamps and pause_frames is None:
+            pause_frames = request.offset - (hyp.timestamps[-1] + 1)
         if (request.early is not None or num_streams > EARLY_MAX_STREAMS
-                or hyp is None or not hyp.timestamps
-                or request.offset - (hyp.timestamps[-1] + 1) < self.early_frames
+                or hyp is None or not hyp.timestamps or pause_frames is None
+                or pause_frames < self.early_frames
                 or self.worker.backlog >= EARLY_MAX_BACKLOG):
             return
         audio = self._segment_audio(request)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
-from oasr.decoding import Endpointer
+from oasr.decoding import Endpointer, StreamStep
 from oasr.engine.events import Final, FinishReason, StreamEvent
 from oasr.engine.refine import NO_WORDS, RefinedPartial, RefineState
 
@@ -149,6 +149,10 @@ class Request:
     rate_window_start: float | None = None
     rate_window_samples: int = 0
     energy: FrameEnergy = field(default_factory=lambda: FrameEnergy(320))  # per encoder frame
+    # the open segment's last decoded chunk (its hypothesis and endpointing inputs) and the
+    # energy frames held when the quiet after it was last counted (`SegmentCuts.in_quiet`)
+    last_step: StreamStep | None = None
+    quiet_checked_at: int = 0
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""

@@ -5,12 +5,19 @@ pause inside the latest chunk). A length endpoint (rule 3) looks back over the l
 ``max_cut_window_s`` and cuts at the quietest frame of the stream's audio (`FrameEnergy`), so a
 long sentence is split in a breath, not mid-word. The frames after a cut in the past are
 decoded again, so each stream's windower keeps that many feature frames.
+
+Between chunks, the audio that arrived after a stream's last chunk may already hold the rest
+of a pause (`QuietTail`): `in_quiet` asks the endpoint rules again with those quiet frames
+counted as silence, so a segment ends when its silence is there, not at the next chunk.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from oasr.audio import ChunkGeometry
 from oasr.decoding import EndpointDecision, Endpointer, quietest_frame
+from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.request import Request
 
 
@@ -18,8 +25,10 @@ class SegmentCuts:
     """Turns an `EndpointDecision` into the frame where the segment ends (stateless; the
     energies live in each `Request`)."""
 
-    def __init__(self, endpointer: Endpointer | None, geometry: ChunkGeometry) -> None:
+    def __init__(self, endpointer: Endpointer | None, geometry: ChunkGeometry,
+                 quiet: QuietTail | None = None) -> None:
         self.endpointer = endpointer
+        self.quiet = quiet
         window = endpointer.max_cut_window_frames if endpointer is not None else 0
         # a cut reaches back at most the window, or (a pause) one chunk
         self.max_rewind_frames = max(window, geometry.chunk_size) + geometry.chunk_size
@@ -36,6 +45,31 @@ class SegmentCuts:
         if len(energy) == 0:
             return decision.cut_frame
         return lo + quietest_frame(energy) - start + 1  # the segment keeps the quiet frame
+
+    def in_quiet(self, request: Request) -> tuple[EndpointDecision | None, int]:
+        """Between chunks: the endpoint a silence rule decides when the quiet frames after
+        the stream's last chunk count as silence (its cut within the decoded audio), and the
+        pause's frames so far (trailing blank + quiet; 0 when nothing new arrived)."""
+        step, endpointer = request.last_step, request.endpointer or self.endpointer
+        held = request.energy.num_frames
+        if (self.quiet is None or step is None or endpointer is None or request.input_ended
+                or held == request.quiet_checked_at or not step.stats.has_speech):
+            return None, 0
+        request.quiet_checked_at = held
+        stats = step.stats
+        quiet = self.quiet.quiet_frames(request.energy, request.num_frames_decoded,
+                                        stats.num_trailing_blank_frames,
+                                        endpointer.config.frame_shift_s)
+        if not quiet:
+            return None, 0
+        heard = replace(stats, num_frames=stats.num_frames + quiet,
+                        num_trailing_blank_frames=stats.num_trailing_blank_frames + quiet)
+        decision = endpointer.decide(heard, step.hypothesis.tokens, step.hypothesis.timestamps)
+        pause = heard.num_trailing_blank_frames
+        if decision is None or decision.is_length_cut or not endpointer.is_silence_rule(
+                decision.rule):
+            return None, pause
+        return replace(decision, cut_frame=min(decision.cut_frame, request.segment_frames)), pause
 
     def forget_old_energy(self, request: Request) -> None:
         """Drop energies no cut can reach any more."""

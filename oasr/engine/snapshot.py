@@ -171,6 +171,7 @@ class EngineSnapshot:
     total_audio_s: float
     uptime_s: float
     model: ModelSnapshot
+    num_quiet_endpoints: int = 0  # endpoints decided between chunks (of ``endpoints``)
     engine_alive: bool | None = None
     time: float | None = None
 
@@ -187,6 +188,7 @@ class EngineSnapshot:
             "finish_reasons": dict(self.finish_reasons),
             "num_refused": self.num_refused,
             "endpoints": dict(self.endpoints),
+            "endpoints_between_chunks": self.num_quiet_endpoints,
             "step": self.step.to_json(),
             "second_pass": self.second_pass.to_json(),
             "rtf": self.rtf,

@@ -52,6 +52,7 @@ class EngineStats:
         self.num_refused = 0
         self.finish_reasons = {reason.value: 0 for reason in FinishReason}
         self.endpoints: collections.Counter[str] = collections.Counter()
+        self.num_quiet_endpoints = 0
         self.last_step_ms = 0.0
         self.avg_step_ms = 0.0
         self.last_batch_size = 0
@@ -75,8 +76,11 @@ class EngineStats:
         self.num_refused += 1
         self._changed = True
 
-    def count_endpoint(self, rule: str) -> None:
+    def count_endpoint(self, rule: str, between_chunks: bool = False) -> None:
+        """An endpoint by ``rule``; ``between_chunks``: decided on the quiet audio after the
+        last chunk (`SegmentCuts.in_quiet`)."""
         self.endpoints[rule] += 1
+        self.num_quiet_endpoints += between_chunks
 
     def record_step(self, seconds: float, batch_size: int, audio_s: float,
                     requests: dict[int, Request], scheduler: Scheduler) -> None:
@@ -127,6 +131,7 @@ class EngineStats:
             finish_reasons=dict(self.finish_reasons),
             num_refused=self.num_refused,
             endpoints=dict(self.endpoints),
+            num_quiet_endpoints=self.num_quiet_endpoints,
             step=StepSnapshot(
                 last_ms=round(self.last_step_ms, 3), avg_ms=round(self.avg_step_ms, 3),
                 last_batch_size=self.last_batch_size, num_steps=self.num_busy_steps,

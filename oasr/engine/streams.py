@@ -247,7 +247,7 @@ class StreamResources:
         if self.transducer is not None:
             results = self.transducer.decode(stream_ids, output.log_probs, output.lengths)
             return [ChunkResult(r.hypothesis.text, _decide(e, r.stats, r.hypothesis),
-                                r.hypothesis) for r, e in zip(results, rules, strict=True)]
+                                r.hypothesis, r.stats) for r, e in zip(results, rules, strict=True)]
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
@@ -256,7 +256,7 @@ class StreamResources:
         decoder.decode_streams(output.log_probs.float(), states, lengths)  # one search
         steps = decoder.partials(states)  # one read-back
         return [ChunkResult(step.hypothesis.text, _decide(e, step.stats, step.hypothesis),
-                            step.hypothesis)
+                            step.hypothesis, step.stats)
                 for step, e in zip(steps, rules, strict=True)]
 
     def final_hypothesis(self, stream_id: int, num_frames: int | None = None) -> Hypothesis:
@@ -351,3 +351,4 @@ class ChunkResult:
     text: str
     endpoint: EndpointDecision | None
     hypothesis: Hypothesis | None = None  # the best hypothesis (tokens and their frames)
+    stats: FrameStats | None = None  # its endpointing inputs

@@ -39,6 +39,7 @@ def test_api_stats_snapshot(client: TestClient) -> None:
     snapshot = client.get("/api/stats").json()
     assert set(snapshot) == {  # the page's contract (tests/engine/test_snapshot.py: the rest)
         "pool", "streams", "num_evictions", "finish_reasons", "num_refused", "endpoints",
+        "endpoints_between_chunks",
         "step", "second_pass", "rtf", "total_audio_s", "uptime_s", "model", "engine_alive",
         "time", "server"}
     pool = snapshot["pool"]

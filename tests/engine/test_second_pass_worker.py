@@ -260,8 +260,11 @@ def bundled() -> EngineConfig:
         pytest.skip("the bundled default model is not installed")
     if whisper.default_model_dir() is None:
         pytest.skip("no Whisper tiny.en weights")
+    # endpoints only at chunks: these tests compare runs that step a different number of
+    # times between chunks (one waits for early decodes), and must cut at the same frames
     return EngineConfig(device="cpu", second_pass="whisper", max_num_blocks=256,
-                        max_batch_size=4, refine=None, endpoint=EndpointConfig.wenet())
+                        max_batch_size=4, refine=None, endpoint=EndpointConfig.wenet(),
+                        endpoint_quiet=None)
 
 
 def _run_live(config: EngineConfig, audio: np.ndarray) -> tuple[list[str], SecondPassSnapshot]:
@@ -366,6 +369,8 @@ def test_early_decodes_start_at_a_pause_and_are_used_only_on_the_same_words() ->
     request.offset = request.num_frames_decoded = 100
     finals.start_early(request, _hyp([5, 6], 80))  # 0.38 s after the last token: too soon
     assert not worker.jobs
+    finals.start_early(request, _hyp([5, 6], 80), pause_frames=24)  # with the quiet audio
+    assert not worker.jobs  # after the chunk (SegmentCuts.in_quiet): 0.48 s, still too soon
     worker.backlog = 1
     finals.start_early(request, _hyp([5, 6], 70))  # 0.58 s, but the second pass is busy
     assert not worker.jobs
@@ -387,6 +392,17 @@ def test_early_decodes_start_at_a_pause_and_are_used_only_on_the_same_words() ->
     assert final_job.job_id not in (early.job_id, second.job_id)
     assert final_job.prefix == (42,) and list(request.pending_finals) == [final_job.job_id]
     assert (finals.num_early_used, finals.num_early_discarded) == (0, 2)
+
+
+def test_an_early_decode_starts_on_the_quiet_audio_after_a_chunk() -> None:
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 90))  # 0.18 s decoded after the last token
+    assert not worker.jobs
+    finals.start_early(request, _hyp([5, 6], 90), pause_frames=25)  # + 0.32 s of quiet audio
+    assert len(worker.jobs) == 1 and request.early is not None
 
 
 def test_an_early_decode_on_the_final_words_is_the_final() -> None:

@@ -19,7 +19,7 @@ from oasr.engine.commands import AppendAudio, OpenStream
 from oasr.engine.snapshot import EngineSnapshot, PoolSnapshot
 
 RECORDED_KEYS = {
-    "endpoints", "finish_reasons", "finish_reasons.abort", "finish_reasons.error",
+    "endpoints", "endpoints_between_chunks", "finish_reasons", "finish_reasons.abort", "finish_reasons.error",
     "finish_reasons.length", "finish_reasons.stop", "finish_reasons.timeout",
     "model", "model.chunk_ms", "model.device", "model.family", "model.name",
     "model.num_left_chunks", "num_evictions", "num_refused",

@@ -1,0 +1,77 @@
+"""Endpoints between chunks: the pause after a segment's last word, heard in the audio.
+
+The endpoint rules count the CTC output's blank frames, so they are decided when a chunk is
+decoded: every 640 ms. A stream whose last chunk ended in a pause then waits up to a chunk
+more for the rule's silence to be decoded, though the audio that arrived meanwhile already
+says it is silence. `QuietTail` counts the quiet frames of that audio (`FrameEnergy`, one
+value per encoder frame, computed as the audio arrives): the frames after the decoded audio
+no louder than the decoded pause itself (the median energy of its trailing blank frames) plus
+``margin_db``, up to the first louder one, and only when that pause is clearly quieter than
+the word before it (``min_contrast_db``: a pause the CTC pass heard as blank over speech it
+missed is no reference). The engine adds them to the trailing blank frames and asks the
+stream's endpoint rules again (`SegmentCuts.in_quiet`): a silence rule that fires ends the
+segment at the decoded audio's end (the quiet frames are the next segment's first), and the
+early final decode starts as soon as the pause is long enough. A quiet frame that holds the
+soft start of a word only moves that word into the next segment, where the rule's silence
+would have put it anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from oasr.audio import FrameEnergy
+
+
+@dataclass(frozen=True)
+class QuietTail:
+    """Thresholds of the quiet-frame count.
+
+    Attributes:
+        margin_db: a frame louder than the pause's median energy by more than this is not
+            quiet (room noise moves by a few dB; a word's onset by far more).
+        min_contrast_db: the loudest frame of the last ``word_s`` before the pause must be
+            this much louder than the pause's median energy.
+        min_pause_s: the shortest trailing blank run that makes a pause to measure.
+        skip_s: the start of the pause left out of its energy (the CTC spike of a word's
+            last letter comes before the word's sound ends).
+        word_s: the audio before the pause that stands for the last word.
+    """
+
+    margin_db: float = 6.0
+    min_contrast_db: float = 12.0
+    min_pause_s: float = 0.08
+    skip_s: float = 0.04
+    word_s: float = 0.16
+
+    def __post_init__(self) -> None:
+        if self.margin_db < 0 or self.min_contrast_db < 0:
+            raise ValueError(f"QuietTail margins must be >= 0 dB, got {self.margin_db} and "
+                             f"{self.min_contrast_db}")
+        if not (self.min_pause_s > 0 and self.skip_s >= 0 and self.word_s > 0):
+            raise ValueError(
+                f"QuietTail durations out of range: min_pause_s {self.min_pause_s} (> 0), "
+                f"skip_s {self.skip_s} (>= 0), word_s {self.word_s} (> 0)")
+
+    def quiet_frames(self, energy: FrameEnergy, decoded_end: int, trailing_blank: int,
+                     frame_shift_s: float) -> int:
+        """Quiet frames that arrived after absolute frame ``decoded_end`` (the decoded audio's
+        end), whose last ``trailing_blank`` frames the CTC pass heard as blank; 0 when the
+        pause is too short or not quieter than the word before it."""
+        min_pause = max(1, round(self.min_pause_s / frame_shift_s))
+        if trailing_blank < min_pause:
+            return 0
+        pause_start = decoded_end - trailing_blank
+        skip = min(round(self.skip_s / frame_shift_s), trailing_blank - min_pause)
+        pause = energy.span(pause_start + skip, decoded_end)
+        word = energy.span(pause_start - max(1, round(self.word_s / frame_shift_s)), pause_start)
+        if len(pause) < min_pause or len(word) == 0:
+            return 0
+        reference = float(np.median(pause))
+        if float(word.max()) - reference < self.min_contrast_db:
+            return 0
+        tail = energy.span(decoded_end, energy.num_frames)
+        loud = np.flatnonzero(tail > reference + self.margin_db)
+        return int(loud[0]) if loud.size else len(tail)

@@ -1,0 +1,102 @@
+"""Endpoints between chunks: the quiet audio after a stream's last chunk counts as the rest of
+its pause (`QuietTail`, `SegmentCuts.in_quiet`), so a segment ends when its silence is there,
+not at the next 640 ms chunk."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from oasr.audio import FrameEnergy
+from oasr.engine import ASREngine, EngineConfig, Final
+from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.engine.quiet_tail import QuietTail
+
+SR = 16000
+SHIFT = 0.02  # the bundled model's encoder frame
+
+
+def _energy(levels_db: list[float]) -> FrameEnergy:
+    """A FrameEnergy whose frames have these levels (dB full scale)."""
+    energy = FrameEnergy(320)
+    energy.append(np.concatenate([np.full(320, 10 ** (db / 20), np.float32) for db in levels_db]))
+    return energy
+
+
+def test_quiet_frames_run_up_to_the_first_loud_one() -> None:
+    tail = QuietTail()
+    word, pause = [-20.0] * 10, [-60.0] * 10
+    energy = _energy(word + pause + [-58.0] * 7 + [-30.0] + [-60.0] * 5)
+    # decoded: the word and its pause (10 trailing blank frames); then 7 quiet, a loud one
+    assert tail.quiet_frames(energy, 20, 10, SHIFT) == 7
+    assert tail.quiet_frames(_energy(word + pause + [-57.0] * 4), 20, 10, SHIFT) == 4
+
+
+def test_no_quiet_frames_without_a_pause_to_measure() -> None:
+    tail = QuietTail()
+    energy = _energy([-20.0] * 10 + [-60.0] * 10 + [-60.0] * 5)
+    assert tail.quiet_frames(energy, 20, 2, SHIFT) == 0  # 40 ms of blank: no pause yet
+    # a "pause" as loud as the word (speech the CTC pass missed) is no reference
+    loud = _energy([-20.0] * 10 + [-26.0] * 10 + [-26.0] * 5)
+    assert tail.quiet_frames(loud, 20, 10, SHIFT) == 0
+    with pytest.raises(ValueError, match="durations out of range"):
+        QuietTail(min_pause_s=0.0)
+
+
+def _stream(audio: np.ndarray, quiet: bool) -> tuple[list[tuple[float, Final]], int]:
+    """``audio`` sent live in 0.1 s pieces with engine steps between; each final with the
+    seconds of audio sent when it came, and the endpoints decided between chunks."""
+    config = EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1,
+                          second_pass="none")
+    engine = ASREngine(config if quiet else replace(config, endpoint_quiet=None))
+    finals: list[tuple[float, Final]] = []
+    sent = [0.0]
+    engine.submit(OpenStream(1, lambda e: finals.append((sent[0], e))
+                             if isinstance(e, Final) else None))
+    for i in range(0, len(audio), SR // 10):
+        engine.submit(AppendAudio(1, audio[i: i + SR // 10]))
+        sent[0] = min(i + SR // 10, len(audio)) / SR
+        for _ in range(3):
+            engine.step()
+    engine.submit(EndStream(1))
+    while engine.requests:
+        engine.step()
+    return finals, engine.latest_stats().num_quiet_endpoints
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise_db", [None, -50.0])
+def test_a_segment_ends_when_its_silence_is_there(speech: list[np.ndarray],
+                                                  noise_db: float | None) -> None:
+    gap = np.zeros(int(2.0 * SR), np.float32)
+    audio = np.concatenate([gap[: SR // 2], speech[0], gap, speech[1], gap])
+    if noise_db is not None:  # a quiet room, not digital silence
+        rng = np.random.default_rng(0)
+        audio = audio + rng.normal(0, 10 ** (noise_db / 20), len(audio)).astype(np.float32)
+    at_chunks, none = _stream(audio, quiet=False)
+    between, num_quiet = _stream(audio, quiet=True)
+    assert none == 0 and num_quiet >= 2
+    # the same segments; the first has the same text (the next ones start at another frame,
+    # so their chunks fall elsewhere and the CTC spelling may move)
+    assert len(between) == len(at_chunks) and between[0][1].text == at_chunks[0][1].text
+    for (late, _), (early, final) in zip(at_chunks, between[:-1], strict=False):
+        # WeNet's 1 s of silence after the last word, within the 0.1 s the client sends
+        assert 1.0 <= early - final.end <= 1.2, (early, final)
+        assert early <= late
+    lags = [late - early for (late, _), (early, _) in zip(at_chunks[:-1], between[:-1],
+                                                         strict=True)]
+    assert max(lags) > 0.1, lags  # at least one final came a client frame or more earlier
+
+
+@pytest.mark.slow
+def test_noise_after_the_last_word_is_no_silence(speech: list[np.ndarray]) -> None:
+    # loud noise (as loud as the speech) after the words: the CTC pass hears blank, the
+    # audio says it is not quiet, so the segment waits for its chunk
+    rng = np.random.default_rng(1)
+    level = float(np.sqrt(np.mean(speech[0] ** 2)))
+    noise = rng.normal(0, level, int(2.0 * SR)).astype(np.float32)
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), speech[0], noise])
+    _, num_quiet = _stream(audio, quiet=True)
+    assert num_quiet == 0
