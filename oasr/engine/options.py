@@ -9,6 +9,7 @@ from pathlib import Path
 
 from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
+from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
@@ -122,6 +123,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="sentence-pause endpointing: seconds of pause (blank frames) after 3 "
                         "words that end a segment (0.8 when only --max-segment is given); "
                         "default: WeNet's rules, 1 s of silence after speech")
+    g.add_argument("--endpoint-between-chunks", action=argparse.BooleanOptionalAction,
+                   default=True,
+                   help="decide the endpoint's silence on the quiet audio after a stream's "
+                   "last chunk too, so a segment ends when its silence is there, not at the "
+                   "next 640 ms chunk (--no-endpoint-between-chunks: only at chunks)")
     g.add_argument("--max-segment", type=float, default=None, metavar="S",
                    help="sentence-pause endpointing: longest segment in seconds, cut at its "
                         "quietest point in the last 3 s (15 when only --endpoint-pause is "
@@ -213,6 +219,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         final_context_s=(EngineConfig.final_context_s if args.final_context is None
                          else args.final_context),
         early_final_s=args.early_final,
+        endpoint_quiet=QuietTail() if args.endpoint_between_chunks else None,
         second_pass_yield_s=args.second_pass_yield,
         second_pass_process=(EngineConfig.second_pass_process
                              if args.second_pass_process is None else args.second_pass_process),
