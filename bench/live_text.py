@@ -14,7 +14,9 @@ real-time pace in 100 ms frames, and the script reports:
 - ``changed_committed``: stable (committed) words that a later partial or the final of the
   same segment did not repeat (must be 0); punctuation a later text puts after a committed
   word ("you" -> "you.") is not a change of the word;
-- ``refined_share``: clients that were shown refined (stable or tentative) words.
+- ``refined_share``: clients that were shown refined (stable or tentative) words;
+- ``num_finals`` (with text) and ``endpoints_between_chunks`` (of the server's endpoints, those
+  decided on the quiet audio after a chunk).
 
 Passages: the devset's read recordings (LibriVox, JFK) joined with sentence pauses, and
 sentences synthesised by TTS voices the streaming model never trained on (flite awb,
@@ -204,6 +206,7 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
     return {
         "clients": len(logs), "errors": [log.error for log in logs if log.error],
         "last_partial_wer": round(last_partial.wer, 1), "final_wer": round(finals.wer, 1),
+        "num_finals": len(lags),
         "final_lag_p50": round(percentile(lags, 0.5), 2),
         "final_lag_p95": round(percentile(lags, 0.95), 2),
         "partial_p50": round(percentile(partial_lat, 0.5), 3),
@@ -246,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 logs = asyncio.run(run_level(address, level, material))
                 stats = httpx.get(f"http://{address}/api/stats", timeout=5).json()
             row = {"level": level, **analyse(logs, references),
+                   "endpoints_between_chunks": stats.get("endpoints_between_chunks"),
                    "second_pass": {k: v for k, v in stats.get("second_pass", {}).items()
                                    if isinstance(v, int | float | bool)}}
             rows.append(row)
