@@ -4,8 +4,6 @@ not at the next 640 ms chunk."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -49,8 +47,8 @@ def _stream(audio: np.ndarray, quiet: bool) -> tuple[list[tuple[float, Final]], 
     """``audio`` sent live in 0.1 s pieces with engine steps between; each final with the
     seconds of audio sent when it came, and the endpoints decided between chunks."""
     config = EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1,
-                          second_pass="none")
-    engine = ASREngine(config if quiet else replace(config, endpoint_quiet=None))
+                          second_pass="none", endpoint_quiet=QuietTail() if quiet else None)
+    engine = ASREngine(config)
     finals: list[tuple[float, Final]] = []
     sent = [0.0]
     engine.submit(OpenStream(1, lambda e: finals.append((sent[0], e))
