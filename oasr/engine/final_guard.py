@@ -16,7 +16,10 @@ CTC text when Whisper:
   Characters, not words: the CTC pass often runs words together ("she videovenivebenmadamiable
   himself" for "he might even have been made amiable himself", 3 words against 8 and 36
   characters against 37), which on a short segment made a word count reject Whisper's right
-  text; a sentence Whisper left out still changes the characters as much as the words;
+  text; a sentence Whisper left out still changes the characters as much as the words. A
+  digit counts as ``DIGIT_CHARS`` characters (normalisation writes "six" as "6"), so a digit
+  string the CTC pass heard with a stray word or two ("they six five two fine ...") is not
+  three times longer than Whisper's digits;
 - differs from it in more than ``max_char_distance`` of the characters (normalised
   Levenshtein distance; ``distance``), with the same ``min_words`` floor.
 
@@ -42,6 +45,7 @@ from rapidfuzz.distance import Levenshtein
 from oasr.text.wer import normalize_transcript
 
 REASONS = ("failed", "length", "distance")
+DIGIT_CHARS = 4  # a digit's length as a spoken word ("zero" ... "nine": 3-5 letters)
 SOURCES = ("whisper", "ctc", "combined")
 
 
@@ -128,7 +132,7 @@ class FirstPassGuard:
         ours, theirs = normalize_transcript(whisper).split(), normalize_transcript(ctc).split()
         if len(theirs) < self.min_words:
             return None
-        ratio = sum(map(len, ours)) / sum(map(len, theirs))
+        ratio = _spoken_length(ours) / _spoken_length(theirs)
         if ratio > self.max_length_ratio or ratio < 1.0 / self.max_length_ratio:
             return "length"
         limit = self.max_char_distance
@@ -163,3 +167,8 @@ class FirstPassGuard:
                 elif c is not None and c.isdigit():
                     words.append(c)
         return None if words == ours else " ".join(words)
+
+
+def _spoken_length(words: list[str]) -> int:
+    """Characters of normalised ``words``, spaces aside, a digit as ``DIGIT_CHARS``."""
+    return sum(DIGIT_CHARS if ch.isdigit() else 1 for word in words for ch in word)

@@ -37,6 +37,9 @@ def test_words_the_ctc_pass_ran_together_are_no_length_mismatch(guard: FirstPass
     ctc = "she videovenivebenmadamiable himself"
     whisper = "He might even have been made amiable himself."
     assert guard.review(whisper, ctc) == GuardVerdict(whisper, "whisper")
+    # a digit string with stray CTC words: a digit counts as a spoken word's letters
+    assert guard.review("six, five, two, nine, six, zero, five.",
+                        "they six five two fine six eight one five").source == "combined"
     # a sentence Whisper left out is still too few characters
     ctc = "ask what you can do for your country and mister john dashwood had then leisure"
     assert guard.rejection("Ask what you can do for your country.", ctc) == "length"

@@ -135,8 +135,7 @@ class _HallucinatingWhisper:
 
 @pytest.mark.parametrize("whisper_text, reason", [
     ("I take 0, " + "1, " * 20 + "1.", "length"),
-    ("Thank you so much for watching and see you next time.", "length"),  # 6 digits' chars
-    ("This is my 21-8.", "distance"),
+    ("Thank you so much for watching and see you next time.", "distance"),
 ])
 def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
         whisper_text: str, reason: str) -> None:
@@ -147,6 +146,8 @@ def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
     assert len(ctc_text.split()) >= 3, ctc_text
 
     engine = ASREngine(_config())
+    assert engine.finals.worker is not None
+    engine.finals.worker.stop()  # the real one: its thread must not outlive the test
     engine.finals.worker = SecondPassWorker.on_thread(_HallucinatingWhisper(whisper_text), engine.submit,
                                             max_backlog=16, guard=FirstPassGuard())
     events = stream_all(engine, audio)
