@@ -38,10 +38,6 @@ class QuietTail:
         skip_s: the start of the pause left out of its energy (the CTC spike of a word's
             last letter comes before the word's sound ends).
         word_s: the audio before the pause that stands for the last word.
-        extra_s: a rule decided between chunks needs this much silence beyond its own. A
-            rule decided at chunks fires 0-0.64 s after its silence is complete (0.32 s on
-            average), so read speech was segmented for that; at the exact silence the same
-            rules cut it at many more pauses (docs/architecture.md).
     """
 
     margin_db: float = 6.0
@@ -49,18 +45,15 @@ class QuietTail:
     min_pause_s: float = 0.08
     skip_s: float = 0.04
     word_s: float = 0.16
-    extra_s: float = 0.3
 
     def __post_init__(self) -> None:
         if self.margin_db < 0 or self.min_contrast_db < 0:
             raise ValueError(f"QuietTail margins must be >= 0 dB, got {self.margin_db} and "
                              f"{self.min_contrast_db}")
-        if not (self.min_pause_s > 0 and self.skip_s >= 0 and self.word_s > 0
-                and self.extra_s >= 0):
+        if not (self.min_pause_s > 0 and self.skip_s >= 0 and self.word_s > 0):
             raise ValueError(
                 f"QuietTail durations out of range: min_pause_s {self.min_pause_s} (> 0), "
-                f"skip_s {self.skip_s} (>= 0), word_s {self.word_s} (> 0), extra_s "
-                f"{self.extra_s} (>= 0)")
+                f"skip_s {self.skip_s} (>= 0), word_s {self.word_s} (> 0)")
 
     def quiet_frames(self, energy: FrameEnergy, decoded_end: int, trailing_blank: int,
                      frame_shift_s: float) -> int:

@@ -62,13 +62,10 @@ class SegmentCuts:
                                         endpointer.config.frame_shift_s)
         if not quiet:
             return None, 0
-        pause = stats.num_trailing_blank_frames + quiet
-        counted = quiet - round(self.quiet.extra_s / endpointer.config.frame_shift_s)
-        if counted <= 0:
-            return None, pause
-        heard = replace(stats, num_frames=stats.num_frames + counted,
-                        num_trailing_blank_frames=stats.num_trailing_blank_frames + counted)
+        heard = replace(stats, num_frames=stats.num_frames + quiet,
+                        num_trailing_blank_frames=stats.num_trailing_blank_frames + quiet)
         decision = endpointer.decide(heard, step.hypothesis.tokens, step.hypothesis.timestamps)
+        pause = heard.num_trailing_blank_frames
         if decision is None or decision.is_length_cut or not endpointer.is_silence_rule(
                 decision.rule):
             return None, pause

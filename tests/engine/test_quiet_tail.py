@@ -43,11 +43,12 @@ def test_no_quiet_frames_without_a_pause_to_measure() -> None:
         QuietTail(min_pause_s=0.0)
 
 
-def _stream(audio: np.ndarray, tail: QuietTail | None) -> tuple[list[tuple[float, Final]], int]:
+def _stream(audio: np.ndarray, quiet: bool) -> tuple[list[tuple[float, Final]], int]:
     """``audio`` sent live in 0.1 s pieces with engine steps between; each final with the
     seconds of audio sent when it came, and the endpoints decided between chunks."""
-    engine = ASREngine(EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1,
-                                    second_pass="none", endpoint_quiet=tail))
+    config = EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1,
+                          second_pass="none", endpoint_quiet=QuietTail() if quiet else None)
+    engine = ASREngine(config)
     finals: list[tuple[float, Final]] = []
     sent = [0.0]
     engine.submit(OpenStream(1, lambda e: finals.append((sent[0], e))
@@ -63,39 +64,28 @@ def _stream(audio: np.ndarray, tail: QuietTail | None) -> tuple[list[tuple[float
     return finals, engine.latest_stats().num_quiet_endpoints
 
 
-def _lags(finals: list[tuple[float, Final]]) -> list[float]:
-    """Per endpoint final (the stream's last final aside): audio sent after its last word."""
-    return [sent - final.end for sent, final in finals[:-1]]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("noise_db", [None, -50.0])
 def test_a_segment_ends_when_its_silence_is_there(speech: list[np.ndarray],
                                                   noise_db: float | None) -> None:
-    rng = np.random.default_rng(0)
     gap = np.zeros(int(2.0 * SR), np.float32)
-    num_quiet, sooner = 0, []
-    for lead_s in (0.3, 0.9):  # where the chunk boundaries fall in the pauses
-        audio = np.concatenate([np.zeros(int(lead_s * SR), np.float32), speech[0], gap,
-                                speech[1], gap])
-        if noise_db is not None:  # a quiet room, not digital silence
-            audio = audio + rng.normal(0, 10 ** (noise_db / 20), len(audio)).astype(np.float32)
-        at_chunks, none = _stream(audio, None)
-        default, quiet = _stream(audio, QuietTail())
-        exact, exact_quiet = _stream(audio, QuietTail(extra_s=0.0))
-        assert none == 0 and exact_quiet >= 1
-        num_quiet += quiet
-        # the same segments; the first has the same text (the next ones start at another
-        # frame, so their chunks fall elsewhere and the CTC spelling may move)
-        for finals in (default, exact):
-            assert len(finals) == len(at_chunks) and finals[0][1].text == at_chunks[0][1].text
-        # at the rule's exact silence (WeNet's 1 s), within the 0.1 s the client sends
-        assert all(1.0 <= lag <= 1.2 for lag in _lags(exact)), _lags(exact)
-        # by default 0.3 s later, never later than at chunks (1.0-1.64 s + the spike lag)
-        for chunk_lag, lag in zip(_lags(at_chunks), _lags(default), strict=True):
-            assert lag <= min(chunk_lag, 1.5) + 1e-6, (lag, chunk_lag)
-            sooner.append(chunk_lag - lag)
-    assert num_quiet >= 1 and max(sooner) >= 0.1, sooner
+    audio = np.concatenate([gap[: SR // 2], speech[0], gap, speech[1], gap])
+    if noise_db is not None:  # a quiet room, not digital silence
+        rng = np.random.default_rng(0)
+        audio = audio + rng.normal(0, 10 ** (noise_db / 20), len(audio)).astype(np.float32)
+    at_chunks, none = _stream(audio, quiet=False)
+    between, num_quiet = _stream(audio, quiet=True)
+    assert none == 0 and num_quiet >= 2
+    # the same segments; the first has the same text (the next ones start at another frame,
+    # so their chunks fall elsewhere and the CTC spelling may move)
+    assert len(between) == len(at_chunks) and between[0][1].text == at_chunks[0][1].text
+    for (late, _), (early, final) in zip(at_chunks, between[:-1], strict=False):
+        # WeNet's 1 s of silence after the last word, within the 0.1 s the client sends
+        assert 1.0 <= early - final.end <= 1.2, (early, final)
+        assert early <= late
+    lags = [late - early for (late, _), (early, _) in zip(at_chunks[:-1], between[:-1],
+                                                         strict=True)]
+    assert max(lags) > 0.1, lags  # at least one final came a client frame or more earlier
 
 
 @pytest.mark.slow
@@ -106,5 +96,5 @@ def test_noise_after_the_last_word_is_no_silence(speech: list[np.ndarray]) -> No
     level = float(np.sqrt(np.mean(speech[0] ** 2)))
     noise = rng.normal(0, level, int(2.0 * SR)).astype(np.float32)
     audio = np.concatenate([np.zeros(SR // 2, np.float32), speech[0], noise])
-    _, num_quiet = _stream(audio, QuietTail(extra_s=0.0))
+    _, num_quiet = _stream(audio, quiet=True)
     assert num_quiet == 0
