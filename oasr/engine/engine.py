@@ -138,7 +138,8 @@ class ASREngine:
             self._reset_at_position_limit(self.requests[stream_id])
         cohort = [s for s in plan.run if not self._stop_at_capacity(s)]
         audio_s = self._run_cohort(cohort) if cohort else 0.0
-        self._listen_between_chunks(set(cohort))
+        if self._cuts.quiet is not None:
+            self._listen_between_chunks(set(cohort))
         if self.finals.worker is not None and self._yield is not None:
             self.finals.worker.hold(self._yield.is_behind(self.requests.values()))
         if self.refiner is not None:
@@ -339,7 +340,8 @@ class ASREngine:
         request.offset += frames
         request.num_frames_decoded += frames
         request.last_decoded_at = time.monotonic()
-        if result.hypothesis is not None and result.stats is not None:
+        if (self._cuts.quiet is not None and result.hypothesis is not None
+                and result.stats is not None):
             request.last_step = StreamStep(result.hypothesis, result.stats)
         if result.text != request.last_partial or self.refiner is not None:
             request.last_partial = result.text

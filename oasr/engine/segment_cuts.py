@@ -66,9 +66,8 @@ class SegmentCuts:
                         num_trailing_blank_frames=stats.num_trailing_blank_frames + quiet)
         decision = endpointer.decide(heard, step.hypothesis.tokens, step.hypothesis.timestamps)
         pause = heard.num_trailing_blank_frames
-        if decision is None or decision.is_length_cut or not endpointer.is_silence_rule(
-                decision.rule):
-            return None, pause
+        if decision is None or not endpointer.is_silence_rule(decision.rule):
+            return None, pause  # (a length cut's rule has no silence)
         return replace(decision, cut_frame=min(decision.cut_frame, request.segment_frames)), pause
 
     def forget_old_energy(self, request: Request) -> None:
