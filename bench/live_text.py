@@ -23,6 +23,7 @@ sentences synthesised by TTS voices the streaming model never trained on (flite 
 espeak-ng's held-out variants). WER after ``oasr.text.wer.normalize_transcript``.
 
     python bench/live_text.py --levels 1 4 16 64 --out bench/results_live_text.json
+    python bench/live_text.py --levels 1 2 --passes 3   # every passage at a demo's load
 """
 
 from __future__ import annotations
@@ -165,10 +166,12 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
     last_partial, finals = ErrorCounts(), ErrorCounts()
     lags, partial_lat, changed, refined = [], [], 0, 0
     examples: list[dict[str, Any]] = []  # the first few changes, to see what changed
+    texts: list[dict[str, Any]] = []  # per client: its finals (text, source, lag), to read
     for log in logs:
         last: dict[int, str] = {}
         stable: dict[int, list[str]] = {}
         final_texts: list[str] = []
+        read: list[dict[str, Any]] = []
         shown: list[str] = []  # per final, the last partial of its segment
         shown_refined, decoded_end = False, -1.0
         for when, m in log.messages:
@@ -200,9 +203,13 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                 sent = log.sent_at(m["end"])
                 if sent is not None and m["text"]:
                     lags.append(when - sent)
+                read.append({"text": m["text"], "source": m.get("source"),
+                             "reason": m.get("reason"),
+                             "lag": None if sent is None else round(when - sent, 2)})
         last_partial.add(references[log.passage], " ".join(shown))
         finals.add(references[log.passage], " ".join(final_texts))
         refined += shown_refined
+        texts.append({"passage": log.passage, "finals": read})
     return {
         "clients": len(logs), "errors": [log.error for log in logs if log.error],
         "last_partial_wer": round(last_partial.wer, 1), "final_wer": round(finals.wer, 1),
@@ -213,6 +220,7 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
         "partial_p95": round(percentile(partial_lat, 0.95), 3),
         "changed_committed": changed, "changed_examples": examples,
         "refined_share": round(refined / max(len(logs), 1), 2),
+        "finals": texts,
     }
 
 
@@ -225,11 +233,21 @@ def server(clients: int, log_path: Path, extra: list[str]) -> Iterator[str]:
         yield address
 
 
-async def run_level(address: str, clients: int, material: list[Passage]) -> list[ClientLog]:
+async def run_level(address: str, clients: int, material: list[Passage],
+                    passes: int = 1) -> list[ClientLog]:
+    """``clients`` concurrent clients; each streams ``passes`` passages one after another (a
+    new session each), client i starting at passage i."""
     url = f"ws://{address}/ws/asr"
-    return list(await asyncio.gather(*(
-        run_client(url, material[i % len(material)], 0.64 * i / max(clients, 1))
-        for i in range(clients))))
+
+    async def client(i: int) -> list[ClientLog]:
+        logs = []
+        for j in range(passes):
+            delay = 0.64 * i / max(clients, 1) if j == 0 else 0.0
+            logs.append(await run_client(url, material[(i + j) % len(material)], delay))
+        return logs
+
+    per_client = await asyncio.gather(*(client(i) for i in range(clients)))
+    return [log for logs in per_client for log in logs]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--devset", type=Path, default=DEVSET)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--passes", type=int, default=1,
+                        help="passages each client streams in turn (1: client i streams "
+                        "passage i; 3 at one client: every passage, more finals to measure)")
     parser.add_argument("server_flags", nargs="*", help="more oasr-server flags, after --")
     args = parser.parse_args(argv)
     material = passages(args.devset)
@@ -246,14 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for level in args.levels:
             with server(level, Path(tmp) / f"server{level}.log", args.server_flags) as address:
-                logs = asyncio.run(run_level(address, level, material))
+                logs = asyncio.run(run_level(address, level, material, args.passes))
                 stats = httpx.get(f"http://{address}/api/stats", timeout=5).json()
             row = {"level": level, **analyse(logs, references),
                    "endpoints_between_chunks": stats.get("endpoints_between_chunks"),
                    "second_pass": {k: v for k, v in stats.get("second_pass", {}).items()
                                    if isinstance(v, int | float | bool)}}
             rows.append(row)
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "finals"}), flush=True)
     keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
             "partial_p50", "partial_p95", "changed_committed", "refined_share"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
