@@ -113,9 +113,6 @@ class EngineConfig:
             gives the streaming step the CPU first (``oasr.engine.second_pass_process``).
         second_pass_nice: how many CPU priority steps (``nice``) below the server that
             process runs (0 to 19; 0: the same priority).
-        second_pass_threads: torch threads the second pass decodes with; None: half the
-            engine's (``second_pass_threads``), and all of them (up to 8) while at most 2
-            streams are live when it has a process of its own (`CpuShare`).
         second_pass_decode: how Whisper decodes: beam 5 at temperature 0 on the whole 30 s
             window (the reference decoders' defaults; refinements stay greedy on the segment's
             own window), its safeguards (temperature fallback, token budget, repetition
@@ -194,7 +191,6 @@ class EngineConfig:
     second_pass_yield_s: float | None = 0.25
     second_pass_process: bool = False
     second_pass_nice: int = 10
-    second_pass_threads: int | None = None
     second_pass_decode: WhisperDecodeConfig = field(
         default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE,
                                                     encoder_window=EncoderWindow("full")))
@@ -247,9 +243,6 @@ class EngineConfig:
         if self.second_pass_yield_s is not None and self.second_pass_yield_s < 0:
             raise ValueError(
                 f"second_pass_yield_s must be >= 0 or None, got {self.second_pass_yield_s}")
-        if self.second_pass_threads is not None and self.second_pass_threads < 1:
-            raise ValueError(
-                f"second_pass_threads must be >= 1 or None, got {self.second_pass_threads}")
         if not 0 <= self.second_pass_nice <= 19:
             raise ValueError(f"second_pass_nice must be in 0..19, got {self.second_pass_nice}")
         if self.second_pass_max_backlog < 1:

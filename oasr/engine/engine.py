@@ -14,8 +14,6 @@ import queue
 import threading
 import time
 
-import torch
-
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow, FrameEnergy
 from oasr.decoding import Hypothesis, StreamStep
 from oasr.engine.commands import (
@@ -29,7 +27,7 @@ from oasr.engine.commands import (
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import BUSY, Done, Error, FinishReason, Partial, Ready
 from oasr.engine.family import FEATURE_SHIFT_S
-from oasr.engine.finals import EARLY_MAX_STREAMS, FinalPublisher
+from oasr.engine.finals import FinalPublisher
 from oasr.engine.isolation import forward_isolating_failures, prepare_or_stop
 from oasr.engine.model_runner import BatchPlan
 from oasr.engine.refine import NO_WORDS, RefinedPartial, Refiner, RefineState
@@ -37,7 +35,6 @@ from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.second_pass import (
     MAX_SEGMENT_S,
-    CpuShare,
     RefineDone,
     SecondPassDone,
     SecondPassWorker,
@@ -79,9 +76,6 @@ class ASREngine:
                                            config.num_threads,
                                            config.second_pass_fast_backlog,
                                            config.second_pass_process, config.second_pass_nice)
-        self._cpu_share = None if worker is None else CpuShare.of(
-            config.second_pass_threads, config.num_threads or torch.get_num_threads(),
-            worker.has_process, EARLY_MAX_STREAMS)
         self.family = self.resources.family
         self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer,
                                      config.final_context_s, config.early_final_s)
@@ -146,11 +140,8 @@ class ASREngine:
         audio_s = self._run_cohort(cohort) if cohort else 0.0
         if self._cuts.quiet is not None:
             self._listen_between_chunks(set(cohort))
-        worker = self.finals.worker
-        if worker is not None and self._yield is not None:
-            worker.hold(self._yield.is_behind(self.requests.values()))
-        if worker is not None and self._cpu_share is not None:
-            worker.share_cpu(self._cpu_share.threads(len(self.requests)))
+        if self.finals.worker is not None and self._yield is not None:
+            self.finals.worker.hold(self._yield.is_behind(self.requests.values()))
         if self.refiner is not None:
             self.refiner.schedule(self.requests, now, self.stats.total_busy_s)
         self.stats.record_step(time.perf_counter() - started, len(cohort), audio_s,

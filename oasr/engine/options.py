@@ -84,10 +84,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the second pass waits while a live stream has more than a chunk plus "
                    "S seconds of audio waiting to be decoded (partials first); off: it never "
                    "waits (oasr transcribe never waits: its audio waits by design)")
-    g.add_argument("--second-pass-threads", type=int, default=None, metavar="N",
-                   help="torch threads the second pass decodes with (default: half the "
-                   "engine's, and all of them, up to 8, while at most 2 streams are live "
-                   "when it has a process of its own)")
     g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
                    help="Whisper's beam at temperature 0 (1 = greedy)")
     g.add_argument("--final-context", type=float, default=None, metavar="S",
@@ -185,8 +181,7 @@ def default_num_left_chunks(model: str | None) -> int:
 # the other flags are read by name in `engine_config_from_args`.
 SAME_NAME_FIELDS = ("model", "device", "dtype", "max_batch_size", "chunk_size",
                     "prefill_kv_window", "max_num_blocks", "lm", "cuda_graphs", "second_pass",
-                    "streaming_cohort_admit", "decode_kv_budget_gib", "max_decode_slots",
-                    "second_pass_threads")
+                    "streaming_cohort_admit", "decode_kv_budget_gib", "max_decode_slots")
 
 
 def _seconds_or_off(value: str) -> float | None:

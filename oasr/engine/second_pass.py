@@ -45,7 +45,6 @@ from oasr.engine.second_pass_jobs import (
     RefineJob,
     SecondPassDone,
     SecondPassJob,
-    ThreadBudget,
 )
 from oasr.engine.second_pass_loop import Command, CommandGate, LoopCounters, SecondPassLoop
 from oasr.models.whisper.no_speech import NoSpeechRule
@@ -56,7 +55,7 @@ if TYPE_CHECKING:
     from oasr.engine.request import Request
     from oasr.engine.second_pass_process import WhisperProcessSpec
 
-__all__ = ["MAX_SEGMENT_S", "CpuShare", "RefineDone", "RefineJob", "SecondPassDone", "SecondPassJob",
+__all__ = ["MAX_SEGMENT_S", "RefineDone", "RefineJob", "SecondPassDone", "SecondPassJob",
            "SecondPassWorker", "YieldRule", "second_pass_threads"]
 
 logger = logging.getLogger(__name__)
@@ -94,35 +93,6 @@ def second_pass_threads(engine_threads: int) -> int:
     """A CPU budget for the second pass: half the engine's threads, 1 to 4, so the streaming
     step keeps the rest."""
     return max(1, min(4, engine_threads // 2))
-
-
-@dataclass(frozen=True)
-class CpuShare:
-    """How many torch threads the second pass decodes with, by the engine's load: ``budget``
-    under load, ``full`` while at most ``max_streams`` streams are live (a demo's load: the
-    streams leave most cores idle, and a final decoded on all of them is ready sooner; in its
-    own process at a lower priority the second pass still gives the streaming step the CPU
-    first). bench/live_text.py, one client: the final decode's mean latency ~0.75 -> ~0.5 s
-    on 2 cores (docs/benchmarks.md)."""
-
-    budget: int
-    full: int
-    max_streams: int
-
-    @classmethod
-    def of(cls, fixed: int | None, engine_threads: int, in_process: bool,
-           max_streams: int) -> CpuShare:
-        """``fixed`` threads always; None: the budget (`second_pass_threads`), and up to 8 of
-        the engine's threads at a demo's load when the second pass has a process of its own
-        (on a thread of the engine's process it would contend for the engine's GIL)."""
-        if fixed is not None:
-            return cls(fixed, fixed, max_streams)
-        budget = second_pass_threads(engine_threads)
-        full = max(budget, min(8, engine_threads)) if in_process else budget
-        return cls(budget, full, max_streams)
-
-    def threads(self, num_live_streams: int) -> int:
-        return self.full if num_live_streams <= self.max_streams else self.budget
 
 
 class Runner(Protocol):
@@ -191,7 +161,6 @@ class SecondPassWorker:
         self.held = False  # the engine withholds decoder steps while its streams are behind
         self.num_holds = 0  # times it did
         self.num_expired = 0  # finals given up while it did (they keep their CTC text)
-        self._threads: int | None = None  # the thread count last sent (None: the runner's own)
         self._runner = start(self._answered, self._on_lost)
 
     @classmethod
@@ -354,23 +323,6 @@ class SecondPassWorker:
         with self._lock:
             self._forget(job_id)
         self._runner.put(job_id)
-
-    def share_cpu(self, threads: int) -> None:
-        """Let the decoding side decode with ``threads`` torch threads from its next step
-        (sent only when it changes; engine thread only)."""
-        if threads != self._threads:
-            self._threads = threads
-            self._runner.put(ThreadBudget(threads))
-
-    @property
-    def has_process(self) -> bool:
-        """The decoding side runs in a process of its own (not on a thread of this one)."""
-        return not isinstance(self._runner, ThreadRunner)
-
-    @property
-    def threads(self) -> int:
-        """The torch threads the decoding side decodes with (as of its latest report)."""
-        return self.counters.threads
 
     def hold(self, held: bool) -> None:
         """Withhold (True) or give back (False) the decoding side's leave to step: the

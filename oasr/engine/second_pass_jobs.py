@@ -65,14 +65,6 @@ class RefineJob:
 
 
 @dataclass(frozen=True)
-class ThreadBudget:
-    """The torch intra-op threads the decoding side decodes with from now on (the engine's
-    `CpuShare` decides; the decoding side applies it between decoder steps)."""
-
-    threads: int
-
-
-@dataclass(frozen=True)
 class RefineDone:
     """A finished refinement (a command back to the engine): Whisper's text of the audio so
     far, its tokens and where each word ends in them; ``failed`` when it failed its

@@ -19,16 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import torch
-
 from oasr.engine.final_guard import FirstPassGuard
-from oasr.engine.second_pass_jobs import (
-    RefineDone,
-    RefineJob,
-    SecondPassDone,
-    SecondPassJob,
-    ThreadBudget,
-)
+from oasr.engine.second_pass_jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
 from oasr.models.whisper.no_speech import NoSpeechRule
 
 logger = logging.getLogger(__name__)
@@ -38,7 +30,7 @@ MAX_REMEMBERED_FINALS = 1024
 
 PAUSE_POLL_S = 0.05  # while held back, commands are taken this often
 
-Command = SecondPassJob | RefineJob | ThreadBudget | int | None
+Command = SecondPassJob | RefineJob | int | None
 
 
 class CommandGate:
@@ -73,7 +65,6 @@ class LoopCounters:
         num_refinements: refinements decoded.
         num_fallbacks: decodes redone at a higher temperature.
         busy_seconds: time spent in decoder steps.
-        threads: the torch intra-op threads it decodes with (0: not known yet).
     """
 
     num_no_voice: int = 0
@@ -82,7 +73,6 @@ class LoopCounters:
     num_refinements: int = 0
     num_fallbacks: int = 0
     busy_seconds: float = 0.0
-    threads: int = 0
 
 
 class SecondPassLoop:
@@ -121,9 +111,7 @@ class SecondPassLoop:
         """Decode until a None command; ``get(block)`` returns the next command, or raises
         ``queue.Empty`` when there is none and ``block`` is False. ``may_step(timeout)`` waits
         up to ``timeout`` seconds for leave to run the next decoder step (the engine withholds
-        it while its streams are behind); commands are still taken while it is withheld.
-        Runs on the thread that decodes: its torch thread count is the decoding side's."""
-        self.counters.threads = torch.get_num_threads()
+        it while its streams are behind); commands are still taken while it is withheld."""
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
             if not self._take_commands(get, block):
@@ -173,9 +161,6 @@ class SecondPassLoop:
                 return False
             if isinstance(item, int):
                 self._abort(item)
-            elif isinstance(item, ThreadBudget):
-                torch.set_num_threads(item.threads)  # this thread's: the decodes that follow
-                self.counters.threads = item.threads
             elif isinstance(item, RefineJob):
                 self._active[item.job_id] = item
                 # greedy on the segment's window either way; one at a pause goes beside the

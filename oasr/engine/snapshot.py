@@ -129,7 +129,6 @@ class SecondPassSnapshot:
     held: bool = False  # waiting now: the streaming step is behind (second_pass_yield_s)
     num_holds: int = 0  # times it was made to wait
     num_expired: int = 0  # finals given up while it waited (they keep their CTC text)
-    threads: int = 0  # torch threads it decodes with now (CpuShare; 0: not reported yet)
     refine: RefineSnapshot | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -190,7 +190,7 @@ class WhisperDecoder(nn.Module):
         embedding: a decode step has few rows (one per beam), and the CPU GEMM with the
         vocabulary as the contiguous dimension is 1.4-3x faster for 1-15 rows than the same
         product against the (V, d) embedding (tiny.en's 51864 x 384: 12 against 20 ms for 5
-        rows on one thread; `bench/decode_cost.py --logits`). The copy (80 MB for tiny.en) is
+        rows on one thread; `bench/whisper_logits.py`). The copy (80 MB for tiny.en) is
         made at the first decode and again whenever the embedding changes (a new tensor, or
         an in-place edit, which bumps its version counter; a weight made in inference mode
         has none, so it is never copied).

@@ -1,0 +1,103 @@
+"""What the second pass's logits layout and thread count cost on this CPU.
+
+Whisper's output projection is the tied token embedding (tiny.en: 51864 x 384). A decode
+step multiplies a few rows (one per beam, 15 for the fallback ladder) by it; on CPU
+`WhisperDecoder.logits` does that against a contiguous (d, V) copy instead of the (V, d)
+embedding. This prints, at 1 and 2 torch threads:
+
+- the product alone, both layouts, for 1 / 5 / 15 rows (ms, median of ``--repeats``);
+- a final's whole decode (beam 5 on the 30 s window, the live server's setting) of each
+  devset read recording, both layouts, in turns (s, median over files and repeats), and
+  whether the two layouts gave the same text.
+
+    python bench/whisper_logits.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from oasr.audio import read_audio
+from oasr.engine import EngineConfig
+from oasr.models.whisper import load_whisper
+from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+from oasr.models.whisper.model import WhisperDecoder
+
+DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
+
+
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+@contextmanager
+def embedding_layout() -> Iterator[None]:
+    """Within: logits against the (V, d) embedding, as before the (d, V) copy."""
+    fast = WhisperDecoder.logits
+    WhisperDecoder.logits = lambda self, x: F.linear(x, self.embedding.weight)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        WhisperDecoder.logits = fast  # type: ignore[method-assign]
+
+
+def decode(decoder: ContinuousWhisperDecoder, audio: torch.Tensor) -> tuple[float, str]:
+    start = time.perf_counter()
+    decoder.submit(0, audio)
+    done: list = []
+    while not done:
+        done = decoder.step()
+    return time.perf_counter() - start, done[0].text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--devset", type=Path, default=DEVSET)
+    args = parser.parse_args()
+    checkpoint = load_whisper(device="cpu")
+    decoder = ContinuousWhisperDecoder(checkpoint, EngineConfig().second_pass_decode)
+    weight = checkpoint.model.decoder.embedding.weight.detach()
+    copy = weight.t().contiguous()
+    files = sorted(args.devset.glob("real_*.wav"))
+    audios = [read_audio(f) for f in files]
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for rows in (1, 5, 15):
+            x = torch.randn(rows, weight.size(1))
+            before = median_ms(lambda x=x: F.linear(x, weight), args.repeats)
+            after = median_ms(lambda x=x: x @ copy, args.repeats)
+            print(f"threads {threads}, {rows:2d} rows: (V, d) {before:5.1f} ms, "
+                  f"(d, V) {after:5.1f} ms, x{before / after:.2f}")
+        times: dict[str, list[float]] = {"(V, d)": [], "(d, V)": []}
+        same = 0
+        for audio in audios:
+            for _ in range(args.repeats):
+                with embedding_layout():
+                    seconds, text_before = decode(decoder, audio)
+                times["(V, d)"].append(seconds)
+                seconds, text_after = decode(decoder, audio)
+                times["(d, V)"].append(seconds)
+            same += text_before == text_after
+        before, after = (statistics.median(v) for v in times.values())
+        print(f"threads {threads}, final decode of {len(audios)} devset recordings: (V, d) "
+              f"{before:.3f} s, (d, V) {after:.3f} s, x{before / after:.2f}; same text "
+              f"{same}/{len(audios)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
