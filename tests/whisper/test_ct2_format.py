@@ -82,6 +82,18 @@ def test_loader_maps_every_whisper_variable(tmp_path: Path) -> None:
     assert checkpoint.tokenizer.decode([5, 7, 60, 61]) == "w5 w7"
 
 
+def test_a_cpu_checkpoint_stores_its_embedding_vocabulary_major(tmp_path: Path) -> None:
+    """The logits' GEMM reads the vocabulary as the contiguous dimension; the values, the
+    lookups and the logits are the contiguous layout's."""
+    source = tiny_model(seed=13)
+    loaded = load_whisper(write_whisper_dir(source, tmp_path / "fp32", "float32"), "cpu")
+    weight = loaded.model.decoder.embedding.weight
+    assert weight.stride() == (1, weight.size(0)) and weight.t().is_contiguous()
+    assert torch.equal(weight, source.decoder.embedding.weight)
+    encoded = tiny_encoded(1)
+    torch.testing.assert_close(_logits(loaded.model, encoded), _logits(source, encoded))
+
+
 def test_loader_reads_int8_and_float16_weights(tmp_path: Path) -> None:
     source = tiny_model(seed=12)
     encoded = tiny_encoded(1)

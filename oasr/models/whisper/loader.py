@@ -135,6 +135,18 @@ def _read_spec(path: Path, tokenizer: WhisperTokenizer, config: WhisperConfig) -
     )
 
 
+def transpose_embedding_storage(model: WhisperModel) -> None:
+    """Store the decoder's tied embedding (V, d) vocabulary-major: the same values, as the
+    transpose of a contiguous (d, V) matrix. The logits ``x @ W^T`` of a decode step's few
+    rows (one per beam) then read the vocabulary as the contiguous dimension, which the CPU
+    GEMM does 1.2-3.3x faster for 1-15 rows (tiny.en, one thread: 12.5 against 20.3 ms for 5
+    rows); a final's beam-5 decode is ~7 % faster on one thread, with the same text
+    (`bench/whisper_logits.py`). A token's embedding lookup becomes a strided gather of d
+    values, which costs nothing against that."""
+    weight = model.decoder.embedding.weight
+    weight.data = weight.data.t().contiguous().t()
+
+
 def load_whisper(
     path: str | Path | None = None,
     device: torch.device | str | None = None,
@@ -168,5 +180,7 @@ def load_whisper(
     state = {ours: ct2.get(theirs).to(dtype) for ours, theirs in ct2_name_map(config).items()}
     model.load_state_dict(state, strict=True)
     model = model.to(device=device, dtype=dtype).eval()
+    if device.type == "cpu":
+        transpose_embedding_storage(model)
     tokenizer = WhisperTokenizer(path)
     return WhisperCheckpoint(model, tokenizer, _read_spec(path, tokenizer, config), path)

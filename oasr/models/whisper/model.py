@@ -160,9 +160,6 @@ class WhisperDecoder(nn.Module):
             DecoderBlock(width, config.n_text_head, i) for i in range(config.n_text_layer)
         )
         self.norm = nn.LayerNorm(width)
-        # the tied embedding transposed, (d, V) contiguous, for the logits on CPU (see `logits`)
-        self._output: torch.Tensor | None = None
-        self._output_of: tuple[int, int] | None = None
 
     def cross_kv(self, encoded: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer the cross-attention K, V, each (B, S, H, D), of encoder states (B, S, d)."""
@@ -181,29 +178,7 @@ class WhisperDecoder(nn.Module):
         for block in self._blocks():
             x = block(x, kv)
         kv.advance(tokens.size(1))
-        return self.logits(self.norm(x)).float()  # (B, T, V)
-
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` (..., d) through the tied embedding: (..., V).
-
-        On CPU in float32 without autograd the product runs on a contiguous (d, V) copy of the
-        embedding: a decode step has few rows (one per beam), and the CPU GEMM with the
-        vocabulary as the contiguous dimension is 1.4-3x faster for 1-15 rows than the same
-        product against the (V, d) embedding (tiny.en's 51864 x 384: 12 against 20 ms for 5
-        rows on one thread; `bench/whisper_logits.py`). The copy (80 MB for tiny.en) is
-        made at the first decode and again whenever the embedding changes (a new tensor, or
-        an in-place edit, which bumps its version counter; a weight made in inference mode
-        has none, so it is never copied).
-        """
-        weight = self.embedding.weight
-        if (weight.device.type != "cpu" or weight.dtype != torch.float32
-                or torch.is_grad_enabled() or torch.is_inference(weight)):
-            return F.linear(x, weight)
-        key = (weight.data_ptr(), weight._version)
-        if self._output is None or self._output_of != key:
-            self._output = weight.detach().t().contiguous()
-            self._output_of = key
-        return x @ self._output
+        return F.linear(self.norm(x), self.embedding.weight).float()  # (B, T, V)
 
 
 class WhisperModel(nn.Module):
