@@ -84,8 +84,7 @@ class FinalPublisher:
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         early, request.early = request.early, None
-        if (early is not None and audio is not None and early.tokens == tuple(hyp.tokens)
-                and early.prefix == self._committed(request)):
+        if early is not None and audio is not None and self._is_final(early, request, hyp):
             self.num_early_used += 1  # decoded at the pause on the same words: it is the final
             request.segment += 1
             request.pending_finals[early.job_id] = PendingFinal(event, base)
@@ -140,6 +139,21 @@ class FinalPublisher:
         segment; with context carried, all before the segment that just ended)."""
         keep_from = ended_segment_start if self.context_s > 0 else request.num_frames_decoded
         request.audio.discard_before(keep_from * self.timing.samples_per_frame)
+
+    def _is_final(self, early: EarlyFinal, request: Request, hyp: Hypothesis) -> bool:
+        """Whether the early decode is the ending segment's final: decoded on the same CTC
+        words, and beginning with every word committed since it started: they were forced
+        into it, or its own answer begins with them (it refined the partial when it came,
+        `Refiner.apply_early`, and the words it agreed on with the refinement before it were
+        committed from it)."""
+        if early.tokens != tuple(hyp.tokens):
+            return False
+        committed = self._committed(request)
+        if early.prefix == committed:
+            return True
+        done = early.done
+        return (done is not None and done.text is not None
+                and done.tokens[: len(committed)] == committed)
 
     @staticmethod
     def _committed(request: Request) -> tuple[int, ...]:

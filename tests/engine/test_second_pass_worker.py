@@ -405,6 +405,29 @@ def test_an_early_decode_starts_on_the_quiet_audio_after_a_chunk() -> None:
     assert len(worker.jobs) == 1 and request.early is not None
 
 
+def test_an_early_decode_whose_own_words_were_committed_since_is_still_the_final() -> None:
+    # its answer refines the partial at once (Refiner.apply_early), which commits the words it
+    # agrees on with the refinement before it: those come from the decode itself, so the
+    # final it is begins with them; a word committed from elsewhere still voids it
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
+    for committed_since, used in (((11, 12), True), ((11, 42), False)):
+        request = _open_request(3.0)
+        request.offset = request.num_frames_decoded = 100
+        request.refine.prefix_tokens = (11,)  # "five" committed before the pause
+        finals.start_early(request, _hyp([5, 6], 70))
+        early = worker.jobs[-1]
+        assert early.prefix == (11,)
+        finals.on_second_pass(request, SecondPassDone(early.job_id, 1, "five six", 0.4,
+                                                      tokens=(11, 12), word_ends=(1, 2)))
+        request.refine.prefix_tokens = committed_since
+        jobs_before = len(worker.jobs)
+        finals.publish(request, _hyp([5, 6], 70), "endpoint")
+        assert (len(worker.jobs) == jobs_before) is used
+        assert (request.last_final is not None and request.last_final.text == "five six") is used
+    assert (finals.num_early_used, finals.num_early_discarded) == (1, 1)
+
+
 def test_an_early_decode_on_the_final_words_is_the_final() -> None:
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
