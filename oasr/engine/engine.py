@@ -16,30 +16,17 @@ import time
 
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, FeatureWindow, FrameEnergy
 from oasr.decoding import Hypothesis, StreamStep
-from oasr.engine.commands import (
-    AbortStream,
-    AppendAudio,
-    Command,
-    EndStream,
-    FinishAll,
-    OpenStream,
-)
+from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, FinishAll, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import BUSY, Done, Error, FinishReason, Partial, Ready
 from oasr.engine.family import FEATURE_SHIFT_S
-from oasr.engine.finals import FinalPublisher
 from oasr.engine.isolation import forward_isolating_failures, prepare_or_stop
 from oasr.engine.model_runner import BatchPlan
-from oasr.engine.refine import NO_WORDS, RefinedPartial, Refiner, RefineState
+from oasr.engine.refine import NO_WORDS, RefinedPartial, RefineState
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
-from oasr.engine.second_pass import (
-    MAX_SEGMENT_S,
-    RefineDone,
-    SecondPassDone,
-    SecondPassWorker,
-    YieldRule,
-)
+from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone
+from oasr.engine.second_pass_side import SecondPassSide
 from oasr.engine.segment_cuts import SegmentCuts
 from oasr.engine.snapshot import EngineSnapshot
 from oasr.engine.stats import EngineStats
@@ -65,31 +52,13 @@ class ASREngine:
         self.scheduler = Scheduler(config)
         self.requests: dict[int, Request] = {}
         self.draining: dict[int, Request] = {}  # finished streams waiting for their finals
-        worker = None
-        if config.second_pass == "whisper":
-            guard = config.final_guard
-            if guard is not None:
-                guard = guard.for_first_pass(self.resources.ctc.decoder.has_lm)
-            worker = SecondPassWorker.load(self.submit, config.second_pass_max_backlog,
-                                           self.resources.cache_config.device,
-                                           config.second_pass_decode_config(), guard,
-                                           config.num_threads,
-                                           config.second_pass_fast_backlog,
-                                           config.second_pass_process, config.second_pass_nice)
         self.family = self.resources.family
-        self.finals = FinalPublisher(worker, self.family.timing, self.family.tokenizer,
-                                     config.final_context_s, config.early_final_s)
-        self.refiner = None
-        if worker is not None and config.refine is not None:
-            self.refiner = Refiner(config.refine, worker, self.family.timing,
-                                   self.family.tokenizer,
-                                   self.finals.next_job_id)
+        self._second_pass = SecondPassSide.build(config, self.resources, self.submit)
+        self.finals, self.refiner = self._second_pass.finals, self._second_pass.refiner
         self.stats = EngineStats(self.resources, self.finals, self.refiner)
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
-        self._yield = YieldRule.of(config.second_pass_yield_s, self.resources.chunk_size,
-                                   self.family.timing)
         self._cuts = SegmentCuts(self.resources.endpointer, self._geometry, config.endpoint_quiet)
         self._retain_frames = self._cuts.retain_feature_frames
         self.stats.refresh(self.requests, self.scheduler)
@@ -140,10 +109,7 @@ class ASREngine:
         audio_s = self._run_cohort(cohort) if cohort else 0.0
         if self._cuts.quiet is not None:
             self._listen_between_chunks(set(cohort))
-        if self.finals.worker is not None and self._yield is not None:
-            self.finals.worker.hold(self._yield.is_behind(self.requests.values()))
-        if self.refiner is not None:
-            self.refiner.schedule(self.requests, now, self.stats.total_busy_s)
+        self._second_pass.pace(self.requests, self.stats.total_busy_s)
         self.stats.record_step(time.perf_counter() - started, len(cohort), audio_s,
                                self.requests, self.scheduler)
         return not plan.is_empty or audio_s > 0

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from oasr.cache.types import CacheConfig
+from oasr.models import ConformerConfig
+
+if TYPE_CHECKING:
+    from oasr.engine.config import EngineConfig
+    from oasr.engine.family import KVGeometry
 
 
 def kv_block_bytes(num_layers: int, block_size_frames: int, n_kv_head: int, head_dim: int,
@@ -118,3 +124,63 @@ def derive_num_blocks(
     if demand.peak_blocks_per_stream is not None:
         return needed
     return min(affordable, demand.max_blocks)
+
+
+def cache_config_for(config: EngineConfig, geometry: KVGeometry | ConformerConfig,
+                     device: torch.device, dtype: torch.dtype, chunk_size: int | None = None,
+                     max_stream_frames: int | None = None) -> CacheConfig:
+    """The cache geometry for a model under ``config``, pool size included.
+
+    Args:
+        geometry: the model family's `KVGeometry` (a ConformerConfig is converted).
+        chunk_size: the resolved chunk size; None takes ``config.chunk_size``, else 16.
+        max_stream_frames: the most encoder frames a stream can ever hold (a model's
+            position limit) or None: narrows the block tables, and so the pool ceiling,
+            to what such a stream can use.
+    ``max_num_blocks=None`` is derived here by `derive_num_blocks` before the config is
+    built (size first, then build once).
+    Raises:
+        ValueError: ``block_size_frames`` smaller than the chunk.
+    """
+    from oasr.cache.types import retained_blocks
+    from oasr.engine.family import KVGeometry
+
+    if isinstance(geometry, ConformerConfig):
+        geometry = KVGeometry(
+            num_layers=geometry.num_blocks, n_kv_head=geometry.attention_heads,
+            head_dim=geometry.output_size // geometry.attention_heads,
+            hidden_dim=geometry.output_size, kernel_size=geometry.cnn_module_kernel)
+    chunk = chunk_size if chunk_size is not None else config.resolve_chunk_size(16)
+    block = config.block_size_frames if config.block_size_frames is not None else chunk
+    if block < chunk:
+        raise ValueError(
+            f"block_size_frames {block} < chunk_size {chunk}: raise block_size_frames (or "
+            "leave it None to use the chunk size)")
+    blocks_per_seq = config.max_blocks_per_seq
+    if max_stream_frames is not None:  # + 1: the in-flight block before eviction
+        blocks_per_seq = min(blocks_per_seq, -(-max_stream_frames // block) + 1)
+    num_blocks = config.max_num_blocks
+    if num_blocks is None:
+        window = retained_blocks(chunk, config.num_left_chunks, block)
+        demand = PoolDemand(
+            block_bytes=kv_block_bytes(geometry.num_layers, block, geometry.n_kv_head,
+                                       geometry.head_dim, dtype),
+            num_slots=config.max_batch_size, max_blocks_per_seq=blocks_per_seq,
+            peak_blocks_per_stream=None if window is None else window + 1, device=device)
+        num_blocks = derive_num_blocks(demand, config.kv_memory_fraction)
+    return CacheConfig(
+        num_layers=geometry.num_layers,
+        n_kv_head=geometry.n_kv_head,
+        head_dim=geometry.head_dim,
+        hidden_dim=geometry.hidden_dim,
+        kernel_size=geometry.kernel_size,
+        chunk_size=chunk,
+        num_left_chunks=config.num_left_chunks,
+        prefill_kv_window=config.prefill_kv_window,
+        block_size_frames=block,
+        max_num_blocks=num_blocks,
+        max_blocks_per_seq=blocks_per_seq,
+        max_batch_size=config.max_batch_size,
+        device=device,
+        dtype=dtype,
+    )
