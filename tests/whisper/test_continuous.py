@@ -12,6 +12,7 @@ from whisper_testutil import TINY, TINY_SPEC, tiny_encoded, tiny_model
 
 from oasr.models.whisper import DecoderKv, WhisperCheckpoint, WhisperTokenizer, greedy_decode
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+from oasr.models.whisper.safeguards import FallbackRule
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, without_safeguards
 from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
 
@@ -214,3 +215,41 @@ def test_beam_first_decodes_equal_beam_search_alone(tmp_path: Path) -> None:
             assert result.tokens == alone_hyp.tokens
             assert result.avg_log_prob == pytest.approx(
                 alone_hyp.log_prob / (len(alone_hyp.tokens) + 1), abs=1e-5)
+
+
+def test_a_fallback_samples_the_same_text_whatever_shares_its_batch(tmp_path: Path) -> None:
+    # the decoder's logits made flat but for a favourite token (greedy loops on it and fails)
+    # and a likely end token: the fallback's samples are random short texts that pass, and
+    # the likeliest is kept. Request 7 decoded alone, after other requests and beside them
+    # keeps the same sample (its rows' generators are seeded from its input, not shared)
+    checkpoint = tiny_checkpoint(tmp_path, seed=41)
+    bias = torch.zeros(TINY.n_vocab)
+    bias[5], bias[TINY_SPEC.eot] = 3.0, 2.9
+    hook = checkpoint.model.decoder.register_forward_hook(
+        lambda module, args, out: torch.zeros_like(out) + bias)
+    rule = FallbackRule(temperatures=(0.0, 1.0), log_prob_threshold=float("-inf"))
+    config = WhisperDecodeConfig(max_rows=10, block_size=4, fallback=rule)
+    target, other = tiny_encoded(2, seed=42)
+
+    def decode(companions: list[torch.Tensor], seed: int = 0) -> tuple[int, ...]:
+        decoder = ContinuousWhisperDecoder(checkpoint, config, seed=seed)
+        for i, states in enumerate(companions):
+            decoder.submit_encoded(100 + i, states)
+        decoder.submit_encoded(7, target)
+        results = []
+        for _ in range(400):
+            results += decoder.step()
+            if not decoder.has_work():
+                break
+        (mine,) = [r for r in results if r.request_id == 7]
+        assert mine.temperature == 1.0 and not mine.failed  # a sample was kept
+        return mine.tokens
+
+    try:
+        alone = decode([])
+        assert decode([other]) == alone
+        assert decode([other, other * 2]) == alone
+        # the draws are random: other decoder seeds sample other texts
+        assert {decode([], seed=s) for s in range(1, 4)} != {alone}
+    finally:
+        hook.remove()

@@ -13,12 +13,16 @@ rows at every remaining temperature (0.2 ... 1.0, ``samples_per_temperature`` ea
 together and with everything else like any rows. The kept decode is the one the reference
 decoders' sequential ladder would keep: the likeliest sample of the lowest temperature that
 passes, so one extra decode pass costs what one temperature would, not five. A request whose
-every temperature fails is answered with the best attempt, flagged ``failed``.
+every temperature fails is answered with the best attempt, flagged ``failed``. Each sampled
+row draws from a generator of its own, seeded from the decoder's seed, the request's input
+(waveform or encoder states, and prefix) and the row's place in the ladder: the same segment
+samples the same fallback text whatever shares its batch, run after run.
 """
 
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections import deque
 
 import numpy as np
@@ -78,7 +82,7 @@ class ContinuousWhisperDecoder:
                 f"temperatures decoded at once): raise max_rows to >= {ladder} or use fewer "
                 "fallback temperatures")
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
-        self._generator = torch.Generator(device=model.device).manual_seed(seed)
+        self.seed = seed
         self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO
         self._background: deque[PendingDecode] = deque()  # refinements: when nothing else waits
         self._running: list[RunningRow] = []
@@ -148,7 +152,8 @@ class ContinuousWhisperDecoder:
                              f"room in the decoder's {self.max_new_tokens} positions")
         request = DecodeRequest(request_id, min(room, self.budget(shape[0])),
                                 prefix=tuple(prefix), background=background,
-                                fast=fast or background)
+                                fast=fast or background,
+                                sample_seed=self._sample_seed(waveform, prefix))
         (self._background if background else self._waiting).append(
             PendingDecode(request, waveform=waveform))
 
@@ -158,7 +163,17 @@ class ContinuousWhisperDecoder:
         ``num_samples`` (default: the audio all S frames stand for)."""
         samples = encoded.size(0) * _SAMPLES_PER_ENCODER_FRAME if num_samples is None else num_samples
         states = EncodedSegments(encoded[None], (encoded.size(0),))
-        self._waiting.append(PendingDecode(DecodeRequest(request_id, self.budget(samples), states)))
+        self._waiting.append(PendingDecode(DecodeRequest(
+            request_id, self.budget(samples), states,
+            sample_seed=self._sample_seed(encoded, ()))))
+
+    def _sample_seed(self, data: torch.Tensor | np.ndarray, prefix: tuple[int, ...]) -> int:
+        """The seed of a request's sampled rows: a checksum of the decoder's seed, its input
+        and its prefix."""
+        values = data.detach().float().cpu().numpy() if isinstance(data, torch.Tensor) else data
+        crc = zlib.crc32(np.asarray([self.seed], dtype=np.int64).tobytes())
+        crc = zlib.crc32(np.ascontiguousarray(values, dtype=np.float32).tobytes(), crc)
+        return zlib.crc32(np.asarray(prefix, dtype=np.int64).tobytes(), crc)
 
     @torch.inference_mode()
     def step(self) -> list[SecondPassResult]:
@@ -256,7 +271,9 @@ class ContinuousWhisperDecoder:
         for p in admitted:
             temperatures = self._row_temperatures(p.request)
             p.request.num_rows, p.request.samples = len(temperatures), []
-            rows += [RunningRow(p.request, next(self._row_ids), t) for t in temperatures]
+            rows += [RunningRow(p.request, next(self._row_ids), t,
+                                generator=self._row_generator(p.request, k) if t else None)
+                     for k, t in enumerate(temperatures)]
         states = [r.request.encoded for r in rows]
         encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
                                   tuple(s.num_encoded[0] for s in states if s is not None))
@@ -279,6 +296,12 @@ class ContinuousWhisperDecoder:
         first = self._first if prompt.size(1) == len(spec.prompt) else self._always
         return self._record(rows, prompt_logits[:, -1] + first)
 
+    def _row_generator(self, request: DecodeRequest, place: int) -> torch.Generator:
+        """The generator of the request's ``place``-th sampled row of its ladder (seeded with
+        32 bits: torch's CPU generator keeps no more of a seed)."""
+        seed = zlib.crc32(np.asarray([request.sample_seed, place], dtype=np.int64).tobytes())
+        return torch.Generator(device=self.checkpoint.model.device).manual_seed(seed)
+
     def _advance(self, rows: list[RunningRow]) -> list[SecondPassResult]:
         model = self.checkpoint.model
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=model.device)  # (B, 1)
@@ -292,13 +315,12 @@ class ContinuousWhisperDecoder:
         """Each row's next token from its logits (B, V): argmax at temperature 0, else sampled
         from softmax(logits / T); with the token's log-probability under the plain logits."""
         picked = logits.argmax(dim=-1)  # (B,)
-        temps = [r.temperature for r in rows]
-        if any(temps):
-            scale = torch.tensor([t or 1.0 for t in temps], device=logits.device)[:, None]
-            probs = torch.softmax(logits.float() / scale, dim=-1)  # (B, V)
-            sampled = torch.multinomial(probs, 1, generator=self._generator)[:, 0]
-            hot = torch.tensor([t > 0 for t in temps], device=logits.device)
-            picked = torch.where(hot, sampled, picked)
+        hot = [i for i, r in enumerate(rows) if r.temperature > 0]
+        if hot:
+            scale = torch.tensor([rows[i].temperature for i in hot], device=logits.device)
+            probs = torch.softmax(logits[hot].float() / scale[:, None], dim=-1)  # (H, V)
+            for j, i in enumerate(hot):  # each row from its own generator
+                picked[i] = torch.multinomial(probs[j], 1, generator=rows[i].generator)[0]
         picked_lp = torch.log_softmax(logits.float(), dim=-1).gather(1, picked[:, None])[:, 0]
         return picked.tolist(), picked_lp.tolist()
 

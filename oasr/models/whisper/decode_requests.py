@@ -57,6 +57,7 @@ class DecodeRequest:
     temperature_index: int = 0  # 0: the first decode; 1: the fallback ladder
     samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
     num_rows: int = 1  # rows decoding this temperature
+    sample_seed: int = 0  # its sampled rows' seed: of its input, so reruns sample alike
 
     def attempt(self, tokenizer: WhisperTokenizer, generated: tuple[int, ...],
                 temperature: float, log_prob: float, no_speech_prob: float | None,
@@ -82,3 +83,4 @@ class RunningRow:
     no_speech_prob: float | None = None
     log_prob: float = 0.0
     tokens: list[int] = field(default_factory=list)
+    generator: torch.Generator | None = None  # its own draws (temperature > 0 only)
