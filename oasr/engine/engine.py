@@ -109,7 +109,7 @@ class ASREngine:
         audio_s = self._run_cohort(cohort) if cohort else 0.0
         if self._cuts.quiet is not None:
             self._listen_between_chunks(set(cohort))
-        self._second_pass.pace(self.requests, self.stats.total_busy_s)
+        self._second_pass.pace(self.requests, now, self.stats.total_busy_s)
         self.stats.record_step(time.perf_counter() - started, len(cohort), audio_s,
                                self.requests, self.scheduler)
         return not plan.is_empty or audio_s > 0

@@ -5,7 +5,6 @@ due refinements are submitted)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -56,11 +55,11 @@ class SecondPassSide:
         return cls(finals, refiner,
                    YieldRule.of(config.second_pass_yield_s, resources.chunk_size, timing))
 
-    def pace(self, requests: dict[int, Request], engine_busy_s: float) -> None:
-        """After a step: hold the worker while a live stream is behind real time (partials
-        first), and submit the refinements due."""
+    def pace(self, requests: dict[int, Request], now: float, engine_busy_s: float) -> None:
+        """After a step (that began at ``now``): hold the worker while a live stream is behind
+        real time (partials first), and submit the refinements due."""
         worker = self.finals.worker
         if worker is not None and self.yield_rule is not None:
             worker.hold(self.yield_rule.is_behind(requests.values()))
         if self.refiner is not None:
-            self.refiner.schedule(requests, time.monotonic(), engine_busy_s)
+            self.refiner.schedule(requests, now, engine_busy_s)
