@@ -260,6 +260,7 @@ class Refiner:
             assert state is not None
             frames = request.segment_frames
             if (state.in_flight is not None or not request.last_partial
+                    or request.early is not None  # its answer refines the partial
                     or frames * shift < self.config.min_audio_s):
                 continue
             at_pause = (state.requested_frames < state.last_token_frame

@@ -21,6 +21,7 @@ from oasr.engine.refine import (
     compose,
     word_start_frames,
 )
+from oasr.engine.request import EarlyFinal
 from oasr.engine.second_pass import RefineDone, RefineJob, SecondPassDone
 from oasr.text.tokenizer import CharTokenizer
 
@@ -119,7 +120,7 @@ def _stream(stream_id: int, frames: int, requested: int, last_token: int) -> Any
     return types.SimpleNamespace(
         stream_id=stream_id, segment=0, is_running=True, refine=state, last_partial="words",
         num_frames_decoded=frames, segment_start_frame=0, segment_frames=frames,
-        audio=_Audio())
+        audio=_Audio(), early=None)
 
 
 def test_a_stream_at_a_pause_is_refined_first_and_before_its_interval() -> None:
@@ -148,6 +149,20 @@ def test_a_busy_second_pass_still_refines_a_stream_at_a_pause() -> None:
                       itertools.count(1).__next__)
     streams = {1: _stream(1, frames=90, requested=50, last_token=90),
                2: _stream(2, frames=68, requested=50, last_token=60)}
+    refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
+    assert [(job.stream_id, job.at_pause) for job in worker.jobs] == [(2, True)]
+
+
+def test_a_stream_whose_early_final_decode_is_out_is_not_refined_beside_it() -> None:
+    # the early decode (beam search on the segment so far, started at the same pause) refines
+    # the partial when it answers; a refinement beside it would only slow it down
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    worker = _Worker()
+    refiner = Refiner(RefineConfig(interval_s=1.0, pause_s=0.3), worker, timing, None,
+                      itertools.count(1).__next__)
+    streams = {1: _stream(1, frames=90, requested=50, last_token=70),  # at a pause
+               2: _stream(2, frames=90, requested=50, last_token=70)}
+    streams[1].early = EarlyFinal(job_id=5, tokens=(1, 2))
     refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
     assert [(job.stream_id, job.at_pause) for job in worker.jobs] == [(2, True)]
 
