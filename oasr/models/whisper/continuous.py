@@ -153,7 +153,9 @@ class ContinuousWhisperDecoder:
         request = DecodeRequest(request_id, min(room, self.budget(shape[0])),
                                 prefix=tuple(prefix), background=background,
                                 fast=fast or background,
-                                sample_seed=self._sample_seed(waveform, prefix))
+                                # a refinement never falls back: nothing to seed
+                                sample_seed=0 if background else self._sample_seed(waveform,
+                                                                                   prefix))
         (self._background if background else self._waiting).append(
             PendingDecode(request, waveform=waveform))
 

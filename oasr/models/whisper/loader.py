@@ -139,8 +139,9 @@ def transpose_embedding_storage(model: WhisperModel) -> None:
     """Store the decoder's tied embedding (V, d) vocabulary-major: the same values, as the
     transpose of a contiguous (d, V) matrix. The logits ``x @ W^T`` of a decode step's few
     rows (one per beam) then read the vocabulary as the contiguous dimension, which the CPU
-    GEMM does 1.2-3.3x faster for 1-15 rows (tiny.en, one thread: 12.5 against 20.3 ms for 5
-    rows); a final's beam-5 decode is ~7 % faster on one thread, with the same text
+    GEMM does 1.2-3.3x faster on one thread for 1-15 rows (tiny.en: 12.5 against 20.3 ms for
+    5 rows; on two threads within 0.85-1.6x); a final's beam-5 decode is ~7 % faster on one
+    thread (the live second pass's budget on 2 cores), ~5 % on two, with the same text
     (`bench/whisper_logits.py`). A token's embedding lookup becomes a strided gather of d
     values, which costs nothing against that."""
     weight = model.decoder.embedding.weight
