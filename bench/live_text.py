@@ -9,6 +9,10 @@ real-time pace in 100 ms frames, and the script reports:
 - ``final_wer``: WER of the finals;
 - ``final_lag_p50/p95``: a final's arrival minus the moment the audio at its ``end`` (the
   last word) was sent: the endpointer's trailing silence plus the second pass;
+- ``settled_p50/p95``: when the page's text of a segment last became what its final says (the
+  partial that first showed the final's words, every later partial of the segment the same;
+  the final itself when none did), minus the same moment: how long after the last word a
+  reader has the text they keep, while the final only confirms it;
 - ``partial_p50/p95``: a partial's arrival minus the moment the audio at its ``end`` (what
   the engine had decoded) was sent, for each partial that advanced ``end``;
 - ``changed_committed``: stable (committed) words that a later partial or the final of the
@@ -49,7 +53,7 @@ import soxr
 import websockets
 
 from oasr.benchmarks.server_load import server_process
-from oasr.text.wer import ErrorCounts
+from oasr.text.wer import ErrorCounts, normalize_transcript
 
 SR = 16000
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
@@ -162,9 +166,14 @@ def _changed(committed: list[str], later: list[str]) -> int:
     return num + max(0, len(committed) - len(later))
 
 
+def _bare(text: str) -> list[str]:
+    """A text's words as a reader compares them: case and punctuation aside."""
+    return normalize_transcript(text).split()
+
+
 def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]:
     last_partial, finals = ErrorCounts(), ErrorCounts()
-    lags, partial_lat, changed, refined = [], [], 0, 0
+    lags, settled, partial_lat, changed, refined = [], [], [], 0, 0
     examples: list[dict[str, Any]] = []  # the first few changes, to see what changed
     texts: list[dict[str, Any]] = []  # per client: its finals (text, source, lag), to read
     for log in logs:
@@ -174,8 +183,11 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
         read: list[dict[str, Any]] = []
         shown: list[str] = []  # per final, the last partial of its segment
         shown_refined, decoded_end = False, -1.0
+        since: dict[int, float] = {}  # segment -> when its partials last changed their words
         for when, m in log.messages:
             if m["type"] == "partial":
+                if _bare(m["text"]) != _bare(last.get(m["segment"], "")):
+                    since[m["segment"]] = when
                 last[m["segment"]] = m["text"]
                 words = m.get("stable", "").split()
                 before = stable.get(m["segment"], [])
@@ -199,10 +211,13 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                     if num and len(examples) < 5:
                         examples.append({"by": "final", "committed": committed, "then": words})
                     changed += num
-                shown.append(last.pop(m["segment"], ""))
+                partial = last.pop(m["segment"], "")
+                shown.append(partial)
                 sent = log.sent_at(m["end"])
                 if sent is not None and m["text"]:
                     lags.append(when - sent)
+                    same = _bare(partial) == _bare(m["text"])
+                    settled.append((since[m["segment"]] if same else when) - sent)
                 read.append({"text": m["text"], "source": m.get("source"),
                              "reason": m.get("reason"),
                              "lag": None if sent is None else round(when - sent, 2)})
@@ -216,6 +231,8 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
         "num_finals": len(lags),
         "final_lag_p50": round(percentile(lags, 0.5), 2),
         "final_lag_p95": round(percentile(lags, 0.95), 2),
+        "settled_p50": round(percentile(settled, 0.5), 2),
+        "settled_p95": round(percentile(settled, 0.95), 2),
         "partial_p50": round(percentile(partial_lat, 0.5), 3),
         "partial_p95": round(percentile(partial_lat, 0.95), 3),
         "changed_committed": changed, "changed_examples": examples,
@@ -276,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "finals"}), flush=True)
     keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
+            "settled_p50", "settled_p95",
             "partial_p50", "partial_p95", "changed_committed", "refined_share"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:

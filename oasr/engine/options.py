@@ -11,6 +11,7 @@ from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig
+from oasr.models.whisper.window import WINDOW_MODES, EncoderWindow
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
 # model with both LMs, held-out-sentence WER is 52.2% greedy, 21.8% at beam 8, 19.8% at beam 16
@@ -86,6 +87,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    "waits (oasr transcribe never waits: its audio waits by design)")
     g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
                    help="Whisper's beam at temperature 0 (1 = greedy)")
+    g.add_argument("--second-pass-window", choices=WINDOW_MODES, default="fit",
+                   help="how much audio Whisper's encoder runs on for a final: fit = the "
+                   "segment plus 2 s (the rest of the 30 s window is silence's states, "
+                   "computed once; about half the decode time on CPU), full = the whole 30 s "
+                   "window")
     g.add_argument("--final-context", type=float, default=None, metavar="S",
                    help="a segment's second pass also decodes the previous segment when it is "
                    "at most this long, continuing its final's text (short segments keep "
@@ -215,7 +221,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         num_left_chunks=num_left_chunks, decoder=decoder, num_threads=args.threads,
         endpoint=endpoint_config_from_args(args),
         second_pass_decode=replace(EngineConfig().second_pass_decode,
-                                   beam_size=args.second_pass_beam),
+                                   beam_size=args.second_pass_beam,
+                                   encoder_window=EncoderWindow(args.second_pass_window)),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
         final_context_s=(EngineConfig.final_context_s if args.final_context is None
                          else args.final_context),

@@ -128,3 +128,22 @@ def test_fit_window_keeps_the_devset_wer(checkpoint: WhisperCheckpoint, recordin
         cut = checkpoint.model.encoder(fit.frontend([george.waveform], frames))
     looped = dense_search(checkpoint, cut)[0]
     assert len(looped.tokens) > 3 * len(fit_hyps[recordings.index(george)].tokens)
+
+
+def test_second_pass_window_option_reaches_the_finals_decode() -> None:
+    import argparse
+
+    from oasr.engine import EngineConfig
+    from oasr.engine.options import add_engine_arguments, engine_config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    default = engine_config_from_args(parser.parse_args(["--lm", "none"]))
+    assert default.second_pass_decode.encoder_window == EncoderWindow("fit")
+    assert default.second_pass_decode == EngineConfig().second_pass_decode  # CLI = library
+    full = engine_config_from_args(parser.parse_args(["--lm", "none",
+                                                      "--second-pass-window", "full"]))
+    assert full.second_pass_decode.encoder_window == EncoderWindow("full")
+    assert full.second_pass_decode.beam_size == default.second_pass_decode.beam_size == 5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--second-pass-window", "short"])

@@ -1,0 +1,68 @@
+"""bench/live_text.py's reading of a client's messages: final lag, when the text settled,
+the last partial and committed words that changed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("live_text", ROOT / "bench" / "live_text.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["live_text"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def partial(segment: int, text: str, end: float, stable: str = "") -> dict:
+    return {"type": "partial", "segment": segment, "text": text, "end": end, "stable": stable,
+            "tentative": ""}
+
+
+def final(segment: int, text: str, end: float) -> dict:
+    return {"type": "final", "segment": segment, "text": text, "end": end, "start": 0.0,
+            "reason": "endpoint", "source": "whisper"}
+
+
+def test_settled_is_when_the_page_last_came_to_the_final_words() -> None:
+    live = load_script()
+    log = live.ClientLog("p", sent=[(100.0 + i * 0.1, 1600 * (i + 1)) for i in range(100)])
+    # segment 0's last word ends at 2.0 s of audio, sent at t=101.9; its partials show the
+    # final's words at 102.6, leave them at 102.8 and come back to them (case and punctuation
+    # aside) at 103.0; the final arrives at 103.5
+    log.messages = [
+        (101.0, partial(0, "the quick", 1.0)),
+        (102.1, partial(0, "the quick brow fox", 2.0)),
+        (102.6, partial(0, "The quick brown fox", 2.6, stable="The quick")),
+        (102.8, partial(0, "The quick brown fox a", 2.8, stable="The quick")),
+        (103.0, partial(0, "the quick brown fox.", 3.0, stable="The quick")),
+        (103.5, final(0, "The quick brown fox.", 2.0)),
+        # segment 1 (last word at 3.5 s, sent at 103.4): the page never showed the final's
+        # words, so its text settled when the final came
+        (104.0, partial(1, "jumps over", 4.0)),
+        (105.2, final(1, "jumps over it", 3.5)),
+    ]
+    row = live.analyse([log], {"p": "the quick brown fox jumps over it"})
+    assert row["num_finals"] == 2
+    assert row["final_lag_p50"] == round((1.6 + 1.8) / 2, 2)
+    assert row["settled_p50"] == round((1.1 + 1.8) / 2, 2)
+    assert row["last_partial_wer"] > 0 and row["final_wer"] == 0.0
+    assert row["changed_committed"] == 0
+
+
+def test_a_committed_word_that_changes_is_counted() -> None:
+    live = load_script()
+    log = live.ClientLog("p", sent=[(100.0 + i * 0.1, 1600 * (i + 1)) for i in range(100)])
+    log.messages = [
+        (101.0, partial(0, "The quick brown", 1.0, stable="The quick")),
+        (101.5, partial(0, "The quack brown", 1.5, stable="The quack")),
+        (102.5, final(0, "The quick brown.", 1.5)),
+    ]
+    row = live.analyse([log], {"p": "the quick brown"})
+    assert row["changed_committed"] == 2  # quick -> quack (partial), quack -> quick (final)
+    assert row["settled_p50"] == row["final_lag_p50"] == round(102.5 - 101.4, 2)
