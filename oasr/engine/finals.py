@@ -116,7 +116,7 @@ class FinalPublisher:
             return  # off: nothing to start or drop, on every chunk of every stream
         early = request.early
         tokens = tuple(hyp.tokens) if hyp is not None else ()
-        if early is not None and early.tokens != tokens:
+        if early is not None and not early.still_holds(hyp):
             request.early = None
             self._discard_early(early)
         if hyp is not None and hyp.timestamps and pause_frames is None:
@@ -141,12 +141,13 @@ class FinalPublisher:
         request.audio.discard_before(keep_from * self.timing.samples_per_frame)
 
     def _is_final(self, early: EarlyFinal, request: Request, hyp: Hypothesis) -> bool:
-        """Whether the early decode is the ending segment's final: decoded on the same CTC
-        words, and beginning with every word committed since it started: they were forced
-        into it, or its own answer begins with them (it refined the partial when it came,
-        `Refiner.apply_early`, and the words it agreed on with the refinement before it were
-        committed from it)."""
-        if early.tokens != tuple(hyp.tokens):
+        """Whether the early decode is the ending segment's final: the CTC pass heard nothing
+        after its audio (``EarlyFinal.still_holds``: a stream's last chunk, flushed at its
+        end, may re-rank the same words), and it begins with every word committed since it
+        started: they were forced into it, or its own answer begins with them (it refined
+        the partial when it came, `Refiner.apply_early`, and the words it agreed on with the
+        refinement before it were committed from it)."""
+        if not early.still_holds(hyp):
             return False
         committed = self._committed(request)
         if early.prefix == committed:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
-from oasr.decoding import Endpointer, StreamStep
+from oasr.decoding import Endpointer, Hypothesis, StreamStep
 from oasr.engine.events import Final, FinishReason, StreamEvent
 from oasr.engine.refine import NO_WORDS, RefinedPartial, RefineState
 
@@ -83,15 +83,26 @@ class SpokenContext:
 @dataclass
 class EarlyFinal:
     """A segment's final decode started before its endpoint, at a pause: it becomes the
-    final's job when the segment ends on the same hypothesis (``tokens``) and the same
-    committed words (``prefix``: the final must begin with every word committed since);
-    ``done`` is its answer once it came."""
+    final's job when the segment ends with the speaker still silent since (``still_holds``)
+    and the same committed words (``prefix``: the final must begin with every word committed
+    since); ``done`` is its answer once it came. ``tokens``: the CTC hypothesis it started
+    on."""
 
     job_id: int
     tokens: tuple[int, ...]
     prefix: tuple[int, ...] = ()
     done: SecondPassDone | None = None
     num_frames: int = 0  # segment-relative encoder frames its audio covers
+
+    def still_holds(self, hyp: Hypothesis | None) -> bool:
+        """Whether the CTC pass heard nothing after the audio this decode has: the same
+        tokens, or (the pass's beam re-ranked, or its last chunk was flushed) no token at or
+        after ``num_frames``. Whisper decodes the audio, so a new ranking of the same audio
+        changes nothing it was given."""
+        tokens = tuple(hyp.tokens) if hyp is not None else ()
+        if tokens == self.tokens:
+            return True
+        return hyp is not None and bool(hyp.timestamps) and hyp.timestamps[-1] < self.num_frames
 
 
 @dataclass

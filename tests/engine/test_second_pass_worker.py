@@ -381,7 +381,8 @@ def test_early_decodes_start_at_a_pause_and_are_used_only_on_the_same_words() ->
     (early,) = worker.jobs
     finals.start_early(request, _hyp([5, 6], 70))  # the same words: nothing new to start
     assert len(worker.jobs) == 1
-    finals.start_early(request, _hyp([5, 6, 7], 99))  # the speaker went on: dropped
+    request.offset = request.num_frames_decoded = 132  # the next chunk
+    finals.start_early(request, _hyp([5, 6, 7], 120))  # the speaker went on: dropped
     assert worker.aborted == [early.job_id] and request.early is None
     finals.start_early(request, _hyp([5, 6, 7], 70))
     second = worker.jobs[-1]
@@ -441,6 +442,28 @@ def test_an_early_decode_on_the_final_words_is_the_final() -> None:
     assert finals.num_early_used == 1
     assert not request.pending_finals and request.last_final is not None
     assert request.last_final.text == "five six"  # published at the endpoint at once
+
+
+def test_an_early_decode_outlives_a_new_ranking_of_the_words_it_heard() -> None:
+    # a stream's last chunk, flushed at its end, may re-rank the CTC beam over the same audio
+    # ("5 6" -> "5 9"); the early decode had that audio, so it is still the final. A token in
+    # the audio after it (frame >= 100, what it covered) voids it.
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
+    for later, used in (([5, 9], 70), True), (([5, 6, 8], 104), False):
+        request = _open_request(3.0)
+        request.offset = request.num_frames_decoded = 100
+        finals.start_early(request, _hyp([5, 6], 70))
+        early = worker.jobs[-1]
+        request.offset = request.num_frames_decoded = 110
+        finals.start_early(request, _hyp(*later))  # the next chunk: kept only when used
+        assert (request.early is not None) is used
+        finals.on_second_pass(request, SecondPassDone(early.job_id, 1, "five six", 0.4))
+        jobs_before = len(worker.jobs)
+        finals.publish(request, _hyp(*later), "stop")
+        assert (len(worker.jobs) == jobs_before) is used
+        assert (request.last_final is not None and request.last_final.text == "five six") is used
+    assert (finals.num_early_used, finals.num_early_discarded) == (1, 1)
 
 
 @pytest.mark.skipif(whisper.default_model_dir() is None, reason="no Whisper tiny.en weights")
