@@ -362,7 +362,7 @@ def _hyp(tokens: list[int], last_frame: int) -> Hypothesis:
                       [last_frame - len(tokens) + 1 + i for i in range(len(tokens))])
 
 
-def test_early_decodes_start_at_a_pause_and_are_used_only_on_the_same_words() -> None:
+def test_early_decodes_start_at_a_pause_and_are_dropped_when_the_speaker_goes_on() -> None:
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
     request = _open_request(3.0)
