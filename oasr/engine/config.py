@@ -127,7 +127,7 @@ class EngineConfig:
             segment keeps the context of the sentence before it; 0 decodes each segment alone.
         early_final_s: a pause this long after the last word starts the segment's final
             decode before the endpoint (while the second pass has no backlog); when the
-            segment then ends on the same words, that decode is its final, ready at the
+            segment then ends with nothing said since, that decode is its final, ready at the
             endpoint instead of a decode after it; 0 waits for the endpoint. Only while at
             most 2 streams are live (a demo's load): bench/live_text.py, one client's final
             lag p95 2.25 -> 1.78 s; at 4 clients the dropped decodes cost p95 lag.

@@ -85,7 +85,7 @@ class FinalPublisher:
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         early, request.early = request.early, None
         if early is not None and audio is not None and self._is_final(early, request, hyp):
-            self.num_early_used += 1  # decoded at the pause on the same words: it is the final
+            self.num_early_used += 1  # decoded at the pause, nothing said since: the final
             request.segment += 1
             request.pending_finals[early.job_id] = PendingFinal(event, base)
             if early.done is not None:
