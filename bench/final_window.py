@@ -20,22 +20,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from second_pass_parity import DEVSET, Item, engine_config, load_items, run_engine
+from final_context import load_items
+from second_pass_parity import DEVSET, engine_config, run_engine
 
 from oasr.engine import EngineConfig, configure_process
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.models.whisper.window import EncoderWindow
 from oasr.text.wer import ErrorCounts
-
-
-def passage_items(folder: Path) -> list[Item]:
-    """``read_passages.py``'s passages: a wav and its sentences' texts per passage."""
-    items = []
-    for meta in sorted(folder.glob("*.json")):
-        sentences = json.loads(meta.read_text())["sentences"]
-        items.append(Item(meta.with_suffix(".wav"), "passage_" + meta.stem.split("_")[0],
-                          " ".join(s["text"] for s in sentences)))
-    return items
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,9 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="per-file texts as JSON")
     args = parser.parse_args(argv)
     configure_process(args.threads)
-    items = load_items(args.stress, args.devset)
-    if args.passages is not None:
-        items += passage_items(args.passages)
+    items = load_items(args.passages, args.stress, args.devset, None)
     decode = EngineConfig().second_pass_decode
     for name, window in (("segment", EncoderWindow()), ("full", EncoderWindow("full"))):
         config = engine_config("whisper", replace(decode, encoder_window=window),

@@ -3,6 +3,7 @@ inputs, the silent tail, and (real model) the devset's WER against the whole 30 
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import pytest
@@ -10,6 +11,8 @@ import torch
 from whisper_devset import dense_search
 from whisper_testutil import TINY, tiny_model
 
+from oasr.engine import EngineConfig
+from oasr.engine.options import add_engine_arguments, engine_config_from_args
 from oasr.models.whisper import WhisperCheckpoint, WhisperFrontend
 from oasr.models.whisper.frontend import N_FRAMES
 from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
@@ -131,11 +134,6 @@ def test_fit_window_keeps_the_devset_wer(checkpoint: WhisperCheckpoint, recordin
 
 
 def test_second_pass_window_option_reaches_the_finals_decode() -> None:
-    import argparse
-
-    from oasr.engine import EngineConfig
-    from oasr.engine.options import add_engine_arguments, engine_config_from_args
-
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser)
     default = engine_config_from_args(parser.parse_args(["--lm", "none"]))
