@@ -82,10 +82,11 @@ class EngineConfig:
         endpoint_quiet: between chunks, the audio after a stream's last chunk counts as
             silence where it is as quiet as the decoded pause (``oasr.engine.quiet_tail``),
             so a segment ends (and its early final starts) when the silence is there, not at
-            the next 640 ms chunk; None (the default): only at chunks. Off by default: a rule
-            decided at chunks needs its silence plus up to a chunk, and the exact silence
-            cuts read speech at more pauses (bench/live_text.py, one client: 7 segments
-            against 4, final WER 8.6-9.7 % against 3.2 %, docs/architecture.md).
+            the next 640 ms chunk; None: only at chunks. On by default: with a rule decided
+            at chunks, WeNet's 1 s of silence ends a segment 1.0-1.64 s after its last word.
+            Over 2,500 words paced as a live stream (bench/paced_endpoints.py) the finals made
+            193 word errors with it against 194 at chunks only; bench/live_text.py, one and
+            two clients, with ``early_final_s`` 0.3: final lag p50 1.10 s against 1.54-1.57 s.
         idle_timeout_s: a stream that sends no audio for this long ends with "timeout". The
             engine owns both timeouts; the server passes ``--idle-timeout`` / ``--max-session``
             through and reads them from here (``ServerConfig.engine``).
@@ -129,8 +130,10 @@ class EngineConfig:
             decode before the endpoint (while the second pass has no backlog); when the
             segment then ends with nothing said since, that decode is its final, ready at the
             endpoint instead of a decode after it; 0 waits for the endpoint. Only while at
-            most 2 streams are live (a demo's load): bench/live_text.py, one client's final
-            lag p95 2.25 -> 1.78 s; at 4 clients the dropped decodes cost p95 lag.
+            most 2 streams are live (a demo's load; at 4 clients the dropped decodes cost p95
+            lag). 0.3 s: with endpoints between chunks its answer (which refines the partial
+            at once) comes before a 1 s endpoint; a decode started at 0.5 s often came after
+            it, leaving the CTC text on the page until the final (bench/live_text.py).
         refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
             committed prefix that never changes); None: partials are the CTC text.
         quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
@@ -182,7 +185,7 @@ class EngineConfig:
     streaming_cohort_admit: bool = False
     decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)
     endpoint: EndpointConfig | None = field(default_factory=EndpointConfig.wenet)
-    endpoint_quiet: QuietTail | None = None
+    endpoint_quiet: QuietTail | None = field(default_factory=QuietTail)
     lm: str = "auto"
     idle_timeout_s: float = 30.0
     max_session_s: float = 3600.0
@@ -197,7 +200,7 @@ class EngineConfig:
         default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     final_context_s: float = 0.0
-    early_final_s: float = 0.5
+    early_final_s: float = 0.3
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
     decode_kv_budget_gib: float | None = None

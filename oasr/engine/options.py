@@ -130,11 +130,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         "words that end a segment (0.8 when only --max-segment is given); "
                         "default: WeNet's rules, 1 s of silence after speech")
     g.add_argument("--endpoint-between-chunks", action=argparse.BooleanOptionalAction,
-                   default=False,
+                   default=True,
                    help="decide the endpoint's silence on the quiet audio after a stream's "
                    "last chunk too, so a segment ends when its silence is there, not at the "
-                   "next 640 ms chunk (default: only at chunks; the exact silence cuts read "
-                   "speech at more pauses, which costs the finals accuracy)")
+                   "next 640 ms chunk (default: on; --no-endpoint-between-chunks decides only "
+                   "at chunks, 0-0.64 s later)")
     g.add_argument("--max-segment", type=float, default=None, metavar="S",
                    help="sentence-pause endpointing: longest segment in seconds, cut at its "
                         "quietest point in the last 3 s (15 when only --endpoint-pause is "

@@ -51,11 +51,11 @@ def test_no_flags_give_the_default_server_config(monkeypatch: pytest.MonkeyPatch
     on_thread = server_config_from_args(build_parser().parse_args(
         ["--lm", "none", "--no-second-pass-process"]))
     assert not on_thread.engine.second_pass_process
-    # endpoints are decided at chunks only, unless told otherwise
-    assert config.engine.endpoint_quiet is None
-    between = server_config_from_args(build_parser().parse_args(
-        ["--lm", "none", "--endpoint-between-chunks"]))
-    assert between.engine.endpoint_quiet == QuietTail()
+    # endpoints are decided on the quiet audio between chunks too, unless told otherwise
+    assert config.engine.endpoint_quiet == QuietTail() == defaults.engine.endpoint_quiet
+    at_chunks = server_config_from_args(build_parser().parse_args(
+        ["--lm", "none", "--no-endpoint-between-chunks"]))
+    assert at_chunks.engine.endpoint_quiet is None
 
 
 def test_repeatable_flags_and_upload_size(monkeypatch: pytest.MonkeyPatch) -> None:
