@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(engine_config("whisper", default.second_pass_decode,
                                        default.final_guard, args.threads, context_s=context_s),
                          endpoint_quiet=QuietTail() if between else None,
+                         # every file at once, each stream as at a demo's load
+                         light_load_streams=len(items),
                          min_audio_rate=0.0)  # paced slower than real time on a small box
         started = time.perf_counter()
         endpoints = run_paced(items, config, name)

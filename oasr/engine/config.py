@@ -82,7 +82,8 @@ class EngineConfig:
         endpoint_quiet: between chunks, the audio after a stream's last chunk counts as
             silence where it is as quiet as the decoded pause (``oasr.engine.quiet_tail``),
             so a segment ends (and its early final starts) when the silence is there, not at
-            the next 640 ms chunk; None: only at chunks. On by default: with a rule decided
+            the next 640 ms chunk; None: only at chunks. Only while at most
+            ``light_load_streams`` streams are live. On by default: with a rule decided
             at chunks, WeNet's 1 s of silence ends a segment 1.0-1.64 s after its last word.
             Over 2,500 words paced as a live stream (bench/paced_endpoints.py) the finals made
             193 word errors with it against 194 at chunks only; bench/live_text.py, one and
@@ -130,10 +131,16 @@ class EngineConfig:
             decode before the endpoint (while the second pass has no backlog); when the
             segment then ends with nothing said since, that decode is its final, ready at the
             endpoint instead of a decode after it; 0 waits for the endpoint. Only while at
-            most 2 streams are live (a demo's load; at 4 clients the dropped decodes cost p95
-            lag). 0.3 s: with endpoints between chunks its answer (which refines the partial
+            most ``light_load_streams`` streams are live (at 4 clients the dropped decodes
+            cost p95 lag). 0.3 s: with endpoints between chunks its answer (which refines the partial
             at once) comes before a 1 s endpoint; a decode started at 0.5 s often came after
             it, leaving the CTC text on the page until the final (bench/live_text.py).
+        light_load_streams: a demo's load: early final decodes start, and endpoints are
+            decided between chunks (``endpoint_quiet``), only while at most this many streams
+            are live. Above it every segment ends at a chunk and its final is decoded after
+            its endpoint: at 16 clients the shorter segments' finals, ending together,
+            overflowed the second pass's backlog (bench/live_text.py: 19-22 of 67-69 finals
+            kept their CTC text, final WER 32.5-36.2 % against 7.1 %).
         refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
             committed prefix that never changes); None: partials are the CTC text.
         quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
@@ -201,6 +208,7 @@ class EngineConfig:
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     final_context_s: float = 0.0
     early_final_s: float = 0.3
+    light_load_streams: int = 2
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
     decode_kv_budget_gib: float | None = None
@@ -239,6 +247,8 @@ class EngineConfig:
             raise ValueError(f"second_pass must be 'none' or 'whisper', got {self.second_pass!r}")
         if self.early_final_s < 0:
             raise ValueError(f"early_final_s must be >= 0, got {self.early_final_s}")
+        if self.light_load_streams < 0:
+            raise ValueError(f"light_load_streams must be >= 0, got {self.light_load_streams}")
         if self.final_context_s < 0:
             raise ValueError(f"final_context_s must be >= 0, got {self.final_context_s}")
         if self.second_pass_fast_backlog is not None and self.second_pass_fast_backlog < 0:

@@ -25,10 +25,9 @@ from oasr.engine.words import WordTime, ctc_word_times
 # early final decodes start only while fewer jobs than this wait for the second pass: an
 # idle one (a busy one's spare time goes to the finals and refinements that are sure)
 EARLY_MAX_BACKLOG = 1
-# ... and only while this few streams are live: with more, the decodes the speakers go on
-# from take the worker's time from finals that are sure (bench/live_text.py, 4 clients:
-# final lag p95 3.2 -> 4.0 s with them; 1 client: 2.25 -> 1.78 s)
-EARLY_MAX_STREAMS = 2
+# ... and only at a demo's load (`EngineConfig.light_load_streams`): with more streams, the
+# decodes the speakers go on from take the worker's time from finals that are sure
+# (bench/live_text.py, 4 clients: final lag p95 3.2 -> 4.0 s with them; 1 client: 2.25 -> 1.78 s)
 
 
 class FinalPublisher:
@@ -46,13 +45,15 @@ class FinalPublisher:
     """
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
-                 tokenizer: Any = None, context_s: float = 0.0, early_s: float = 0.0) -> None:
+                 tokenizer: Any = None, context_s: float = 0.0, early_s: float = 0.0,
+                 light_load_streams: int = 2) -> None:
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
         self.context_s = context_s  # longest previous segment carried as context (0: none)
         # a pause this long (in frames) after the last token starts the final's decode early
         self.early_frames = round(early_s / timing.frame_shift_s) if early_s > 0 else 0
+        self.light_load_streams = light_load_streams  # ... while at most this many are live
         self.num_early_used = 0  # finals whose early decode was their final's
         self.num_early_discarded = 0  # early decodes dropped: the speaker went on
         self._job_ids = itertools.count(1)
@@ -108,7 +109,7 @@ class FinalPublisher:
                     pause_frames: int | None = None) -> None:
         """After a chunk that did not end the segment: when the stream has paused for
         ``early_s`` after its last token, the second pass is idle and at most
-        ``EARLY_MAX_STREAMS`` streams are live (``num_streams``), start the segment's final
+        ``light_load_streams`` streams are live (``num_streams``), start the segment's final
         decode now, so that the final is ready when the endpoint comes; an early decode whose
         words the speaker went on from is dropped. ``pause_frames``: the pause so far when
         the audio after the last chunk counts too (`SegmentCuts.in_quiet`)."""
@@ -121,7 +122,7 @@ class FinalPublisher:
             self._discard_early(early)
         if hyp is not None and hyp.timestamps and pause_frames is None:
             pause_frames = request.offset - (hyp.timestamps[-1] + 1)
-        if (request.early is not None or num_streams > EARLY_MAX_STREAMS
+        if (request.early is not None or num_streams > self.light_load_streams
                 or hyp is None or not hyp.timestamps or pause_frames is None
                 or pause_frames < self.early_frames
                 or self.worker.backlog >= EARLY_MAX_BACKLOG):

@@ -43,11 +43,13 @@ def test_no_quiet_frames_without_a_pause_to_measure() -> None:
         QuietTail(min_pause_s=0.0)
 
 
-def _stream(audio: np.ndarray, quiet: bool) -> tuple[list[tuple[float, Final]], int]:
+def _stream(audio: np.ndarray, quiet: bool,
+            light_load_streams: int = 2) -> tuple[list[tuple[float, Final]], int]:
     """``audio`` sent live in 0.1 s pieces with engine steps between; each final with the
     seconds of audio sent when it came, and the endpoints decided between chunks."""
     config = EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1,
-                          second_pass="none", endpoint_quiet=QuietTail() if quiet else None)
+                          second_pass="none", endpoint_quiet=QuietTail() if quiet else None,
+                          light_load_streams=light_load_streams)
     engine = ASREngine(config)
     finals: list[tuple[float, Final]] = []
     sent = [0.0]
@@ -86,6 +88,18 @@ def test_a_segment_ends_when_its_silence_is_there(speech: list[np.ndarray],
     lags = [late - early for (late, _), (early, _) in zip(at_chunks[:-1], between[:-1],
                                                          strict=True)]
     assert max(lags) > 0.1, lags  # at least one final came a client frame or more earlier
+
+
+@pytest.mark.slow
+def test_above_a_demos_load_segments_end_at_chunks(speech: list[np.ndarray]) -> None:
+    # more live streams than light_load_streams (here: any): the shorter segments would be
+    # more finals to decode at once, so the chunk rule decides, as with the quiet rule off
+    gap = np.zeros(int(2.0 * SR), np.float32)
+    audio = np.concatenate([gap[: SR // 2], speech[0], gap, speech[1], gap])
+    at_chunks, _ = _stream(audio, quiet=False)
+    loaded, num_quiet = _stream(audio, quiet=True, light_load_streams=0)
+    assert num_quiet == 0
+    assert [(sent, f.end) for sent, f in loaded] == [(sent, f.end) for sent, f in at_chunks]
 
 
 @pytest.mark.slow
