@@ -97,16 +97,25 @@ def run(items: list[Item], config: EngineConfig, column: str) -> float:
     return seconds
 
 
+def error_counts(items: list[Item], column: str) -> tuple[ErrorCounts, dict[str, ErrorCounts]]:
+    """Word errors of ``column``'s texts: over all items, and per subset (in item order)."""
+    total: ErrorCounts = ErrorCounts()
+    subsets: dict[str, ErrorCounts] = {}
+    for item in items:
+        text = item.results[column]["text"]
+        total.add(item.reference, text)
+        subsets.setdefault(item.subset, ErrorCounts()).add(item.reference, text)
+    return total, subsets
+
+
 def rows(items: list[Item], columns: list[str]) -> list[dict[str, Any]]:
+    per_column = {column: error_counts(items, column)[1] for column in columns}
     table = []
     for subset in dict.fromkeys(i.subset for i in items):
         group = [i for i in items if i.subset == subset]
         row: dict[str, Any] = {"subset": subset, "files": len(group)}
         for column in columns:
-            counts = ErrorCounts()
-            for item in group:
-                counts.add(item.reference, item.results[column]["text"])
-            row[f"wer_{column}"] = round(counts.wer, 1)
+            row[f"wer_{column}"] = round(per_column[column][subset].wer, 1)
             row[f"segments_{column}"] = sum(i.results[column]["segments"] for i in group)
         table.append(row)
     return table

@@ -20,13 +20,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from final_context import load_items
+from final_context import error_counts, load_items
 from second_pass_parity import DEVSET, engine_config, run_engine
 
 from oasr.engine import EngineConfig, configure_process
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.models.whisper.window import EncoderWindow
-from oasr.text.wer import ErrorCounts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,11 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         run_engine(items, config, name)
         seconds = time.perf_counter() - start
-        total, subsets = ErrorCounts(), {}
-        for item in items:
-            total.add(item.reference, item.results[name]["text"])
-            subsets.setdefault(item.subset, ErrorCounts()).add(item.reference,
-                                                              item.results[name]["text"])
+        total, subsets = error_counts(items, name)
         per = ", ".join(f"{k} {v.word_errors}/{v.words}" for k, v in subsets.items())
         print(f"{name}: {total.word_errors}/{total.words} word errors ({total.wer:.2f} %) in "
               f"{seconds:.0f} s; {per}", flush=True)

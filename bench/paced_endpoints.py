@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from final_context import load_items
+from final_context import error_counts, load_items
 from second_pass_parity import DEVSET, Item, engine_config
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
@@ -34,7 +34,6 @@ from oasr.engine import ASREngine, EngineConfig, configure_process
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.offline import FileResult
 from oasr.engine.quiet_tail import QuietTail
-from oasr.text.wer import ErrorCounts
 
 PIECE_S = 0.1  # what a browser or bench/live_text.py sends at a time
 CONTEXT_S = 10.0  # --final-context's value in the variants with context
@@ -102,12 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         endpoints = run_paced(items, config, name)
         seconds = time.perf_counter() - started
-        total, subsets, segments = ErrorCounts(), {}, 0
-        for item in items:
-            total.add(item.reference, item.results[name]["text"])
-            subsets.setdefault(item.subset, ErrorCounts()).add(item.reference,
-                                                              item.results[name]["text"])
-            segments += item.results[name]["segments"]
+        total, subsets = error_counts(items, name)
+        segments = sum(item.results[name]["segments"] for item in items)
         per = ", ".join(f"{k} {v.word_errors}/{v.words}" for k, v in subsets.items())
         line = {"variant": name, "word_errors": total.word_errors, "words": total.words,
                 "wer": round(total.wer, 2), "segments": segments, "endpoints": endpoints,
