@@ -8,7 +8,10 @@ value per encoder frame, computed as the audio arrives): the frames after the de
 no louder than the decoded pause itself (the median energy of its trailing blank frames) plus
 ``margin_db``, up to the first louder one, and only when that pause is clearly quieter than
 the word before it (``min_contrast_db``: a pause the CTC pass heard as blank over speech it
-missed is no reference). The engine adds them to the trailing blank frames and asks the
+missed is no reference). A pause quieter than ``floor_db`` is measured as that floor: after
+digital silence (a file's zero padding, a noise gate's output) the faintest sound would
+otherwise count as loud, and a TTS voice's -65 dB lead-in before its next sentence ended
+the quiet run 0.2 s short of the endpoint's silence. The engine adds them to the trailing blank frames and asks the
 stream's endpoint rules again (`SegmentCuts.in_quiet`): a silence rule that fires ends the
 segment at the decoded audio's end (the quiet frames are the next segment's first), and the
 early final decode starts as soon as the pause is long enough. A quiet frame that holds the
@@ -38,6 +41,8 @@ class QuietTail:
         skip_s: the start of the pause left out of its energy (the CTC spike of a word's
             last letter comes before the word's sound ends).
         word_s: the audio before the pause that stands for the last word.
+        floor_db: the quietest level a pause is measured at (dB full scale): a frame after
+            the pause is loud only above ``max(pause, floor_db) + margin_db``.
     """
 
     margin_db: float = 6.0
@@ -45,6 +50,7 @@ class QuietTail:
     min_pause_s: float = 0.08
     skip_s: float = 0.04
     word_s: float = 0.16
+    floor_db: float = -60.0
 
     def __post_init__(self) -> None:
         if self.margin_db < 0 or self.min_contrast_db < 0:
@@ -73,5 +79,5 @@ class QuietTail:
         if float(word.max()) - reference < self.min_contrast_db:
             return 0
         tail = energy.span(decoded_end, energy.num_frames)
-        loud = np.flatnonzero(tail > reference + self.margin_db)
+        loud = np.flatnonzero(tail > max(reference, self.floor_db) + self.margin_db)
         return int(loud[0]) if loud.size else len(tail)

@@ -32,6 +32,15 @@ def test_quiet_frames_run_up_to_the_first_loud_one() -> None:
     assert tail.quiet_frames(_energy(word + pause + [-57.0] * 4), 20, 10, SHIFT) == 4
 
 
+def test_a_digitally_silent_pause_is_measured_at_the_floor() -> None:
+    # zero padding after the word (the energy's -100 dB), then a voice's faint lead-in at
+    # -65 dB: quiet against the -60 dB floor, and the run ends at the next word (-50 dB)
+    word, zeros = [-26.0] * 10, [-100.0] * 10
+    energy = _energy(word + zeros + [-100.0] * 3 + [-65.0] * 4 + [-50.0] + [-65.0] * 2)
+    assert QuietTail().quiet_frames(energy, 20, 10, SHIFT) == 7
+    assert QuietTail(floor_db=-100.0).quiet_frames(energy, 20, 10, SHIFT) == 3
+
+
 def test_no_quiet_frames_without_a_pause_to_measure() -> None:
     tail = QuietTail()
     energy = _energy([-20.0] * 10 + [-60.0] * 10 + [-60.0] * 5)
