@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from backend.config import (
     API_KEYS_ENV,
     SERVER_SECOND_PASS_PROCESS,
+    SERVER_SECOND_PASS_PROCESSES,
     ServerConfig,
     api_keys_from_env,
 )
@@ -136,6 +137,9 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     engine = {f.field: getattr(args, f.dest) for f in FIELD_FLAGS if f.engine}
     if args.second_pass_process is None:  # a live server keeps Whisper off its CPU's way
         engine["second_pass_process"] = SERVER_SECOND_PASS_PROCESS
+    if args.second_pass_processes is None and engine.get("second_pass_process",
+                                                         args.second_pass_process):
+        engine["second_pass_processes"] = SERVER_SECOND_PASS_PROCESSES
     return ServerConfig(
         **server,
         allowed_origins=tuple(args.allowed_origin),

@@ -15,14 +15,18 @@ API_KEYS_ENV = "OASR_API_KEYS"
 LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]")  # as Starlette parses Host headers
 SERVER_IDLE_TIMEOUT_S = 15.0  # a live client that says nothing for this long is gone
 SERVER_SECOND_PASS_PROCESS = True  # Whisper in a process of its own, below the streams
+# ... two of them where there are two cores: at a demo's load the streams leave one idle
+SERVER_SECOND_PASS_PROCESSES = min(2, os.cpu_count() or 1)
 
 
 def default_engine_config() -> EngineConfig:
     """The engine a server runs when none is given: EngineConfig's defaults, but a live
     client's idle timeout (15 s, not the library's 30 s) and the second pass (when it is on)
-    in a process of its own, below the streaming step's CPU priority."""
+    in processes of its own (two where the machine has two cores), below the streaming
+    step's CPU priority."""
     return EngineConfig(idle_timeout_s=SERVER_IDLE_TIMEOUT_S,
-                        second_pass_process=SERVER_SECOND_PASS_PROCESS)
+                        second_pass_process=SERVER_SECOND_PASS_PROCESS,
+                        second_pass_processes=SERVER_SECOND_PASS_PROCESSES)
 
 
 def default_frontend_dir() -> Path:

@@ -69,6 +69,9 @@ class _SnapshotCollector(Collector):
             yield GaugeMetricFamily(
                 "oasr_second_pass_backlog", "Segments queued for the second pass",
                 value=second.backlog)
+            yield GaugeMetricFamily(
+                "oasr_second_pass_decoders", "Second-pass decoding processes working side by side",
+                value=second.num_decoders)
             rejected = CounterMetricFamily(
                 "oasr_second_pass_rejected",
                 "Whisper texts the guard against the first pass replaced by the CTC text",

@@ -114,6 +114,9 @@ class EngineConfig:
             gives the streaming step the CPU first (``oasr.engine.second_pass_process``).
         second_pass_nice: how many CPU priority steps (``nice``) below the server that
             process runs (0 to 19; 0: the same priority).
+        second_pass_processes: with ``second_pass_process``, how many such processes
+            decode, each on its own thread, every job in the one with the fewest outstanding
+            (``oasr.engine.second_pass.RunnerPool``).
         second_pass_decode: how Whisper decodes: beam 5 at temperature 0 (the reference
             decoders' default; refinements stay greedy), the encoder on the segment plus 2 s
             with the rest of the 30 s window silence's states (``EncoderWindow``: the same
@@ -203,6 +206,7 @@ class EngineConfig:
     second_pass_yield_s: float | None = 0.25
     second_pass_process: bool = False
     second_pass_nice: int = 10
+    second_pass_processes: int = 1
     second_pass_decode: WhisperDecodeConfig = field(
         default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
@@ -257,6 +261,13 @@ class EngineConfig:
         if self.second_pass_yield_s is not None and self.second_pass_yield_s < 0:
             raise ValueError(
                 f"second_pass_yield_s must be >= 0 or None, got {self.second_pass_yield_s}")
+        if self.second_pass_processes < 1:
+            raise ValueError(
+                f"second_pass_processes must be >= 1, got {self.second_pass_processes}")
+        if self.second_pass_processes > 1 and not self.second_pass_process:
+            raise ValueError(
+                f"second_pass_processes {self.second_pass_processes} needs second_pass_process "
+                "(--second-pass-process): on a thread the second pass has one decoder")
         if not 0 <= self.second_pass_nice <= 19:
             raise ValueError(f"second_pass_nice must be in 0..19, got {self.second_pass_nice}")
         if self.second_pass_max_backlog < 1:

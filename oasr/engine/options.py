@@ -80,6 +80,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="run the second pass in a process of its own at a lower CPU priority, "
                    "so it never slows the streaming step (default: on for oasr-server, off "
                    "for oasr transcribe)")
+    g.add_argument("--second-pass-processes", type=int, default=None, metavar="N",
+                   help="with --second-pass-process: decode in N processes (each with the "
+                   "second pass's threads), every job in the one with the fewest outstanding "
+                   "(default: 2 for oasr-server on 2 or more cores, else 1)")
     g.add_argument("--second-pass-yield", type=_seconds_or_off, default=EngineConfig.second_pass_yield_s,
                    metavar="S|off",
                    help="the second pass waits while a live stream has more than a chunk plus "
@@ -233,4 +237,6 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
                              if args.second_pass_process is None else args.second_pass_process),
         quantization=parse_quantization_options(args.quantization_option) or None,
     )
+    if args.second_pass_processes is not None:  # checked with the server's process default
+        overrides = {"second_pass_processes": args.second_pass_processes, **overrides}
     return replace(config, **overrides)  # type: ignore[arg-type]

@@ -58,7 +58,9 @@ class RefineConfig:
         max_in_flight: refinements queued or decoding at once, all streams together.
         engine_budget: no refinement starts while the engine thread was busy for more than
             this share of the last seconds (its partial latency comes first).
-        worker_budget: ... or while the second-pass worker was.
+        worker_budget: ... or while the second-pass worker was (all its processes' busy
+            time together, ``EngineConfig.second_pass_processes``: more processes decode
+            finals sooner, not more refinements, whose commits the finals must keep).
     """
 
     interval_s: float = 1.0

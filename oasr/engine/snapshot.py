@@ -129,6 +129,7 @@ class SecondPassSnapshot:
     held: bool = False  # waiting now: the streaming step is behind (second_pass_yield_s)
     num_holds: int = 0  # times it was made to wait
     num_expired: int = 0  # finals given up while it waited (they keep their CTC text)
+    num_decoders: int = 1  # decoding processes working side by side (second_pass_processes)
     refine: RefineSnapshot | None = None
 
     def to_json(self) -> dict[str, Any]:

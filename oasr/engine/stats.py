@@ -194,6 +194,7 @@ class EngineStats:
             held=worker.held if worker is not None else False,
             num_holds=worker.num_holds if worker is not None else 0,
             num_expired=worker.num_expired if worker is not None else 0,
+            num_decoders=worker.num_decoders if worker is not None else 0,
             refine=self._refine_entry(running),
         )
 

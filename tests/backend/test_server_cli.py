@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -51,6 +52,16 @@ def test_no_flags_give_the_default_server_config(monkeypatch: pytest.MonkeyPatch
     on_thread = server_config_from_args(build_parser().parse_args(
         ["--lm", "none", "--no-second-pass-process"]))
     assert not on_thread.engine.second_pass_process
+    # ... in two processes where there are two cores (one on a thread)
+    assert (config.engine.second_pass_processes == defaults.engine.second_pass_processes
+            == min(2, os.cpu_count() or 1))
+    assert on_thread.engine.second_pass_processes == 1
+    three = server_config_from_args(build_parser().parse_args(
+        ["--lm", "none", "--second-pass-processes", "3"]))
+    assert three.engine.second_pass_processes == 3
+    with pytest.raises(ValueError, match="needs second_pass_process"):
+        server_config_from_args(build_parser().parse_args(
+            ["--lm", "none", "--no-second-pass-process", "--second-pass-processes", "2"]))
     # endpoints are decided on the quiet audio between chunks too, unless told otherwise
     assert config.engine.endpoint_quiet == QuietTail() == defaults.engine.endpoint_quiet
     at_chunks = server_config_from_args(build_parser().parse_args(

@@ -159,13 +159,15 @@ def test_second_pass_metrics_appear_when_it_is_on(client: TestClient) -> None:
     assert "oasr_finals_total" not in client.get("/metrics").text
     assert set(snapshot["second_pass"]["rejected"]) == {"failed", "length", "distance"}
     engine = client.app.state.context.engine_stats()  # type: ignore[attr-defined]
-    second = replace(engine.second_pass, enabled=True, backlog=2, num_second_pass_finals=5,
+    second = replace(engine.second_pass, enabled=True, backlog=2, num_decoders=2,
+                     num_second_pass_finals=5,
                      num_first_pass_finals=1, num_temperature_fallbacks=3,
                      rejected={**engine.second_pass.rejected, "distance": 1})
     text = ServerMetrics(lambda: replace(engine, second_pass=second)).render().decode()
     assert 'oasr_finals_total{source="whisper"} 5.0' in text
     assert 'oasr_finals_total{source="ctc"} 1.0' in text
     assert "oasr_second_pass_backlog 2.0" in text
+    assert "oasr_second_pass_decoders 2.0" in text
     assert 'oasr_second_pass_rejected_total{reason="distance"} 1.0' in text
     assert 'oasr_second_pass_rejected_total{reason="length"} 0.0' in text
     assert "oasr_second_pass_temperature_fallbacks_total 3.0" in text

@@ -4,6 +4,7 @@ tentative / CTC words after them; the final begins with the words that were stab
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -72,7 +73,7 @@ def page(refining_server: Any, tmp_path: Path, recording: tuple[Path, str]) -> I
 
 
 def test_stable_and_tentative_text_while_a_real_recording_plays(
-        page: DemoPage, recording: tuple[Path, str]) -> None:
+        page: DemoPage, recording: tuple[Path, str], refining_server: Any) -> None:
     capture, reference = recording
     page.start_mic()
     page.wait_listening()
@@ -101,3 +102,7 @@ def test_stable_and_tentative_text_while_a_real_recording_plays(
         assert final_words[: len(shown[-1])] == shown[-1], (shown[-1], final_words)
     text = " ".join(finals[s] for s in sorted(finals))
     assert word_error_rate(reference, text) <= 0.15, (normalize_transcript(text), reference)
+    # the server's default: Whisper in two processes where there are two cores
+    second = refining_server.stats()["second_pass"]
+    assert second["num_decoders"] == min(2, os.cpu_count() or 1)
+    assert second["num_second_pass_finals"] > 0  # decoded there

@@ -339,6 +339,7 @@ class _QueueingWorker:
         self.jobs: list[SecondPassJob] = []
         self.aborted: list[int] = []
         self.backlog = 0
+        self.num_decoders = 1
         self.no_speech = NoSpeechRule()
 
     def try_submit(self, job: SecondPassJob) -> bool:

@@ -1,0 +1,177 @@
+"""Several second-pass processes as one decoding side (``RunnerPool``,
+``EngineConfig.second_pass_processes``).
+
+- A job goes to the runner with the fewest jobs outstanding; a final whose context job is
+  still outstanding goes to that job's runner (the context's text is only known there); an
+  abort goes to the runner that has the job, and nowhere once it was answered.
+- Holds and stops reach every runner; the counters are their sums.
+- With real child processes: both decode, and one that dies fails what the pool held.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from test_second_pass_hold import child_scripted
+from test_second_pass_worker import _job, _voice
+
+from oasr.engine.second_pass import RunnerPool, SecondPassDone, SecondPassWorker
+from oasr.engine.second_pass_jobs import Answer, RefineJob, SecondPassJob
+from oasr.engine.second_pass_loop import Command, LoopCounters
+from oasr.engine.second_pass_process import ProcessRunner, WhisperProcessSpec
+
+RATE = 16_000
+
+
+class _Runner:
+    """Records what it is given; ``answer(job_id)`` answers one of its jobs."""
+
+    def __init__(self, answered: Any, counters: LoopCounters) -> None:
+        self.answered = answered
+        self.counters = counters
+        self.commands: list[Command] = []
+        self.holds: list[bool] = []
+        self.stopped = False
+
+    def put(self, command: Command) -> None:
+        self.commands.append(command)
+
+    def hold(self, held: bool) -> None:
+        self.holds.append(held)
+
+    def stop(self, timeout: float) -> None:
+        self.stopped = True
+
+    def answer(self, job_id: int) -> None:
+        self.answered(SecondPassDone(job_id, 1, "text", 0.1))
+
+    @property
+    def job_ids(self) -> list[int]:
+        return [c.job_id for c in self.commands if isinstance(c, SecondPassJob | RefineJob)]
+
+
+def _pool(num: int = 2) -> tuple[RunnerPool, list[_Runner], list[Answer]]:
+    runners: list[_Runner] = []
+    answers: list[Answer] = []
+
+    def start_one(answered: Any) -> _Runner:
+        runners.append(_Runner(answered, LoopCounters(num_refinements=len(runners) + 1,
+                                                       busy_seconds=0.5)))
+        return runners[-1]
+
+    return RunnerPool(start_one, num, answers.append), runners, answers
+
+
+def _refine(job_id: int) -> RefineJob:
+    return RefineJob(job_id, 1, 0, np.zeros(RATE, np.float32), (), 50)
+
+
+def test_a_job_goes_to_the_runner_with_the_fewest_outstanding() -> None:
+    pool, (a, b), answers = _pool()
+    for job_id in (1, 2, 3):
+        pool.put(_job(job_id, _voice(0.5)))
+    assert (a.job_ids, b.job_ids) == ([1, 3], [2])
+    b.answer(2)  # b is idle again, a still has two
+    pool.put(_refine(4))
+    pool.put(_job(5, _voice(0.5)))
+    assert (a.job_ids, b.job_ids) == ([1, 3], [2, 4, 5])
+    assert [x.job_id for x in answers] == [2]
+
+
+def test_a_final_follows_its_context_job() -> None:
+    pool, (a, b), _ = _pool()
+    pool.put(_job(1, _voice(0.5)))
+    pool.put(_job(2, _voice(0.5)))
+    pool.put(_job(3, _voice(0.5)))  # a: 1, 3; b: 2
+    waiting = SecondPassJob(4, 1, 1, _voice(0.5), 0.0, context_job=3)
+    pool.put(waiting)  # b has fewer, but job 3's text will only be known on a
+    assert a.job_ids == [1, 3, 4]
+    a.answer(3)
+    pool.put(SecondPassJob(5, 1, 2, _voice(0.5), 0.0, context_job=3))  # 3 is out: anywhere
+    assert b.job_ids == [2, 5]
+
+
+def test_aborts_holds_stops_and_counters() -> None:
+    pool, (a, b), _ = _pool()
+    pool.put(_job(1, _voice(0.5)))
+    pool.put(_job(2, _voice(0.5)))
+    pool.put(2)
+    assert b.commands[-1] == 2 and 2 not in a.commands  # to the runner that had it
+    b.answer(1)  # (a stray answer for a job b never had changes nothing)
+    a.answer(1)
+    pool.put(1)  # answered already: nowhere
+    assert a.commands[-1] != 1
+    pool.put(_job(3, _voice(0.5)))
+    assert a.job_ids == [1, 3]  # both idle again: the first
+    pool.hold(True)
+    assert a.holds == b.holds == [True]
+    assert pool.counters.num_refinements == 3 and pool.counters.busy_seconds == 1.0
+    pool.put(None)
+    assert a.commands[-1] is None and b.commands[-1] is None
+    pool.stop(1.0)
+    assert a.stopped and b.stopped
+    with pytest.raises(ValueError, match=">= 1 runner"):
+        RunnerPool(lambda answered: _Runner(answered, LoopCounters()), 0, print)
+
+
+def test_a_runner_that_fails_to_start_stops_those_started() -> None:
+    started: list[_Runner] = []
+
+    def start_one(answered: Any) -> _Runner:
+        if started:
+            raise ValueError("no weights here")
+        started.append(_Runner(answered, LoopCounters()))
+        return started[0]
+
+    with pytest.raises(ValueError, match="no weights here"):
+        RunnerPool(start_one, 2, print)
+    assert started[0].stopped
+
+
+def _two_processes() -> tuple[SecondPassWorker, queue.Queue[Any]]:
+    out: queue.Queue[Any] = queue.Queue()
+
+    def start(answered: Any, lost: Any) -> Any:
+        return RunnerPool(lambda one: ProcessRunner(WhisperProcessSpec(nice=5), one, lost,
+                                                    target=child_scripted), 2, answered)
+
+    return SecondPassWorker(out.put, 8, start), out
+
+
+def test_two_processes_decode_side_by_side() -> None:
+    worker, out = _two_processes()
+    assert worker.num_decoders == 2
+    quiet = np.zeros(RATE, dtype=np.float32)
+    assert worker.try_submit(_job(1, _voice(0.5)))  # the first child: scripted, released
+    assert worker.try_submit(_job(3, quiet))  # the second: no voice, answered ""
+    answers = {}
+    for _ in range(2):
+        done = out.get(timeout=30)
+        answers[done.job_id] = done.text
+    assert answers == {1: "from the child", 3: ""}
+    deadline = time.monotonic() + 5
+    while worker.num_no_voice != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker.num_no_voice == 1 and worker.backlog == 0
+    processes = [r.process for r in worker._runner.runners]  # type: ignore[attr-defined]
+    assert len({p.pid for p in processes}) == 2
+    worker.stop()
+    assert not any(p.is_alive() for p in processes)
+
+
+def test_one_process_dying_fails_what_the_pool_held() -> None:
+    worker, out = _two_processes()
+    assert worker.try_submit(_job(2, _voice(0.5)))  # scripted, never released: first child
+    assert worker.try_submit(_job(4, _voice(0.5)))  # not scripted: the second child
+    first = worker._runner.runners[0].process  # type: ignore[attr-defined]
+    os.kill(first.pid, signal.SIGKILL)
+    done = {out.get(timeout=10).job_id for _ in range(2)}
+    assert done == {2, 4}  # both kept their CTC text
+    assert not worker.try_submit(_job(6, _voice(0.5)))
+    worker.stop(timeout=2)
