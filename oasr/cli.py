@@ -66,16 +66,21 @@ def _transcribe(args: argparse.Namespace) -> int:
         return 2
     # offline: no latency to protect, so nothing times out and every segment waits for the
     # second pass (a live server keeps the CTC text when Whisper falls behind)
-    config = engine_config_from_args(
-        args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
-        max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize, min_audio_rate=0.0,
-        second_pass_fast_backlog=None,  # every final decoded in full, however many wait
-        second_pass_yield_s=None,  # audio waits by design: Whisper never waits for it
-        final_context_s=(OFFLINE_FINAL_CONTEXT_S if args.final_context is None
-                         else args.final_context),
-        early_final_s=0.0,  # no one waits for a final offline
-        refine=None,  # no one reads partials offline
-    )
+    try:
+        config = engine_config_from_args(
+            args, max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_session_s=math.inf,
+            max_pending_audio_s=math.inf, second_pass_max_backlog=sys.maxsize,
+            min_audio_rate=0.0,
+            second_pass_fast_backlog=None,  # every final decoded in full, however many wait
+            second_pass_yield_s=None,  # audio waits by design: Whisper never waits for it
+            final_context_s=(OFFLINE_FINAL_CONTEXT_S if args.final_context is None
+                             else args.final_context),
+            early_final_s=0.0,  # no one waits for a final offline
+            refine=None,  # no one reads partials offline
+        )
+    except ValueError as exc:  # a flag's value out of range: say which, no traceback
+        print(f"oasr transcribe: {exc}", file=sys.stderr)
+        return 2
     configure_process(config.num_threads)
     results = transcribe_files(config, args.files, progress=not args.no_progress)
     failed = 0

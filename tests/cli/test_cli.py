@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 import torch
 
 from oasr.cli import main
@@ -49,6 +51,18 @@ def test_transcribe_missing_file_is_a_clear_error(model_dir: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["transcribe", "--model", str(model_dir), "/nonexistent.wav"]) == 2
     assert "no such file: /nonexistent.wav" in capsys.readouterr().err
+
+
+def test_transcribe_flag_out_of_range_is_a_clear_error(model_dir: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    wav = tmp_path / "quiet.wav"
+    sf.write(wav, np.zeros(16000, np.float32), 16000)
+    assert main(["transcribe", "--model", str(model_dir), "--max-batch-size", "0",
+                 str(wav)]) == 2
+    assert "oasr transcribe: EngineConfig.max_batch_size must be >= 1" in capsys.readouterr().err
+    assert main(["transcribe", "--model", str(model_dir), "--second-pass-processes", "2",
+                 str(wav)]) == 2
+    assert "needs second_pass_process" in capsys.readouterr().err
 
 
 def test_export_wenet_dir(tmp_path: Path) -> None:
