@@ -155,6 +155,17 @@ class DemoPage:
             ".reason", has_text=re.compile(f"^{reason}$")))
         return int(item.locator(".count").inner_text())
 
+    def wait_finish_reason(self, reason: str, timeout_ms: int = 10_000) -> int:
+        """The panel's count of streams that finished for ``reason``, once it is at least 1
+        (the panel shows the engine's snapshots as they are pushed, a moment after the
+        stream's own ``done``); raises when it stays 0 for ``timeout_ms``."""
+        self.page.wait_for_function(
+            """(reason) => [...document.querySelectorAll('[data-reasons] li')].some(
+                li => li.querySelector('.reason').textContent === reason
+                      && Number(li.querySelector('.count').textContent) >= 1)""",
+            arg=reason, timeout=timeout_ms)
+        return self.finish_reason_count(reason)
+
     def grid_samples(self) -> list[GridSample]:
         return [GridSample(e["t"], e["used"], tuple(e["owners"]), tuple(e["colors"]))
                 for e in self._log() if e["kind"] == "grid"]

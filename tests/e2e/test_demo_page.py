@@ -83,8 +83,8 @@ def assert_finished(page: DemoPage, reason: str) -> None:
     note = page.wait_done()
     assert note.startswith(f"done: {reason}"), note
     assert page.status() == f"Finished ({reason}).", page.status()
+    assert page.wait_finish_reason(reason) >= 1
     page.wait_grid_empty()
-    assert page.finish_reason_count(reason) >= 1
 
 
 def test_mic_sentence_partial_then_final_words(open_page: OpenPage, bundled_model_dir: Path,
