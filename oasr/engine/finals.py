@@ -22,8 +22,9 @@ from oasr.engine.request import EarlyFinal, PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
 
-# early final decodes start only while fewer jobs than this (per decoding process) wait for
-# the second pass: an idle one (a busy one's spare time goes to the finals and refinements that are sure)
+# early final decodes start only while fewer finals than this (per decoding process) wait
+# for the second pass: an idle one (a busy one's spare time goes to the finals and
+# refinements that are sure)
 EARLY_MAX_BACKLOG = 1
 # ... and only at a demo's load (`EngineConfig.light_load_streams`): with more streams, the
 # decodes the speakers go on from take the worker's time from finals that are sure

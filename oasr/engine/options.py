@@ -237,6 +237,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
                              if args.second_pass_process is None else args.second_pass_process),
         quantization=parse_quantization_options(args.quantization_option) or None,
     )
-    if args.second_pass_processes is not None:  # checked with the server's process default
+    # applied with the overrides, so that EngineConfig checks it beside the process flag
+    # a command sets (oasr-server's default is a process)
+    if args.second_pass_processes is not None:
         overrides = {"second_pass_processes": args.second_pass_processes, **overrides}
     return replace(config, **overrides)  # type: ignore[arg-type]

@@ -11,12 +11,12 @@ the word before it (``min_contrast_db``: a pause the CTC pass heard as blank ove
 missed is no reference). A pause quieter than ``floor_db`` is measured as that floor: after
 digital silence (a file's zero padding, a noise gate's output) the faintest sound would
 otherwise count as loud, and a TTS voice's -65 dB lead-in before its next sentence ended
-the quiet run 0.2 s short of the endpoint's silence. The engine adds them to the trailing blank frames and asks the
-stream's endpoint rules again (`SegmentCuts.in_quiet`): a silence rule that fires ends the
-segment at the decoded audio's end (the quiet frames are the next segment's first), and the
-early final decode starts as soon as the pause is long enough. A quiet frame that holds the
-soft start of a word only moves that word into the next segment, where the rule's silence
-would have put it anyway.
+the quiet run 0.2 s short of the endpoint's silence. The engine adds the quiet frames to
+the trailing blank frames and asks the stream's endpoint rules again
+(`SegmentCuts.in_quiet`): a silence rule that fires ends the segment at the decoded audio's
+end (the quiet frames are the next segment's first), and the early final decode starts as
+soon as the pause is long enough. A quiet frame that holds the soft start of a word only
+moves that word into the next segment, where the rule's silence would have put it anyway.
 """
 
 from __future__ import annotations
