@@ -135,10 +135,11 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     """
     server = {f.field: getattr(args, f.dest) for f in FIELD_FLAGS if not f.engine}
     engine = {f.field: getattr(args, f.dest) for f in FIELD_FLAGS if f.engine}
-    if args.second_pass_process is None:  # a live server keeps Whisper off its CPU's way
-        engine["second_pass_process"] = SERVER_SECOND_PASS_PROCESS
-    if args.second_pass_processes is None and engine.get("second_pass_process",
-                                                         args.second_pass_process):
+    # a live server keeps Whisper off its CPU's way: in processes of its own
+    process = (SERVER_SECOND_PASS_PROCESS if args.second_pass_process is None
+               else args.second_pass_process)
+    engine["second_pass_process"] = process
+    if args.second_pass_processes is None and process:
         engine["second_pass_processes"] = SERVER_SECOND_PASS_PROCESSES
     return ServerConfig(
         **server,

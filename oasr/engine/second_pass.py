@@ -96,10 +96,14 @@ def second_pass_threads(engine_threads: int) -> int:
 
 
 class Runner(Protocol):
-    """Where the decoding side runs: takes commands, reports its counters."""
+    """Where the decoding side runs: takes commands, reports its counters and how many
+    decoders work side by side in it."""
 
     @property
     def counters(self) -> LoopCounters: ...
+
+    @property
+    def num_decoders(self) -> int: ...
 
     def put(self, command: Command) -> None: ...
 
@@ -174,6 +178,10 @@ class RunnerPool:
         return answered
 
     @property
+    def num_decoders(self) -> int:
+        return sum(runner.num_decoders for runner in self.runners)
+
+    @property
     def counters(self) -> LoopCounters:
         parts = [runner.counters for runner in self.runners]
         return LoopCounters(*(sum(getattr(c, f.name) for c in parts) for f in fields(LoopCounters)))
@@ -190,7 +198,7 @@ class RunnerPool:
                     return
                 self._load[index] -= 1
             else:
-                context = getattr(command, "context_job", None)
+                context = command.context_job if isinstance(command, SecondPassJob) else None
                 index = self._where.get(context) if context is not None else None
                 if index is None:
                     index = min(range(len(self.runners)), key=self._load.__getitem__)
@@ -333,8 +341,8 @@ class SecondPassWorker:
 
     @property
     def num_decoders(self) -> int:
-        """Decoding sides working at once (a `RunnerPool`'s runners, else 1)."""
-        return len(getattr(self._runner, "runners", (None,)))
+        """Decoders working side by side (a `RunnerPool`'s processes, else 1)."""
+        return self._runner.num_decoders
 
     @property
     def decoder(self) -> Any:

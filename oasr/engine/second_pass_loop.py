@@ -38,6 +38,8 @@ class CommandGate:
     leave to step (a ``queue``/``threading`` pair on a thread, their ``multiprocessing``
     counterparts for a process). Leave is given at the start."""
 
+    num_decoders = 1  # one decoding loop behind one gate
+
     def __init__(self, commands: Any, may_step: Any) -> None:
         self._commands = commands
         self._may_step = may_step

@@ -32,6 +32,8 @@ RATE = 16_000
 class _Runner:
     """Records what it is given; ``answer(job_id)`` answers one of its jobs."""
 
+    num_decoders = 1
+
     def __init__(self, answered: Any, counters: LoopCounters) -> None:
         self.answered = answered
         self.counters = counters
@@ -111,6 +113,7 @@ def test_aborts_holds_stops_and_counters() -> None:
     assert a.job_ids == [1, 3]  # both idle again: the first
     pool.hold(True)
     assert a.holds == b.holds == [True]
+    assert pool.num_decoders == 2
     assert pool.counters.num_refinements == 3 and pool.counters.busy_seconds == 1.0
     pool.put(None)
     assert a.commands[-1] is None and b.commands[-1] is None
