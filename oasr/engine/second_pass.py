@@ -32,6 +32,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -159,14 +160,16 @@ class RunnerPool:
         self._lock = threading.Lock()
         self._where: dict[int, int] = {}  # job id -> index of the runner that has it
         self._load = [0] * num_runners  # jobs outstanding per runner
-        self.runners: list[Runner] = []
-        try:
-            for index in range(num_runners):
-                self.runners.append(start_one(self._answered_by(index)))
-        except Exception:
-            for runner in self.runners:
-                runner.stop(10.0)
-            raise
+        # started together: each start loads Whisper in its process (~3 s here) and waits
+        with ThreadPoolExecutor(num_runners, thread_name_prefix="oasr-second-pass-start") as ex:
+            starts = [ex.submit(start_one, self._answered_by(i)) for i in range(num_runners)]
+        failed = [error for f in starts if (error := f.exception()) is not None]
+        if failed:
+            for start in starts:
+                if start.exception() is None:
+                    start.result().stop(10.0)
+            raise failed[0]
+        self.runners: list[Runner] = [start.result() for start in starts]
 
     def _answered_by(self, index: int) -> Callable[[Answer], None]:
         def answered(answer: Answer) -> None:

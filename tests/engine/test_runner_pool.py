@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import signal
+import threading
 import time
 from typing import Any
 
@@ -125,16 +127,28 @@ def test_aborts_holds_stops_and_counters() -> None:
 
 def test_a_runner_that_fails_to_start_stops_those_started() -> None:
     started: list[_Runner] = []
+    calls = itertools.count()
 
     def start_one(answered: Any) -> _Runner:
-        if started:
+        if next(calls) == 1:
             raise ValueError("no weights here")
         started.append(_Runner(answered, LoopCounters()))
         return started[0]
 
     with pytest.raises(ValueError, match="no weights here"):
         RunnerPool(start_one, 2, print)
-    assert started[0].stopped
+    assert len(started) == 1 and started[0].stopped
+
+
+def test_runners_start_together() -> None:
+    # each start waits until the other has begun: one after the other, the first never returns
+    both = threading.Barrier(2, timeout=10)
+
+    def start_one(answered: Any) -> _Runner:
+        both.wait()
+        return _Runner(answered, LoopCounters())
+
+    assert RunnerPool(start_one, 2, print).num_decoders == 2
 
 
 def _two_processes() -> tuple[SecondPassWorker, queue.Queue[Any]]:
