@@ -15,6 +15,7 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
+from oasr.engine.config import EngineConfig
 from oasr.engine.events import Final
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import REASONS, SOURCES
@@ -47,7 +48,7 @@ class FinalPublisher:
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
                  tokenizer: Any = None, context_s: float = 0.0, early_s: float = 0.0,
-                 light_load_streams: int = 2) -> None:
+                 light_load_streams: int = EngineConfig.light_load_streams) -> None:
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
