@@ -57,6 +57,19 @@ async def wait_for(predicate: object, what: str, timeout_s: float = 30.0) -> Non
         await asyncio.sleep(0.02)
 
 
+async def open_one_by_one(url: str, clips: list[Clip]) -> tuple[
+        list[ClientResult], list[asyncio.Task[ClientResult]]]:
+    """Start a session per clip, each once the one before is live, so that least connections
+    sees every earlier session: HAProxy's threads may pick one server for two connections that
+    arrive in the same instant, before either is counted (seen once on a 2-core CI box)."""
+    live = [ClientResult() for _ in clips]
+    tasks = []
+    for i, (clip, result) in enumerate(zip(clips, live, strict=True)):
+        tasks.append(asyncio.create_task(stream_clip(url, clip.pcm(), result=result)))
+        await wait_for(lambda result=result: result.got_ready, f"session {i} live")
+    return live, tasks
+
+
 def test_replicas_behind_haproxy(cluster: tuple[HaproxyProcess, dict[str, ServerProcess]],
                                  clips: list[Clip], references: list[list[str]]) -> None:
     haproxy, servers = cluster
@@ -64,7 +77,8 @@ def test_replicas_behind_haproxy(cluster: tuple[HaproxyProcess, dict[str, Server
 
     async def spread() -> None:
         # three concurrent sessions land on three replicas (least connections)
-        results = await asyncio.gather(*(stream_clip(url, clips[i].pcm()) for i in range(3)))
+        _, tasks = await open_one_by_one(url, [clips[i] for i in range(3)])
+        results = await asyncio.gather(*tasks)
         for i, result in enumerate(results):
             assert_clean_finish(result, references[i], f"spread session {i}")
         assert sorted(replica_of(r) for r in results) == list(REPLICAS)
@@ -106,10 +120,7 @@ def test_replicas_behind_haproxy(cluster: tuple[HaproxyProcess, dict[str, Server
 
     async def kill_one(survivors: list[str]) -> None:
         # kill -9: only that replica's own clients see a closed connection
-        live = [ClientResult() for _ in range(2)]
-        tasks = [asyncio.create_task(stream_clip(url, clips[16 + i].pcm(), result=live[i]))
-                 for i in range(2)]
-        await wait_for(lambda: all(r.got_ready for r in live), "two live sessions")
+        live, tasks = await open_one_by_one(url, [clips[16 + i] for i in range(2)])
         assert {replica_of(r) for r in live} == set(survivors)
         victim = replica_of(live[0])
         servers[victim].process.kill()
