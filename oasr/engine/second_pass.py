@@ -46,6 +46,7 @@ from oasr.engine.second_pass_jobs import (
     RefineJob,
     SecondPassDone,
     SecondPassJob,
+    failed_answer,
 )
 from oasr.engine.second_pass_loop import Command, CommandGate, LoopCounters, SecondPassLoop
 from oasr.models.whisper.no_speech import NoSpeechRule
@@ -145,24 +146,32 @@ class RunnerPool:
     """Several decoding sides as one ``Runner`` (``EngineConfig.second_pass_processes``): a job
     goes to the side with the fewest jobs outstanding (a final whose context is still being
     decoded goes where that is), an abort to the side that has the job, a hold to all; the
-    counters are their sums. When any side is lost the pool is lost.
+    counters are their sums.
+
+    A side that is lost (its process died) fails only the jobs it held (a final keeps its CTC
+    text) and gets no more; the others go on, and ``num_decoders`` counts them. When the last
+    side is lost the pool is (``lost``).
 
     The sides are single-threaded processes: a second one uses a core the streaming step
     leaves idle at a demo's load, where one process with two threads would make each of its
     parallel regions wait for a core the streams hold.
     """
 
-    def __init__(self, start_one: Callable[[Callable[[Answer], None]], Runner],
-                 num_runners: int, answered: Callable[[Answer], None]) -> None:
+    def __init__(self, start_one: Callable[[Callable[[Answer], None], Callable[[], None]], Runner],
+                 num_runners: int, answered: Callable[[Answer], None],
+                 lost: Callable[[], None]) -> None:
         if num_runners < 1:
             raise ValueError(f"a runner pool needs >= 1 runner, got {num_runners}")
         self._answered = answered
+        self._lost = lost
         self._lock = threading.Lock()
-        self._where: dict[int, int] = {}  # job id -> index of the runner that has it
+        self._where: dict[int, tuple[int, SecondPassJob | RefineJob]] = {}  # job id -> runner
         self._load = [0] * num_runners  # jobs outstanding per runner
+        self._alive = [True] * num_runners
         # started together: each start loads Whisper in its process (~3 s here) and waits
         with ThreadPoolExecutor(num_runners, thread_name_prefix="oasr-second-pass-start") as ex:
-            starts = [ex.submit(start_one, self._answered_by(i)) for i in range(num_runners)]
+            starts = [ex.submit(start_one, self._answered_by(i), self._lost_one(i))
+                      for i in range(num_runners)]
         failed = [error for f in starts if (error := f.exception()) is not None]
         if failed:
             for start in starts:
@@ -174,15 +183,36 @@ class RunnerPool:
     def _answered_by(self, index: int) -> Callable[[Answer], None]:
         def answered(answer: Answer) -> None:
             with self._lock:
-                if self._where.get(answer.job_id) == index:
+                where = self._where.get(answer.job_id)
+                if where is not None and where[0] == index:
                     del self._where[answer.job_id]
                     self._load[index] -= 1
             self._answered(answer)
         return answered
 
+    def _lost_one(self, index: int) -> Callable[[], None]:
+        def lost() -> None:
+            with self._lock:
+                self._alive[index] = False
+                held = [job for i, job in self._where.values() if i == index]
+                for job in held:
+                    del self._where[job.job_id]
+                self._load[index] = 0
+                left = sum(self._alive)
+            if not left:
+                self._lost()
+                return
+            logger.error("a second-pass process was lost; %d go on, %d of its segments keep "
+                         "their CTC text", left, sum(isinstance(j, SecondPassJob) for j in held))
+            for job in held:
+                self._answered(failed_answer(job))
+        return lost
+
     @property
     def num_decoders(self) -> int:
-        return sum(runner.num_decoders for runner in self.runners)
+        """Decoders of the sides still alive."""
+        return sum(runner.num_decoders for runner, alive in zip(self.runners, self._alive,
+                                                                   strict=True) if alive)
 
     @property
     def counters(self) -> LoopCounters:
@@ -196,16 +226,20 @@ class RunnerPool:
             return
         with self._lock:
             if isinstance(command, int):  # an abort: to the runner that has the job
-                index = self._where.pop(command, None)
-                if index is None:
+                where = self._where.pop(command, None)
+                if where is None:
                     return
+                index = where[0]
                 self._load[index] -= 1
             else:
                 context = command.context_job if isinstance(command, SecondPassJob) else None
-                index = self._where.get(context) if context is not None else None
-                if index is None:
-                    index = min(range(len(self.runners)), key=self._load.__getitem__)
-                self._where[command.job_id] = index
+                index = self._where[context][0] if context in self._where else -1
+                if index < 0:
+                    alive = [i for i, a in enumerate(self._alive) if a]
+                    if not alive:
+                        return  # the pool is lost: the worker answered what it held
+                    index = min(alive, key=self._load.__getitem__)
+                self._where[command.job_id] = (index, command)
                 self._load[index] += 1
         self.runners[index].put(command)
 
@@ -224,8 +258,9 @@ class SecondPassWorker:
 
     Invariant: every submitted job is delivered exactly once unless aborted; a job counts
     against the backlog (finals) or the refinements in flight from its submission until it is
-    delivered or aborted. When the decoding side is lost (its process died), every job
-    outstanding is answered as failed (finals keep their CTC text) and no more are taken.
+    delivered or aborted. When the decoding side is lost (its process died; with several,
+    the last of them), every job outstanding is answered as failed (finals keep their CTC
+    text) and no more are taken.
 
     Build one with `on_thread` or `in_process` (or `load`).
     """
@@ -286,8 +321,9 @@ class SecondPassWorker:
         def start(answered: Callable[[Answer], None], lost: Callable[[], None]) -> Runner:
             if num_processes == 1:
                 return ProcessRunner(spec, answered, lost)
-            return RunnerPool(lambda answered_one: ProcessRunner(spec, answered_one, lost),
-                              num_processes, answered)
+            return RunnerPool(lambda answered_one, lost_one: ProcessRunner(spec, answered_one,
+                                                                           lost_one),
+                              num_processes, answered, lost)
 
         return cls(deliver, max_backlog, start, spec.no_speech)
 
@@ -460,8 +496,4 @@ class SecondPassWorker:
             jobs = list(self._outstanding.values())
         logger.error("second pass lost; %d outstanding segments keep their CTC text", len(jobs))
         for job in jobs:
-            if isinstance(job, RefineJob):
-                self._answered(RefineDone(job.job_id, job.stream_id, job.segment, "", (), (),
-                                          True, job.num_frames))
-            else:
-                self._answered(SecondPassDone(job.job_id, job.stream_id, None, 0.0, "ctc"))
+            self._answered(failed_answer(job))

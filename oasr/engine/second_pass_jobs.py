@@ -104,3 +104,11 @@ class SecondPassDone:
 
 
 Answer = SecondPassDone | RefineDone
+
+
+def failed_answer(job: SecondPassJob | RefineJob) -> Answer:
+    """The answer for a job whose decoder was lost: a final keeps its CTC text, a refinement
+    failed."""
+    if isinstance(job, RefineJob):
+        return RefineDone(job.job_id, job.stream_id, job.segment, "", (), (), True, job.num_frames)
+    return SecondPassDone(job.job_id, job.stream_id, None, 0.0, "ctc")

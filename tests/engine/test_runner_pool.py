@@ -5,7 +5,10 @@
   still outstanding goes to that job's runner (the context's text is only known there); an
   abort goes to the runner that has the job, and nowhere once it was answered.
 - Holds and stops reach every runner; the counters are their sums.
-- With real child processes: both decode, and one that dies fails what the pool held.
+- A runner that is lost fails only the jobs it held and gets no more; the pool is lost with
+  its last runner.
+- With real child processes: both decode, and one that dies fails only its own jobs while the
+  other goes on decoding.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ class _Runner:
 
     num_decoders = 1
 
-    def __init__(self, answered: Any, counters: LoopCounters) -> None:
+    def __init__(self, answered: Any, counters: LoopCounters, lost: Any = None) -> None:
         self.answered = answered
+        self.lost = lost
         self.counters = counters
         self.commands: list[Command] = []
         self.holds: list[bool] = []
@@ -60,16 +64,16 @@ class _Runner:
         return [c.job_id for c in self.commands if isinstance(c, SecondPassJob | RefineJob)]
 
 
-def _pool(num: int = 2) -> tuple[RunnerPool, list[_Runner], list[Answer]]:
+def _pool(num: int = 2, lost: Any = None) -> tuple[RunnerPool, list[_Runner], list[Answer]]:
     runners: list[_Runner] = []
     answers: list[Answer] = []
 
-    def start_one(answered: Any) -> _Runner:
+    def start_one(answered: Any, lost_one: Any) -> _Runner:
         runners.append(_Runner(answered, LoopCounters(num_refinements=len(runners) + 1,
-                                                       busy_seconds=0.5)))
+                                                       busy_seconds=0.5), lost_one))
         return runners[-1]
 
-    return RunnerPool(start_one, num, answers.append), runners, answers
+    return RunnerPool(start_one, num, answers.append, lost or print), runners, answers
 
 
 def _refine(job_id: int) -> RefineJob:
@@ -122,21 +126,21 @@ def test_aborts_holds_stops_and_counters() -> None:
     pool.stop(1.0)
     assert a.stopped and b.stopped
     with pytest.raises(ValueError, match=">= 1 runner"):
-        RunnerPool(lambda answered: _Runner(answered, LoopCounters()), 0, print)
+        RunnerPool(lambda answered, lost: _Runner(answered, LoopCounters()), 0, print, print)
 
 
 def test_a_runner_that_fails_to_start_stops_those_started() -> None:
     started: list[_Runner] = []
     calls = itertools.count()
 
-    def start_one(answered: Any) -> _Runner:
+    def start_one(answered: Any, lost: Any) -> _Runner:
         if next(calls) == 1:
             raise ValueError("no weights here")
         started.append(_Runner(answered, LoopCounters()))
         return started[0]
 
     with pytest.raises(ValueError, match="no weights here"):
-        RunnerPool(start_one, 2, print)
+        RunnerPool(start_one, 2, print, print)
     assert len(started) == 1 and started[0].stopped
 
 
@@ -144,19 +148,43 @@ def test_runners_start_together() -> None:
     # each start waits until the other has begun: one after the other, the first never returns
     both = threading.Barrier(2, timeout=10)
 
-    def start_one(answered: Any) -> _Runner:
+    def start_one(answered: Any, lost: Any) -> _Runner:
         both.wait()
         return _Runner(answered, LoopCounters())
 
-    assert RunnerPool(start_one, 2, print).num_decoders == 2
+    assert RunnerPool(start_one, 2, print, print).num_decoders == 2
+
+
+def test_a_lost_runner_fails_only_its_jobs_and_the_last_one_loses_the_pool() -> None:
+    lost_pool: list[bool] = []
+    pool, (a, b), answers = _pool(lost=lambda: lost_pool.append(True))
+    pool.put(_job(1, _voice(0.5)))
+    pool.put(_refine(2))
+    pool.put(_job(3, _voice(0.5)))  # a: 1, 3; b: 2
+    a.lost()
+    assert sorted((x.job_id, type(x).__name__) for x in answers) == [
+        (1, "SecondPassDone"), (3, "SecondPassDone")]
+    assert all(x.text is None and x.source == "ctc" for x in answers)
+    assert pool.num_decoders == 1 and not lost_pool
+    a.answer(1)  # a late answer from the lost runner is passed on, the pool's books unchanged
+    pool.put(_job(4, _voice(0.5)))
+    pool.put(SecondPassJob(5, 1, 1, _voice(0.5), 0.0, context_job=3))  # 3 failed: anywhere
+    assert (a.job_ids, b.job_ids) == ([1, 3], [2, 4, 5])
+    pool.put(3)  # an abort for a failed job goes nowhere
+    assert 3 not in a.commands
+    b.lost()
+    assert lost_pool == [True]  # the pool's owner answers the rest
+    assert pool.num_decoders == 0
+    pool.put(_job(6, _voice(0.5)))
+    assert 6 not in a.job_ids + b.job_ids
 
 
 def _two_processes() -> tuple[SecondPassWorker, queue.Queue[Any]]:
     out: queue.Queue[Any] = queue.Queue()
 
     def start(answered: Any, lost: Any) -> Any:
-        return RunnerPool(lambda one: ProcessRunner(WhisperProcessSpec(nice=5), one, lost,
-                                                    target=child_scripted), 2, answered)
+        return RunnerPool(lambda one, lost_one: ProcessRunner(
+            WhisperProcessSpec(nice=5), one, lost_one, target=child_scripted), 2, answered, lost)
 
     return SecondPassWorker(out.put, 8, start), out
 
@@ -182,13 +210,21 @@ def test_two_processes_decode_side_by_side() -> None:
     assert not any(p.is_alive() for p in processes)
 
 
-def test_one_process_dying_fails_what_the_pool_held() -> None:
+def test_one_process_dying_fails_its_own_jobs_and_the_other_goes_on() -> None:
     worker, out = _two_processes()
     assert worker.try_submit(_job(2, _voice(0.5)))  # scripted, never released: first child
-    assert worker.try_submit(_job(4, _voice(0.5)))  # not scripted: the second child
-    first = worker._runner.runners[0].process  # type: ignore[attr-defined]
+    assert worker.try_submit(_job(4, _voice(0.5)))  # never answered: the second child
+    first, second = (r.process for r in worker._runner.runners)  # type: ignore[attr-defined]
     os.kill(first.pid, signal.SIGKILL)
-    done = {out.get(timeout=10).job_id for _ in range(2)}
-    assert done == {2, 4}  # both kept their CTC text
-    assert not worker.try_submit(_job(6, _voice(0.5)))
+    done = out.get(timeout=10)
+    assert (done.job_id, done.text, done.source) == (2, None, "ctc")  # kept its CTC text
+    assert worker.num_decoders == 1 and worker.backlog == 1  # job 4 still on the second
+    assert worker.try_submit(_job(1, _voice(0.5)))  # to the second child, which answers it
+    done = out.get(timeout=30)
+    assert (done.job_id, done.text) == (1, "from the child")
+    assert out.empty()
+    os.kill(second.pid, signal.SIGKILL)
+    done = out.get(timeout=10)
+    assert (done.job_id, done.text, done.source) == (4, None, "ctc")
+    assert not worker.try_submit(_job(6, _voice(0.5)))  # both gone: the second pass is lost
     worker.stop(timeout=2)
