@@ -139,6 +139,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    "last chunk too, so a segment ends when its silence is there, not at the "
                    "next 640 ms chunk (default: on; --no-endpoint-between-chunks decides only "
                    "at chunks, 0-0.64 s later)")
+    g.add_argument("--light-load-streams", type=int, default=EngineConfig.light_load_streams,
+                   metavar="N",
+                   help="while at most N streams are live, segments end between chunks and "
+                   "finals start decoding at a pause (a demo's load); above it both wait for "
+                   f"chunks (default: {EngineConfig.light_load_streams})")
     g.add_argument("--max-segment", type=float, default=None, metavar="S",
                    help="sentence-pause endpointing: longest segment in seconds, cut at its "
                         "quietest point in the last 3 s (15 when only --endpoint-pause is "
@@ -191,7 +196,8 @@ def default_num_left_chunks(model: str | None) -> int:
 # the other flags are read by name in `engine_config_from_args`.
 SAME_NAME_FIELDS = ("model", "device", "dtype", "max_batch_size", "chunk_size",
                     "prefill_kv_window", "max_num_blocks", "lm", "cuda_graphs", "second_pass",
-                    "streaming_cohort_admit", "decode_kv_budget_gib", "max_decode_slots")
+                    "streaming_cohort_admit", "decode_kv_budget_gib", "max_decode_slots",
+                    "light_load_streams")
 
 
 def _seconds_or_off(value: str) -> float | None:

@@ -143,3 +143,8 @@ def test_transcribe_decodes_finals_in_full_with_context_and_the_server_does_not(
     live = engine_config_from_args(parser.parse_args([]))
     assert live.final_context_s == 0 and live.second_pass_fast_backlog == 2
     assert live.early_final_s == EngineConfig.early_final_s > 0
+    assert live.light_load_streams == EngineConfig.light_load_streams
+    demo = engine_config_from_args(parser.parse_args(["--light-load-streams", "4"]))
+    assert demo.light_load_streams == 4
+    with pytest.raises(ValueError, match="light_load_streams"):
+        engine_config_from_args(parser.parse_args(["--light-load-streams", "-1"]))
