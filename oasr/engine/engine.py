@@ -328,9 +328,9 @@ class ASREngine:
     def _listen_between_chunks(self, ran: set[int]) -> None:
         """Streams that got no chunk this step: a segment whose pause the audio after its
         last chunk already holds ends now, or starts its early final (`SegmentCuts.in_quiet`).
-        Only at a demo's load (``EngineConfig.light_load_streams``): above it segments end at
-        chunks."""
-        if len(self.requests) > self.config.light_load_streams:
+        Only at a demo's load (``EngineConfig.resolved_light_load_streams``): above it
+        segments end at chunks."""
+        if len(self.requests) > self.config.resolved_light_load_streams:
             return
         for request in [r for s, r in self.requests.items() if s not in ran and r.is_running]:
             decision, pause = self._cuts.in_quiet(request)

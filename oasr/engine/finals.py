@@ -15,7 +15,7 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
-from oasr.engine.config import EngineConfig
+from oasr.engine.config import LIGHT_LOAD_STREAMS_PER_DECODER
 from oasr.engine.events import Final
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import REASONS, SOURCES
@@ -27,9 +27,10 @@ from oasr.engine.words import WordTime, ctc_word_times
 # for the second pass: an idle one (a busy one's spare time goes to the finals and
 # refinements that are sure)
 EARLY_MAX_BACKLOG = 1
-# ... and only at a demo's load (`EngineConfig.light_load_streams`): with more streams, the
-# decodes the speakers go on from take the worker's time from finals that are sure
-# (bench/live_text.py, 4 clients: final lag p95 3.2 -> 4.0 s with them; 1 client: 2.25 -> 1.78 s)
+# ... and only at a demo's load (`EngineConfig.resolved_light_load_streams`, 2 per decoding
+# process): with more streams, the decodes the speakers go on from take the worker's time from
+# finals that are sure (bench/live_text.py, 4 clients on one process: final lag p95 3.2 -> 4.0 s
+# with them; 1 client: 2.25 -> 1.78 s; 4 clients on two processes: 2.65-2.78 -> 1.97-1.99 s)
 
 
 class FinalPublisher:
@@ -48,7 +49,7 @@ class FinalPublisher:
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
                  tokenizer: Any = None, context_s: float = 0.0, early_s: float = 0.0,
-                 light_load_streams: int = EngineConfig.light_load_streams) -> None:
+                 light_load_streams: int = LIGHT_LOAD_STREAMS_PER_DECODER) -> None:
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words

@@ -139,11 +139,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    "last chunk too, so a segment ends when its silence is there, not at the "
                    "next 640 ms chunk (default: on; --no-endpoint-between-chunks decides only "
                    "at chunks, 0-0.64 s later)")
-    g.add_argument("--light-load-streams", type=int, default=EngineConfig.light_load_streams,
-                   metavar="N",
+    g.add_argument("--light-load-streams", type=int, default=None, metavar="N",
                    help="while at most N streams are live, segments end between chunks and "
                    "finals start decoding at a pause (a demo's load); above it both wait for "
-                   f"chunks (default: {EngineConfig.light_load_streams})")
+                   "chunks (default: 2 per --second-pass-processes)")
     g.add_argument("--max-segment", type=float, default=None, metavar="S",
                    help="sentence-pause endpointing: longest segment in seconds, cut at its "
                         "quietest point in the last 3 s (15 when only --endpoint-pause is "

@@ -59,6 +59,10 @@ def test_no_flags_give_the_default_server_config(monkeypatch: pytest.MonkeyPatch
     three = server_config_from_args(build_parser().parse_args(
         ["--lm", "none", "--second-pass-processes", "3"]))
     assert three.engine.second_pass_processes == 3
+    # a demo's load (endpoints between chunks, early finals): 2 streams per process
+    assert config.engine.resolved_light_load_streams == 2 * min(2, os.cpu_count() or 1)
+    assert on_thread.engine.resolved_light_load_streams == 2
+    assert three.engine.resolved_light_load_streams == 6
     with pytest.raises(ValueError, match="needs second_pass_process"):
         server_config_from_args(build_parser().parse_args(
             ["--lm", "none", "--no-second-pass-process", "--second-pass-processes", "2"]))

@@ -143,8 +143,12 @@ def test_transcribe_decodes_finals_in_full_with_context_and_the_server_does_not(
     live = engine_config_from_args(parser.parse_args([]))
     assert live.final_context_s == 0 and live.second_pass_fast_backlog == 2
     assert live.early_final_s == EngineConfig.early_final_s > 0
-    assert live.light_load_streams == EngineConfig.light_load_streams
-    demo = engine_config_from_args(parser.parse_args(["--light-load-streams", "4"]))
-    assert demo.light_load_streams == 4
+    assert live.light_load_streams is None and live.resolved_light_load_streams == 2
+    two = engine_config_from_args(parser.parse_args(["--second-pass-process",
+                                                     "--second-pass-processes", "2"]))
+    assert two.resolved_light_load_streams == 4  # 2 per second-pass process
+    demo = engine_config_from_args(parser.parse_args(["--light-load-streams", "3",
+                                                      "--second-pass-processes", "1"]))
+    assert demo.resolved_light_load_streams == 3
     with pytest.raises(ValueError, match="light_load_streams"):
         engine_config_from_args(parser.parse_args(["--light-load-streams", "-1"]))
