@@ -142,7 +142,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--light-load-streams", type=int, default=None, metavar="N",
                    help="while at most N streams are live, segments end between chunks and "
                    "finals start decoding at a pause (a demo's load); above it both wait for "
-                   "chunks (default: 2 per --second-pass-processes)")
+                   "chunks (default: 2 for each second-pass process)")
     g.add_argument("--max-segment", type=float, default=None, metavar="S",
                    help="sentence-pause endpointing: longest segment in seconds, cut at its "
                         "quietest point in the last 3 s (15 when only --endpoint-pause is "
