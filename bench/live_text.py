@@ -175,7 +175,7 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
     last_partial, finals = ErrorCounts(), ErrorCounts()
     lags, settled, partial_lat, changed, refined = [], [], [], 0, 0
     examples: list[dict[str, Any]] = []  # the first few changes, to see what changed
-    texts: list[dict[str, Any]] = []  # per client: its finals (text, source, lag), to read
+    texts: list[dict[str, Any]] = []  # per client: its finals (text, last partial, source, lag), to read
     for log in logs:
         last: dict[int, str] = {}
         stable: dict[int, list[str]] = {}
@@ -218,8 +218,8 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                     lags.append(when - sent)
                     same = _bare(partial) == _bare(m["text"])
                     settled.append((since[m["segment"]] if same else when) - sent)
-                read.append({"text": m["text"], "source": m.get("source"),
-                             "reason": m.get("reason"),
+                read.append({"text": m["text"], "last_partial": partial,
+                             "source": m.get("source"), "reason": m.get("reason"),
                              "lag": None if sent is None else round(when - sent, 2)})
         last_partial.add(references[log.passage], " ".join(shown))
         finals.add(references[log.passage], " ".join(final_texts))
