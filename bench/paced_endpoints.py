@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                          endpoint_quiet=QuietTail() if between else None,
                          # every file at once, each stream as at a demo's load
                          light_load_streams=len(items),
+                         light_load_context_s=0.0,  # the variant's context_s decides
                          min_audio_rate=0.0)  # paced slower than real time on a small box
         started = time.perf_counter()
         endpoints = run_paced(items, config, name)

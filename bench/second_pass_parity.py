@@ -135,7 +135,7 @@ def engine_config(second_pass: str, decode: WhisperDecodeConfig,
         max_session_s=math.inf, max_pending_audio_s=math.inf,
         second_pass_max_backlog=sys.maxsize, second_pass_fast_backlog=None, early_final_s=0.0,
         second_pass_yield_s=None,
-        final_context_s=context_s,
+        final_context_s=context_s, light_load_context_s=0.0,  # as oasr transcribe: at any load
         refine=None,  # offline, as oasr transcribe
     )
 

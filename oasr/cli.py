@@ -75,6 +75,7 @@ def _transcribe(args: argparse.Namespace) -> int:
             second_pass_yield_s=None,  # audio waits by design: Whisper never waits for it
             final_context_s=(OFFLINE_FINAL_CONTEXT_S if args.final_context is None
                              else args.final_context),
+            light_load_context_s=0.0,  # --final-context decides, whatever the load
             early_final_s=0.0,  # no one waits for a final offline
             refine=None,  # no one reads partials offline
         )

@@ -388,7 +388,7 @@ class ASREngine:
         self._emit_final(request, reason, hyp)
         self.resources.reset_stream(request.stream_id)
         request.offset = 0
-        self.finals.release_audio(request, request.segment_start_frame)
+        self.finals.release_audio(request, request.segment_start_frame, len(self.requests))
         request.segment_start_frame = request.num_frames_decoded
         if cut < decoded:
             request.windower.rewind(request.num_frames_decoded * self._geometry.subsampling)
@@ -400,6 +400,8 @@ class ASREngine:
         request.last_step = None
         if hyp is None:
             hyp = self.resources.final_hypothesis(request.stream_id)
-        self.finals.publish(request, hyp, reason)
+        # live streams, this one counted (a finishing stream has left ``requests`` already)
+        num_streams = len(self.requests) + (request.stream_id not in self.requests)
+        self.finals.publish(request, hyp, reason, num_streams)
         if request.refine is not None:
             request.refine.reset()

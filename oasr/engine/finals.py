@@ -49,7 +49,8 @@ class FinalPublisher:
 
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
                  tokenizer: Any = None, context_s: float = 0.0, early_s: float = 0.0,
-                 light_load_streams: int = LIGHT_LOAD_STREAMS_PER_DECODER) -> None:
+                 light_load_streams: int = LIGHT_LOAD_STREAMS_PER_DECODER,
+                 light_context_s: float = 0.0) -> None:
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
@@ -57,6 +58,7 @@ class FinalPublisher:
         # a pause this long (in frames) after the last token starts the final's decode early
         self.early_frames = round(early_s / timing.frame_shift_s) if early_s > 0 else 0
         self.light_load_streams = light_load_streams  # ... while at most this many are live
+        self.light_context_s = light_context_s  # context_s while at most that many are live
         self.num_early_used = 0  # finals whose early decode was their final's
         self.num_early_discarded = 0  # early decodes dropped: the speaker went on
         self._job_ids = itertools.count(1)
@@ -66,8 +68,10 @@ class FinalPublisher:
         # finals whose Whisper text the guard rejected, by reason (every key from the start)
         self.rejected = dict.fromkeys(REASONS, 0)
 
-    def publish(self, request: Request, hyp: Hypothesis, reason: str) -> None:
-        """The segment that just ended: publish or queue its final, advance the segment.
+    def publish(self, request: Request, hyp: Hypothesis, reason: str,
+                num_streams: int = 1) -> None:
+        """The segment that just ended: publish or queue its final, advance the segment
+        (``num_streams`` live streams: whether it carries context, `context_limit_s`).
 
         With the second pass on, a segment the CTC pass heard nothing in still goes to Whisper
         when its audio is loud enough to hold speech (a weak first pass must not lose it).
@@ -98,7 +102,7 @@ class FinalPublisher:
         if early is not None:
             self._discard_early(early)
         if audio is not None and self.worker is not None:
-            job = self._job(request, hyp, audio)
+            job = self._job(request, hyp, audio, num_streams)
             if self.worker.try_submit(job):
                 request.segment += 1
                 request.pending_finals[job.job_id] = PendingFinal(event, base)
@@ -133,15 +137,24 @@ class FinalPublisher:
         audio = self._segment_audio(request)
         if audio is None:
             return
-        job = self._job(request, hyp, audio)
+        job = self._job(request, hyp, audio, num_streams)
         if self.worker.try_submit(job):
             request.early = EarlyFinal(job.job_id, tokens, job.prefix,
                                        num_frames=request.segment_frames)
 
-    def release_audio(self, request: Request, ended_segment_start: int) -> None:
+    def context_limit_s(self, num_streams: int) -> float:
+        """The longest previous segment carried as context while ``num_streams`` are live:
+        ``context_s``, or ``light_context_s`` when longer at a demo's load."""
+        if num_streams <= self.light_load_streams:
+            return max(self.context_s, self.light_context_s)
+        return self.context_s
+
+    def release_audio(self, request: Request, ended_segment_start: int,
+                      num_streams: int = 1) -> None:
         """A segment ended: drop the audio no second pass needs any more (all before the new
         segment; with context carried, all before the segment that just ended)."""
-        keep_from = ended_segment_start if self.context_s > 0 else request.num_frames_decoded
+        keep_from = (ended_segment_start if self.context_limit_s(num_streams) > 0
+                     else request.num_frames_decoded)
         request.audio.discard_before(keep_from * self.timing.samples_per_frame)
 
     def _is_final(self, early: EarlyFinal, request: Request, hyp: Hypothesis) -> bool:
@@ -170,11 +183,13 @@ class FinalPublisher:
         if self.worker is not None and early.done is None:
             self.worker.abort(early.job_id)
 
-    def _job(self, request: Request, hyp: Hypothesis, audio: np.ndarray) -> SecondPassJob:
+    def _job(self, request: Request, hyp: Hypothesis, audio: np.ndarray,
+             num_streams: int) -> SecondPassJob:
         """The second-pass job of the open segment: its audio (after the previous segment's,
         when that is carried as context), its CTC text, the refinement's committed words."""
         prefix = self._committed(request)
-        context, context_job, context_audio = self._context(request)
+        context, context_job, context_audio = self._context(request,
+                                                            self.context_limit_s(num_streams))
         return SecondPassJob(self.next_job_id(), request.stream_id, request.segment,
                              np.concatenate([context_audio, audio]), time.monotonic(),
                              hyp.text, prefix, context=context,
@@ -246,15 +261,15 @@ class FinalPublisher:
         audio = request.audio.slice(start, end)
         return audio.copy() if audio is not None and audio.size else None
 
-    def _context(self, request: Request) -> tuple[str, int | None, np.ndarray]:
+    def _context(self, request: Request, limit_s: float) -> tuple[str, int | None, np.ndarray]:
         """What this segment's second pass carries from the previous segment: its final's
         text (or, while that is still being decoded, its job id: the worker then waits for
-        it) and its audio; none unless the previous segment is at most ``context_s`` long
+        it) and its audio; none unless the previous segment is at most ``limit_s`` long
         and both fit Whisper's window together. The decode then continues the previous text
         instead of starting cold on a few seconds of audio (Whisper's own long-form
         transcription conditions on the previous text the same way)."""
         none = ("", None, np.zeros(0, dtype=np.float32))
-        if self.context_s <= 0:
+        if limit_s <= 0:
             return none
         text, job_id, start_frame = "", None, 0
         if request.pending_finals:
@@ -269,7 +284,7 @@ class FinalPublisher:
             text, start_frame = last.text, last.start_frame
         per_frame = self.timing.samples_per_frame
         start, end = start_frame * per_frame, request.segment_start_frame * per_frame
-        if (end - start > self.context_s * MODEL_SAMPLE_RATE
+        if (end - start > limit_s * MODEL_SAMPLE_RATE
                 or self._segment_end(request) - start > MAX_SEGMENT_S * MODEL_SAMPLE_RATE):
             return none
         audio = request.audio.slice(start, end)

@@ -102,6 +102,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    "their sentence's context); 0 decodes each segment alone (default: "
                    f"{OFFLINE_FINAL_CONTEXT_S:g} for oasr transcribe, 0 for a live server, "
                    "where it costs batching)")
+    g.add_argument("--light-load-context", type=float,
+                   default=EngineConfig.light_load_context_s, metavar="S",
+                   help="as --final-context, while at most --light-load-streams streams are "
+                   "live (a demo's load: the second pass has room for it); 0: only "
+                   "--final-context")
     g.add_argument("--early-final", type=float, default=EngineConfig.early_final_s, metavar="S",
                    help="start a segment's final decode after this pause (s) after the last "
                    "word, before the endpoint, so the final is ready when the segment ends; "
@@ -235,6 +240,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
         final_context_s=(EngineConfig.final_context_s if args.final_context is None
                          else args.final_context),
+        light_load_context_s=args.light_load_context,
         early_final_s=args.early_final,
         endpoint_quiet=QuietTail() if args.endpoint_between_chunks else None,
         second_pass_yield_s=args.second_pass_yield,

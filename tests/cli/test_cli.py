@@ -138,10 +138,15 @@ def test_transcribe_decodes_finals_in_full_with_context_and_the_server_does_not(
     assert offline.second_pass_fast_backlog is None and offline.early_final_s == 0
     assert offline.final_context_s == OFFLINE_FINAL_CONTEXT_S
     assert no_context.final_context_s == 0
+    # offline --final-context decides at any load: no context means none at the tail either
+    assert offline.light_load_context_s == no_context.light_load_context_s == 0
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser)
     live = engine_config_from_args(parser.parse_args([]))
     assert live.final_context_s == 0 and live.second_pass_fast_backlog == 2
+    assert live.light_load_context_s == EngineConfig.light_load_context_s > 0
+    assert engine_config_from_args(parser.parse_args(
+        ["--light-load-context", "0"])).light_load_context_s == 0
     assert live.early_final_s == EngineConfig.early_final_s > 0
     assert live.light_load_streams is None and live.resolved_light_load_streams == 2
     two = engine_config_from_args(parser.parse_args(["--second-pass-process",

@@ -234,22 +234,29 @@ def test_finals_through_the_engine_carry_the_previous_segment(
     gap = np.zeros(RATE, dtype=np.float32)
     audio = np.concatenate([speech[0], gap, speech[1], gap])
     texts = {}
-    for context_s in (0.0, 10.0):
+    # (final_context_s, light_load_context_s, light_load_streams): carried or not
+    for contexts, carried in (((0.0, 0.0, None), False), ((10.0, 0.0, None), True),
+                              ((0.0, 10.0, None), True),  # one stream: a demo's load
+                              ((0.0, 10.0, 0), False)):  # any stream is above the limit
+        final_s, light_s, light_streams = contexts
         config = replace(engine_config, second_pass="whisper", final_guard=None, refine=None,
                          endpoint=_cut_every(len(speech[0]) / RATE + 0.6),
-                         final_context_s=context_s)
+                         final_context_s=final_s, light_load_context_s=light_s,
+                         light_load_streams=light_streams)
         engine = ASREngine(config)
         events = stream_all(engine, audio)
         run_until_idle_with_finals(engine)
         finals = events.of_type(1, Final)
         assert [f.source for f in finals] == ["whisper", "whisper"]
-        texts[context_s] = [normalize_transcript(f.text) for f in finals]
+        texts[contexts] = [normalize_transcript(f.text) for f in finals]
         with_context = engine.latest_stats().second_pass.num_with_context
-        assert with_context == (1 if context_s else 0)
+        assert with_context == (1 if carried else 0), contexts
         engine.shutdown()
     # the second final is the second sentence alone, with or without the first as context
-    assert texts[10.0][0] == texts[0.0][0]
-    assert "weather" not in texts[10.0][1] and "volume" in texts[10.0][1]
+    alone, carried_text = texts[(0.0, 0.0, None)], texts[(10.0, 0.0, None)]
+    assert carried_text[0] == alone[0]
+    assert "weather" not in carried_text[1] and "volume" in carried_text[1]
+    assert texts[(0.0, 10.0, None)] == carried_text
 
 
 @pytest.fixture(scope="module")
