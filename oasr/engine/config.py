@@ -141,10 +141,12 @@ class EngineConfig:
             decode before the endpoint (while the second pass has no backlog); when the
             segment then ends with nothing said since, that decode is its final, ready at the
             endpoint instead of a decode after it; 0 waits for the endpoint. Only while at
-            most ``light_load_streams`` streams are live (at 4 clients the dropped decodes
-            cost p95 lag). 0.3 s: with endpoints between chunks its answer (which refines the partial
-            at once) comes before a 1 s endpoint; a decode started at 0.5 s often came after
-            it, leaving the CTC text on the page until the final (bench/live_text.py).
+            most ``resolved_light_load_streams`` streams are live (above, the dropped decodes
+            cost the finals that are sure). 0.2 s: its answer (which refines the partial at
+            once) comes before the 1 s endpoint more often than from 0.3 s, the more so with
+            context, whose decodes are longer (bench/live_text.py, 4 clients: last partial
+            13.7-14.1 % -> 9.4-10.4 %, final WER 5.4-5.9 % -> 4.9 %, 20-22 -> 27-30 decodes
+            dropped); from 0.5 s it often came after the endpoint.
         light_load_streams: a demo's load: early final decodes start, and endpoints are
             decided between chunks (``endpoint_quiet``), only while at most this many streams
             are live; None: 2 per second-pass process (``resolved_light_load_streams``).
@@ -221,7 +223,7 @@ class EngineConfig:
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     final_context_s: float = 0.0
     light_load_context_s: float = 10.0
-    early_final_s: float = 0.3
+    early_final_s: float = 0.2
     light_load_streams: int | None = None
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
