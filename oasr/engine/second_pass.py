@@ -31,6 +31,7 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -165,8 +166,8 @@ class RunnerPool:
         self._answered = answered
         self._lost = lost
         self._lock = threading.Lock()
-        self._where: dict[int, tuple[int, SecondPassJob | RefineJob]] = {}  # job id -> runner
-        self._load = [0] * num_runners  # jobs outstanding per runner
+        # job id -> (index of the runner that has it, the job): each runner's outstanding jobs
+        self._where: dict[int, tuple[int, SecondPassJob | RefineJob]] = {}
         self._alive = [True] * num_runners
         # started together: each start loads Whisper in its process (~3 s here) and waits
         with ThreadPoolExecutor(num_runners, thread_name_prefix="oasr-second-pass-start") as ex:
@@ -186,7 +187,6 @@ class RunnerPool:
                 where = self._where.get(answer.job_id)
                 if where is not None and where[0] == index:
                     del self._where[answer.job_id]
-                    self._load[index] -= 1
             self._answered(answer)
         return answered
 
@@ -197,7 +197,6 @@ class RunnerPool:
                 held = [job for i, job in self._where.values() if i == index]
                 for job in held:
                     del self._where[job.job_id]
-                self._load[index] = 0
                 left = sum(self._alive)
             if not left:
                 self._lost()
@@ -230,17 +229,18 @@ class RunnerPool:
                 if where is None:
                     return
                 index = where[0]
-                self._load[index] -= 1
             else:
-                context = command.context_job if isinstance(command, SecondPassJob) else None
-                index = self._where[context][0] if context in self._where else -1
-                if index < 0:
+                waits_for = command.context_job if isinstance(command, SecondPassJob) else None
+                context = self._where.get(waits_for) if waits_for is not None else None
+                if context is not None:
+                    index = context[0]
+                else:
                     alive = [i for i, a in enumerate(self._alive) if a]
                     if not alive:
                         return  # the pool is lost: the worker answered what it held
-                    index = min(alive, key=self._load.__getitem__)
+                    load = Counter(i for i, _ in self._where.values())
+                    index = min(alive, key=load.__getitem__)
                 self._where[command.job_id] = (index, command)
-                self._load[index] += 1
         self.runners[index].put(command)
 
     def hold(self, held: bool) -> None:
