@@ -116,8 +116,8 @@ class EngineConfig:
         second_pass_nice: how many CPU priority steps (``nice``) below the server that
             process runs (0 to 19; 0: the same priority).
         second_pass_processes: with ``second_pass_process``, how many such processes
-            decode, each on its own thread, every job in the one with the fewest outstanding
-            (``oasr.engine.second_pass.RunnerPool``).
+            decode side by side (each with ``second_pass_threads`` torch threads), every job
+            in the one with the fewest outstanding (``oasr.engine.second_pass.RunnerPool``).
         second_pass_decode: how Whisper decodes: beam 5 at temperature 0 (the reference
             decoders' default; refinements stay greedy), the encoder on the segment plus 2 s
             with the rest of the 30 s window silence's states (``EncoderWindow``: the same
