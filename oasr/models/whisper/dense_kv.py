@@ -44,10 +44,21 @@ class _LayerBuffer:
         held = QuantizedKv(self.data[:, :, :length], self.scales[:, :, :length])
         return held.dequantize(dtype).transpose(1, 2)
 
-    def select(self, index: torch.Tensor) -> None:
-        self.data = self.data.index_select(0, index)
+    def select(self, index: torch.Tensor, length: int) -> None:
+        """Keep rows ``index`` (B',); only the first ``length`` positions are copied (the
+        rest of the capacity is never read before it is written): a beam step copies the
+        tokens decoded so far, not the whole buffer."""
+        self.data = _select_rows(self.data, index, length)
         if self.scales is not None:
-            self.scales = self.scales.index_select(0, index)
+            self.scales = _select_rows(self.scales, index, length)
+
+
+def _select_rows(buffer: torch.Tensor, index: torch.Tensor, length: int) -> torch.Tensor:
+    """(B', H, cap, ...) rows ``index`` of ``buffer`` (B, H, cap, ...), positions past
+    ``length`` left unset."""
+    out = buffer.new_empty((int(index.numel()), *buffer.shape[1:]))
+    out[:, :, :length] = buffer[:, :, :length].index_select(0, index)
+    return out
 
 
 class DecoderKv:
@@ -150,7 +161,10 @@ class DecoderKv:
         if self.shared_cross and rows % self.num_groups:
             raise ValueError(f"DecoderKv.select: {rows} rows for {self.num_groups} groups; a "
                              "shared cross K/V needs the same number of rows per group")
-        for k_buf, v_buf in self._self if self.shared_cross else self._self + self._cross:
-            k_buf.select(index)
-            v_buf.select(index)
+        for k_buf, v_buf in self._self:
+            k_buf.select(index, self.num_tokens)
+            v_buf.select(index, self.num_tokens)
+        for k_buf, v_buf in () if self.shared_cross else self._cross:
+            k_buf.select(index, self.cross_len)
+            v_buf.select(index, self.cross_len)
         self.batch_size = rows
