@@ -20,14 +20,21 @@ real-time pace in 100 ms frames, and the script reports:
   word ("you" -> "you.") is not a change of the word;
 - ``refined_share``: clients that were shown refined (stable or tentative) words;
 - ``num_finals`` (with text) and ``endpoints_between_chunks`` (of the server's endpoints, those
-  decided on the quiet audio after a chunk).
+  decided on the quiet audio after a chunk);
+- ``one_word_finals``: finals of one word (a sentence's last word cut off alone, or "yes.");
+- ``mid_sentence_cuts`` (with ``--passages``): finals that end more than 0.3 s inside a
+  sentence's speech, i.e. segments that cut a sentence (at a breath, or mid-word).
 
 Passages: the devset's read recordings (LibriVox, JFK) joined with sentence pauses, and
 sentences synthesised by TTS voices the streaming model never trained on (flite awb,
-espeak-ng's held-out variants). WER after ``oasr.text.wer.normalize_transcript``.
+espeak-ng's held-out variants); or, with ``--passages``, `bench/read_passages.py`'s long
+passages, whose sentences hold breaths of 0.2-0.4 s (the pauses an endpoint must not cut at)
+between pauses of 0.6-1.2 s. WER after ``oasr.text.wer.normalize_transcript``.
 
     python bench/live_text.py --levels 1 4 16 64 --out bench/results_live_text.json
     python bench/live_text.py --levels 1 2 --passes 3   # every passage at a demo's load
+    python bench/read_passages.py --out /tmp/passages
+    python bench/live_text.py --levels 2 --passes 3 --passages /tmp/passages --match real_ tts_awb
 """
 
 from __future__ import annotations
@@ -75,6 +82,8 @@ class Passage:
     name: str
     audio: np.ndarray  # (N,) float32 16 kHz
     reference: str
+    # (start, end) seconds of each sentence's speech, when known (bench/read_passages.py)
+    sentences: list[tuple[float, float]] = field(default_factory=list)
 
 
 def _silence(seconds: float) -> np.ndarray:
@@ -106,6 +115,29 @@ def passages(devset: Path) -> list[Passage]:
                 pieces += [_load(wav), _silence(0.9)]
         out.append(Passage(f"synth_{voice}", np.concatenate(pieces), " ".join(sentences)))
     return out
+
+
+def read_passages(directory: Path, prefixes: list[str]) -> list[Passage]:
+    """The passages `bench/read_passages.py` wrote (those whose names start with one of
+    ``prefixes``; all when none), with their sentences' spans."""
+    out = []
+    for meta in sorted(directory.glob("*.json")):
+        if prefixes and not meta.stem.startswith(tuple(prefixes)):
+            continue
+        sentences = json.loads(meta.read_text())["sentences"]
+        out.append(Passage(meta.stem, _load(meta.with_suffix(".wav")),
+                           " ".join(x["text"] for x in sentences),
+                           [(x["start"], x["end"]) for x in sentences]))
+    return out
+
+
+# a final that ends this far inside a sentence's speech (from its start and its end) cut
+# the sentence
+MID_SENTENCE_MARGIN_S = 0.3
+
+
+def _inside_sentence(end: float, sentences: list[tuple[float, float]]) -> bool:
+    return any(a + MID_SENTENCE_MARGIN_S < end < b - MID_SENTENCE_MARGIN_S for a, b in sentences)
 
 
 @dataclass
@@ -171,9 +203,12 @@ def _bare(text: str) -> list[str]:
     return normalize_transcript(text).split()
 
 
-def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]:
+def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
+    references = {p.name: p.reference for p in material}
+    sentences = {p.name: p.sentences for p in material}
     last_partial, finals = ErrorCounts(), ErrorCounts()
     lags, settled, partial_lat, changed, refined = [], [], [], 0, 0
+    one_word, mid_sentence = 0, 0
     examples: list[dict[str, Any]] = []  # the first few changes, to see what changed
     texts: list[dict[str, Any]] = []  # per client: its finals (text, last partial, source, lag), to read
     for log in logs:
@@ -204,6 +239,8 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                         partial_lat.append(when - sent)
             elif m["type"] == "final":
                 final_texts.append(m["text"])
+                one_word += len(_bare(m["text"])) == 1
+                mid_sentence += _inside_sentence(m["end"], sentences[log.passage])
                 committed = stable.get(m["segment"], [])
                 if m.get("source") != "ctc":
                     words = m["text"].split()
@@ -218,7 +255,7 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
                     lags.append(when - sent)
                     same = _bare(partial) == _bare(m["text"])
                     settled.append((since[m["segment"]] if same else when) - sent)
-                read.append({"text": m["text"], "last_partial": partial,
+                read.append({"text": m["text"], "last_partial": partial, "end": m["end"],
                              "source": m.get("source"), "reason": m.get("reason"),
                              "lag": None if sent is None else round(when - sent, 2)})
         last_partial.add(references[log.passage], " ".join(shown))
@@ -228,7 +265,8 @@ def analyse(logs: list[ClientLog], references: dict[str, str]) -> dict[str, Any]
     return {
         "clients": len(logs), "errors": [log.error for log in logs if log.error],
         "last_partial_wer": round(last_partial.wer, 1), "final_wer": round(finals.wer, 1),
-        "num_finals": len(lags),
+        "num_finals": len(lags), "one_word_finals": one_word,
+        "mid_sentence_cuts": mid_sentence if any(sentences.values()) else None,
         "final_lag_p50": round(percentile(lags, 0.5), 2),
         "final_lag_p95": round(percentile(lags, 0.95), 2),
         "settled_p50": round(percentile(settled, 0.5), 2),
@@ -275,10 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=1,
                         help="passages each client streams in turn (1: client i streams "
                         "passage i; 3 at one client: every passage, more finals to measure)")
+    parser.add_argument("--passages", type=Path, default=None,
+                        help="stream bench/read_passages.py's passages instead (their sentence "
+                        "spans give mid_sentence_cuts)")
+    parser.add_argument("--match", nargs="*", default=[],
+                        help="with --passages: only those whose names start so (real_ tts_awb)")
     parser.add_argument("server_flags", nargs="*", help="more oasr-server flags, after --")
     args = parser.parse_args(argv)
-    material = passages(args.devset)
-    references = {p.name: p.reference for p in material}
+    material = (read_passages(args.passages, args.match) if args.passages is not None
+                else passages(args.devset))
     print("passages: " + ", ".join(f"{p.name} {len(p.audio) / SR:.1f} s" for p in material))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -286,14 +329,15 @@ def main(argv: list[str] | None = None) -> int:
             with server(level, Path(tmp) / f"server{level}.log", args.server_flags) as address:
                 logs = asyncio.run(run_level(address, level, material, args.passes))
                 stats = httpx.get(f"http://{address}/api/stats", timeout=5).json()
-            row = {"level": level, **analyse(logs, references),
+            row = {"level": level, **analyse(logs, material),
+                   "endpoints": stats.get("endpoints"),
                    "endpoints_between_chunks": stats.get("endpoints_between_chunks"),
                    "second_pass": {k: v for k, v in stats.get("second_pass", {}).items()
                                    if isinstance(v, int | float | bool)}}
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "finals"}), flush=True)
     keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
-            "settled_p50", "settled_p95",
+            "settled_p50", "settled_p95", "num_finals", "one_word_finals", "mid_sentence_cuts",
             "partial_p50", "partial_p95", "changed_committed", "refined_share"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:
