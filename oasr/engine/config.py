@@ -147,6 +147,20 @@ class EngineConfig:
             context, whose decodes are longer (bench/live_text.py, 4 clients: last partial
             13.7-14.1 % -> 9.4-10.4 %, final WER 5.4-5.9 % -> 4.9 %, 20-22 -> 27-30 decodes
             dropped); from 0.5 s it often came after the endpoint.
+        sentence_end_s: a segment ends after this much pause (not the endpoint rule's
+            silence) when its early final decode has answered with a sentence's end (".",
+            "?", "!" after at least 3 words: `oasr.text.sentences.ends_sentence`) and nothing
+            was said since: that decode is the final at once. Needs ``early_final_s`` (so only
+            at a demo's load). 0 (the default): only the endpoint rules. Opt-in because it
+            gains little where the decode is slow: it ends a segment sooner only when the
+            early decode answers before the endpoint's silence, and Whisper also closes with a
+            period a clause cut at a breath ("He was not an ill-disposed young man." before
+            "unless ..."). Measured at 0.5 s on a 2-vCPU AVX2 EPYC (bench/live_text.py,
+            docs/benchmarks.md): one client, greedy finals (0.55 s decodes), 7-8 of 14
+            segments ended so, the page held the final's words sooner (settled p50 1.07-1.08
+            -> 0.76-0.77 s) but the final lag did not move (p50 1.11-1.18 -> 1.07-1.12 s, p95
+            1.48-1.68 -> 1.65-1.67 s); two clients on long read passages, beam 5 (1.5-2.5 s
+            decodes): 4-7 of 28-30, lag p95 3.35-4.08 -> 4.12-6.58 s.
         light_load_streams: a demo's load: early final decodes start, and endpoints are
             decided between chunks (``endpoint_quiet``), only while at most this many streams
             are live; None: 2 per second-pass process (``resolved_light_load_streams``).
@@ -224,6 +238,7 @@ class EngineConfig:
     final_context_s: float = 0.0
     light_load_context_s: float = 10.0
     early_final_s: float = 0.2
+    sentence_end_s: float = 0.0
     light_load_streams: int | None = None
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)
@@ -263,6 +278,8 @@ class EngineConfig:
             raise ValueError(f"second_pass must be 'none' or 'whisper', got {self.second_pass!r}")
         if self.early_final_s < 0:
             raise ValueError(f"early_final_s must be >= 0, got {self.early_final_s}")
+        if self.sentence_end_s < 0:
+            raise ValueError(f"sentence_end_s must be >= 0, got {self.sentence_end_s}")
         if self.light_load_streams is not None and self.light_load_streams < 0:
             raise ValueError(f"light_load_streams must be >= 0, got {self.light_load_streams}")
         if self.final_context_s < 0:

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 SEGMENT_AUDIO_MARGIN_S = 5.0  # audio kept beyond the second pass's window
 MAX_LENGTH_REASON = "max_length"  # a segment ended at the model's position limit
+# the endpoint count of segments ended at a sentence's end (`EngineConfig.sentence_end_s`)
+SENTENCE_END_RULE = "sentence"
 
 
 class ASREngine:
@@ -254,6 +256,8 @@ class ASREngine:
                 and early.done is done
                 and self.refiner.apply_early(request, done, early.num_frames)):
             self._emit_partial(request, self.refiner.parts(request))
+        if request.is_running and request.last_step is not None:
+            self._end_at_sentence(request, request.last_step.hypothesis)
         self.stats.mark_changed()
         if request.is_finished and not request.pending_finals:
             del self.draining[request.stream_id]
@@ -322,8 +326,12 @@ class ASREngine:
             self.stats.count_endpoint(decision.rule)
         else:
             self._cuts.forget_old_energy(request)
+            hyp = result.hypothesis
             if not window.is_last:
-                self.finals.start_early(request, result.hypothesis, len(self.requests))
+                request.num_pause_frames = (request.offset - (hyp.timestamps[-1] + 1)
+                                            if hyp is not None and hyp.timestamps else 0)
+                if hyp is None or not self._end_at_sentence(request, hyp):
+                    self.finals.start_early(request, hyp, len(self.requests))
 
     def _listen_between_chunks(self, ran: set[int]) -> None:
         """Streams that got no chunk this step: a segment whose pause the audio after its
@@ -338,8 +346,20 @@ class ASREngine:
                 self._end_segment(request, "endpoint", decision.cut_frame)
                 self.stats.count_endpoint(decision.rule, between_chunks=True)
             elif pause and request.last_step is not None:
-                self.finals.start_early(request, request.last_step.hypothesis,
-                                        len(self.requests), pause)
+                request.num_pause_frames = pause
+                hyp = request.last_step.hypothesis
+                if not self._end_at_sentence(request, hyp, between_chunks=True):
+                    self.finals.start_early(request, hyp, len(self.requests), pause)
+
+    def _end_at_sentence(self, request: Request, hyp: Hypothesis,
+                         between_chunks: bool = False) -> bool:
+        """End the open segment now if its early decode ends a sentence and the pause after
+        it is long enough (`FinalPublisher.at_sentence_end`); whether it ended."""
+        if not self.finals.at_sentence_end(request, hyp, request.num_pause_frames):
+            return False
+        self._end_segment(request, "endpoint")
+        self.stats.count_endpoint(SENTENCE_END_RULE, between_chunks)
+        return True
 
     def _emit_partial(self, request: Request, parts: RefinedPartial) -> None:
         """Publish the segment's partial when any of its parts changed (so never an empty
@@ -398,6 +418,7 @@ class ASREngine:
         request.last_partial = ""
         request.last_parts = NO_WORDS  # a new segment's partial is sent once it has words
         request.last_step = None
+        request.num_pause_frames = 0
         if hyp is None:
             hyp = self.resources.final_hypothesis(request.stream_id)
         # live streams, this one counted (a finishing stream has left ``requests`` already)

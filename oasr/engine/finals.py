@@ -22,6 +22,7 @@ from oasr.engine.final_guard import REASONS, SOURCES
 from oasr.engine.request import EarlyFinal, PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
+from oasr.text.sentences import ends_sentence
 
 # early final decodes start only while fewer finals than this (per decoding process) wait
 # for the second pass: an idle one (a busy one's spare time goes to the finals and
@@ -31,6 +32,9 @@ EARLY_MAX_BACKLOG = 1
 # process): with more streams, the decodes the speakers go on from take the worker's time from
 # finals that are sure (bench/live_text.py, 4 clients on one process: final lag p95 3.2 -> 4.0 s
 # with them; 1 client: 2.25 -> 1.78 s; 4 clients on two processes: 2.65-2.78 -> 1.97-1.99 s)
+# a sentence's end ends its segment early only after this many words (the sentence-pause
+# rule's, `EndpointConfig.rule2`): "Yes." alone waits for the endpoint's silence
+SENTENCE_MIN_WORDS = 3
 
 
 class FinalPublisher:
@@ -50,7 +54,7 @@ class FinalPublisher:
     def __init__(self, worker: SecondPassWorker | None, timing: FrameTiming,
                  tokenizer: Any = None, context_s: float = 0.0, early_s: float = 0.0,
                  light_load_streams: int = LIGHT_LOAD_STREAMS_PER_DECODER,
-                 light_context_s: float = 0.0) -> None:
+                 light_context_s: float = 0.0, sentence_s: float = 0.0) -> None:
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer  # for the CTC words' times; None: finals carry no words
@@ -59,6 +63,8 @@ class FinalPublisher:
         self.early_frames = round(early_s / timing.frame_shift_s) if early_s > 0 else 0
         self.light_load_streams = light_load_streams  # ... while at most this many are live
         self.light_context_s = light_context_s  # context_s while at most that many are live
+        # a pause this long (in frames) ends a segment whose early decode ends a sentence
+        self.sentence_frames = round(sentence_s / timing.frame_shift_s) if sentence_s > 0 else 0
         self.num_early_used = 0  # finals whose early decode was their final's
         self.num_early_discarded = 0  # early decodes dropped: the speaker went on
         self._job_ids = itertools.count(1)
@@ -141,6 +147,22 @@ class FinalPublisher:
         if self.worker.try_submit(job):
             request.early = EarlyFinal(job.job_id, tokens, job.prefix,
                                        num_frames=request.segment_frames)
+
+    def at_sentence_end(self, request: Request, hyp: Hypothesis | None,
+                        pause_frames: int) -> bool:
+        """Whether the open segment may end now, before its endpoint's silence: the pause
+        after its last word has lasted ``sentence_s`` (``pause_frames`` so far), and its early
+        decode has answered with text that ends a sentence (`ends_sentence`, at least
+        `SENTENCE_MIN_WORDS` words) and is the segment's final (`_is_final`: the speaker said
+        nothing since). A breath inside a sentence lasts 0.2-0.4 s, a pause between sentences
+        0.6-1.2 s; the decode's punctuation tells the two apart where the pause alone cannot."""
+        early = request.early
+        if (not self.sentence_frames or early is None or early.done is None
+                or hyp is None or pause_frames < self.sentence_frames):
+            return False
+        text = early.done.text
+        return (text is not None and ends_sentence(text, SENTENCE_MIN_WORDS)
+                and self._is_final(early, request, hyp))
 
     def context_limit_s(self, num_streams: int) -> float:
         """The longest previous segment carried as context while ``num_streams`` are live:

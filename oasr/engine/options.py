@@ -111,6 +111,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="start a segment's final decode after this pause (s) after the last "
                    "word, before the endpoint, so the final is ready when the segment ends; "
                    "0 waits for the endpoint")
+    g.add_argument("--sentence-end", type=float, default=EngineConfig.sentence_end_s,
+                   metavar="S", help="end a segment after this pause (s) instead of the "
+                   "endpoint's silence when its early final decode ends a sentence (., ?, ! "
+                   "after 3 words; e.g. 0.5 where decodes are fast); 0: only the endpoint "
+                   "rules")
     g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
                    help="refined partials: re-decode an open segment with Whisper after this "
                    "many seconds of new audio, in spare capacity; 0 turns them off")
@@ -242,6 +247,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
                          else args.final_context),
         light_load_context_s=args.light_load_context,
         early_final_s=args.early_final,
+        sentence_end_s=args.sentence_end,
         endpoint_quiet=QuietTail() if args.endpoint_between_chunks else None,
         second_pass_yield_s=args.second_pass_yield,
         second_pass_process=(EngineConfig.second_pass_process

@@ -164,6 +164,7 @@ class Request:
     # energy frames held when the quiet after it was last counted (`SegmentCuts.in_quiet`)
     last_step: StreamStep | None = None
     quiet_checked_at: int = 0
+    num_pause_frames: int = 0  # the pause after the open segment's last word, last measured
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""

@@ -50,7 +50,7 @@ class SecondPassSide:
         timing, tokenizer = resources.family.timing, resources.family.tokenizer
         finals = FinalPublisher(worker, timing, tokenizer, config.final_context_s,
                                 config.early_final_s, config.resolved_light_load_streams,
-                                config.light_load_context_s)
+                                config.light_load_context_s, config.sentence_end_s)
         refiner = None
         if worker is not None and config.refine is not None:
             refiner = Refiner(config.refine, worker, timing, tokenizer, finals.next_job_id)

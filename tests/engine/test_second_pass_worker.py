@@ -25,6 +25,7 @@ from oasr.engine.events import Final, Partial
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import GuardVerdict
 from oasr.engine.finals import FinalPublisher
+from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig, RefineState
 from oasr.engine.request import Request, SegmentAudio
 from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
@@ -339,6 +340,63 @@ def test_an_early_decode_shows_in_the_partial_before_its_final(
     assert [e.segment for e in stream if isinstance(e, Partial) and not e.text] == []
 
 
+def _run_paced(config: EngineConfig, audio: np.ndarray) -> tuple[list[tuple[float, Final]],
+                                                                 dict[str, int]]:
+    """One stream fed in 0.1 s pieces (what a browser sends); after each piece the second
+    pass answers what it has (a decode faster than the pause). Each final with the seconds of
+    audio sent when it came; the endpoint counts."""
+    engine = ASREngine(config)
+    finals: list[tuple[float, Final]] = []
+    sent = [0.0]
+    engine.submit(OpenStream(1, lambda e: finals.append((sent[0], e))
+                             if isinstance(e, Final) else None))
+    piece = RATE // 10
+    worker = engine.finals.worker
+    assert worker is not None
+    for start in range(0, len(audio), piece):
+        engine.submit(AppendAudio(1, audio[start : start + piece]))
+        sent[0] = min(start + piece, len(audio)) / RATE
+        engine.step()
+        deadline = time.monotonic() + 60
+        while worker.backlog and time.monotonic() < deadline:
+            time.sleep(0.01)
+            engine.step()
+        engine.step()
+    engine.submit(EndStream(1))
+    run_until_idle_with_finals(engine)
+    endpoints = dict(engine.latest_stats().endpoints)
+    engine.shutdown()
+    return finals, endpoints
+
+
+@pytest.mark.slow
+def test_a_sentence_ends_its_segment_at_a_pause_shorter_than_the_endpoints(
+        bundled: EngineConfig, speech: list[np.ndarray]) -> None:
+    # two sentences 0.65 s apart: shorter than WeNet's 1 s of silence, so the endpoint rules
+    # join them; the early decode at the pause reads a sentence's end, which ends the
+    # segment after 0.5 s of the pause, before the next sentence starts
+    opening = speech[0][: int(2.66 * RATE)]  # its last sound ends at 2.61 s
+    gap = int(0.6 * RATE)
+    audio = np.concatenate([opening, np.zeros(gap, np.float32), speech[1],
+                            np.zeros(int(1.6 * RATE), np.float32)])
+    config = replace(bundled, endpoint_quiet=QuietTail(), early_final_s=0.2)
+    joined, plain = _run_paced(replace(config, sentence_end_s=0.0), audio)
+    split, counts = _run_paced(replace(config, sentence_end_s=0.5), audio)
+    assert len(joined) == 1 and "sentence" not in plain
+    assert len(split) == 2 and counts["sentence"] == 2  # the last one too, before 1 s
+    (sent, first), (_, second) = split
+    assert first.text.endswith(".") and first.source == "whisper"
+    assert "weather" in normalize_transcript(first.text)
+    assert "volume" in normalize_transcript(second.text)
+    assert "weather" not in normalize_transcript(second.text)
+    # the final came 0.5-0.7 s after the last word (the client's 0.1 s pieces), before the
+    # next sentence's first sound (0.21 s into its clip)
+    assert 0.5 <= sent - first.end <= 0.75
+    assert sent < (len(opening) + gap) / RATE + 0.2
+    words = normalize_transcript(joined[0][1].text).split()
+    assert normalize_transcript(f"{first.text} {second.text}").split() == words
+
+
 class _QueueingWorker:
     """The worker's side of FinalPublisher: queued jobs, aborts, a settable backlog."""
 
@@ -450,6 +508,36 @@ def test_an_early_decode_on_the_final_words_is_the_final() -> None:
     assert finals.num_early_used == 1
     assert not request.pending_finals and request.last_final is not None
     assert request.last_final.text == "five six"  # published at the endpoint at once
+
+
+def test_an_early_decode_that_ends_a_sentence_ends_the_segment_at_a_shorter_pause() -> None:
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
+                            sentence_s=0.5)
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    hyp = _hyp([5, 6, 7], 84)  # 0.3 s after the last token
+    finals.start_early(request, hyp)
+    (early,) = worker.jobs
+    assert not finals.at_sentence_end(request, hyp, 30)  # not answered yet
+    sentence = "He was not an ill-disposed young man."
+    finals.on_second_pass(request, SecondPassDone(early.job_id, 1, sentence, 0.4))
+    assert not finals.at_sentence_end(request, hyp, 24)  # 0.48 s: a breath may be that long
+    assert finals.at_sentence_end(request, hyp, 25)
+    assert not finals.at_sentence_end(request, _hyp([5, 6, 7, 8], 120), 25)  # he went on
+    assert request.early is not None
+    for text in ("He was not an ill-disposed", "He was not, I think...", "Not him.", "", None):
+        request.early.done = SecondPassDone(early.job_id, 1, text, 0.4)  # open, or too short
+        assert not finals.at_sentence_end(request, hyp, 40), text
+    request.early.done = SecondPassDone(early.job_id, 1, sentence, 0.4)
+    request.refine.prefix_tokens = (42,)  # a word committed from elsewhere: not its final
+    assert not finals.at_sentence_end(request, hyp, 40)
+    request.refine.prefix_tokens = ()
+    off = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2)  # type: ignore[arg-type]
+    assert not off.at_sentence_end(request, hyp, 40)  # sentence_s 0: the endpoint rules only
+    finals.publish(request, hyp, "endpoint")  # the engine ends the segment: no new decode
+    assert len(worker.jobs) == 1 and finals.num_early_used == 1
+    assert request.last_final is not None and request.last_final.text == sentence
 
 
 def test_an_early_decode_outlives_a_new_ranking_of_the_words_it_heard() -> None:

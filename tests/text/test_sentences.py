@@ -1,0 +1,27 @@
+"""Where a transcript's last sentence ends, from the punctuation Whisper writes."""
+
+import pytest
+
+from oasr.text.sentences import ends_sentence
+
+
+@pytest.mark.parametrize("text", ["He was not an ill-disposed young man.",
+                                  "Will you walk to the park?", "Ask not!",
+                                  '"It is over," she said. "Go home."',
+                                  "(and then we left.)", "We counted 42 boxes."])
+def test_a_closed_sentence_ends(text: str) -> None:
+    assert ends_sentence(text)
+
+
+@pytest.mark.parametrize("text", ["He was not an ill-disposed", "in the superlative degree,",
+                                  "and then we...", "and then we\u2026", "the letter to Mr.",
+                                  "the house of Mrs.", "", "   "])
+def test_an_open_sentence_does_not(text: str) -> None:
+    assert not ends_sentence(text)
+
+
+def test_a_sentence_needs_its_words() -> None:
+    assert ends_sentence("Yes.")
+    assert not ends_sentence("Yes.", min_words=3)
+    assert not ends_sentence("Oh, yes.", min_words=3)
+    assert ends_sentence("Oh, yes please.", min_words=3)
