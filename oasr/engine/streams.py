@@ -41,6 +41,7 @@ from oasr.decoding import (
 from oasr.decoding.decoder import WORD_BOUNDARY
 from oasr.engine.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
+from oasr.engine.dtypes import slow_dtype_reason
 from oasr.engine.family import ModelFamily, family_for
 from oasr.engine.graphs import CudaGraphBackend
 from oasr.engine.model_runner import ModelRunner, StepOutput
@@ -90,6 +91,9 @@ class StreamResources:
         family_name = family_for(model).name
         dtype = config.resolve_dtype(device, family_name)
         int8 = config.int8_linears
+        slow = slow_dtype_reason(config.dtype, device)
+        if slow is not None:
+            logger.warning("dtype %s: %s", config.dtype, slow)
         if given and (int8 or next(model.parameters()).dtype != dtype):
             model = copy.deepcopy(model)  # casting or quantizing in place would change (and
             # round) the caller's model

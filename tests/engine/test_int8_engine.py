@@ -10,6 +10,7 @@ unmatched partials.)
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -109,3 +110,39 @@ def test_a_given_model_is_cast_and_quantized_on_a_copy(whisper_dir: Path) -> Non
         assert resources.model is not model
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     assert count_int8_linears(model) == 0
+
+
+def test_a_dtype_this_cpu_has_no_instructions_for_is_named_at_start(
+        whisper_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import oasr.engine.dtypes as dtypes_module
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    avx2 = frozenset({"fpu", "sse2", "avx", "avx2", "fma"})  # a 2-vCPU AMD EPYC's kind
+    vnni = avx2 | {"avx512f", "avx512_vnni"}  # an Intel Xeon's kind
+    monkeypatch.setattr(dtypes_module.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: avx2)
+    int8 = dtypes_module.slow_dtype_reason("int8", cpu)
+    assert int8 is not None and "avx512_vnni" in int8 and "--dtype float32" in int8
+    bf16 = dtypes_module.slow_dtype_reason("bfloat16", cpu)
+    assert bf16 is not None and "emulated" in bf16
+    for name in ("auto", "float32"):
+        assert dtypes_module.slow_dtype_reason(name, cpu) is None
+    assert dtypes_module.slow_dtype_reason("int8", cuda) is None
+    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: vnni)
+    assert dtypes_module.slow_dtype_reason("int8", cpu) is None
+    assert dtypes_module.slow_dtype_reason("bfloat16", cpu) is not None  # no avx512_bf16
+    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: vnni | {"avx512_bf16"})
+    assert dtypes_module.slow_dtype_reason("bfloat16", cpu) is None
+    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: frozenset())  # unreadable
+    assert dtypes_module.slow_dtype_reason("int8", cpu) is None
+    # the engine says so in its log when it starts, and starts all the same
+    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: avx2)
+    with caplog.at_level(logging.WARNING, logger="oasr.engine.streams"):
+        ASREngine(replace(_config(whisper_dir), dtype="int8"))
+    assert any("dtype int8" in r.getMessage() and "avx512_vnni" in r.getMessage()
+               for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="oasr.engine.streams"):
+        ASREngine(replace(_config(whisper_dir), dtype="float32"))
+    assert not [r for r in caplog.records if "dtype" in r.getMessage()]
