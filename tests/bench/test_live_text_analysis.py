@@ -1,11 +1,14 @@
 """bench/live_text.py's reading of a client's messages: final lag, when the text settled,
-the last partial and committed words that changed."""
+the last partial, committed words that changed, and segments against a passage's sentences."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,6 +20,12 @@ def load_script():
     sys.modules["live_text"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def passage(live: Any, reference: str, sentences: list[tuple[float, float]] | None = None
+            ) -> Any:
+    """Passage "p" (no audio: only its reference and sentence spans are read)."""
+    return live.Passage("p", np.zeros(0, np.float32), reference, sentences or [])
 
 
 def partial(segment: int, text: str, end: float, stable: str = "") -> dict:
@@ -47,7 +56,7 @@ def test_settled_is_when_the_page_last_came_to_the_final_words() -> None:
         (104.0, partial(1, "jumps over", 4.0)),
         (105.2, final(1, "jumps over it", 3.5)),
     ]
-    row = live.analyse([log], {"p": "the quick brown fox jumps over it"})
+    row = live.analyse([log], [passage(live, "the quick brown fox jumps over it")])
     assert row["num_finals"] == 2
     assert row["final_lag_p50"] == round((1.6 + 1.8) / 2, 2)
     assert row["settled_p50"] == round((1.1 + 1.8) / 2, 2)
@@ -63,6 +72,26 @@ def test_a_committed_word_that_changes_is_counted() -> None:
         (101.5, partial(0, "The quack brown", 1.5, stable="The quack")),
         (102.5, final(0, "The quick brown.", 1.5)),
     ]
-    row = live.analyse([log], {"p": "the quick brown"})
+    row = live.analyse([log], [passage(live, "the quick brown")])
     assert row["changed_committed"] == 2  # quick -> quack (partial), quack -> quick (final)
     assert row["settled_p50"] == row["final_lag_p50"] == round(102.5 - 101.4, 2)
+
+
+def test_segments_are_counted_against_the_passages_sentences() -> None:
+    live = load_script()
+    log = live.ClientLog("p", sent=[(100.0 + i * 0.1, 1600 * (i + 1)) for i in range(100)])
+    # sentences at 0.5-4.0 s and 5.0-8.0 s: a final ending at 2.0 s cuts the first (at a
+    # breath), one ending at 3.9 s ends it (within 0.3 s of its end), "ups." is one word
+    log.messages = [
+        (103.0, final(0, "The quick brown fox", 2.0)),
+        (104.5, final(1, "jumps over it.", 3.9)),
+        (106.0, final(2, "Ups.", 5.6)),
+        (109.0, final(3, "and then the dog slept.", 8.0)),
+    ]
+    reference = "the quick brown fox jumps over it ups and then the dog slept"
+    row = live.analyse([log], [passage(live, reference, [(0.5, 4.0), (5.0, 8.0)])])
+    assert row["one_word_finals"] == 1
+    assert row["mid_sentence_cuts"] == 2  # at 2.0 s and at 5.6 s
+    assert [f["end"] for f in row["finals"][0]["finals"]] == [2.0, 3.9, 5.6, 8.0]
+    # passages without sentence spans (the devset's joined clips) report none
+    assert live.analyse([log], [passage(live, reference)])["mid_sentence_cuts"] is None
