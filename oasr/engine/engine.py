@@ -20,6 +20,7 @@ from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, F
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import BUSY, Done, Error, FinishReason, Partial, Ready
 from oasr.engine.family import FEATURE_SHIFT_S
+from oasr.engine.finals import pause_after_last_token
 from oasr.engine.isolation import forward_isolating_failures, prepare_or_stop
 from oasr.engine.model_runner import BatchPlan
 from oasr.engine.refine import NO_WORDS, RefinedPartial, RefineState
@@ -328,10 +329,10 @@ class ASREngine:
             self._cuts.forget_old_energy(request)
             hyp = result.hypothesis
             if not window.is_last:
-                request.num_pause_frames = (request.offset - (hyp.timestamps[-1] + 1)
-                                            if hyp is not None and hyp.timestamps else 0)
+                request.num_pause_frames = pause_after_last_token(request, hyp)
                 if hyp is None or not self._end_at_sentence(request, hyp):
-                    self.finals.start_early(request, hyp, len(self.requests))
+                    self.finals.start_early(request, hyp, len(self.requests),
+                                            request.num_pause_frames)
 
     def _listen_between_chunks(self, ran: set[int]) -> None:
         """Streams that got no chunk this step: a segment whose pause the audio after its

@@ -37,6 +37,14 @@ EARLY_MAX_BACKLOG = 1
 SENTENCE_MIN_WORDS = 3
 
 
+def pause_after_last_token(request: Request, hyp: Hypothesis | None) -> int:
+    """Encoder frames the open segment has decoded after ``hyp``'s last token (0 without
+    one): the pause so far, as the decoded chunks tell it."""
+    if hyp is None or not hyp.timestamps:
+        return 0
+    return request.offset - (hyp.timestamps[-1] + 1)
+
+
 class FinalPublisher:
     """Turns a finished segment into its final event, through the second pass when it is on.
 
@@ -133,11 +141,10 @@ class FinalPublisher:
         if early is not None and not early.still_holds(hyp):
             request.early = None
             self._discard_early(early)
-        if hyp is not None and hyp.timestamps and pause_frames is None:
-            pause_frames = request.offset - (hyp.timestamps[-1] + 1)
+        if pause_frames is None:
+            pause_frames = pause_after_last_token(request, hyp)
         if (request.early is not None or num_streams > self.light_load_streams
-                or hyp is None or not hyp.timestamps or pause_frames is None
-                or pause_frames < self.early_frames
+                or hyp is None or not hyp.timestamps or pause_frames < self.early_frames
                 or self.worker.backlog >= EARLY_MAX_BACKLOG * self.worker.num_decoders):
             return
         audio = self._segment_audio(request)
