@@ -28,6 +28,12 @@ def passage(live: Any, reference: str, sentences: list[tuple[float, float]] | No
     return live.Passage("p", np.zeros(0, np.float32), reference, sentences or [])
 
 
+def client_log(live: Any) -> Any:
+    """A client of passage "p" that sent 0.1 s of audio every 0.1 s from t=100 (the sample at
+    s seconds was sent at 100 + s - 0.1)."""
+    return live.ClientLog("p", sent=[(100.0 + i * 0.1, 1600 * (i + 1)) for i in range(100)])
+
+
 def partial(segment: int, text: str, end: float, stable: str = "") -> dict:
     return {"type": "partial", "segment": segment, "text": text, "end": end, "stable": stable,
             "tentative": ""}
@@ -40,7 +46,7 @@ def final(segment: int, text: str, end: float) -> dict:
 
 def test_settled_is_when_the_page_last_came_to_the_final_words() -> None:
     live = load_script()
-    log = live.ClientLog("p", sent=[(100.0 + i * 0.1, 1600 * (i + 1)) for i in range(100)])
+    log = client_log(live)
     # segment 0's last word ends at 2.0 s of audio, sent at t=101.9; its partials show the
     # final's words at 102.6, leave them at 102.8 and come back to them (case and punctuation
     # aside) at 103.0; the final arrives at 103.5
@@ -66,7 +72,7 @@ def test_settled_is_when_the_page_last_came_to_the_final_words() -> None:
 
 def test_a_committed_word_that_changes_is_counted() -> None:
     live = load_script()
-    log = live.ClientLog("p", sent=[(100.0 + i * 0.1, 1600 * (i + 1)) for i in range(100)])
+    log = client_log(live)
     log.messages = [
         (101.0, partial(0, "The quick brown", 1.0, stable="The quick")),
         (101.5, partial(0, "The quack brown", 1.5, stable="The quack")),
@@ -79,7 +85,7 @@ def test_a_committed_word_that_changes_is_counted() -> None:
 
 def test_segments_are_counted_against_the_passages_sentences() -> None:
     live = load_script()
-    log = live.ClientLog("p", sent=[(100.0 + i * 0.1, 1600 * (i + 1)) for i in range(100)])
+    log = client_log(live)
     # sentences at 0.5-4.0 s and 5.0-8.0 s: a final ending at 2.0 s cuts the first (at a
     # breath), one ending at 3.9 s ends it (within 0.3 s of its end), "ups." is one word
     log.messages = [
