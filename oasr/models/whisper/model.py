@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oasr.models.whisper.config import WhisperConfig
+from oasr.models.whisper.logits import LogitsProjection
 
 
 class DecoderKvStore(Protocol):
@@ -160,6 +161,7 @@ class WhisperDecoder(nn.Module):
             DecoderBlock(width, config.n_text_head, i) for i in range(config.n_text_layer)
         )
         self.norm = nn.LayerNorm(width)
+        self.logits = LogitsProjection(self.embedding.weight)  # tied to the embedding
 
     def cross_kv(self, encoded: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer the cross-attention K, V, each (B, S, H, D), of encoder states (B, S, d)."""
@@ -178,7 +180,7 @@ class WhisperDecoder(nn.Module):
         for block in self._blocks():
             x = block(x, kv)
         kv.advance(tokens.size(1))
-        return F.linear(self.norm(x), self.embedding.weight).float()  # (B, T, V)
+        return self.logits(self.norm(x))  # (B, T, V) float32
 
 
 class WhisperModel(nn.Module):

@@ -1,0 +1,139 @@
+"""Whisper's output projection, ``logits = h @ E^T`` with the tied token embedding E (tiny.en:
+51,864 x 384, 80 MB in float32), through whichever CPU BLAS does a decode step's few rows faster.
+
+A beam-5 step multiplies 5 rows by all of E; that product is a third to a half of a final's
+decode on CPU. Its speed depends on the BLAS, the CPU and the thread count: on a 2-vCPU AVX2
+AMD EPYC, one thread, torch's GEMM takes 27-30 ms for 5 rows against 17-18 ms for numpy's
+OpenBLAS on the same (d, V) storage (a whole beam-5 final 1.17x faster, the same texts), while
+on two threads torch's is the faster by 1.5x. So ``LogitsProjection`` times both the first
+time it projects a given number of rows on a given thread count, and keeps the faster;
+anything else (a GPU, another dtype, a prefill's many rows, a layout numpy cannot read without
+a copy) goes through torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+LOGITS_BACKENDS = ("auto", "torch", "blas")
+MAX_BLAS_ROWS = 16  # a beam step's rows, or a greedy batch's; a prefill's many rows stay in torch
+ROW_BUCKETS = (1, 2, 4, 8, MAX_BLAS_ROWS)  # rows are timed per bucket (the bucket's size)
+BLAS_MARGIN = 0.9  # OpenBLAS is kept only when it takes at most this share of torch's time
+TIMED_ROUNDS = 5  # alternated rounds per choice, after one untimed call of each
+
+Timer = Callable[[str, Callable[[], object]], float]  # (backend, one call) -> seconds
+
+
+def _seconds(backend: str, fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _bucket(rows: int) -> int:
+    return next(b for b in ROW_BUCKETS if rows <= b)
+
+
+class LogitsProjection:
+    """``h`` (B, T, d) -> logits (B, T, V) float32 against the embedding ``weight`` (V, d).
+
+    ``backend``: "torch" always uses ``F.linear``; "blas" uses numpy's BLAS wherever it can
+    read the weight without a copy (CPU, float32, stored as the transpose of a contiguous
+    (d, V) matrix, as ``transpose_embedding_storage`` leaves it) and the step has at most
+    ``MAX_BLAS_ROWS`` rows; "auto" does the same only where its timing chose it. The choices
+    are kept per (thread count, row bucket) for the weight's current storage; numpy's BLAS is
+    given torch's thread count before each timing and whenever that count changes (numpy's
+    BLAS threads are the process's: the second pass's process, or the offline engine's).
+    ``timer`` times one call of a backend (tests pass their own).
+    """
+
+    def __init__(self, weight: torch.Tensor, backend: str = "auto",
+                 timer: Timer = _seconds) -> None:
+        if backend not in LOGITS_BACKENDS:
+            raise ValueError(f"logits backend must be one of {LOGITS_BACKENDS}, got {backend!r}")
+        self.weight = weight
+        self.backend = backend
+        self.timer = timer
+        self.choices: dict[tuple[int, int], str] = {}  # (threads, bucket) -> "torch" | "blas"
+        self._chosen_for: int | None = None  # the weight's data_ptr the choices were made for
+        self._view: tuple[int, np.ndarray] | None = None  # (data_ptr, the weight's (d, V) view)
+        self._blas_threads: int | None = None
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        rows = h.shape[0] * h.shape[1]
+        if self.backend != "torch" and self._blas_applies(h, rows) and self._pick(rows) == "blas":
+            return self._blas(h)
+        return F.linear(h, self.weight).float()
+
+    @torch.inference_mode()
+    def prepare(self, row_counts: tuple[int, ...]) -> None:
+        """Make the choices for these row counts on the current thread count now (a decoder
+        about to serve calls it, so that no decode waits for the timing)."""
+        if self.backend != "auto":
+            return
+        for rows in row_counts:
+            h = torch.zeros(rows, 1, self.weight.shape[1], dtype=self.weight.dtype,
+                            device=self.weight.device)
+            if self._blas_applies(h, rows):
+                self._pick(rows)
+
+    def _blas_applies(self, h: torch.Tensor, rows: int) -> bool:
+        weight = self.weight
+        return (rows <= MAX_BLAS_ROWS and h.device.type == "cpu" and h.dtype == torch.float32
+                and weight.dtype == torch.float32 and weight.device.type == "cpu"
+                and weight.t().is_contiguous() and not torch.is_grad_enabled())
+
+    def _pick(self, rows: int) -> str:
+        if self.backend == "blas":
+            self._set_blas_threads()
+            return "blas"
+        if self._chosen_for != self.weight.data_ptr():  # the weight was stored anew: time again
+            self.choices.clear()
+            self._chosen_for = self.weight.data_ptr()
+        key = (torch.get_num_threads(), _bucket(rows))
+        choice = self.choices.get(key)
+        if choice is None:
+            choice = self.choices[key] = self._time(*key)
+        if choice == "blas":
+            self._set_blas_threads()
+        return choice
+
+    def _time(self, threads: int, rows: int) -> str:
+        """Time both on ``rows`` rows, alternated; "blas" only when clearly faster."""
+        self._set_blas_threads()
+        h = torch.randn(rows, 1, self.weight.shape[1])
+        runs = {"torch": lambda: F.linear(h, self.weight), "blas": lambda: self._blas(h)}
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for fn in runs.values():
+            fn()
+        for _ in range(TIMED_ROUNDS):
+            for name, fn in runs.items():
+                times[name].append(self.timer(name, fn))
+        torch_s, blas_s = (statistics.median(times[name]) for name in ("torch", "blas"))
+        choice = "blas" if blas_s <= BLAS_MARGIN * torch_s else "torch"
+        logger.info("whisper logits, %d rows on %d threads: torch %.1f ms, OpenBLAS %.1f ms: %s",
+                    rows, threads, torch_s * 1e3, blas_s * 1e3, choice)
+        return choice
+
+    def _set_blas_threads(self) -> None:
+        threads = torch.get_num_threads()
+        if self._blas_threads != threads:
+            from threadpoolctl import ThreadpoolController
+
+            ThreadpoolController().select(user_api="blas").limit(limits=threads)
+            self._blas_threads = threads
+
+    def _blas(self, h: torch.Tensor) -> torch.Tensor:
+        if self._view is None or self._view[0] != self.weight.data_ptr():
+            self._view = (self.weight.data_ptr(), self.weight.detach().t().numpy())  # (d, V)
+        rows = h.reshape(-1, h.shape[-1]).contiguous().numpy()  # (B*T, d)
+        return torch.from_numpy(rows @ self._view[1]).view(*h.shape[:-1], -1)  # (B, T, V)

@@ -1,0 +1,147 @@
+"""The output projection's BLAS choice: the same logits either way, the faster one kept per
+thread count and row bucket, torch wherever numpy cannot read the weight as it is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from threadpoolctl import threadpool_info
+from whisper_devset import Recording
+
+from oasr.engine import EngineConfig
+from oasr.models.whisper import WhisperCheckpoint
+from oasr.models.whisper.logits import MAX_BLAS_ROWS, LogitsProjection
+
+VOCAB, WIDTH = 1000, 64
+
+
+def vocabulary_major(weight: torch.Tensor) -> torch.Tensor:
+    """(V, d) values stored as the transpose of a contiguous (d, V) matrix, as on CPU."""
+    return weight.t().contiguous().t()
+
+
+def timer_favouring(fast: str, ratio: float = 0.5):  # type: ignore[no-untyped-def]
+    def timer(backend: str, fn) -> float:  # type: ignore[no-untyped-def]
+        fn()
+        return ratio if backend == fast else 1.0
+    return timer
+
+
+def no_blas(self: LogitsProjection, h: torch.Tensor) -> torch.Tensor:
+    raise AssertionError("numpy's BLAS used where it must not be")
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("rows", [1, 5, MAX_BLAS_ROWS])
+def test_blas_gives_torchs_logits(rows: int) -> None:
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    h = torch.randn(rows, 1, WIDTH)
+    logits = LogitsProjection(weight, "blas")(h)
+    assert logits.shape == (rows, 1, VOCAB) and logits.dtype == torch.float32
+    torch.testing.assert_close(logits, F.linear(h, weight), rtol=1e-5, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_auto_keeps_the_faster_per_thread_count_and_bucket() -> None:
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    threads = torch.get_num_threads()
+    fast_blas = LogitsProjection(weight, "auto", timer_favouring("blas"))
+    fast_blas(torch.randn(5, 1, WIDTH))
+    fast_blas(torch.randn(1, 1, WIDTH))
+    assert fast_blas.choices == {(threads, 8): "blas", (threads, 1): "blas"}
+    slow_blas = LogitsProjection(weight, "auto", timer_favouring("torch"))
+    slow_blas(torch.randn(5, 1, WIDTH))
+    assert slow_blas.choices == {(threads, 8): "torch"}
+    barely = LogitsProjection(weight, "auto", timer_favouring("blas", ratio=0.95))
+    barely(torch.randn(5, 1, WIDTH))
+    assert barely.choices == {(threads, 8): "torch"}  # within the margin: torch, the default
+
+
+@torch.inference_mode()
+def test_a_chosen_torch_never_calls_blas(monkeypatch: pytest.MonkeyPatch) -> None:
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    projection = LogitsProjection(weight, "auto", timer_favouring("torch"))
+    projection(torch.randn(5, 1, WIDTH))  # timed: both ran
+    monkeypatch.setattr(LogitsProjection, "_blas", no_blas)
+    h = torch.randn(5, 1, WIDTH)
+    torch.testing.assert_close(projection(h), F.linear(h, weight))
+
+
+@pytest.mark.parametrize("case", ["many rows", "row-major weight", "float64", "grad", "torch"])
+def test_torch_where_blas_does_not_apply(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    h = torch.randn(MAX_BLAS_ROWS + 1 if case == "many rows" else 5, 1, WIDTH)
+    backend = "torch" if case == "torch" else "blas"
+    if case == "row-major weight":
+        weight = weight.contiguous()  # numpy would need a copy of it on every step
+    if case == "float64":
+        weight, h = weight.double(), h.double()
+    monkeypatch.setattr(LogitsProjection, "_blas", no_blas)
+    projection = LogitsProjection(weight, backend)
+    with torch.inference_mode(case != "grad"):
+        logits = projection(h)
+    torch.testing.assert_close(logits, F.linear(h, weight).float())
+
+
+@torch.inference_mode()
+def test_a_weight_stored_anew_is_read_anew() -> None:
+    parameter = torch.nn.Parameter(vocabulary_major(torch.randn(VOCAB, WIDTH)), requires_grad=False)
+    projection = LogitsProjection(parameter, "auto", timer_favouring("blas"))
+    h = torch.randn(5, 1, WIDTH)
+    projection(h)
+    parameter.data = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    assert projection.choices == {(torch.get_num_threads(), 8): "blas"}
+    torch.testing.assert_close(projection(h), F.linear(h, parameter), rtol=1e-5, atol=1e-4)
+    parameter[3] *= 2.0  # in place: the numpy view shares the storage
+    torch.testing.assert_close(projection(h), F.linear(h, parameter), rtol=1e-5, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_numpys_blas_runs_on_torchs_thread_count() -> None:
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        LogitsProjection(weight, "blas")(torch.randn(5, 1, WIDTH))
+        blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+        assert blas and all(lib["num_threads"] == 1 for lib in blas)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_an_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="one of"):
+        LogitsProjection(torch.zeros(4, 2), "mkl")
+
+
+@torch.inference_mode()
+def test_a_beam_final_is_the_same_through_either_blas(checkpoint: WhisperCheckpoint,
+                                                      recordings: list[Recording]) -> None:
+    from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+
+    decoder = ContinuousWhisperDecoder(checkpoint, EngineConfig().second_pass_decode)  # beam 5
+    projection = checkpoint.model.decoder.logits
+    texts = {}
+    try:
+        for backend in ("torch", "blas"):
+            projection.backend = backend
+            decoder.submit(0, recordings[0].waveform)
+            done: list = []
+            while not done:
+                done = decoder.step()
+            texts[backend] = done[0].text
+    finally:
+        projection.backend = "auto"
+    assert texts["blas"] == texts["torch"] and len(texts["torch"].split()) >= 5
+
+
+def test_prepare_times_the_row_counts_a_decoder_uses() -> None:
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    projection = LogitsProjection(weight, "auto", timer_favouring("blas"))
+    projection.prepare((1, 5))
+    assert projection.choices == {(torch.get_num_threads(), 1): "blas",
+                                  (torch.get_num_threads(), 8): "blas"}
+    fixed = LogitsProjection(weight, "torch", timer_favouring("blas"))
+    fixed.prepare((1, 5))
+    assert fixed.choices == {}
