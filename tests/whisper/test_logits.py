@@ -3,6 +3,7 @@ thread count and row bucket, torch wherever numpy cannot read the weight as it i
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -98,16 +99,23 @@ def test_a_weight_stored_anew_is_read_anew() -> None:
 
 
 @torch.inference_mode()
-def test_numpys_blas_runs_on_torchs_thread_count() -> None:
+def test_numpys_blas_runs_on_one_thread_and_keeps_its_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    def pool_sizes() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = pool_sizes()
+    during: list[list[int]] = []
+    matmul = np.matmul
+
+    def watched(*args):  # type: ignore[no-untyped-def]
+        during.append(pool_sizes())
+        return matmul(*args)
+
+    monkeypatch.setattr(np, "matmul", watched)
     weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        LogitsProjection(weight, "blas")(torch.randn(5, 1, WIDTH))
-        blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
-        assert blas and all(lib["num_threads"] == 1 for lib in blas)
-    finally:
-        torch.set_num_threads(before)
+    LogitsProjection(weight, "blas")(torch.randn(5, 1, WIDTH))
+    assert before and during == [[1] * len(before)]
+    assert pool_sizes() == before
 
 
 def test_an_unknown_backend_is_refused() -> None:

@@ -3,12 +3,14 @@
 
 A beam-5 step multiplies 5 rows by all of E; that product is a third to a half of a final's
 decode on CPU. Its speed depends on the BLAS, the CPU and the thread count: on a 2-vCPU AVX2
-AMD EPYC, one thread, torch's GEMM takes 27-30 ms for 5 rows against 17-18 ms for numpy's
-OpenBLAS on the same (d, V) storage (a whole beam-5 final 1.17x faster, the same texts), while
-on two threads torch's is the faster by 1.5x. So ``LogitsProjection`` times both the first
-time it projects a given number of rows on a given thread count, and keeps the faster;
-anything else (a GPU, another dtype, a prefill's many rows, a layout numpy cannot read without
-a copy) goes through torch.
+AMD EPYC torch's GEMM takes 27-44 ms for 5-8 rows against 17-23 ms for numpy's OpenBLAS on one
+thread reading the same (d, V) storage, and whole beam-5 finals of read speech were 1.16-1.17x
+faster with it (torch on one thread or on two; the same texts). On another CPU torch's BLAS may
+be the faster, so ``LogitsProjection`` times both the first time it projects a given number of
+rows on a given thread count, and keeps the faster. OpenBLAS always runs on one thread (with
+its own pool beside torch's, the two fought over the cores: whole decodes 1.5x slower); anything
+else (a GPU, another dtype, a prefill's many rows, a layout numpy cannot read without a copy)
+goes through torch.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
+from threadpoolctl import ThreadpoolController
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +53,8 @@ class LogitsProjection:
     read the weight without a copy (CPU, float32, stored as the transpose of a contiguous
     (d, V) matrix, as ``transpose_embedding_storage`` leaves it) and the step has at most
     ``MAX_BLAS_ROWS`` rows; "auto" does the same only where its timing chose it. The choices
-    are kept per (thread count, row bucket) for the weight's current storage; numpy's BLAS is
-    given torch's thread count before each timing and whenever that count changes (numpy's
-    BLAS threads are the process's: the second pass's process, or the offline engine's).
+    are kept per (torch's thread count, row bucket) for the weight's current storage. numpy's
+    BLAS is held to one thread for each product (and given back its pool size after).
     ``timer`` times one call of a backend (tests pass their own).
     """
 
@@ -66,7 +68,7 @@ class LogitsProjection:
         self.choices: dict[tuple[int, int], str] = {}  # (threads, bucket) -> "torch" | "blas"
         self._chosen_for: int | None = None  # the weight's data_ptr the choices were made for
         self._view: tuple[int, np.ndarray] | None = None  # (data_ptr, the weight's (d, V) view)
-        self._blas_threads: int | None = None
+        self._blas_pool: ThreadpoolController | None = None  # numpy's BLAS pools
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         rows = h.shape[0] * h.shape[1]
@@ -94,7 +96,6 @@ class LogitsProjection:
 
     def _pick(self, rows: int) -> str:
         if self.backend == "blas":
-            self._set_blas_threads()
             return "blas"
         if self._chosen_for != self.weight.data_ptr():  # the weight was stored anew: time again
             self.choices.clear()
@@ -103,13 +104,10 @@ class LogitsProjection:
         choice = self.choices.get(key)
         if choice is None:
             choice = self.choices[key] = self._time(*key)
-        if choice == "blas":
-            self._set_blas_threads()
         return choice
 
     def _time(self, threads: int, rows: int) -> str:
         """Time both on ``rows`` rows, alternated; "blas" only when clearly faster."""
-        self._set_blas_threads()
         h = torch.randn(rows, 1, self.weight.shape[1])
         runs = {"torch": lambda: F.linear(h, self.weight), "blas": lambda: self._blas(h)}
         times: dict[str, list[float]] = {name: [] for name in runs}
@@ -124,16 +122,12 @@ class LogitsProjection:
                     rows, threads, torch_s * 1e3, blas_s * 1e3, choice)
         return choice
 
-    def _set_blas_threads(self) -> None:
-        threads = torch.get_num_threads()
-        if self._blas_threads != threads:
-            from threadpoolctl import ThreadpoolController
-
-            ThreadpoolController().select(user_api="blas").limit(limits=threads)
-            self._blas_threads = threads
-
     def _blas(self, h: torch.Tensor) -> torch.Tensor:
         if self._view is None or self._view[0] != self.weight.data_ptr():
             self._view = (self.weight.data_ptr(), self.weight.detach().t().numpy())  # (d, V)
+        if self._blas_pool is None:
+            self._blas_pool = ThreadpoolController().select(user_api="blas")
         rows = h.reshape(-1, h.shape[-1]).contiguous().numpy()  # (B*T, d)
-        return torch.from_numpy(rows @ self._view[1]).view(*h.shape[:-1], -1)  # (B, T, V)
+        with self._blas_pool.limit(limits=1):
+            logits = np.matmul(rows, self._view[1])  # (B*T, V)
+        return torch.from_numpy(logits).view(*h.shape[:-1], -1)  # (B, T, V)
