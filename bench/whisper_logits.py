@@ -3,13 +3,14 @@
 Whisper's output projection is the tied token embedding (tiny.en: 51864 x 384). A decode
 step multiplies a few rows (one per beam, 15 for the fallback ladder) by it; on CPU
 `load_whisper` stores the embedding as the transpose of a contiguous (d, V) matrix
-(`transpose_embedding_storage`) instead of a contiguous (V, d) one. This prints, at 1 and 2
-torch threads:
+(`transpose_embedding_storage`) instead of a contiguous (V, d) one, and
+`oasr.models.whisper.logits.LogitsProjection` sends the product through numpy's OpenBLAS (one
+thread) where a timing at start finds it faster. This prints, at 1 and 2 torch threads:
 
-- the product alone, both layouts, for 1 / 5 / 15 rows (ms, median of ``--repeats``);
-- a final's whole decode (beam 5 on the 30 s window, the live server's setting) of each
-  devset read recording, both layouts, in turns (s, median over files and repeats), and
-  whether the two layouts gave the same text.
+- the product alone: torch on both layouts and OpenBLAS on (d, V), for 1 / 5 / 15 rows (ms,
+  median of ``--repeats``);
+- a final's whole decode (beam 5, the live server's setting) of each devset read recording the
+  three ways, in turns (s, median over files and repeats), and whether all gave the same text.
 
     python bench/whisper_logits.py [--repeats 5]
 """
@@ -30,6 +31,7 @@ from oasr.audio import read_audio
 from oasr.engine import EngineConfig
 from oasr.models.whisper import load_whisper
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+from oasr.models.whisper.logits import LogitsProjection
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 
@@ -64,6 +66,7 @@ def decode(decoder: ContinuousWhisperDecoder, audio: torch.Tensor) -> tuple[floa
     return time.perf_counter() - start, done[0].text
 
 
+@torch.inference_mode()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -76,29 +79,36 @@ def main() -> None:
     copy = weight.t().contiguous()  # (d, V) row-major: what the model stores on CPU
     files = sorted(args.devset.glob("real_*.wav"))
     audios = [read_audio(f) for f in files]
+    projection = checkpoint.model.decoder.logits
+    blas = LogitsProjection(parameter, "blas")
     for threads in (1, 2):
         torch.set_num_threads(threads)
         for rows in (1, 5, 15):
-            x = torch.randn(rows, weight.size(1))
-            before = median_ms(lambda x=x: F.linear(x, weight), args.repeats)
-            after = median_ms(lambda x=x: x @ copy, args.repeats)
-            print(f"threads {threads}, {rows:2d} rows: (V, d) {before:5.1f} ms, "
-                  f"(d, V) {after:5.1f} ms, x{before / after:.2f}")
-        times: dict[str, list[float]] = {"(V, d)": [], "(d, V)": []}
+            x = torch.randn(rows, 1, weight.size(1))
+            row_major = median_ms(lambda x=x: F.linear(x, weight), args.repeats)
+            vocab_major = median_ms(lambda x=x: x @ copy, args.repeats)
+            openblas = median_ms(lambda x=x: blas(x), args.repeats)
+            print(f"threads {threads}, {rows:2d} rows: torch (V, d) {row_major:5.1f} ms, "
+                  f"torch (d, V) {vocab_major:5.1f} ms, OpenBLAS (d, V) {openblas:5.1f} ms")
+        times: dict[str, list[float]] = {name: [] for name in ("(V, d)", "(d, V)", "OpenBLAS")}
         same = 0
         for audio in audios:
+            texts = set()
             for _ in range(args.repeats):
-                with embedding_layout(parameter):
-                    seconds, text_before = decode(decoder, audio)
-                times["(V, d)"].append(seconds)
-                seconds, text_after = decode(decoder, audio)
-                times["(d, V)"].append(seconds)
-            same += text_before == text_after
-        before, after = (statistics.median(v) for v in times.values())
-        print(f"threads {threads}, final decode of {len(audios)} devset recordings: (V, d) "
-              f"{before:.3f} s, (d, V) {after:.3f} s, x{before / after:.2f}; same text "
-              f"{same}/{len(audios)}", flush=True)
-
+                for name in times:
+                    projection.backend = "blas" if name == "OpenBLAS" else "torch"
+                    if name == "(V, d)":
+                        with embedding_layout(parameter):
+                            seconds, text = decode(decoder, audio)
+                    else:
+                        seconds, text = decode(decoder, audio)
+                    times[name].append(seconds)
+                    texts.add(text)
+            same += len(texts) == 1
+        projection.backend = "auto"
+        medians = ", ".join(f"{name} {statistics.median(v):.3f} s" for name, v in times.items())
+        print(f"threads {threads}, final decode of {len(audios)} devset recordings (torch "
+              f"unless named): {medians}; same text in all {same}/{len(audios)}", flush=True)
 
 if __name__ == "__main__":
     main()
