@@ -4,8 +4,9 @@ for each beam size.
 Every file goes through the engine as ``oasr transcribe`` decodes it (the endpointer's
 segments, the guard against the first pass, the previous segment as context), once per beam
 size (``--beams``, default 1 3 5; 5 is the default, 1 greedy). It prints per beam the word
-errors per subset and the run's wall time (offline, the finals' decodes are most of it; the
-second pass's own latency figure counts the time a final queued, so it is not printed).
+errors per subset and the transcription's wall time (offline, the finals' decodes are most of
+it; the second pass's own latency figure counts the time a final queued, so it is not
+printed).
 Refined partials stay greedy whatever the beam; this is the finals' decode only.
 
     python bench/stress_set.py --out /tmp/oasr-stress
@@ -18,12 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-from final_context import error_counts, load_items
-from second_pass_parity import DEVSET, engine_config, run_engine
+from final_context import error_counts, load_items, per_subset, run
+from second_pass_parity import DEVSET, engine_config
 
 from oasr.engine import EngineConfig, configure_process
 from oasr.engine.final_guard import FirstPassGuard
@@ -49,16 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         name = f"beam{beam}"
         config = engine_config("whisper", replace(decode, beam_size=beam), FirstPassGuard(),
                                args.threads)
-        start = time.perf_counter()
-        run_engine(items, config, name)
-        seconds = time.perf_counter() - start
+        seconds = run(items, config, name)
         total, subsets = error_counts(items, name)
-        per = ", ".join(f"{k} {v.word_errors}/{v.words}" for k, v in subsets.items())
         figures.append({"beam": beam, "word_errors": total.word_errors, "words": total.words,
                         "seconds": round(seconds, 1),
                         "subsets": {k: v.word_errors for k, v in subsets.items()}})
         print(f"{name}: {total.word_errors}/{total.words} word errors ({total.wer:.2f} %) in "
-              f"{seconds:.0f} s; {per}", flush=True)
+              f"{seconds:.0f} s; {per_subset(subsets)}", flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps(
             {"figures": figures,

@@ -108,6 +108,11 @@ def error_counts(items: list[Item], column: str) -> tuple[ErrorCounts, dict[str,
     return total, subsets
 
 
+def per_subset(subsets: dict[str, ErrorCounts]) -> str:
+    """``subset errors/words`` of each subset, for a run's summary line."""
+    return ", ".join(f"{k} {v.word_errors}/{v.words}" for k, v in subsets.items())
+
+
 def rows(items: list[Item], columns: list[str]) -> list[dict[str, Any]]:
     per_column = {column: error_counts(items, column)[1] for column in columns}
     table = []

@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from final_context import error_counts, load_items
+from final_context import error_counts, load_items, per_subset
 from second_pass_parity import DEVSET, engine_config, run_engine
 
 from oasr.engine import EngineConfig, configure_process
@@ -46,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         run_engine(items, config, name)
         seconds = time.perf_counter() - start
         total, subsets = error_counts(items, name)
-        per = ", ".join(f"{k} {v.word_errors}/{v.words}" for k, v in subsets.items())
         print(f"{name}: {total.word_errors}/{total.words} word errors ({total.wer:.2f} %) in "
-              f"{seconds:.0f} s; {per}", flush=True)
+              f"{seconds:.0f} s; {per_subset(subsets)}", flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps(
             [{"file": i.path.name, "reference": i.reference,

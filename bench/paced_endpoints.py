@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from final_context import error_counts, load_items
+from final_context import error_counts, load_items, per_subset
 from second_pass_parity import DEVSET, Item, engine_config
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
@@ -104,13 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - started
         total, subsets = error_counts(items, name)
         segments = sum(item.results[name]["segments"] for item in items)
-        per = ", ".join(f"{k} {v.word_errors}/{v.words}" for k, v in subsets.items())
         line = {"variant": name, "word_errors": total.word_errors, "words": total.words,
                 "wer": round(total.wer, 2), "segments": segments, "endpoints": endpoints,
                 "seconds": round(seconds), "subsets": {k: v.word_errors for k, v in subsets.items()}}
         summary.append(line)
         print(f"{name}: {total.word_errors}/{total.words} word errors ({total.wer:.2f} %), "
-              f"{segments} segments, endpoints {endpoints}, {seconds:.0f} s; {per}", flush=True)
+              f"{segments} segments, endpoints {endpoints}, {seconds:.0f} s; {per_subset(subsets)}", flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps({"summary": summary, "files": [
             {"file": i.path.name, "reference": i.reference,

@@ -126,9 +126,13 @@ class DemoPage:
             self.page.click("#file-button")
         chooser.value.set_files(str(path))
 
+    def done_note(self) -> Any:
+        """The latest run's ``done`` note (absent until the run is done)."""
+        return self.page.locator("#transcript .run").last.locator(".note", has_text="done:")
+
     def wait_done(self, timeout_ms: int = 60_000) -> str:
         """Wait for the run's ``done`` note; returns its text (``done: stop, 1 segment(s)``)."""
-        note = self.page.locator("#transcript .run").last.locator(".note", has_text="done:")
+        note = self.done_note()
         note.wait_for(timeout=timeout_ms)
         return note.inner_text()
 

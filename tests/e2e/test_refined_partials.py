@@ -86,9 +86,8 @@ def test_stable_and_tentative_text_while_a_real_recording_plays(
     page.screenshot("refined_partials")
     page.stop_mic()
     # the lines go on changing until their finals (a slow CPU's refinements commit late)
-    done = page.page.locator("#transcript .run").last.locator(".note", has_text="done:")
     deadline = time.monotonic() + 120
-    while done.count() == 0 and time.monotonic() < deadline:
+    while page.done_note().count() == 0 and time.monotonic() < deadline:
         samples.append(page.page.evaluate(_SAMPLE_JS))
         time.sleep(0.1)
     page.wait_done(timeout_ms=1_000)

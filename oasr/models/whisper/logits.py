@@ -66,8 +66,8 @@ class LogitsProjection:
         self.backend = backend
         self.timer = timer
         self.choices: dict[tuple[int, int], str] = {}  # (threads, bucket) -> "torch" | "blas"
-        self._chosen_for: int | None = None  # the weight's data_ptr the choices were made for
-        self._view: tuple[int, np.ndarray] | None = None  # (data_ptr, the weight's (d, V) view)
+        self._storage: int | None = None  # the weight's data_ptr the choices and view are of
+        self._view: np.ndarray | None = None  # the weight's (d, V) storage, as numpy reads it
         self._blas_pool: ThreadpoolController | None = None  # numpy's BLAS pools
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
@@ -97,9 +97,7 @@ class LogitsProjection:
     def _pick(self, rows: int) -> str:
         if self.backend == "blas":
             return "blas"
-        if self._chosen_for != self.weight.data_ptr():  # the weight was stored anew: time again
-            self.choices.clear()
-            self._chosen_for = self.weight.data_ptr()
+        self._weight_view()  # a weight stored anew drops the choices made for the old one
         key = (torch.get_num_threads(), _bucket(rows))
         choice = self.choices.get(key)
         if choice is None:
@@ -122,12 +120,19 @@ class LogitsProjection:
                     rows, threads, torch_s * 1e3, blas_s * 1e3, choice)
         return choice
 
+    def _weight_view(self) -> np.ndarray:
+        """The weight as numpy's (d, V) view; a weight stored anew is read, and timed, again."""
+        if self._view is None or self._storage != self.weight.data_ptr():
+            self._view = self.weight.detach().t().numpy()
+            self._storage = self.weight.data_ptr()
+            self.choices.clear()
+        return self._view
+
     def _blas(self, h: torch.Tensor) -> torch.Tensor:
-        if self._view is None or self._view[0] != self.weight.data_ptr():
-            self._view = (self.weight.data_ptr(), self.weight.detach().t().numpy())  # (d, V)
+        view = self._weight_view()
         if self._blas_pool is None:
             self._blas_pool = ThreadpoolController().select(user_api="blas")
         rows = h.reshape(-1, h.shape[-1]).contiguous().numpy()  # (B*T, d)
         with self._blas_pool.limit(limits=1):
-            logits = np.matmul(rows, self._view[1])  # (B*T, V)
+            logits = np.matmul(rows, view)  # (B*T, V)
         return torch.from_numpy(logits).view(*h.shape[:-1], -1)  # (B, T, V)
