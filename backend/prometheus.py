@@ -84,6 +84,11 @@ class _SnapshotCollector(Collector):
                 "Whisper decodes redone at a higher temperature",
                 value=second.num_temperature_fallbacks)
             yield CounterMetricFamily(
+                "oasr_second_pass_decodes_cancelled",
+                "Whisper decodes given up midway because every segment in them was aborted "
+                "(an early final the speaker went on from)",
+                value=second.num_decodes_cancelled)
+            yield CounterMetricFamily(
                 "oasr_second_pass_holds",
                 "Times the second pass waited because the streaming step was behind",
                 value=second.num_holds)

@@ -66,6 +66,7 @@ export class SecondPassView {
       chip("rejected by the guard", pass.num_rejected, "rejected"),
       chip("backlog full", pass.num_backlog_full, "backlog_full"),
       chip("waited too long (streams behind)", pass.num_expired ?? 0, "expired"),
+      chip("early decodes cut short", pass.num_decodes_cancelled ?? 0, "cancelled"),
     );
     this.paintRefine(pass);
   }

@@ -411,6 +411,11 @@ class SecondPassWorker:
         return self.counters.num_fallbacks
 
     @property
+    def num_cancelled(self) -> int:
+        """Decodes given up midway: all their jobs were aborted while they ran."""
+        return self.counters.num_cancelled
+
+    @property
     def busy_seconds(self) -> float:
         """Time the decoding side spent in decoder steps."""
         return self.counters.busy_seconds

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -66,6 +67,8 @@ class LoopCounters:
         num_with_context: finals decoded after the previous segment's text.
         num_refinements: refinements decoded.
         num_fallbacks: decodes redone at a higher temperature.
+        num_cancelled: decodes given up midway: every request in them was aborted (an early
+            final the speaker went on from) while they ran.
         busy_seconds: time spent in decoder steps.
     """
 
@@ -74,6 +77,7 @@ class LoopCounters:
     num_with_context: int = 0
     num_refinements: int = 0
     num_fallbacks: int = 0
+    num_cancelled: int = 0
     busy_seconds: float = 0.0
 
 
@@ -83,7 +87,8 @@ class SecondPassLoop:
     Args:
         decoder: ``oasr.models.whisper.continuous.ContinuousWhisperDecoder`` (or a test's
             scripted one): ``submit``, ``step``, ``abort``, ``has_work``, ``text_tokens``,
-            ``text_of``, ``word_ends``, ``max_new_tokens``.
+            ``text_of``, ``word_ends``, ``max_new_tokens``; where it has a ``cancelled``
+            attribute, the loop sets it to `is_aborted` (asked during a long step).
         emit: receives each answer (`SecondPassDone` or `RefineDone`), exactly once per job
             not aborted.
         no_speech: when a segment holds no speech.
@@ -107,6 +112,14 @@ class SecondPassLoop:
         self._deferred: dict[int, SecondPassJob] = {}
         self._final_texts: dict[int, str] = {}
         self._num_taken = 0
+        # commands taken while the decoder stepped (handled after the step, in order), the
+        # job ids they abort, and whether they stop the loop
+        self._get: Callable[[bool], Command] | None = None
+        self._taken_early: deque[Command] = deque()
+        self._aborted: set[int] = set()
+        self._stop_taken = False
+        if hasattr(decoder, "cancelled"):
+            decoder.cancelled = self.is_aborted
 
     def run(self, get: Callable[[bool], Command],
             may_step: Callable[[float], bool] | None = None) -> None:
@@ -114,6 +127,7 @@ class SecondPassLoop:
         ``queue.Empty`` when there is none and ``block`` is False. ``may_step(timeout)`` waits
         up to ``timeout`` seconds for leave to run the next decoder step (the engine withholds
         it while its streams are behind); commands are still taken while it is withheld."""
+        self._get = get
         while True:
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
             if not self._take_commands(get, block):
@@ -135,6 +149,7 @@ class SecondPassLoop:
                     self._drop(self._active.pop(job_id))
             self.counters.busy_seconds += time.perf_counter() - started
             self.counters.num_fallbacks = int(getattr(self.decoder, "num_fallbacks", 0))
+            self.counters.num_cancelled = int(getattr(self.decoder, "num_cancelled", 0))
             for result in finished:
                 job = self._active.pop(result.request_id, None)
                 if isinstance(job, RefineJob):
@@ -148,9 +163,30 @@ class SecondPassLoop:
         active = sum(isinstance(job, SecondPassJob) for job in self._active.values())
         return active + len(self._deferred) + self._num_taken
 
+    def is_aborted(self, job_id: int) -> bool:
+        """Whether ``job_id`` has been aborted (or the loop stopped) since the commands were
+        last handled: asked by the decoder during a long step (a beam decode), so that a
+        decode nobody wants any more is given up. The commands it takes meanwhile are handled
+        after the step, in the order they came."""
+        while self._get is not None:
+            try:
+                command = self._get(False)
+            except queue.Empty:
+                break
+            self._taken_early.append(command)
+            if command is None:
+                self._stop_taken = True
+            elif isinstance(command, int):
+                self._aborted.add(command)
+        return self._stop_taken or job_id in self._aborted
+
     def _take_commands(self, get: Callable[[bool], Command], block: bool) -> bool:
         """Move every queued submission and abort into the decoder. False on stop."""
-        taken: list[Command] = []
+        taken: list[Command] = list(self._taken_early)
+        self._taken_early.clear()
+        self._aborted.clear()
+        self._stop_taken = False
+        block = block and not taken
         while True:
             try:
                 taken.append(get(block))

@@ -130,6 +130,7 @@ class SecondPassSnapshot:
     num_holds: int = 0  # times it was made to wait
     num_expired: int = 0  # finals given up while it waited (they keep their CTC text)
     num_decoders: int = 1  # decoding processes working side by side (second_pass_processes)
+    num_decodes_cancelled: int = 0  # decodes given up midway: all their jobs were aborted
     refine: RefineSnapshot | None = None
 
     def to_json(self) -> dict[str, Any]:

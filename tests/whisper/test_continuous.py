@@ -253,3 +253,39 @@ def test_a_fallback_samples_the_same_text_whatever_shares_its_batch(tmp_path: Pa
         assert {decode([], seed=s) for s in range(1, 4)} != {alone}
     finally:
         hook.remove()
+
+
+def test_a_beam_decode_whose_requests_are_all_aborted_midway_is_given_up(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=32)
+    encoded = tiny_encoded(3, seed=33)
+    config = WhisperDecodeConfig(max_rows=4, max_new_tokens=12, block_size=4, beam_size=3,
+                                 token_budget=None, repetition=None,
+                                 fallback=FallbackRule(temperatures=(0.0,)))
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    asked: list[int] = []
+    aborted: set[int] = set()
+
+    def cancelled(request_id: int) -> bool:
+        asked.append(request_id)
+        if len(asked) == 4:  # the aborts arrive while the decode runs
+            aborted.update({0, 1})
+        return request_id in aborted
+
+    decoder.cancelled = cancelled
+    decoder.submit_encoded(0, encoded[0])
+    decoder.submit_encoded(1, encoded[1])
+    assert decoder.step() == [] and not decoder.has_work()  # given up, nothing answered
+    assert decoder.num_cancelled == 1
+    assert set(asked) == {0, 1} and len(asked) < 2 * 12  # asked each step, stopped at once
+
+    # one request of a batch still wanted: the decode goes on and answers both
+    aborted.clear()
+    decoder.cancelled = lambda request_id: request_id == 1
+    decoder.submit_encoded(1, encoded[1])
+    decoder.submit_encoded(2, encoded[2])
+    results = {r.request_id: r.tokens for r in decoder.step()}
+    assert set(results) == {1, 2} and decoder.num_cancelled == 1
+    fresh = ContinuousWhisperDecoder(checkpoint, config)  # the same as a decoder never stopped
+    fresh.submit_encoded(1, encoded[1])
+    fresh.submit_encoded(2, encoded[2])
+    assert {r.request_id: r.tokens for r in fresh.step()} == results

@@ -51,3 +51,27 @@ def test_beam_five_matches_ctranslate2(checkpoint: WhisperCheckpoint, devset_enc
     theirs = reference.generate(features, [list(checkpoint.spec.prompt)] * 2, beam_size=5)
     assert [list(t.tokens) for t in ours] == [r.sequences_ids[0] for r in theirs]
     assert list(ours[0].tokens) != dense_tokens[rows[0]]
+
+
+@torch.inference_mode()
+def test_a_stop_gives_the_search_up_before_its_next_decoder_call() -> None:
+    from oasr.models.whisper.decoding import SearchStopped
+
+    model = tiny_model(seed=31)
+    cross = model.decoder.cross_kv(tiny_encoded(2, seed=32))
+    calls = []
+    hook = model.decoder.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        asked = [0]
+
+        def stop_at_third() -> bool:
+            asked[0] += 1
+            return asked[0] == 3
+
+        with pytest.raises(SearchStopped):
+            beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 3, 12, stop=stop_at_third)
+        assert len(calls) == 2  # the prompt and one step; none after the stop
+        kept = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 3, 12, stop=lambda: False)
+    finally:
+        hook.remove()
+    assert kept == beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 3, 12)

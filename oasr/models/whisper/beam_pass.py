@@ -8,7 +8,7 @@ beam is then judged as a sampled row is: cut at the request's token budget, chec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -23,15 +23,19 @@ from oasr.models.whisper.window import EncodedSegments, SegmentEncoder
 
 def beam_first_decodes(checkpoint: WhisperCheckpoint, encoder: SegmentEncoder,
                        config: WhisperDecodeConfig, requests: Sequence[DecodeRequest],
-                       prompts: Sequence[tuple[int, ...]]) -> list[DecodeAttempt]:
+                       prompts: Sequence[tuple[int, ...]],
+                       stop: Callable[[], bool] | None = None) -> list[DecodeAttempt]:
     """The temperature-0 decode of each request, by beam search in one batched call.
 
     Args:
         encoder: the encoder whose cross K/V the requests' encoder states are turned into.
         requests: encoded requests (``encoded`` set), all with ``prompts`` of one length.
         prompts: each request's decoder prompt (start tokens, then its forced prefix).
+        stop: asked before each decoder call; True gives the decode up.
     Returns:
         One attempt per request, in order (``looped`` / ``truncated`` as the row rules say).
+    Raises:
+        SearchStopped: ``stop`` said so.
     """
     model, spec = checkpoint.model, checkpoint.spec
     states = [r.encoded for r in requests]
@@ -41,7 +45,7 @@ def beam_first_decodes(checkpoint: WhisperCheckpoint, encoder: SegmentEncoder,
     kv = DecoderKv(encoder.cross_kv(encoded), len(prompts[0]) + limit, config.kv_cache,
                    shared_cross=True)
     prompt = torch.tensor([list(p) for p in prompts], device=model.device)  # (N, P)
-    hyps = beam_search(model, spec, kv, config.beam_size, limit, prompt=prompt)
+    hyps = beam_search(model, spec, kv, config.beam_size, limit, prompt=prompt, stop=stop)
     attempts = []
     repetition = config.repetition
     for request, hyp in zip(requests, hyps, strict=True):

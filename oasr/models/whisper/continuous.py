@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -36,7 +37,12 @@ from oasr.models.whisper.decode_requests import (
     RunningRow,
     SecondPassResult,
 )
-from oasr.models.whisper.decoding import default_max_new_tokens, no_speech_probs, suppression_masks
+from oasr.models.whisper.decoding import (
+    SearchStopped,
+    default_max_new_tokens,
+    no_speech_probs,
+    suppression_masks,
+)
 from oasr.models.whisper.frontend import HOP_LENGTH, N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.safeguards import DecodeAttempt, best_attempt
@@ -92,6 +98,11 @@ class ContinuousWhisperDecoder:
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
         self.num_fallbacks = 0  # first decodes that failed and went down the temperature ladder
         self.num_loops = 0  # rows stopped by the repetition rule
+        # asked between the steps of a beam decode (one long call) whether a request has been
+        # aborted meanwhile: when all of a batch's have, the decode is given up
+        # (``num_cancelled``); the second-pass loop answers from the aborts it has been sent
+        self.cancelled: Callable[[int], bool] = _never
+        self.num_cancelled = 0
 
     @property
     def num_waiting(self) -> int:
@@ -201,10 +212,20 @@ class ContinuousWhisperDecoder:
         batch = [p for p in firsts if len(p.request.prefix) == width][: self.config.max_rows]
         for p in batch:
             self._waiting.remove(p)
-        self._encode(batch)
         requests = [p.request for p in batch]
-        attempts = beam_first_decodes(self.checkpoint, self.encoder, self.config, requests,
-                                      [self._prompt(r) for r in requests])
+
+        def unwanted() -> bool:
+            return all(self.cancelled(r.request_id) for r in requests)
+
+        try:
+            if unwanted():
+                raise SearchStopped
+            self._encode(batch)
+            attempts = beam_first_decodes(self.checkpoint, self.encoder, self.config, requests,
+                                          [self._prompt(r) for r in requests], stop=unwanted)
+        except SearchStopped:  # every request of the batch was aborted: nothing to answer
+            self.num_cancelled += 1
+            return []
         done = []
         for request, attempt in zip(requests, attempts, strict=True):
             request.samples, request.num_rows = [], 1
@@ -412,3 +433,7 @@ class ContinuousWhisperDecoder:
                 self._running.remove(row)
                 found = True
         return found
+
+
+def _never(request_id: int) -> bool:
+    return False

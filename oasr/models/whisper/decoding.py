@@ -9,6 +9,7 @@ end-of-transcript token are finished; the batch stops when every row is finished
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -145,6 +146,10 @@ def _until_eot(row: list[int], eot: int) -> list[int]:
     return row[: row.index(eot)] if eot in row else row
 
 
+class SearchStopped(Exception):
+    """A beam search given up midway: its caller's ``stop`` said nobody wants its rows."""
+
+
 @dataclass(frozen=True)
 class BeamHypothesis:
     """A finished beam: text tokens, summed log-probability, and the length-normalised score."""
@@ -164,6 +169,7 @@ def beam_search(
     max_new_tokens: int | None = None,
     length_penalty: float = 1.0,
     prompt: torch.Tensor | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> list[BeamHypothesis]:
     """Beam search of each of ``kv``'s B rows on dense per-group buffers.
 
@@ -176,8 +182,12 @@ def beam_search(
         kv: an empty dense store of B rows (cross K/V stored, no tokens yet).
         prompt: (B, P) start tokens per row (default ``spec.prompt``); tokens after
             ``spec.prompt`` are a forced text prefix, which the hypotheses do not include.
+        stop: asked before each decoder call; True gives the search up (the caller no
+            longer wants any of its rows).
     Returns:
         Per row the best hypothesis.
+    Raises:
+        SearchStopped: ``stop`` said so.
     """
     limit = max_new_tokens or default_max_new_tokens(model, spec)
     batch, device = kv.batch_size, model.device
@@ -186,6 +196,8 @@ def beam_search(
         prompt = torch.tensor(spec.prompt, device=device).expand(batch, -1)
     elif prompt.size(1) > len(spec.prompt):
         first = always  # after a forced text prefix the transcript may end at once
+    if stop is not None and stop():
+        raise SearchStopped
     prompt_logits = model.decoder(prompt, kv)  # (B, P, V)
     no_speech = no_speech_probs(prompt_logits, spec)
     log_probs = torch.log_softmax(prompt_logits[:, -1] + first, dim=-1)  # (B, V)
@@ -201,6 +213,8 @@ def beam_search(
                                  beam_size, length_penalty, last_step=step + 1 == limit)
         if all(len(f) >= beam_size for f in finished) or step + 1 == limit:
             break
+        if stop is not None and stop():
+            raise SearchStopped
         scores = top_scores.gather(1, keep)  # (B, K)
         chosen_parents, chosen_tokens = parents.gather(1, keep), tokens.gather(1, keep)
         width = history.size(1)
