@@ -84,6 +84,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --second-pass-process: decode in N processes (each with the "
                    "second pass's threads), every job in the one with the fewest outstanding "
                    "(default: 2 for oasr-server on 2 or more cores, else 1)")
+    g.add_argument("--second-pass-nice", type=int, default=EngineConfig.second_pass_nice,
+                   metavar="N",
+                   help="with --second-pass-process: how many CPU priority steps (nice, 0-19) "
+                   "below the server the second pass runs")
     g.add_argument("--second-pass-yield", type=_seconds_or_off, default=EngineConfig.second_pass_yield_s,
                    metavar="S|off",
                    help="the second pass waits while a live stream has more than a chunk plus "
@@ -250,6 +254,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         sentence_end_s=args.sentence_end,
         endpoint_quiet=QuietTail() if args.endpoint_between_chunks else None,
         second_pass_yield_s=args.second_pass_yield,
+        second_pass_nice=args.second_pass_nice,
         second_pass_process=(EngineConfig.second_pass_process
                              if args.second_pass_process is None else args.second_pass_process),
         quantization=parse_quantization_options(args.quantization_option) or None,

@@ -63,6 +63,14 @@ def test_no_flags_give_the_default_server_config(monkeypatch: pytest.MonkeyPatch
     assert config.engine.resolved_light_load_streams == 2 * min(2, os.cpu_count() or 1)
     assert on_thread.engine.resolved_light_load_streams == 2
     assert three.engine.resolved_light_load_streams == 6
+    # the second pass's processes run 10 CPU priority steps below the server unless told
+    assert config.engine.second_pass_nice == defaults.engine.second_pass_nice == 10
+    level = server_config_from_args(build_parser().parse_args(
+        ["--lm", "none", "--second-pass-nice", "0"]))
+    assert level.engine.second_pass_nice == 0
+    with pytest.raises(ValueError, match="second_pass_nice must be in 0..19"):
+        server_config_from_args(build_parser().parse_args(
+            ["--lm", "none", "--second-pass-nice", "20"]))
     with pytest.raises(ValueError, match="needs second_pass_process"):
         server_config_from_args(build_parser().parse_args(
             ["--lm", "none", "--no-second-pass-process", "--second-pass-processes", "2"]))

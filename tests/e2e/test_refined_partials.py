@@ -56,8 +56,13 @@ def recording(devset_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
 
 @pytest.fixture(scope="module")
 def refining_server(start_module_server: Any, bundled_model_dir: Path) -> Any:
+    # the browser, its driver and the server share this machine's cores, as in a demo on
+    # one small machine: at the default nice 10 (a server's: partials first at many streams)
+    # Chromium's processes take the second pass's time, and on a slow 2-core box no two
+    # refinements agreed before the final; the README advises --second-pass-nice 0 for that
     return start_module_server(None, "--second-pass", "whisper", "--max-batch-size", "2",
-                               "--max-num-blocks", "128", "--threads", "1")
+                               "--max-num-blocks", "128", "--threads", "1",
+                               "--second-pass-nice", "0")
 
 
 @pytest.fixture

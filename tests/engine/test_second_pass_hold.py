@@ -180,6 +180,9 @@ def test_a_process_answers_and_reports_its_counters() -> None:
     while worker.num_no_voice != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert worker.num_no_voice == 1 and worker.backlog == 0
+    # the child runs `nice` steps below this process (WhisperProcessSpec(nice=5))
+    child = worker._runner.process.pid  # type: ignore[attr-defined]
+    assert os.getpriority(os.PRIO_PROCESS, child) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
     worker.stop()
     assert not worker._runner.process.is_alive()  # type: ignore[attr-defined]
 
