@@ -113,6 +113,18 @@ class FinalPublisher:
             if early.done is not None:
                 self.on_second_pass(request, early.done)
             return
+        if (early is not None and audio is not None and self.worker is not None
+                and early.done is None and early.still_holds(hyp)):
+            # nothing said since, but words were committed while it decoded: its answer is the
+            # final if it begins with them (most do); the segment's own decode with them
+            # forced goes beside it, for when it does not
+            retry = self._job(request, hyp, audio, num_streams)
+            pending = PendingFinal(event, base, prefix=self._committed(request))
+            if self.worker.try_submit(retry):
+                pending.retry = retry.job_id
+            request.segment += 1
+            request.pending_finals[early.job_id] = pending
+            return
         if early is not None:
             self._discard_early(early)
         if audio is not None and self.worker is not None:
@@ -237,6 +249,18 @@ class FinalPublisher:
     def on_second_pass(self, request: Request, done: SecondPassDone) -> None:
         """Whisper's answer for one of the request's segments; publish what is now in order."""
         pending = request.pending_finals.get(done.job_id)
+        if pending is not None and pending.prefix is not None:
+            taken = self._early_or_retry(done, pending)
+            if taken is None:
+                return
+            done = taken
+        elif pending is None:
+            pending = next((p for p in request.pending_finals.values()
+                            if p.retry == done.job_id), None)
+            if pending is not None:  # a retry's answer: the final's
+                if pending.prefix is not None:  # before the early decode it raced
+                    self.num_early_discarded += 1
+                pending.retry = pending.prefix = None
         if pending is None:
             if request.early is not None and request.early.job_id == done.job_id:
                 request.early.done = done  # kept for the final, if the segment ends on it
@@ -248,6 +272,26 @@ class FinalPublisher:
         pending.source = done.source
         pending.answered = True
         self.flush(request)
+
+    def _early_or_retry(self, done: SecondPassDone,
+                        pending: PendingFinal) -> SecondPassDone | None:
+        """The answer of an early decode that words were committed past: the final's when it
+        begins with them (its retry is then aborted); else None, the retry's answer awaited,
+        or without a retry an answer that keeps the CTC text (this one's, when it has no
+        text: it failed, was rejected or given up)."""
+        prefix, retry = pending.prefix, pending.retry
+        assert prefix is not None
+        pending.prefix = pending.retry = None
+        if done.text is not None and done.tokens[: len(prefix)] == prefix:
+            self.num_early_used += 1
+            if retry is not None and self.worker is not None:
+                self.worker.abort(retry)
+            return done
+        self.num_early_discarded += 1
+        if retry is not None:
+            pending.retry = retry
+            return None
+        return done if done.text is None else replace(done, text=None, source="ctc")
 
     def flush(self, request: Request) -> None:
         """Publish the leading finals whose second pass has answered.
@@ -270,9 +314,11 @@ class FinalPublisher:
         if request.early is not None:
             self._discard_early(request.early)
             request.early = None
-        for job_id in request.pending_finals:
+        for job_id, pending in request.pending_finals.items():
             if self.worker is not None:
                 self.worker.abort(job_id)
+                if pending.retry is not None:
+                    self.worker.abort(pending.retry)
         request.pending_finals.clear()
 
     def _segment_end(self, request: Request) -> int:

@@ -107,13 +107,21 @@ class EarlyFinal:
 
 @dataclass
 class PendingFinal:
-    """A segment's final waiting for its second pass (``answered`` once it has replied)."""
+    """A segment's final waiting for its second pass (``answered`` once it has replied).
+
+    A final keyed by an early decode that started before words were committed (``prefix``
+    set: their Whisper tokens) takes that decode's answer only when it begins with them; the
+    segment's own job with them forced (``retry``, its job id) is decoded beside it, and
+    whichever usable answer comes first is the final.
+    """
 
     event: Final
     start_frame: int = 0  # where the segment's audio begins (encoder frames)
     answered: bool = False
     text: str | None = None  # the second pass's text; "" = no speech; None = keep the CTC text
     source: str = "whisper"  # whose text ``text`` is: "whisper" or "combined"
+    prefix: tuple[int, ...] | None = None
+    retry: int | None = None
 
 
 @dataclass

@@ -403,11 +403,14 @@ class _QueueingWorker:
     def __init__(self) -> None:
         self.jobs: list[SecondPassJob] = []
         self.aborted: list[int] = []
+        self.room = True
         self.backlog = 0
         self.num_decoders = 1
         self.no_speech = NoSpeechRule()
 
     def try_submit(self, job: SecondPassJob) -> bool:
+        if not self.room:  # a full backlog
+            return False
         self.jobs.append(job)
         return True
 
@@ -452,13 +455,112 @@ def test_early_decodes_start_at_a_pause_and_are_dropped_when_the_speaker_goes_on
     assert worker.aborted == [early.job_id] and request.early is None
     finals.start_early(request, _hyp([5, 6, 7], 70))
     second = worker.jobs[-1]
+    assert (finals.num_early_used, finals.num_early_discarded) == (0, 1)
     request.refine.prefix_tokens = (42,)  # a refinement committed a word since: the early
-    finals.publish(request, _hyp([5, 6, 7], 70), "endpoint")  # decode lacks it
-    assert second.job_id in worker.aborted
-    final_job = worker.jobs[-1]
-    assert final_job.job_id not in (early.job_id, second.job_id)
-    assert final_job.prefix == (42,) and list(request.pending_finals) == [final_job.job_id]
-    assert (finals.num_early_used, finals.num_early_discarded) == (0, 2)
+    finals.publish(request, _hyp([5, 6, 7], 70), "endpoint")  # decode did not force it
+    # ... so the final takes its answer only if it begins with that word, and the segment's
+    # decode with the word forced goes beside it
+    assert second.job_id not in worker.aborted
+    retry = worker.jobs[-1]
+    assert retry.job_id not in (early.job_id, second.job_id) and retry.prefix == (42,)
+    (pending,) = request.pending_finals.values()
+    assert list(request.pending_finals) == [second.job_id]
+    assert (pending.prefix, pending.retry) == ((42,), retry.job_id)
+
+
+def _finals_of(request: Request) -> list[Final]:
+    """Make ``request`` collect its final events; the list they go to."""
+    out: list[Final] = []
+    request.sink = lambda event: out.append(event) if isinstance(event, Final) else None
+    return out
+
+
+def _early_then_commit(room: bool = True) -> tuple[
+        _QueueingWorker, FinalPublisher, Request, SecondPassJob, SecondPassJob | None, list[Final]]:
+    """A segment whose early decode is still running when its endpoint comes, a word (42)
+    committed by a refinement meanwhile: the worker, the publisher, the request, the early
+    job, its retry (None when the backlog had no ``room`` for it) and the finals published."""
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
+    request = _open_request(3.0)
+    published = _finals_of(request)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 70))
+    (early,) = worker.jobs
+    request.refine.prefix_tokens = (42,)
+    worker.room = room
+    finals.publish(request, _hyp([5, 6], 70), "endpoint")
+    worker.room = True
+    assert not worker.aborted and not published
+    assert len(worker.jobs) == 1 + room
+    return worker, finals, request, early, worker.jobs[1] if room else None, published
+
+
+def _answer(job: SecondPassJob, text: str | None, tokens: tuple[int, ...]) -> SecondPassDone:
+    return SecondPassDone(job.job_id, 1, text, 0.5, "whisper" if text is not None else "ctc",
+                          tokens=tokens, word_ends=tuple(range(1, len(tokens) + 1)))
+
+
+def test_an_early_decode_that_begins_with_words_committed_while_it_ran_is_the_final() -> None:
+    worker, finals, request, early, retry, published = _early_then_commit()
+    assert retry is not None and retry.prefix == (42,)
+    finals.on_second_pass(request, _answer(early, "Five, six.", (42, 43)))
+    assert [f.text for f in published] == ["Five, six."] and not request.pending_finals
+    assert worker.aborted == [retry.job_id]  # its retry is not needed
+    finals.on_second_pass(request, _answer(retry, "Late.", (42, 44)))  # on its way already
+    assert [f.text for f in published] == ["Five, six."]
+    assert (finals.num_early_used, finals.num_early_discarded) == (1, 0)
+
+
+@pytest.mark.parametrize("text", ["Five, six.", None])
+def test_an_early_decode_without_the_committed_words_gives_way_to_its_retry(
+        text: str | None) -> None:
+    # it answered without the word (or with no text at all: rejected, given up): the retry,
+    # decoding beside it, is the final; the next segment's final waits behind it, in order
+    worker, finals, request, early, retry, published = _early_then_commit()
+    assert retry is not None
+    request.segment_start_frame = request.num_frames_decoded
+    request.offset, request.num_frames_decoded = 50, 150
+    finals.publish(request, _hyp([8], 40), "endpoint")
+    later = worker.jobs[-1]
+    finals.on_second_pass(request, _answer(early, text, (41, 43) if text else ()))
+    finals.on_second_pass(request, _answer(later, "eight", (8,)))
+    assert not published and list(request.pending_finals) == [early.job_id, later.job_id]
+    finals.on_second_pass(request, _answer(retry, "Forty-two six.", (42, 43)))
+    assert [f.text for f in published] == ["Forty-two six.", "eight"]
+    assert [f.segment for f in published] == [0, 1] and not worker.aborted
+    assert (finals.num_early_used, finals.num_early_discarded) == (0, 1)
+
+
+def test_a_retry_that_answers_first_is_the_final() -> None:
+    worker, finals, request, early, retry, published = _early_then_commit()
+    assert retry is not None
+    finals.on_second_pass(request, _answer(retry, "Forty-two six.", (42, 43)))
+    assert [f.text for f in published] == ["Forty-two six."]
+    # the early decode goes on (a next segment may be waiting for its text as context); its
+    # answer changes nothing
+    assert not worker.aborted
+    finals.on_second_pass(request, _answer(early, "Forty-two six.", (42, 43)))
+    assert [f.text for f in published] == ["Forty-two six."]
+    assert (finals.num_early_used, finals.num_early_discarded) == (0, 1)
+
+
+def test_a_vanished_stream_aborts_an_early_decode_and_its_retry() -> None:
+    worker, finals, request, early, retry, _ = _early_then_commit()
+    assert retry is not None
+    finals.drop_pending(request)
+    assert sorted(worker.aborted) == [early.job_id, retry.job_id]
+    assert not request.pending_finals
+
+
+@pytest.mark.parametrize(("text", "kept"), [("Five, six.", "5 6"),
+                                            ("Forty-two six.", "Forty-two six.")])
+def test_without_room_for_a_retry_the_early_decode_decides_alone(text: str, kept: str) -> None:
+    _, finals, request, early, retry, published = _early_then_commit(room=False)
+    assert retry is None
+    tokens = (42, 43) if text.startswith("Forty") else (41, 43)
+    finals.on_second_pass(request, _answer(early, text, tokens))
+    assert [f.text for f in published] == [kept]  # without the committed word: the CTC text
 
 
 def test_an_early_decode_starts_on_the_quiet_audio_after_a_chunk() -> None:
