@@ -45,6 +45,11 @@ def pause_after_last_token(request: Request, hyp: Hypothesis | None) -> int:
     return request.offset - (hyp.timestamps[-1] + 1)
 
 
+def _begins_with(done: SecondPassDone, committed: tuple[int, ...]) -> bool:
+    """Whether Whisper's answer has text that begins with the committed words' tokens."""
+    return done.text is not None and done.tokens[: len(committed)] == committed
+
+
 class FinalPublisher:
     """Turns a finished segment into its final event, through the second pass when it is on.
 
@@ -210,9 +215,7 @@ class FinalPublisher:
         committed = self._committed(request)
         if early.prefix == committed:
             return True
-        done = early.done
-        return (done is not None and done.text is not None
-                and done.tokens[: len(committed)] == committed)
+        return early.done is not None and _begins_with(early.done, committed)
 
     @staticmethod
     def _committed(request: Request) -> tuple[int, ...]:
@@ -282,7 +285,7 @@ class FinalPublisher:
         prefix, retry = pending.prefix, pending.retry
         assert prefix is not None
         pending.prefix = pending.retry = None
-        if done.text is not None and done.tokens[: len(prefix)] == prefix:
+        if _begins_with(done, prefix):
             self.num_early_used += 1
             if retry is not None and self.worker is not None:
                 self.worker.abort(retry)
