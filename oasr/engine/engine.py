@@ -331,8 +331,7 @@ class ASREngine:
             if not window.is_last:
                 request.num_pause_frames = pause_after_last_token(request, hyp)
                 if hyp is None or not self._end_at_sentence(request, hyp):
-                    self.finals.start_early(request, hyp, len(self.requests),
-                                            request.num_pause_frames)
+                    self.finals.start_early(request, hyp, len(self.requests))
 
     def _listen_between_chunks(self, ran: set[int]) -> None:
         """Streams that got no chunk this step: a segment whose pause the audio after its
@@ -346,8 +345,11 @@ class ASREngine:
             if decision is not None:
                 self._end_segment(request, "endpoint", decision.cut_frame)
                 self.stats.count_endpoint(decision.rule, between_chunks=True)
-            elif pause and request.last_step is not None:
-                request.num_pause_frames = pause
+            elif pause is not None and request.last_step is not None:
+                # a pause after a word the CTC pass has not decoded yet starts an early
+                # decode; it cannot end the segment (the word is not in it yet)
+                after_decoded = pause.speech_end <= request.num_frames_decoded
+                request.num_pause_frames = pause.frames if after_decoded else 0
                 hyp = request.last_step.hypothesis
                 if not self._end_at_sentence(request, hyp, between_chunks=True):
                     self.finals.start_early(request, hyp, len(self.requests), pause)

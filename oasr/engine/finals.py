@@ -19,7 +19,7 @@ from oasr.engine.config import LIGHT_LOAD_STREAMS_PER_DECODER
 from oasr.engine.events import Final
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import REASONS, SOURCES
-from oasr.engine.request import EarlyFinal, PendingFinal, Request, SpokenContext
+from oasr.engine.request import EarlyFinal, HeardPause, PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
 from oasr.text.sentences import ends_sentence
@@ -119,7 +119,7 @@ class FinalPublisher:
                 self.on_second_pass(request, early.done)
             return
         if (early is not None and audio is not None and self.worker is not None
-                and early.done is None and early.still_holds(hyp)):
+                and early.done is None and self._holds(early, request, hyp)):
             # nothing said since, but words were committed while it decoded: its answer is the
             # final if it begins with them (most do); the segment's own decode with them
             # forced goes beside it, for when it does not
@@ -144,33 +144,37 @@ class FinalPublisher:
             self._emit(request, event, base)
 
     def start_early(self, request: Request, hyp: Hypothesis | None, num_streams: int = 1,
-                    pause_frames: int | None = None) -> None:
-        """After a chunk that did not end the segment: when the stream has paused for
-        ``early_s`` after its last token, the second pass is idle and at most
-        ``light_load_streams`` streams are live (``num_streams``), start the segment's final
-        decode now, so that the final is ready when the endpoint comes; an early decode whose
-        words the speaker went on from is dropped. ``pause_frames``: the pause so far when
-        the audio after the last chunk counts too (`SegmentCuts.in_quiet`)."""
+                    heard: HeardPause | None = None) -> None:
+        """After a chunk that did not end the segment, or between chunks (``heard``: the
+        pause `SegmentCuts.in_quiet` heard in the audio after the last chunk): when the
+        stream has paused for ``early_s`` after its last word, the second pass is idle and at
+        most ``light_load_streams`` streams are live (``num_streams``), start the segment's
+        final decode now, so that the final is ready when the endpoint comes; an early decode
+        whose words the speaker went on from is dropped."""
         if not self.early_frames or self.worker is None:
             return  # off: nothing to start or drop, on every chunk of every stream
         early = request.early
         tokens = tuple(hyp.tokens) if hyp is not None else ()
-        if early is not None and not early.still_holds(hyp):
-            request.early = None
+        if early is not None and (not early.still_holds(hyp) or (
+                heard is not None
+                and heard.speech_end > request.segment_start_frame + early.heard_to)):
+            request.early = None  # the speaker went on: the CTC pass or the audio says so
             self._discard_early(early)
-        if pause_frames is None:
-            pause_frames = pause_after_last_token(request, hyp)
+        pause_frames = heard.frames if heard is not None else pause_after_last_token(request, hyp)
         if (request.early is not None or num_streams > self.light_load_streams
                 or hyp is None or not hyp.timestamps or pause_frames < self.early_frames
                 or self.worker.backlog >= EARLY_MAX_BACKLOG * self.worker.num_decoders):
             return
-        audio = self._segment_audio(request)
+        audio = self._segment_audio(request, heard.audio_end if heard is not None else None)
         if audio is None:
             return
         job = self._job(request, hyp, audio, num_streams)
+        spoken_to = heard.spoken_to if heard is not None else request.num_frames_decoded
         if self.worker.try_submit(job):
+            start = request.segment_start_frame
             request.early = EarlyFinal(job.job_id, tokens, job.prefix,
-                                       num_frames=request.segment_frames)
+                                       num_frames=spoken_to - start,
+                                       heard_to=len(audio) // self.timing.samples_per_frame)
 
     def at_sentence_end(self, request: Request, hyp: Hypothesis | None,
                         pause_frames: int) -> bool:
@@ -210,12 +214,20 @@ class FinalPublisher:
         started: they were forced into it, or its own answer begins with them (it refined
         the partial when it came, `Refiner.apply_early`, and the words it agreed on with the
         refinement before it were committed from it)."""
-        if not early.still_holds(hyp):
+        if not self._holds(early, request, hyp):
             return False
         committed = self._committed(request)
         if early.prefix == committed:
             return True
         return early.done is not None and _begins_with(early.done, committed)
+
+    @staticmethod
+    def _holds(early: EarlyFinal, request: Request, hyp: Hypothesis) -> bool:
+        """Whether the ending segment is what the early decode heard: the CTC pass heard
+        nothing after its words (``EarlyFinal.still_holds``), and the segment reaches past
+        them (a decode started on a word the CTC pass had not decoded yet is not the final
+        of a segment that ends before that word: the word is the next segment's)."""
+        return early.num_frames <= request.segment_frames and early.still_holds(hyp)
 
     @staticmethod
     def _committed(request: Request) -> tuple[int, ...]:
@@ -330,10 +342,13 @@ class FinalPublisher:
         return (request.num_frames_decoded * self.timing.samples_per_frame
                 + self.timing.right_context_samples)
 
-    def _segment_audio(self, request: Request) -> np.ndarray | None:
-        """The current segment's samples (a copy), or None if it is too long or not held."""
+    def _segment_audio(self, request: Request, end_frame: int | None = None
+                       ) -> np.ndarray | None:
+        """The current segment's samples (a copy) up to its decoded audio's end, or to
+        absolute encoder frame ``end_frame``; None if it is too long or not held."""
         start = request.segment_start_frame * self.timing.samples_per_frame
-        end = self._segment_end(request)
+        end = (self._segment_end(request) if end_frame is None
+               else end_frame * self.timing.samples_per_frame)
         if (end - start) / MODEL_SAMPLE_RATE > MAX_SEGMENT_S:
             return None
         audio = request.audio.slice(start, end)

@@ -65,19 +65,49 @@ class QuietTail:
                      frame_shift_s: float) -> int:
         """Quiet frames that arrived after absolute frame ``decoded_end`` (the decoded audio's
         end), whose last ``trailing_blank`` frames the CTC pass heard as blank; 0 when the
-        pause is too short or not quieter than the word before it."""
+        pause is too short or not quieter than the word before it.
+
+        The pause's level is its median energy over at least ``min_pause_s``, after the
+        ``skip_s`` its word's sound may still fill. A chunk that ended as the pause began
+        (fewer trailing blank frames than that) has it measured on the audio after it, once
+        enough has arrived; its skipped frames then count as quiet, as the CTC pass's blank
+        frames do."""
         min_pause = max(1, round(self.min_pause_s / frame_shift_s))
-        if trailing_blank < min_pause:
-            return 0
+        skip = round(self.skip_s / frame_shift_s)
         pause_start = decoded_end - trailing_blank
-        skip = min(round(self.skip_s / frame_shift_s), trailing_blank - min_pause)
-        pause = energy.span(pause_start + skip, decoded_end)
+        if trailing_blank >= min_pause:
+            skip = min(skip, trailing_blank - min_pause)
+        measured_end = max(decoded_end, pause_start + skip + min_pause)
+        if measured_end > energy.num_frames:
+            return 0  # the pause's level is not measurable yet
+        pause = energy.span(pause_start + skip, measured_end)
         word = energy.span(pause_start - max(1, round(self.word_s / frame_shift_s)), pause_start)
         if len(pause) < min_pause or len(word) == 0:
             return 0
         reference = float(np.median(pause))
         if float(word.max()) - reference < self.min_contrast_db:
             return 0
-        tail = energy.span(decoded_end, energy.num_frames)
+        skipped = max(0, pause_start + skip - decoded_end)  # new frames the word may still fill
+        tail = energy.span(decoded_end + skipped, energy.num_frames)
         loud = np.flatnonzero(tail > max(reference, self.floor_db) + self.margin_db)
-        return int(loud[0]) if loud.size else len(tail)
+        return skipped + (int(loud[0]) if loud.size else len(tail))
+
+    def pause_after_speech(self, energy: FrameEnergy, decoded_end: int,
+                           frame_shift_s: float) -> int:
+        """The quiet frames that end the audio received after absolute frame ``decoded_end``,
+        when the speech before them is there too (a word the CTC pass has not decoded yet);
+        0 otherwise. Their level is the median of the last ``min_pause_s``; the loudest frame
+        of the ``word_s`` before them must be ``min_contrast_db`` louder."""
+        min_pause = max(1, round(self.min_pause_s / frame_shift_s))
+        tail = energy.span(decoded_end, energy.num_frames)
+        if len(tail) <= min_pause:
+            return 0
+        reference = float(np.median(tail[-min_pause:]))
+        loud = np.flatnonzero(tail > max(reference, self.floor_db) + self.margin_db)
+        if not loud.size:
+            return 0  # no speech after the decoded audio
+        speech_end = int(loud[-1]) + 1
+        word = tail[max(0, speech_end - max(1, round(self.word_s / frame_shift_s))):speech_end]
+        if float(word.max()) - reference < self.min_contrast_db:
+            return 0
+        return len(tail) - speech_end

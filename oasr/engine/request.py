@@ -92,7 +92,8 @@ class EarlyFinal:
     tokens: tuple[int, ...]
     prefix: tuple[int, ...] = ()
     done: SecondPassDone | None = None
-    num_frames: int = 0  # segment-relative encoder frames its audio covers
+    num_frames: int = 0  # segment-relative encoder frames its words may reach
+    heard_to: int = 0  # segment-relative encoder frames of audio it was given
 
     def still_holds(self, hyp: Hypothesis | None) -> bool:
         """Whether the CTC pass heard nothing after the audio this decode has: the same
@@ -103,6 +104,28 @@ class EarlyFinal:
         if tokens == self.tokens:
             return True
         return hyp is not None and bool(hyp.timestamps) and hyp.timestamps[-1] < self.num_frames
+
+
+@dataclass(frozen=True)
+class HeardPause:
+    """A pause heard between chunks (`SegmentCuts.in_quiet`), in absolute encoder frames.
+
+    Attributes:
+        frames: the pause so far, after its word's end.
+        spoken_to: the end of the audio that holds the segment's words: a CTC token from
+            here on means the speaker went on (``EarlyFinal.still_holds``).
+        audio_end: the end of the audio heard so far (all of it quiet after ``spoken_to``):
+            what an early final decode is given, so a word's soft ending is not cut off.
+    """
+
+    frames: int
+    spoken_to: int
+    audio_end: int
+
+    @property
+    def speech_end(self) -> int:
+        """Where the pause began: the end of the last word's sound (or its last token)."""
+        return self.audio_end - self.frames
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import replace
 from oasr.audio import ChunkGeometry
 from oasr.decoding import EndpointDecision, Endpointer, quietest_frame
 from oasr.engine.quiet_tail import QuietTail
-from oasr.engine.request import Request
+from oasr.engine.request import HeardPause, Request
 
 
 class SegmentCuts:
@@ -46,26 +46,35 @@ class SegmentCuts:
             return decision.cut_frame
         return lo + quietest_frame(energy) - start + 1  # the segment keeps the quiet frame
 
-    def in_quiet(self, request: Request) -> tuple[EndpointDecision | None, int]:
+    def in_quiet(self, request: Request) -> tuple[EndpointDecision | None, HeardPause | None]:
         """Between chunks: the endpoint a silence rule decides when the quiet frames after
         the stream's last chunk count as silence (its cut within the decoded audio), and the
-        pause's frames so far (trailing blank + quiet; 0 when nothing new arrived)."""
+        pause heard so far (None when nothing new arrived or no pause is heard).
+
+        The pause continues the decoded one (its trailing blank frames, then the quiet
+        audio), or, when the audio after the last chunk holds the end of a word the CTC pass
+        has not decoded yet, it is the quiet after that word (`QuietTail.pause_after_speech`:
+        an early final can start then, not a chunk later; no endpoint rule counts it)."""
         step, endpointer = request.last_step, request.endpointer or self.endpointer
         held = request.energy.num_frames
         if (self.quiet is None or step is None or endpointer is None or request.input_ended
                 or held == request.quiet_checked_at or not step.stats.has_speech):
-            return None, 0
+            return None, None
         request.quiet_checked_at = held
-        stats = step.stats
-        quiet = self.quiet.quiet_frames(request.energy, request.num_frames_decoded,
-                                        stats.num_trailing_blank_frames,
-                                        endpointer.config.frame_shift_s)
+        stats, decoded_end = step.stats, request.num_frames_decoded
+        shift = endpointer.config.frame_shift_s
+        quiet = self.quiet.quiet_frames(request.energy, decoded_end,
+                                        stats.num_trailing_blank_frames, shift)
         if not quiet:
-            return None, 0
+            after = self.quiet.pause_after_speech(request.energy, decoded_end, shift)
+            if not after:
+                return None, None
+            spoken_to = held - after + max(1, round(self.quiet.skip_s / shift))
+            return None, HeardPause(after, min(spoken_to, held), held)
         heard = replace(stats, num_frames=stats.num_frames + quiet,
                         num_trailing_blank_frames=stats.num_trailing_blank_frames + quiet)
         decision = endpointer.decide(heard, step.hypothesis.tokens, step.hypothesis.timestamps)
-        pause = heard.num_trailing_blank_frames
+        pause = HeardPause(heard.num_trailing_blank_frames, decoded_end, decoded_end + quiet)
         if decision is None or not endpointer.is_silence_rule(decision.rule):
             return None, pause  # (a length cut's rule has no silence)
         return replace(decision, cut_frame=min(decision.cut_frame, request.segment_frames)), pause

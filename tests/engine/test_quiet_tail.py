@@ -41,10 +41,36 @@ def test_a_digitally_silent_pause_is_measured_at_the_floor() -> None:
     assert QuietTail(floor_db=-100.0).quiet_frames(energy, 20, 10, SHIFT) == 3
 
 
+def test_a_pause_that_began_at_the_chunks_end_is_measured_on_the_audio_after_it() -> None:
+    # the chunk ended one frame after the word's last token (decoded end 11, 1 blank frame);
+    # its pause is measured after the 40 ms the word may still fill (frames 12-15)
+    tail = QuietTail()
+    word = [-20.0] * 11
+    assert tail.quiet_frames(_energy(word + [-35.0] + [-60.0] * 3), 11, 1, SHIFT) == 0  # not yet
+    energy = _energy(word + [-35.0] + [-60.0] * 9 + [-30.0] + [-60.0] * 3)
+    # the word's soft end (frame 11) counts, as a blank frame would; the run stops at -30 dB
+    assert tail.quiet_frames(energy, 11, 1, SHIFT) == 10
+    # the word goes on after the chunk: its frames are no pause
+    assert tail.quiet_frames(_energy(word + [-22.0] * 8 + [-60.0] * 4), 11, 1, SHIFT) == 0
+
+
+def test_the_quiet_after_a_word_the_ctc_pass_has_not_decoded() -> None:
+    tail = QuietTail()
+    started = [-20.0] * 10  # decoded: the word's start (decoded end 10)
+    assert tail.pause_after_speech(_energy(started + [-20.0] * 5 + [-60.0] * 8), 10, SHIFT) == 8
+    # noise under the pause moves its level, not the count
+    assert tail.pause_after_speech(_energy(started + [-20.0] * 5 + [-48.0, -52.0] * 4), 10,
+                                   SHIFT) == 8
+    assert tail.pause_after_speech(_energy(started + [-60.0] * 8), 10, SHIFT) == 0  # no word
+    # still speaking (the last frames are loud), or a "word" too faint to tell from the pause
+    assert tail.pause_after_speech(_energy(started + [-20.0] * 5 + [-60.0] * 8 + [-20.0] * 2),
+                                   10, SHIFT) == 0
+    assert tail.pause_after_speech(_energy(started + [-50.0] * 5 + [-60.0] * 8), 10, SHIFT) == 0
+    assert tail.pause_after_speech(_energy(started + [-60.0] * 3), 10, SHIFT) == 0  # too little
+
+
 def test_no_quiet_frames_without_a_pause_to_measure() -> None:
     tail = QuietTail()
-    energy = _energy([-20.0] * 10 + [-60.0] * 10 + [-60.0] * 5)
-    assert tail.quiet_frames(energy, 20, 2, SHIFT) == 0  # 40 ms of blank: no pause yet
     # a "pause" as loud as the word (speech the CTC pass missed) is no reference
     loud = _energy([-20.0] * 10 + [-26.0] * 10 + [-26.0] * 5)
     assert tail.quiet_frames(loud, 20, 10, SHIFT) == 0

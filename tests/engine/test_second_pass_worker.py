@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from engine_helpers import Collector, run_until_idle_with_finals, stream_all
 
+from oasr.audio import FrameEnergy
 from oasr.decoding import EndpointConfig, EndpointRule, Hypothesis
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
@@ -27,7 +28,7 @@ from oasr.engine.final_guard import GuardVerdict
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig, RefineState
-from oasr.engine.request import Request, SegmentAudio
+from oasr.engine.request import HeardPause, Request, SegmentAudio
 from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.snapshot import SecondPassSnapshot
 from oasr.models.whisper.no_speech import NoSpeechRule
@@ -340,14 +341,14 @@ def test_an_early_decode_shows_in_the_partial_before_its_final(
     assert [e.segment for e in stream if isinstance(e, Partial) and not e.text] == []
 
 
-def _run_paced(config: EngineConfig, audio: np.ndarray) -> tuple[list[tuple[float, Final]],
-                                                                 dict[str, int]]:
+def _run_paced(config: EngineConfig, audio: np.ndarray, sent: list[float] | None = None
+               ) -> tuple[list[tuple[float, Final]], dict[str, int]]:
     """One stream fed in 0.1 s pieces (what a browser sends); after each piece the second
     pass answers what it has (a decode faster than the pause). Each final with the seconds of
-    audio sent when it came; the endpoint counts."""
+    audio sent when it came (kept in ``sent[0]`` as it goes); the endpoint counts."""
     engine = ASREngine(config)
     finals: list[tuple[float, Final]] = []
-    sent = [0.0]
+    sent = [0.0] if sent is None else sent
     engine.submit(OpenStream(1, lambda e: finals.append((sent[0], e))
                              if isinstance(e, Final) else None))
     piece = RATE // 10
@@ -397,6 +398,47 @@ def test_a_sentence_ends_its_segment_at_a_pause_shorter_than_the_endpoints(
     assert normalize_transcript(f"{first.text} {second.text}").split() == words
 
 
+@pytest.mark.slow
+def test_an_early_decode_starts_a_fifth_of_a_second_into_the_pause_wherever_chunks_end(
+        bundled: EngineConfig, speech: list[np.ndarray]) -> None:
+    # one sentence, then silence; each lead-in puts the 0.64 s chunks' ends elsewhere in its
+    # last word. The early decode starts once 0.2 s of quiet follow the word's sound (within
+    # the client's 0.1 s pieces), not when a chunk has decoded that much of the pause (up to
+    # 0.64 s later), and its audio holds the whole word
+    clip = speech[1]
+    energy = FrameEnergy(320)
+    energy.append(clip)
+    sound_end = (int(np.flatnonzero(energy.span(0, energy.num_frames) > -40.0)[-1]) + 1) * 0.02
+    config = replace(bundled, endpoint_quiet=QuietTail(), early_final_s=0.2)
+    delays = []
+    for lead in (0.0, 0.16, 0.32, 0.48):
+        audio = np.concatenate([np.zeros(int(lead * RATE), np.float32), clip,
+                                np.zeros(int(1.6 * RATE), np.float32)])
+        (sent, job), finals = _run_paced_jobs(config, audio)
+        assert len(finals) == 1 and finals[0][1].source == "whisper"
+        end = lead + sound_end
+        delays.append(round(sent - end, 2))
+        assert len(job.audio) >= end * RATE
+    assert all(0.18 <= d <= 0.34 for d in delays), delays
+
+
+def _run_paced_jobs(config: EngineConfig, audio: np.ndarray
+                    ) -> tuple[tuple[float, SecondPassJob], list[tuple[float, Final]]]:
+    """`_run_paced`, and the last job its second pass was given, with the audio sent then."""
+    jobs: list[tuple[float, SecondPassJob]] = []
+    sent = [0.0]
+    real = SecondPassWorker.try_submit
+
+    def spy(worker: SecondPassWorker, job: SecondPassJob) -> bool:
+        jobs.append((sent[0], job))
+        return real(worker, job)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SecondPassWorker, "try_submit", spy)
+        finals, _ = _run_paced(config, audio, sent)
+    return jobs[-1], finals
+
+
 class _QueueingWorker:
     """The worker's side of FinalPublisher: queued jobs, aborts, a settable backlog."""
 
@@ -438,8 +480,9 @@ def test_early_decodes_start_at_a_pause_and_are_dropped_when_the_speaker_goes_on
     request.offset = request.num_frames_decoded = 100
     finals.start_early(request, _hyp([5, 6], 80))  # 0.38 s after the last token: too soon
     assert not worker.jobs
-    finals.start_early(request, _hyp([5, 6], 80), pause_frames=24)  # with the quiet audio
-    assert not worker.jobs  # after the chunk (SegmentCuts.in_quiet): 0.48 s, still too soon
+    # with the quiet audio after the chunk (SegmentCuts.in_quiet): 0.48 s, still too soon
+    finals.start_early(request, _hyp([5, 6], 80), heard=HeardPause(24, 100, 104))
+    assert not worker.jobs
     worker.backlog = 1
     finals.start_early(request, _hyp([5, 6], 70))  # 0.58 s, but the second pass is busy
     assert not worker.jobs
@@ -570,8 +613,72 @@ def test_an_early_decode_starts_on_the_quiet_audio_after_a_chunk() -> None:
     request.offset = request.num_frames_decoded = 100
     finals.start_early(request, _hyp([5, 6], 90))  # 0.18 s decoded after the last token
     assert not worker.jobs
-    finals.start_early(request, _hyp([5, 6], 90), pause_frames=25)  # + 0.32 s of quiet audio
-    assert len(worker.jobs) == 1 and request.early is not None
+    # + 0.32 s of quiet audio: the decode has it too (a word's soft end is not cut off)
+    finals.start_early(request, _hyp([5, 6], 90), heard=HeardPause(25, 100, 116))
+    (job,) = worker.jobs
+    assert len(job.audio) == 116 * 320 and request.early is not None
+    assert request.early.num_frames == 100  # a token from there on: the speaker went on
+
+
+def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> None:
+    # the chunk ended inside the last word; the audio after it holds the word's end (frame
+    # 108) and 0.28 s of quiet (SegmentCuts.in_quiet: QuietTail.pause_after_speech)
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2)  # type: ignore[arg-type]
+    published = _finals_of(request := _open_request(3.0))
+    request.offset = request.num_frames_decoded = 100
+    heard = HeardPause(14, 110, 122)
+    finals.start_early(request, _hyp([5, 6], 99), heard=heard)
+    (early,) = worker.jobs
+    assert len(early.audio) == 122 * 320
+    assert request.early is not None and request.early.num_frames == 110
+    finals.on_second_pass(request, _answer(early, "Five, six, seven.", (11, 12, 13)))
+    # the segment ends between chunks, before the word: the word is the next segment's, so
+    # the early decode (which heard it) is not this segment's final
+    finals.publish(request, _hyp([5, 6], 99), "endpoint")
+    assert len(worker.jobs) == 2 and not published
+    assert len(worker.jobs[1].audio) == 100 * 320
+    # the next chunk decodes the word (a token before frame 110): the decode still holds, and
+    # is the final of a segment that reaches past it
+    request = _open_request(3.0)
+    published = _finals_of(request)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 99), heard=heard)
+    early = worker.jobs[-1]
+    request.offset = request.num_frames_decoded = 132
+    finals.start_early(request, _hyp([5, 6, 7], 106))
+    assert request.early is not None
+    finals.on_second_pass(request, _answer(early, "Five, six, seven.", (11, 12, 13)))
+    finals.publish(request, _hyp([5, 6, 7], 106), "endpoint")
+    assert [f.text for f in published] == ["Five, six, seven."] and worker.jobs[-1] is early
+    # a token after it: the speaker went on
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 99), heard=heard)
+    dropped = worker.jobs[-1]
+    request.offset = request.num_frames_decoded = 132
+    finals.start_early(request, _hyp([5, 6, 7], 112))  # (and 0.38 s after it: a new one)
+    assert worker.aborted == [dropped.job_id]
+    assert request.early is not None and request.early.job_id == worker.jobs[-1].job_id
+
+
+def test_a_word_heard_after_an_early_decodes_audio_drops_it() -> None:
+    # an early decode started at a pause (decoded end 100); before the next chunk the audio
+    # holds another word (to frame 120) and 0.24 s of quiet: the speaker went on, though the
+    # CTC pass has not heard it yet. The decode is dropped, one on the new audio starts.
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2)  # type: ignore[arg-type]
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 80))
+    (first,) = worker.jobs
+    assert request.early is not None and request.early.heard_to == 100
+    # the same pause, heard longer (its level measured again): the decode had that audio
+    finals.start_early(request, _hyp([5, 6], 80), heard=HeardPause(25, 100, 105))
+    assert len(worker.jobs) == 1 and not worker.aborted
+    finals.start_early(request, _hyp([5, 6], 80), heard=HeardPause(12, 122, 132))
+    assert worker.aborted == [first.job_id] and len(worker.jobs) == 2
+    assert request.early is not None and request.early.heard_to == 132
 
 
 def test_an_early_decode_whose_own_words_were_committed_since_is_still_the_final() -> None:
