@@ -354,6 +354,15 @@ class FinalPublisher:
         audio = request.audio.slice(start, end)
         return audio.copy() if audio is not None and audio.size else None
 
+    def known_context(self, request: Request, num_streams: int) -> tuple[str, np.ndarray]:
+        """The previous segment's final text and audio, as this segment's final would carry
+        them (`_context`), when that text is out already; ("", no audio) otherwise. A
+        refinement of the open segment carries them too (`Refiner`), and does not wait."""
+        text, job_id, audio = self._context(request, self.context_limit_s(num_streams))
+        if job_id is not None or not text.strip():
+            return "", audio[:0]
+        return text, audio
+
     def _context(self, request: Request, limit_s: float) -> tuple[str, int | None, np.ndarray]:
         """What this segment's second pass carries from the previous segment: its final's
         text (or, while that is still being decoded, its job id: the worker then waits for

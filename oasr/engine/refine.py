@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from oasr.engine.second_pass import RefineDone, RefineJob, SecondPassDone
 from oasr.engine.words import ctc_word_times
 from oasr.text.wer import normalize_transcript
@@ -53,6 +55,10 @@ class RefineConfig:
             the segment may end at this pause, and its last partial is then Whisper's
             words, not the CTC pass's.
         min_audio_s: a segment is refined once it holds this much audio.
+        agree_gap_s: two consecutive refinements commit the words they agree on only when
+            the newer one heard this much more audio; decodes of nearly the same audio
+            (an early final decode and the refinement at the same pause) agree on their
+            mistakes too, and a committed word is forced into the final.
         max_streams: with more live streams than this, nothing is refined (the CTC partials
             of a busy server).
         max_in_flight: refinements queued or decoding at once, all streams together.
@@ -67,6 +73,7 @@ class RefineConfig:
     ctc_lag_s: float = 0.16
     pause_s: float = 0.3
     min_audio_s: float = 1.0
+    agree_gap_s: float = 0.5
     max_streams: int = 8
     max_in_flight: int = 2
     engine_budget: float = 0.6
@@ -76,8 +83,10 @@ class RefineConfig:
         for name in ("interval_s", "pause_s", "min_audio_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RefineConfig.{name} must be > 0 seconds, got {getattr(self, name)}")
-        if self.ctc_lag_s < 0:
-            raise ValueError(f"RefineConfig.ctc_lag_s must be >= 0 seconds, got {self.ctc_lag_s}")
+        for name in ("ctc_lag_s", "agree_gap_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RefineConfig.{name} must be >= 0 seconds, got "
+                                 f"{getattr(self, name)}")
         for name in ("max_streams", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RefineConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -102,16 +111,17 @@ class LocalAgreement:
     committed: list[str] = field(default_factory=list)
     latest: list[str] = field(default_factory=list)
 
-    def update(self, words: Sequence[str]) -> bool:
+    def update(self, words: Sequence[str], commit: bool = True) -> bool:
         """A new refinement's words (which begin with the committed ones): commit what it
-        and the previous refinement agree on after the committed prefix. False (and nothing
-        changes) when the words do not begin with the committed ones."""
+        and the previous refinement agree on after the committed prefix (nothing when not
+        ``commit``: it only becomes the latest). False (and nothing changes) when the words
+        do not begin with the committed ones."""
         words = list(words)
         n = len(self.committed)
         if [_key(w) for w in words[:n]] != [_key(w) for w in self.committed]:
             return False  # not built on the committed prefix (a decode that failed to keep it)
         agreed = n
-        while (agreed < min(len(words), len(self.latest))
+        while (commit and agreed < min(len(words), len(self.latest))
                and _key(words[agreed]) == _key(self.latest[agreed])):
             agreed += 1
         self.committed += words[n:agreed]
@@ -213,8 +223,13 @@ class Refiner:
     """
 
     def __init__(self, config: RefineConfig, worker: Any, timing: Any, tokenizer: Any,
-                 next_job_id: Callable[[], int]) -> None:
+                 next_job_id: Callable[[], int],
+                 context_of: Callable[[Request, int], tuple[str, np.ndarray]] | None = None
+                 ) -> None:
         self.config = config
+        # the previous segment's final text and audio for a stream, with this many live
+        # (`FinalPublisher.known_context`); None: refinements decode the segment alone
+        self.context_of = context_of
         self.worker = worker
         self.timing = timing
         self.tokenizer = tokenizer if hasattr(tokenizer, "raw_text") else None
@@ -222,6 +237,7 @@ class Refiner:
         shift = timing.frame_shift_s
         self._lag_frames = round(config.ctc_lag_s / shift)  # see RefineConfig.ctc_lag_s
         self._pause_frames = round(config.pause_s / shift)
+        self._agree_frames = round(config.agree_gap_s / shift)
         self.num_refined_streams = 0  # streams that got a refinement in the last schedule
         self.avg_interval_s = 0.0  # seconds between a stream's refinements (moving average)
         self._busy_mark = (time.monotonic(), 0.0, 0.0)  # (time, engine busy s, worker busy s)
@@ -271,10 +287,12 @@ class Refiner:
                             >= self.config.interval_s):
                 due.append((not at_pause, state.refined_at, request, frames))
         for later, _, request, frames in sorted(due, key=lambda d: d[:2]):
-            if not self._submit(request, frames, now, at_pause=not later):
+            if not self._submit(request, frames, now, at_pause=not later,
+                                num_streams=len(requests)):
                 return
 
-    def _submit(self, request: Request, frames: int, now: float, at_pause: bool = False) -> bool:
+    def _submit(self, request: Request, frames: int, now: float, at_pause: bool = False,
+                num_streams: int = 1) -> bool:
         per_frame = self.timing.samples_per_frame
         start = request.segment_start_frame * per_frame
         audio = request.audio.slice(start, start + frames * per_frame)
@@ -282,8 +300,11 @@ class Refiner:
             return True
         state = request.refine
         assert state is not None
-        job = RefineJob(self.next_job_id(), request.stream_id, request.segment, audio.copy(),
-                        state.prefix_tokens, frames, at_pause)
+        context, context_audio = ("", audio[:0]) if self.context_of is None else (
+            self.context_of(request, num_streams))
+        job = RefineJob(self.next_job_id(), request.stream_id, request.segment,
+                        np.concatenate([context_audio, audio]), state.prefix_tokens, frames,
+                        at_pause, context=context, context_samples=len(context_audio))
         if not self.worker.try_submit_refine(job, self.config.max_in_flight):
             return False
         if state.refined_at:
@@ -314,11 +335,14 @@ class Refiner:
             return False
         return self._take(state, done.text, done.tokens, done.word_ends, num_frames)
 
-    @staticmethod
-    def _take(state: RefineState, text: str, tokens: tuple[int, ...],
+    def _take(self, state: RefineState, text: str, tokens: tuple[int, ...],
               word_ends: tuple[int, ...], num_frames: int) -> bool:
         words = text.split()
-        if not words or len(word_ends) != len(words) or not state.agreement.update(words):
+        # two decodes of nearly the same audio are no second opinion (an early final decode
+        # and the refinement at its pause share their mistakes): they do not commit
+        commit = num_frames - state.refined_frames >= self._agree_frames
+        if (not words or len(word_ends) != len(words)
+                or not state.agreement.update(words, commit)):
             return False
         state.refined_frames = num_frames
         committed = len(state.agreement.committed)

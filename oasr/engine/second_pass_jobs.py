@@ -53,6 +53,10 @@ class RefineJob:
         num_frames: segment-relative encoder frames the audio covers.
         at_pause: the stream paused after its last word (its segment may end here): decoded
             beside the finals, not in the background after them.
+        context: the previous segment's final text, whose audio is the first
+            ``context_samples`` of ``audio`` (as a final's, `SecondPassJob`): a segment's
+            first words are then heard after the sentence before them, not cold.
+        context_tokens: ``context``'s Whisper tokens (the worker fills them in).
     """
 
     job_id: int
@@ -62,6 +66,9 @@ class RefineJob:
     prefix: tuple[int, ...]
     num_frames: int
     at_pause: bool = False
+    context: str = ""
+    context_samples: int = 0
+    context_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

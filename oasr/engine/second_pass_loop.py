@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass_jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
@@ -32,6 +32,7 @@ MAX_REMEMBERED_FINALS = 1024
 PAUSE_POLL_S = 0.05  # while held back, commands are taken this often
 
 Command = SecondPassJob | RefineJob | int | None
+J = TypeVar("J", SecondPassJob, RefineJob)
 
 
 class CommandGate:
@@ -200,10 +201,12 @@ class SecondPassLoop:
             if isinstance(item, int):
                 self._abort(item)
             elif isinstance(item, RefineJob):
+                item = self._with_context(item)
                 self._active[item.job_id] = item
                 # greedy on the segment's window either way; one at a pause goes beside the
                 # finals instead of after them
-                self.decoder.submit(item.job_id, item.audio, prefix=item.prefix,  # type: ignore[attr-defined]
+                self.decoder.submit(item.job_id, item.audio,  # type: ignore[attr-defined]
+                                    prefix=item.context_tokens + item.prefix,
                                     background=not item.at_pause, fast=True)
             else:
                 self._num_taken -= 1
@@ -242,21 +245,23 @@ class SecondPassLoop:
         # the second pass keeps up and leaves the streaming step its CPU
         fast = self.fast_backlog is not None and self.num_finals + 1 > self.fast_backlog
         job = self._with_context(job)
+        if job.context_tokens:
+            self.counters.num_with_context += 1
         self._active[job.job_id] = job
         self.decoder.submit(job.job_id, job.audio,  # type: ignore[attr-defined]
                             prefix=job.context_tokens + job.prefix, fast=fast)
 
-    def _with_context(self, job: SecondPassJob) -> SecondPassJob:
-        """The job with its context's tokens; without any context (audio and text) when it
-        has no text, or the text would take more than half of the decoder's room."""
+    def _with_context(self, job: J) -> J:
+        """The job (a final's or a refinement's) with its context's tokens; without any
+        context (audio and text) when it has no text, or the text would take more than half
+        of the decoder's room."""
         tokens: tuple[int, ...] = ()
         if job.context.strip():
             tokens = tuple(self.decoder.text_tokens(" " + job.context.strip()))  # type: ignore[attr-defined]
         room = int(getattr(self.decoder, "max_new_tokens", 0)) - len(job.prefix)
         if not tokens or len(tokens) > room // 2:
             return replace(job, audio=job.audio[job.context_samples:], context="",
-                           context_samples=0, context_job=None)
-        self.counters.num_with_context += 1
+                           context_samples=0)  # (a final's context job is resolved by now)
         return replace(job, context_tokens=tokens)
 
     def _drop(self, job: SecondPassJob | RefineJob) -> None:
@@ -272,11 +277,19 @@ class SecondPassLoop:
                                  job.num_frames))
             return
         self.counters.num_refinements += 1
-        tokens = tuple(getattr(result, "tokens", ()))
+        text, tokens = self._after_context(result, job)
         self.emit(RefineDone(
-            job.job_id, job.stream_id, job.segment, str(getattr(result, "text", "")).strip(),
-            tokens, self._word_ends(tokens), bool(getattr(result, "failed", False)),
-            job.num_frames))
+            job.job_id, job.stream_id, job.segment, text, tokens, self._word_ends(tokens),
+            bool(getattr(result, "failed", False)), job.num_frames))
+
+    def _after_context(self, result: object, job: SecondPassJob | RefineJob
+                       ) -> tuple[str, tuple[int, ...]]:
+        """The text and tokens a decode gave after its context's (what follows the previous
+        segment's text)."""
+        tokens = tuple(getattr(result, "tokens", ()))[len(job.context_tokens):]
+        if job.context_tokens:
+            return self.decoder.text_of(tokens).strip(), tokens  # type: ignore[attr-defined]
+        return str(getattr(result, "text", "")).strip(), tokens
 
     def _word_ends(self, tokens: tuple[int, ...]) -> tuple[int, ...]:
         """Where each word of ``tokens`` ends in them (none from a decoder that cannot say)."""
@@ -296,11 +309,7 @@ class SecondPassLoop:
                                                       getattr(result, "avg_log_prob", 0.0)):
             self.counters.num_no_speech += 1
             return "", "whisper", None, ()
-        text = str(getattr(result, "text", "")).strip()
-        # the final is what follows the previous segment's text
-        tokens = tuple(getattr(result, "tokens", ()))[len(job.context_tokens):]
-        if job.context_tokens:
-            text = self.decoder.text_of(tokens).strip()  # type: ignore[attr-defined]
+        text, tokens = self._after_context(result, job)  # the final follows the previous text
         if self.guard is None:
             return text, "whisper", None, tokens if text else ()
         verdict = self.guard.review(text, job.ctc_text, failed)

@@ -53,7 +53,8 @@ class SecondPassSide:
                                 config.light_load_context_s, config.sentence_end_s)
         refiner = None
         if worker is not None and config.refine is not None:
-            refiner = Refiner(config.refine, worker, timing, tokenizer, finals.next_job_id)
+            refiner = Refiner(config.refine, worker, timing, tokenizer, finals.next_job_id,
+                              finals.known_context)
         return cls(finals, refiner,
                    YieldRule.of(config.second_pass_yield_s, resources.chunk_size, timing))
 

@@ -189,3 +189,53 @@ def test_an_early_final_decode_refines_the_partial_and_a_shorter_refinement_is_s
     # a decode that does not begin with the committed words is not taken
     assert not refiner.apply_early(request, replace(early, text="She was never"), num_frames=90)
     assert state.refined_frames == 80
+
+
+def test_two_decodes_of_nearly_the_same_audio_commit_nothing() -> None:
+    # 20 ms frames; agree_gap_s 0.5 s = 25 frames. A refinement and the early final decode at
+    # the same pause (8 frames apart) agree on "asked not": no second opinion, nothing
+    # committed; the next refinement, 1 s later, commits what it agrees on with the newest
+    timing = FrameTiming(frame_shift_s=0.02, right_context_samples=0)
+    refiner = Refiner(RefineConfig(), _Worker(), timing, None, itertools.count(1).__next__)
+    request = _stream(1, frames=240, requested=224, last_token=220)
+    state = request.refine
+    state.in_flight = 3
+    words = "And so my fellow Americans asked not"
+    tokens = tuple(range(1, 8))
+    assert refiner.apply(request, RefineDone(3, 1, 0, words, tokens, tokens, False, 224))
+    early = SecondPassDone(9, 1, words + ".", 0.5, "whisper", tokens=tokens, word_ends=tokens)
+    assert refiner.apply_early(request, early, num_frames=232)
+    assert state.agreement.committed == [] and state.prefix_tokens == ()
+    assert state.agreement.latest[-1] == "not."  # shown, tentative
+    state.in_flight = 4
+    later = "And so my fellow Americans. Ask not what"
+    assert refiner.apply(request, RefineDone(4, 1, 0, later, tuple(range(1, 9)),
+                                             tuple(range(1, 9)), False, 282))
+    assert state.agreement.committed == ["And", "so", "my", "fellow", "Americans."]
+    with pytest.raises(ValueError, match="agree_gap_s must be >= 0"):
+        RefineConfig(agree_gap_s=-0.1)
+
+
+def test_a_refinement_carries_the_previous_segments_final() -> None:
+    # the previous segment's text is out: the refinement decodes its audio first and forces
+    # its text (the worker turns it into tokens), as the segment's final will
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    worker = _Worker()
+    before = np.ones(640 * 5, dtype=np.float32)
+    asked: list[int] = []
+
+    def context_of(request: Any, num_streams: int) -> tuple[str, np.ndarray]:
+        asked.append(num_streams)
+        return ("Unless to be rather selfish.", before) if request.stream_id == 1 else (
+            "", before[:0])
+
+    refiner = Refiner(RefineConfig(interval_s=1.0), worker, timing, None,
+                      itertools.count(1).__next__, context_of)
+    streams = {1: _stream(1, frames=90, requested=50, last_token=90),
+               2: _stream(2, frames=90, requested=50, last_token=90)}
+    refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
+    first, second = sorted(worker.jobs, key=lambda job: job.stream_id)
+    assert first.context == "Unless to be rather selfish." and first.context_samples == len(before)
+    assert len(first.audio) == len(before) + 90 * 640 and first.num_frames == 90
+    assert second.context == "" and second.context_samples == 0
+    assert len(second.audio) == 90 * 640 and asked == [2, 2]

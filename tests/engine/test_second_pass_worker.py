@@ -29,7 +29,13 @@ from oasr.engine.finals import FinalPublisher
 from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig, RefineState
 from oasr.engine.request import HeardPause, Request, SegmentAudio
-from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
+from oasr.engine.second_pass import (
+    RefineDone,
+    RefineJob,
+    SecondPassDone,
+    SecondPassJob,
+    SecondPassWorker,
+)
 from oasr.engine.snapshot import SecondPassSnapshot
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.text.wer import normalize_transcript
@@ -134,6 +140,26 @@ def test_a_segment_waits_for_the_previous_final_and_continues_its_text() -> None
     assert samples == len(first) + len(second)
     assert decoder.text_of(prefix) == "the first sentence"
     assert worker.num_with_context == 1 and worker.backlog == 0
+
+
+def test_a_refinement_decodes_after_its_context_and_answers_what_follows_it() -> None:
+    decoder = ScriptedDecoder({1: "the first sentence", 2: "and the"})
+    worker, out = _worker(decoder)
+    first, second = _voice(2.0), _voice(1.5)
+    worker.try_submit(_job(1, first))
+    decoder.release(1)
+    assert out.get(timeout=5).text == "the first sentence"
+    refine = RefineJob(2, 1, 1, np.concatenate([first, second]), (), 75,
+                       context="the first sentence", context_samples=len(first))
+    assert worker.try_submit_refine(refine, max_in_flight=2)
+    decoder.release(2)
+    done = out.get(timeout=5)
+    worker.stop()
+    assert isinstance(done, RefineDone) and done.text == "and the"  # not the context's words
+    assert decoder.text_of(done.tokens) == "and the"
+    samples, prefix = decoder.submitted[2]
+    assert samples == len(first) + len(second)
+    assert decoder.text_of(prefix) == "the first sentence"
 
 
 def test_a_previous_final_already_out_is_used_at_once() -> None:
@@ -787,3 +813,23 @@ def test_transcribe_files_stops_the_second_pass_it_started(
         assert result.finish_reason == "stop" and result.text
     after = {t for t in threading.enumerate() if t.name == "oasr-second-pass"}
     assert after <= before  # no worker thread left behind by either call
+
+
+def test_a_refinement_has_the_previous_segments_context_once_its_final_is_out() -> None:
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0),  # type: ignore[arg-type]
+                            light_context_s=10.0)
+    request = _open_request(3.0)
+    published = _finals_of(request)
+    request.offset = request.num_frames_decoded = 60
+    finals.publish(request, _hyp([5, 6], 50), "endpoint")  # segment 0: frames 0-60
+    request.segment_start_frame = 60
+    request.offset, request.num_frames_decoded = 40, 100
+    text, audio = finals.known_context(request, 1)
+    assert (text, len(audio)) == ("", 0)  # its final is being decoded: no waiting for it
+    (job,) = worker.jobs
+    finals.on_second_pass(request, _answer(job, "Five, six.", (5, 6)))
+    assert [f.text for f in published] == ["Five, six."]
+    text, audio = finals.known_context(request, 1)
+    assert text == "Five, six." and len(audio) == 60 * 320
+    assert finals.known_context(request, 8)[0] == ""  # above a demo's load: no context
