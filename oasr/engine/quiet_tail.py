@@ -61,6 +61,10 @@ class QuietTail:
                 f"QuietTail durations out of range: min_pause_s {self.min_pause_s} (> 0), "
                 f"skip_s {self.skip_s} (>= 0), word_s {self.word_s} (> 0)")
 
+    def skip_frames(self, frame_shift_s: float) -> int:
+        """``skip_s`` in encoder frames."""
+        return round(self.skip_s / frame_shift_s)
+
     def quiet_frames(self, energy: FrameEnergy, decoded_end: int, trailing_blank: int,
                      frame_shift_s: float) -> int:
         """Quiet frames that arrived after absolute frame ``decoded_end`` (the decoded audio's
@@ -72,8 +76,8 @@ class QuietTail:
         (fewer trailing blank frames than that) has it measured on the audio after it, once
         enough has arrived; its skipped frames then count as quiet, as the CTC pass's blank
         frames do."""
-        min_pause = max(1, round(self.min_pause_s / frame_shift_s))
-        skip = round(self.skip_s / frame_shift_s)
+        min_pause = _frames(self.min_pause_s, frame_shift_s)
+        skip = self.skip_frames(frame_shift_s)
         pause_start = decoded_end - trailing_blank
         if trailing_blank >= min_pause:
             skip = min(skip, trailing_blank - min_pause)
@@ -81,7 +85,7 @@ class QuietTail:
         if measured_end > energy.num_frames:
             return 0  # the pause's level is not measurable yet
         pause = energy.span(pause_start + skip, measured_end)
-        word = energy.span(pause_start - max(1, round(self.word_s / frame_shift_s)), pause_start)
+        word = energy.span(pause_start - _frames(self.word_s, frame_shift_s), pause_start)
         if len(pause) < min_pause or len(word) == 0:
             return 0
         reference = float(np.median(pause))
@@ -98,7 +102,7 @@ class QuietTail:
         when the speech before them is there too (a word the CTC pass has not decoded yet);
         0 otherwise. Their level is the median of the last ``min_pause_s``; the loudest frame
         of the ``word_s`` before them must be ``min_contrast_db`` louder."""
-        min_pause = max(1, round(self.min_pause_s / frame_shift_s))
+        min_pause = _frames(self.min_pause_s, frame_shift_s)
         tail = energy.span(decoded_end, energy.num_frames)
         if len(tail) <= min_pause:
             return 0
@@ -107,7 +111,12 @@ class QuietTail:
         if not loud.size:
             return 0  # no speech after the decoded audio
         speech_end = int(loud[-1]) + 1
-        word = tail[max(0, speech_end - max(1, round(self.word_s / frame_shift_s))):speech_end]
+        word = tail[max(0, speech_end - _frames(self.word_s, frame_shift_s)):speech_end]
         if float(word.max()) - reference < self.min_contrast_db:
             return 0
         return len(tail) - speech_end
+
+
+def _frames(seconds: float, frame_shift_s: float) -> int:
+    """``seconds`` in encoder frames, at least one."""
+    return max(1, round(seconds / frame_shift_s))

@@ -69,7 +69,7 @@ class SegmentCuts:
             after = self.quiet.pause_after_speech(request.energy, decoded_end, shift)
             if not after:
                 return None, None
-            spoken_to = held - after + max(1, round(self.quiet.skip_s / shift))
+            spoken_to = held - after + max(1, self.quiet.skip_frames(shift))
             return None, HeardPause(after, min(spoken_to, held), held)
         heard = replace(stats, num_frames=stats.num_frames + quiet,
                         num_trailing_blank_frames=stats.num_trailing_blank_frames + quiet)

@@ -651,11 +651,17 @@ def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> 
     # 108) and 0.28 s of quiet (SegmentCuts.in_quiet: QuietTail.pause_after_speech)
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2)  # type: ignore[arg-type]
-    published = _finals_of(request := _open_request(3.0))
-    request.offset = request.num_frames_decoded = 100
-    heard = HeardPause(14, 110, 122)
-    finals.start_early(request, _hyp([5, 6], 99), heard=heard)
-    (early,) = worker.jobs
+
+    def started() -> tuple[Request, SecondPassJob, list[Final]]:
+        """A segment decoded to frame 100 whose early decode started on the heard pause."""
+        request = _open_request(3.0)
+        published = _finals_of(request)
+        request.offset = request.num_frames_decoded = 100
+        finals.start_early(request, _hyp([5, 6], 99), heard=HeardPause(14, 110, 122))
+        return request, worker.jobs[-1], published
+
+    request, early, published = started()
+    assert worker.jobs == [early]
     assert len(early.audio) == 122 * 320
     assert request.early is not None and request.early.num_frames == 110
     finals.on_second_pass(request, _answer(early, "Five, six, seven.", (11, 12, 13)))
@@ -666,11 +672,7 @@ def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> 
     assert len(worker.jobs[1].audio) == 100 * 320
     # the next chunk decodes the word (a token before frame 110): the decode still holds, and
     # is the final of a segment that reaches past it
-    request = _open_request(3.0)
-    published = _finals_of(request)
-    request.offset = request.num_frames_decoded = 100
-    finals.start_early(request, _hyp([5, 6], 99), heard=heard)
-    early = worker.jobs[-1]
+    request, early, published = started()
     request.offset = request.num_frames_decoded = 132
     finals.start_early(request, _hyp([5, 6, 7], 106))
     assert request.early is not None
@@ -678,10 +680,7 @@ def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> 
     finals.publish(request, _hyp([5, 6, 7], 106), "endpoint")
     assert [f.text for f in published] == ["Five, six, seven."] and worker.jobs[-1] is early
     # a token after it: the speaker went on
-    request = _open_request(3.0)
-    request.offset = request.num_frames_decoded = 100
-    finals.start_early(request, _hyp([5, 6], 99), heard=heard)
-    dropped = worker.jobs[-1]
+    request, dropped, _ = started()
     request.offset = request.num_frames_decoded = 132
     finals.start_early(request, _hyp([5, 6, 7], 112))  # (and 0.38 s after it: a new one)
     assert worker.aborted == [dropped.job_id]
