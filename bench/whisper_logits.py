@@ -7,10 +7,12 @@ step multiplies a few rows (one per beam, 15 for the fallback ladder) by it; on 
 `oasr.models.whisper.logits.LogitsProjection` sends the product through numpy's OpenBLAS (one
 thread) where a timing at start finds it faster. This prints, at 1 and 2 torch threads:
 
-- the product alone: torch on both layouts and OpenBLAS on (d, V), for 1 / 5 / 15 rows (ms,
-  median of ``--repeats``);
+- the product alone: torch on both layouts, OpenBLAS on (d, V), and int8 (the weight packed
+  for fbgemm, each row's best 64 rescored in float32: the server's default on CPU), for
+  1 / 5 / 15 rows (ms, median of ``--repeats``);
 - a final's whole decode (beam 5, the live server's setting) of each devset read recording the
-  three ways, in turns (s, median over files and repeats), and whether all gave the same text.
+  four ways, in turns (s, median over files and repeats), whether the three float32 ways gave
+  the same text, and whether int8 gave that text too.
 
     python bench/whisper_logits.py [--repeats 5]
 """
@@ -81,6 +83,7 @@ def main() -> None:
     audios = [read_audio(f) for f in files]
     projection = checkpoint.model.decoder.logits
     blas = LogitsProjection(parameter, "blas")
+    int8 = LogitsProjection(parameter, "int8")
     for threads in (1, 2):
         torch.set_num_threads(threads)
         for rows in (1, 5, 15):
@@ -88,27 +91,34 @@ def main() -> None:
             row_major = median_ms(lambda x=x: F.linear(x, weight), args.repeats)
             vocab_major = median_ms(lambda x=x: x @ copy, args.repeats)
             openblas = median_ms(lambda x=x: blas(x), args.repeats)
+            quantized = median_ms(lambda x=x: int8(x), args.repeats)
             print(f"threads {threads}, {rows:2d} rows: torch (V, d) {row_major:5.1f} ms, "
-                  f"torch (d, V) {vocab_major:5.1f} ms, OpenBLAS (d, V) {openblas:5.1f} ms")
-        times: dict[str, list[float]] = {name: [] for name in ("(V, d)", "(d, V)", "OpenBLAS")}
-        same = 0
+                  f"torch (d, V) {vocab_major:5.1f} ms, OpenBLAS (d, V) {openblas:5.1f} ms, "
+                  f"int8 {quantized:5.1f} ms")
+        names = ("(V, d)", "(d, V)", "OpenBLAS", "int8")
+        backends = {"(V, d)": "torch", "(d, V)": "torch", "OpenBLAS": "blas", "int8": "int8"}
+        times: dict[str, list[float]] = {name: [] for name in names}
+        same = same_int8 = 0
         for audio in audios:
-            texts = set()
+            texts: dict[str, set[str]] = {"float32": set(), "int8": set()}
             for _ in range(args.repeats):
-                for name in times:
-                    projection.backend = "blas" if name == "OpenBLAS" else "torch"
+                for name in names:
+                    projection.backend = backends[name]
                     if name == "(V, d)":
                         with embedding_layout(parameter):
                             seconds, text = decode(decoder, audio)
                     else:
                         seconds, text = decode(decoder, audio)
                     times[name].append(seconds)
-                    texts.add(text)
-            same += len(texts) == 1
-        projection.backend = "auto"
+                    texts["int8" if name == "int8" else "float32"].add(text)
+            same += len(texts["float32"]) == 1
+            same_int8 += texts["int8"] == texts["float32"]
+        projection.backend = EngineConfig().second_pass_decode.logits
         medians = ", ".join(f"{name} {statistics.median(v):.3f} s" for name, v in times.items())
         print(f"threads {threads}, final decode of {len(audios)} devset recordings (torch "
-              f"unless named): {medians}; same text in all {same}/{len(audios)}", flush=True)
+              f"unless named): {medians}; float32 the same text all three ways in "
+              f"{same}/{len(audios)}, int8 the same as float32 in {same_int8}/{len(audios)}",
+              flush=True)
 
 if __name__ == "__main__":
     main()

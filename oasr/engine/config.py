@@ -124,7 +124,9 @@ class EngineConfig:
             finals as the whole window over 2,500 words, in about half the time on CPU;
             ``EncoderWindow("full")`` for the whole window), its safeguards (temperature
             fallback, token budget, repetition stop; ``without_safeguards(...)`` for plain
-            greedy).
+            greedy), and on CPU the output projection in int8 with each row's best 64
+            tokens rescored in float32 (``logits="int8"``: the same finals over 2,500 words but
+            one hyphen, its steps ~1.3x faster; ``"auto"`` keeps it float32).
         final_guard: when Whisper's text must not replace the CTC text of the same segment;
             None keeps Whisper's text always.
         final_context_s: a segment's second pass also decodes the previous segment (when
@@ -233,7 +235,8 @@ class EngineConfig:
     second_pass_nice: int = 10
     second_pass_processes: int = 1
     second_pass_decode: WhisperDecodeConfig = field(
-        default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE))
+        default_factory=lambda: WhisperDecodeConfig(beam_size=SECOND_PASS_BEAM_SIZE,
+                                                    logits="int8"))
     final_guard: FirstPassGuard | None = field(default_factory=FirstPassGuard)
     final_context_s: float = 0.0
     light_load_context_s: float = 10.0

@@ -11,6 +11,7 @@ from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig
+from oasr.models.whisper.logits import LOGITS_BACKENDS
 from oasr.models.whisper.window import WINDOW_MODES, EncoderWindow
 
 # Beam width used with an LM unless --beam-size says otherwise. On the bundled Whisper-CTC
@@ -95,6 +96,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    "waits (oasr transcribe never waits: its audio waits by design)")
     g.add_argument("--second-pass-beam", type=int, default=SECOND_PASS_BEAM_SIZE,
                    help="Whisper's beam at temperature 0 (1 = greedy)")
+    g.add_argument("--second-pass-logits", choices=LOGITS_BACKENDS,
+                   default=EngineConfig().second_pass_decode.logits,
+                   help="how Whisper's output projection (51,864 tokens x 384) multiplies on "
+                   "CPU: int8 = int8 weights and rows (a quarter of the bytes per decode step), "
+                   "auto = float32 through the faster BLAS (torch's or OpenBLAS), torch, blas")
     g.add_argument("--second-pass-window", choices=WINDOW_MODES, default="fit",
                    help="how much audio Whisper's encoder runs on for a final: fit = the "
                    "segment plus 2 s (the rest of the 30 s window is silence's states, "
@@ -245,6 +251,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
         endpoint=endpoint_config_from_args(args),
         second_pass_decode=replace(EngineConfig().second_pass_decode,
                                    beam_size=args.second_pass_beam,
+                                   logits=args.second_pass_logits,
                                    encoder_window=EncoderWindow(args.second_pass_window)),
         refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
         final_context_s=(EngineConfig.final_context_s if args.final_context is None

@@ -12,7 +12,7 @@ from whisper_devset import Recording
 
 from oasr.engine import EngineConfig
 from oasr.models.whisper import WhisperCheckpoint
-from oasr.models.whisper.logits import MAX_BLAS_ROWS, LogitsProjection
+from oasr.models.whisper.logits import MAX_BLAS_ROWS, RESCORED, LogitsProjection
 
 VOCAB, WIDTH = 1000, 64
 
@@ -153,3 +153,136 @@ def test_prepare_times_the_row_counts_a_decoder_uses() -> None:
     fixed = LogitsProjection(weight, "torch", timer_favouring("blas"))
     fixed.prepare((1, 5))
     assert fixed.choices == {}
+
+
+def peaked_rows(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """Decoder states whose best tokens stand out (as a trained decoder's do): each row near
+    one token's embedding, plus noise."""
+    picks = torch.randint(0, weight.shape[0], (rows,))
+    return (weight[picks] * 3.0 + 0.3 * torch.randn(rows, weight.shape[1])).unsqueeze(1)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("rows", [1, 5, 45])
+def test_int8_gives_the_best_candidates_float32_logits(rows: int) -> None:
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    h = peaked_rows(weight, rows)
+    exact = F.linear(h, weight)
+    logits = LogitsProjection(weight, "int8")(h)
+    assert logits.shape == (rows, 1, VOCAB) and logits.dtype == torch.float32
+    # the candidates a search ranks (a beam's 2 x 5, well inside the rescored 64; at the
+    # 64th the int8 order may differ): the same tokens, float32 values
+    best = exact.topk(RESCORED // 4, dim=-1)
+    torch.testing.assert_close(logits.gather(-1, best.indices), best.values,
+                               rtol=1e-5, atol=1e-4)
+    # the rest are int8 products: near, and not float32's (a broken int8 path that kept the
+    # float logits everywhere would pass the first check only)
+    spread = (exact.amax(-1, keepdim=True) - exact.amin(-1, keepdim=True))
+    error = (logits - exact).abs() / spread
+    assert error.max() < 0.03 and error.mean() > 1e-5
+
+
+@torch.inference_mode()
+def test_int8_packs_once_per_storage_and_falls_back_off_the_cpu_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import oasr.models.whisper.logits as logits_module
+
+    packs: list[int] = []
+    pack = logits_module.pack_int8
+
+    def counted(weight: torch.Tensor) -> object | None:
+        packs.append(weight.data_ptr())
+        return pack(weight)
+
+    monkeypatch.setattr(logits_module, "pack_int8", counted)
+    parameter = torch.nn.Parameter(vocabulary_major(torch.randn(VOCAB, WIDTH)),
+                                   requires_grad=False)
+    projection = LogitsProjection(parameter, "int8")
+    projection.prepare((1, 5))  # packed before any decode
+    h = peaked_rows(parameter, 5)
+    projection(h)
+    projection(h)
+    assert len(packs) == 1
+    parameter.data = vocabulary_major(torch.randn(VOCAB, WIDTH))  # stored anew: packed anew
+    best = F.linear(h, parameter).topk(1, dim=-1).indices
+    assert torch.equal(projection(h).topk(1, dim=-1).indices, best) and len(packs) == 2
+    # a float64 weight is not int8's: float logits, nothing packed
+    double = LogitsProjection(parameter.double(), "int8")
+    torch.testing.assert_close(double(h.double()), F.linear(h.double(), parameter.double()).float())
+    assert len(packs) == 2
+
+
+@torch.inference_mode()
+def test_int8_falls_back_to_float_where_torch_cannot_pack(monkeypatch: pytest.MonkeyPatch) -> None:
+    import oasr.models.whisper.logits as logits_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no quantized engine")
+
+    monkeypatch.setattr(torch, "quantize_per_channel", refuse)
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    h = torch.randn(5, 1, WIDTH)
+    assert logits_module.pack_int8(weight) is None
+    projection = LogitsProjection(weight, "int8", timer_favouring("torch"))
+    torch.testing.assert_close(projection(h), F.linear(h, weight))
+
+
+def test_the_decode_config_refuses_an_unknown_logits_backend() -> None:
+    from oasr.models.whisper.transcriber import WhisperDecodeConfig
+
+    with pytest.raises(ValueError, match="logits"):
+        WhisperDecodeConfig(logits="fp4")
+
+
+def test_second_pass_logits_option_reaches_the_finals_decode() -> None:
+    import argparse
+
+    from oasr.engine.options import add_engine_arguments, engine_config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    default = engine_config_from_args(parser.parse_args(["--lm", "none"]))
+    assert default.second_pass_decode.logits == "int8"  # the server's default on CPU
+    assert default.second_pass_decode == EngineConfig().second_pass_decode  # CLI = library
+    float32 = engine_config_from_args(parser.parse_args(["--lm", "none",
+                                                         "--second-pass-logits", "auto"]))
+    assert float32.second_pass_decode.logits == "auto"
+    assert float32.second_pass_decode_config().logits == "auto"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--second-pass-logits", "fp4"])
+
+
+@torch.inference_mode()
+def test_a_decoder_serves_its_configs_logits(checkpoint: WhisperCheckpoint,
+                                             recordings: list[Recording],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode config's backend is the one its decoder's steps use: int8 finals of a read
+    recording go through the packed product, and read what float32 reads."""
+    from dataclasses import replace
+
+    from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+
+    projection = checkpoint.model.decoder.logits
+    calls: list[int] = []
+    int8_logits = LogitsProjection._int8_logits
+
+    def counted(self: LogitsProjection, h: torch.Tensor, packed: object) -> torch.Tensor:
+        calls.append(h.shape[0])
+        return int8_logits(self, h, packed)
+
+    monkeypatch.setattr(LogitsProjection, "_int8_logits", counted)
+    texts = {}
+    try:
+        for backend in ("auto", "int8"):
+            config = replace(EngineConfig().second_pass_decode, logits=backend)
+            decoder = ContinuousWhisperDecoder(checkpoint, config)
+            assert projection.backend == backend
+            decoder.submit(0, recordings[0].waveform)
+            done: list = []
+            while not done:
+                done = decoder.step()
+            texts[backend] = done[0].text
+            assert bool(calls) == (backend == "int8")
+    finally:
+        projection.backend = "auto"
+    assert texts["int8"] == texts["auto"] and len(texts["auto"].split()) >= 5

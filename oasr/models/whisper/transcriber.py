@@ -23,6 +23,7 @@ from oasr.models.whisper.decoding import (
 )
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.loader import WhisperCheckpoint
+from oasr.models.whisper.logits import LOGITS_BACKENDS
 from oasr.models.whisper.quantization import check_kv_cache_servable, decoder_kv_bytes_per_token
 from oasr.models.whisper.safeguards import FallbackRule, RepetitionStop, TokenBudget
 from oasr.models.whisper.window import EncodedSegments, EncoderWindow, SegmentEncoder
@@ -55,6 +56,9 @@ class WhisperDecodeConfig:
         token_budget: per-segment token cap from its duration (continuous decoder); None:
             ``max_new_tokens`` for every segment.
         repetition: stop a row that loops (continuous decoder); None: never.
+        logits: how the output projection multiplies (`LogitsProjection`'s backends): "int8"
+            (on CPU: int8 weights, a quarter of the bytes per step), "auto" (float32, the
+            faster BLAS), "torch" or "blas".
     """
 
     kv_storage: str = "auto"
@@ -70,12 +74,16 @@ class WhisperDecodeConfig:
     fallback: FallbackRule = FallbackRule()
     token_budget: TokenBudget | None = TokenBudget()
     repetition: RepetitionStop | None = RepetitionStop()
+    logits: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.encoder_window, EncoderWindow):
             raise ValueError(f"WhisperDecodeConfig.encoder_window must be an EncoderWindow, "
                              f"got {type(self.encoder_window).__name__}")
         check_kv_cache_format(self.kv_cache)
+        if self.logits not in LOGITS_BACKENDS:
+            raise ValueError(f"WhisperDecodeConfig.logits must be one of {LOGITS_BACKENDS}, "
+                             f"got {self.logits!r}")
         resolve_kv_storage(self.kv_storage, self.beam_size)
         for name in ("max_rows", "block_size"):
             if getattr(self, name) < 1:
@@ -220,6 +228,7 @@ class WhisperTranscriber:
             self.config.kv_cache, kv_cache_dtypes=model.kv_cache_dtypes, model_dtype=model.dtype,
             device=model.device, head_dim=model.config.text_head_dim,
         )
+        model.decoder.logits.backend = self.config.logits
         self.encoder = SegmentEncoder(model, self.config.encoder_window)
         self.frontend = self.encoder.frontend
         self.manager = (
