@@ -219,9 +219,13 @@ def test_int8_falls_back_to_float_where_torch_cannot_pack(monkeypatch: pytest.Mo
     def refuse(*args: object, **kwargs: object) -> None:
         raise RuntimeError("no quantized engine")
 
-    monkeypatch.setattr(torch, "quantize_per_channel", refuse)
     weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
     h = torch.randn(5, 1, WIDTH)
+    products = torch.ops.quantized.linear_dynamic
+    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", refuse)  # packs, cannot multiply
+    assert logits_module.pack_int8(weight) is None
+    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", products)
+    monkeypatch.setattr(torch, "quantize_per_channel", refuse)
     assert logits_module.pack_int8(weight) is None
     projection = LogitsProjection(weight, "int8", timer_favouring("torch"))
     torch.testing.assert_close(projection(h), F.linear(h, weight))

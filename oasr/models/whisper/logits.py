@@ -194,7 +194,11 @@ def pack_int8(weight: torch.Tensor) -> object | None:
         with warnings.catch_warnings():  # torch marks its quantized tensors as deprecated
             warnings.simplefilter("ignore", UserWarning)
             q = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
-            return torch.ops.quantized.linear_prepack(q, None)
+            packed = torch.ops.quantized.linear_prepack(q, None)
+            # one product now: an engine that packs but cannot multiply is found here,
+            # not in a live decode
+            torch.ops.quantized.linear_dynamic(torch.zeros(1, w.shape[1]), packed, True)
+            return packed
     except (AttributeError, NotImplementedError, RuntimeError) as exc:
         logger.warning("whisper logits: int8 is not available in this torch (%s); float32", exc)
         return None
