@@ -358,9 +358,12 @@ class FinalPublisher:
         """The previous segment's final text and audio, as this segment's final would carry
         them (`_context`), when that text is out already; ("", no audio) otherwise. A
         refinement of the open segment carries them too (`Refiner`), and does not wait."""
+        none = ("", np.zeros(0, dtype=np.float32))
+        if request.pending_finals:  # a final still decoding: not out yet (no audio sliced)
+            return none
         text, job_id, audio = self._context(request, self.context_limit_s(num_streams))
         if job_id is not None or not text.strip():
-            return "", audio[:0]
+            return none
         return text, audio
 
     def _context(self, request: Request, limit_s: float) -> tuple[str, int | None, np.ndarray]:
