@@ -125,8 +125,9 @@ class EngineConfig:
             ``EncoderWindow("full")`` for the whole window), its safeguards (temperature
             fallback, token budget, repetition stop; ``without_safeguards(...)`` for plain
             greedy), and on CPU the output projection in int8 with each row's best 64
-            tokens rescored in float32 (``logits="int8"``: the same finals over 2,500 words but
-            one hyphen, its steps ~1.3x faster; ``"auto"`` keeps it float32).
+            tokens rescored in float32 (``logits="int8"``: 192 word errors over 2,500 words as
+            with float32, 3 of 137 texts a word apart; its steps ~1.3x faster; ``"auto"``
+            keeps it float32).
         final_guard: when Whisper's text must not replace the CTC text of the same segment;
             None keeps Whisper's text always.
         final_context_s: a segment's second pass also decodes the previous segment (when
