@@ -99,9 +99,12 @@ class LogitsProjection:
         return F.linear(h, self.weight).float()
 
     def int8_applies(self, h: torch.Tensor) -> bool:
-        """Whether an int8 product serves ``h``: both on CPU, the weight float32, no grad."""
-        return (h.device.type == "cpu" and self.weight.device.type == "cpu"
-                and self.weight.dtype == torch.float32 and not torch.is_grad_enabled())
+        """Whether an int8 product serves ``h``: on CPU, the weight int8's, no grad."""
+        return h.device.type == "cpu" and self._int8_weight() and not torch.is_grad_enabled()
+
+    def _int8_weight(self) -> bool:
+        """Whether the weight is one to pack in int8: float32, on CPU."""
+        return self.weight.device.type == "cpu" and self.weight.dtype == torch.float32
 
     def _int8_logits(self, h: torch.Tensor, packed: object) -> torch.Tensor:
         """Every token's logit in int8, then each row's best ``RESCORED`` again in float32:
@@ -130,10 +133,9 @@ class LogitsProjection:
     def prepare(self, row_counts: tuple[int, ...]) -> None:
         """Make the choices for these row counts on the current thread count now, or pack the
         int8 weight (a decoder about to serve calls it, so that no decode waits for either)."""
-        if self.backend == "int8" and self.weight.device.type == "cpu":
-            if self.weight.dtype == torch.float32 and self._packed_int8() is not None:
-                return
-        elif self.backend != "auto":
+        if self.backend == "int8" and self._int8_weight() and self._packed_int8() is not None:
+            return  # every product is int8's: nothing to time
+        if self.backend not in ("auto", "int8"):
             return
         for rows in row_counts:
             h = torch.zeros(rows, 1, self.weight.shape[1], dtype=self.weight.dtype,
