@@ -293,3 +293,36 @@ def test_a_decoder_serves_its_configs_logits(checkpoint: WhisperCheckpoint,
     finally:
         projection.backend = "auto"
     assert texts["int8"] == texts["auto"] and len(texts["auto"].split()) >= 5
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("kind", ["continuous", "transcriber"])
+def test_a_decoder_packs_int8_when_built(checkpoint: WhisperCheckpoint, kind: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both Whisper decoders (the live server's and ``oasr transcribe``'s) pack the int8 weight
+    when they are built, so that no decode waits for it."""
+    from dataclasses import replace
+
+    import oasr.models.whisper.logits as logits_module
+    from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+    from oasr.models.whisper.transcriber import WhisperTranscriber
+
+    projection = checkpoint.model.decoder.logits
+    packs: list[int] = []
+    pack = logits_module.pack_int8
+
+    def counted(weight: torch.Tensor) -> object | None:
+        packs.append(weight.data_ptr())
+        return pack(weight)
+
+    monkeypatch.setattr(logits_module, "pack_int8", counted)
+    projection._int8_storage = projection._int8 = None  # as a process that never packed
+    config = replace(EngineConfig().second_pass_decode, logits="int8")
+    build = ContinuousWhisperDecoder if kind == "continuous" else WhisperTranscriber
+    try:
+        build(checkpoint, config)
+        assert projection.backend == "int8" and packs == [projection.weight.data_ptr()]
+        with pytest.raises(ValueError, match="logits backend"):
+            projection.serve("fp4", 5)
+    finally:
+        projection.backend = "auto"

@@ -88,10 +88,7 @@ class ContinuousWhisperDecoder:
                 f"temperatures decoded at once): raise max_rows to >= {ladder} or use fewer "
                 "fallback temperatures")
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, model.device)
-        # a greedy row and a beam's rows: their logits' BLAS is timed (or the int8 weight
-        # packed) now, not on a live decode
-        model.decoder.logits.backend = self.config.logits
-        model.decoder.logits.prepare(tuple(sorted({1, self.config.beam_size})))
+        model.decoder.logits.serve(self.config.logits, self.config.beam_size)
         self.seed = seed
         self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO
         self._background: deque[PendingDecode] = deque()  # refinements: when nothing else waits

@@ -129,6 +129,14 @@ class LogitsProjection:
             self._int8 = pack_int8(self.weight)
         return self._int8
 
+    def serve(self, backend: str, beam_size: int) -> None:
+        """Serve with ``backend`` from now on, its choices made (or its int8 weight packed)
+        now for a greedy row and a beam's rows, not on a live decode."""
+        if backend not in LOGITS_BACKENDS:
+            raise ValueError(f"logits backend must be one of {LOGITS_BACKENDS}, got {backend!r}")
+        self.backend = backend
+        self.prepare(tuple(sorted({1, beam_size})))
+
     @torch.inference_mode()
     def prepare(self, row_counts: tuple[int, ...]) -> None:
         """Make the choices for these row counts on the current thread count now, or pack the

@@ -228,7 +228,7 @@ class WhisperTranscriber:
             self.config.kv_cache, kv_cache_dtypes=model.kv_cache_dtypes, model_dtype=model.dtype,
             device=model.device, head_dim=model.config.text_head_dim,
         )
-        model.decoder.logits.backend = self.config.logits
+        model.decoder.logits.serve(self.config.logits, self.config.beam_size)
         self.encoder = SegmentEncoder(model, self.config.encoder_window)
         self.frontend = self.encoder.frontend
         self.manager = (
