@@ -74,7 +74,8 @@ class EngineConfig:
             other value is a directory holding them (an error when it has no char LM, or when
             beam_size is 1).
         endpoint: trailing-silence endpoint rules; None disables endpointing. The default is
-            WeNet's (1 s of silence after speech, 20 s segments): the sentence-pause rules
+            WeNet's silence rules (1 s of silence after speech) with 20 s segments cut at
+            their quietest point (`EndpointConfig.wenet_quiet_cut`): the sentence-pause rules
             (``EndpointConfig()``: 0.8 s pauses after 3 words, 15 s segments cut at their
             quietest point) end segments where sentences end, but the shorter segments cost
             the second pass its context (stress set: read-speech finals 11.8 % WER against
@@ -222,7 +223,7 @@ class EngineConfig:
     max_wait_time_s: float = 2.0
     streaming_cohort_admit: bool = False
     decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)
-    endpoint: EndpointConfig | None = field(default_factory=EndpointConfig.wenet)
+    endpoint: EndpointConfig | None = field(default_factory=EndpointConfig.wenet_quiet_cut)
     endpoint_quiet: QuietTail | None = field(default_factory=QuietTail)
     lm: str = "auto"
     idle_timeout_s: float = 30.0

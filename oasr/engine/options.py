@@ -184,13 +184,13 @@ def default_beam_size(model: str | None, lm: str) -> int:
 
 
 def endpoint_config_from_args(args: argparse.Namespace) -> EndpointConfig:
-    """The endpoint rules: WeNet's (1 s of silence after speech, 20 s segments) unless
-    ``--endpoint-pause`` / ``--max-segment`` ask for the sentence-pause rules (see
-    `EngineConfig.endpoint`)."""
+    """The endpoint rules: WeNet's silence rules (1 s of silence after speech), 20 s segments
+    cut at their quietest point (`EndpointConfig.wenet_quiet_cut`), unless ``--endpoint-pause``
+    / ``--max-segment`` ask for the sentence-pause rules (see `EngineConfig.endpoint`)."""
     pause = getattr(args, "endpoint_pause", None)
     longest = getattr(args, "max_segment", None)
     if pause is None and longest is None:
-        return EndpointConfig.wenet()
+        return EndpointConfig.wenet_quiet_cut()
     config = EndpointConfig()
     if pause is not None and config.rule2 is not None:
         config = replace(config, rule2=replace(config.rule2, min_trailing_silence_s=pause))

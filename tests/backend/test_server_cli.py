@@ -107,3 +107,27 @@ def test_python_dash_m_backend_is_oasr_server() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("usage: oasr-server")
     assert "--max-socket-audio" in done.stdout and "--lm-weight" in done.stdout
+
+
+def test_endpoint_flags_choose_the_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No endpoint flag: the library's default rules (WeNet's silences, 20 s segments cut at a
+    quiet point); ``--endpoint-pause`` / ``--max-segment`` switch to the sentence-pause rules
+    with the value given, the other at its sentence-pause default."""
+    from oasr.decoding import EndpointConfig
+    from oasr.engine import EngineConfig
+
+    monkeypatch.delenv("OASR_API_KEYS", raising=False)
+
+    def endpoint(*flags: str) -> EndpointConfig:
+        config = server_config_from_args(build_parser().parse_args(["--lm", "none", *flags]))
+        assert config.engine.endpoint is not None
+        return config.engine.endpoint
+
+    assert endpoint() == EngineConfig().endpoint == EndpointConfig.wenet_quiet_cut()
+    pause = endpoint("--endpoint-pause", "0.6")
+    assert pause.rule2 is not None and pause.rule2.min_trailing_silence_s == 0.6
+    assert pause.rule2.min_words == 3 and pause.rule3 == EndpointConfig().rule3
+    longest = endpoint("--max-segment", "4")
+    assert longest.rule2 == EndpointConfig().rule2
+    assert longest.rule3 is not None and longest.rule3.min_utterance_length_s == 4.0
+    assert longest.max_cut_window_s == 2.0  # at most half the segment

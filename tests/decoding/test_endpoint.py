@@ -84,6 +84,19 @@ def test_wenet_rules_are_the_old_defaults() -> None:
     assert ep.decide(FrameStats(500, 0, True), [2], [0]) == EndpointDecision("rule3", 500)
 
 
+def test_the_default_rules_are_wenets_with_the_length_cut_at_a_quiet_point() -> None:
+    from oasr.engine import EngineConfig
+
+    ep = Endpointer(EndpointConfig.wenet_quiet_cut())
+    assert ep.detect(FrameStats(26, 24, True)) is None
+    assert ep.detect(FrameStats(26, 25, True)) == "rule2"  # WeNet's 1 s after speech
+    assert ep.decide(FrameStats(499, 0, True), [2], [0]) is None
+    assert ep.decide(FrameStats(500, 0, True), [2], [0]) == EndpointDecision(
+        "rule3", 500, is_length_cut=True)  # 20 s: the engine cuts in the last 3 s
+    assert ep.max_cut_window_frames == 75
+    assert EngineConfig().endpoint == EndpointConfig.wenet_quiet_cut()
+
+
 def test_custom_thresholds_and_frame_shift() -> None:
     cfg = EndpointConfig(
         rule2=EndpointRule(

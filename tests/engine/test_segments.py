@@ -67,15 +67,24 @@ def test_a_read_passage_is_cut_at_its_sentence_pauses() -> None:
     assert "dash" in got[0][0] and "miable" in got[1][0] and "man" in got[2][0], got
 
 
-def test_a_long_sentence_is_cut_at_its_quietest_point_and_nothing_is_lost() -> None:
-    # four clips joined by 0.35 s breaths (~19 s); only the length rule may cut
-    audio, gaps = passage([SS.format(870), 0.35, SS.format(880), 0.35, SS.format(890), 0.35,
-                           SS.format(930)])
-    endpoint = EndpointConfig(rule2=None, rule4=None)
+@pytest.mark.parametrize("rules", ["sentence_pauses", "default"])
+def test_a_long_sentence_is_cut_at_its_quietest_point_and_nothing_is_lost(rules: str) -> None:
+    # clips joined by 0.35 s breaths, longer than the longest segment; only the length rule
+    # may cut: at 15 s with the sentence-pause rules, at 20 s by default (WeNet's 1 s rule)
+    if rules == "default":  # ~26 s; the chunk that passes 20 s ends in a word (20.5 s)
+        endpoint, limit = EngineConfig().endpoint, 20.0
+        clips = [SS.format(n) for n in (870, 890, 920, 880, 930)]
+    else:  # ~19 s
+        endpoint, limit = EndpointConfig(rule2=None, rule4=None), 15.0
+        clips = [SS.format(n) for n in (870, 880, 890, 930)]
+    assert endpoint is not None
+    audio, gaps = passage([part for clip in clips for part in (clip, 0.35)][:-1])
     got = segments(audio, endpoint)
     assert len(got) == 2, got
+    assert endpoint.rule3 is not None and endpoint.rule3.min_utterance_length_s == limit
     cut = got[0][1]
-    assert 12.0 <= cut <= 15.0, got  # within the 3 s before the 15 s limit
+    # within the 3 s before the chunk (0.64 s) at which the limit was passed
+    assert limit - 3.0 <= cut <= limit + 0.64, got
     # in a pause: the audio around the cut is far below speech (-15 to -30 dB here)
     around = audio[int((cut - 0.06) * SR): int((cut + 0.06) * SR)]
     assert 10 * np.log10(np.mean(around.astype(np.float64) ** 2)) < -38.0, cut
