@@ -201,7 +201,7 @@ def dense_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    valid: torch.Tensor,
+    valid: torch.Tensor | None,
     attn_bias: torch.Tensor | None = None,
     scale: float | None = None,
     backend: str = "torch",
@@ -209,7 +209,8 @@ def dense_attention(
     """Masked attention over contiguous keys; the reference the paged path must equal.
 
     Args:
-        q: (B, T, H, D); k, v: (B, L, H, D); valid: (B, L) bool key mask;
+        q: (B, T, H, D); k, v: (B, L, H, D); valid: (B, L) bool key mask, or None when every
+            key is real (nothing to mask);
         attn_bias: optional (B, H, T, L) added to the scaled scores.
 
     Returns:
@@ -217,7 +218,8 @@ def dense_attention(
     """
     scale = scale if scale is not None else 1.0 / math.sqrt(q.size(-1))
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T|L, D)
-    out = _masked_attention(qh, kh, vh, valid[:, None, None, :], attn_bias, scale, backend)
+    keep = None if valid is None else valid[:, None, None, :]
+    out = _masked_attention(qh, kh, vh, keep, attn_bias, scale, backend)
     return out.transpose(1, 2)  # (B, T, H, D)
 
 
@@ -225,7 +227,7 @@ def _masked_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    keep: torch.Tensor,
+    keep: torch.Tensor | None,
     attn_bias: torch.Tensor | None,
     scale: float,
     backend: str,
@@ -234,16 +236,17 @@ def _masked_attention(
 
     Args:
         q: (..., T, D); k, v: (..., L, D); keep: bool broadcastable to (..., T, L), True = a
-            real key; attn_bias: optional, broadcastable to (..., T, L).
+            real key (None: all are); attn_bias: optional, broadcastable to (..., T, L).
 
     Returns:
         (..., T, D).
     """
     if backend == "sdpa":
-        mask = torch.zeros(keep.shape, dtype=q.dtype, device=q.device)
-        mask = mask.masked_fill(~keep, float("-inf"))
-        if attn_bias is not None:
-            mask = mask + attn_bias.to(q.dtype)
+        mask = None if attn_bias is None else attn_bias.to(q.dtype)
+        if keep is not None:
+            masked = torch.zeros(keep.shape, dtype=q.dtype, device=q.device)
+            masked = masked.masked_fill(~keep, float("-inf"))
+            mask = masked if mask is None else masked + mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     scores = torch.matmul(q, k.transpose(-2, -1)).float().mul_(scale)  # (..., T, L)
     if attn_bias is not None:
@@ -251,6 +254,7 @@ def _masked_attention(
     # The most negative finite float, not -inf: exp() of it is exactly 0 next to any real key,
     # so masked keys get probability 0 without a second masking pass, and a row with no key
     # at all (a padded query row) stays finite instead of NaN.
-    scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)
+    if keep is not None:
+        scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.matmul(probs, v)  # (..., T, D)

@@ -94,6 +94,24 @@ def test_key_padding_mask() -> None:
     assert mask.tolist() == [[False] * 4, [True, True, False, False], [True] * 4]
 
 
+@pytest.mark.parametrize("backend", ["torch", "sdpa"])
+def test_no_key_mask_is_every_key_real(backend: str) -> None:
+    """``valid=None`` (a dense decoder cache: every key real) is the all-true mask, with a
+    bias or without, and differs from masking one key."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 3, 4, 8, generator=g)
+    k, v = torch.randn(2, 6, 4, 8, generator=g), torch.randn(2, 6, 4, 8, generator=g)
+    everything = torch.ones(2, 6, dtype=torch.bool)
+    bias = torch.randn(2, 4, 3, 6, generator=g)
+    for extra in (None, bias):
+        torch.testing.assert_close(dense_attention(q, k, v, None, extra, backend=backend),
+                                   dense_attention(q, k, v, everything, extra, backend=backend))
+    one_masked = everything.clone()
+    one_masked[:, 2] = False
+    assert not torch.allclose(dense_attention(q, k, v, None, backend=backend),
+                              dense_attention(q, k, v, one_masked, backend=backend))
+
+
 def test_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OASR_ATTN_BACKEND", "sdpa")
     assert resolve_backend() == "sdpa"

@@ -10,7 +10,7 @@ from whisper_devset import rows_named
 from whisper_testutil import TINY_SPEC, tiny_encoded, tiny_model
 
 from oasr.models.whisper import DecoderKv, WhisperCheckpoint, greedy_decode
-from oasr.models.whisper.decoding import beam_search
+from oasr.models.whisper.decoding import beam_search, best_candidates
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, WhisperTranscriber
 
 
@@ -26,6 +26,21 @@ def test_beam_of_one_is_greedy_and_wider_beams_score_no_worse() -> None:
     beam4 = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 4, 12)
     assert all(wide.score >= narrow.score - 1e-6 for wide, narrow in zip(beam4, beam1, strict=True))
     assert any(list(h.tokens) != g for h, g in zip(beam4, greedy, strict=True))
+
+
+@pytest.mark.parametrize("width", [1, 5])
+def test_best_candidates_are_the_best_of_all_tokens_of_all_beams(width: int) -> None:
+    """Ranking each beam's best tokens gives what ranking all of them gives (scores, parents,
+    tokens, order), whichever beam holds a row's best."""
+    generator = torch.Generator().manual_seed(width)
+    batch, vocab, wanted = 3, 500, 10
+    scores = torch.randn(batch, width, generator=generator) * 4
+    log_probs = torch.log_softmax(torch.randn(batch * width, vocab, generator=generator) * 3, -1)
+    top_scores, parents, tokens = best_candidates(scores, log_probs, wanted)
+    every = (scores.unsqueeze(-1) + log_probs.view(batch, width, vocab)).view(batch, -1)
+    expected_scores, expected = every.topk(wanted, dim=-1)
+    torch.testing.assert_close(top_scores, expected_scores)
+    assert torch.equal(parents, expected // vocab) and torch.equal(tokens, expected % vocab)
 
 
 def test_dense_select_copies_repeated_rows() -> None:

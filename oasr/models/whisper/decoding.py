@@ -205,10 +205,7 @@ def beam_search(
     history = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (B, K, t)
     finished: list[list[BeamHypothesis]] = [[] for _ in range(batch)]
     for step in range(limit):
-        vocab = log_probs.size(-1)
-        total = (scores.unsqueeze(-1) + log_probs.view(batch, -1, vocab)).view(batch, -1)
-        top_scores, top_ids = total.topk(2 * beam_size, dim=-1)  # (B, 2K)
-        parents, tokens = top_ids // vocab, top_ids % vocab
+        top_scores, parents, tokens = best_candidates(scores, log_probs, 2 * beam_size)
         keep = _collect_finished(finished, top_scores, parents, tokens, history, spec.eot,
                                  beam_size, length_penalty, last_step=step + 1 == limit)
         if all(len(f) >= beam_size for f in finished) or step + 1 == limit:
@@ -226,6 +223,23 @@ def beam_search(
         log_probs = torch.log_softmax(logits, dim=-1)
     best = [max(f, key=lambda h: h.score) for f in finished]
     return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns) for h, ns in zip(best, no_speech, strict=True)]
+
+
+def best_candidates(scores: torch.Tensor, log_probs: torch.Tensor,
+                    wanted: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``wanted`` best continuations of each row's live beams, best first: their summed
+    log-probabilities, parent beams and tokens, each (B, wanted).
+
+    Args:
+        scores: (B, W) summed log-probabilities of the W live beams of each row.
+        log_probs: (B * W, V) each beam's next-token log-probabilities.
+
+    A row's best ``wanted`` candidates are among its beams' own best ``wanted`` tokens, so
+    those are ranked (B, W * wanted), not all W * V (a 5-beam step: 50 of 259,320)."""
+    batch, width = scores.shape
+    best, best_tokens = log_probs.view(batch, width, -1).topk(wanted, dim=-1)  # (B, W, wanted)
+    top_scores, top_ids = (scores.unsqueeze(-1) + best).view(batch, -1).topk(wanted, dim=-1)
+    return top_scores, top_ids // wanted, best_tokens.view(batch, -1).gather(1, top_ids)
 
 
 def _collect_finished(

@@ -132,9 +132,8 @@ class DecoderKv:
         else:
             length = self.num_tokens + num_new
             keys, values = k_buf.read(length, q.dtype), v_buf.read(length, q.dtype)
-        valid = torch.ones(q.size(0), length, dtype=torch.bool, device=q.device)
         held = torch.full((q.size(0),), length - num_new, device=q.device)
-        return dense_attention(q, keys, values, valid, causal_bias(held, num_new, length))
+        return dense_attention(q, keys, values, None, causal_bias(held, num_new, length))
 
     def attend_cross(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """q (B, T, H, D) over the row's S encoder frames -> (B, T, H, D)."""
@@ -144,8 +143,7 @@ class DecoderKv:
         rows, steps, heads, dim = q.shape
         groups = keys.size(0)
         q = q.reshape(groups, (rows // groups) * steps, heads, dim)  # a group's rows as queries
-        valid = torch.ones(groups, self.cross_len, dtype=torch.bool, device=q.device)
-        return dense_attention(q, keys, values, valid).reshape(rows, steps, heads, dim)
+        return dense_attention(q, keys, values, None).reshape(rows, steps, heads, dim)
 
     def advance(self, num_tokens: int) -> None:
         self.num_tokens += num_tokens
