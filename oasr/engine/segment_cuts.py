@@ -3,7 +3,8 @@
 Most endpoints end the segment where the endpointer says (the chunk's end, or the middle of a
 pause inside the latest chunk). A length endpoint (rule 3) looks back over the last
 ``max_cut_window_s`` and cuts at the quietest frame of the stream's audio (`FrameEnergy`), so a
-long sentence is split in a breath, not mid-word. The frames after a cut in the past are
+long sentence is split in a breath, not mid-word, but never before the audio its committed
+refined words came from. The frames after a cut in the past are
 decoded again, so each stream's windower keeps that many feature frames.
 
 Between chunks, the audio that arrived after a stream's last chunk may already hold the rest
@@ -35,12 +36,19 @@ class SegmentCuts:
         self.retain_feature_frames = self.max_rewind_frames * geometry.subsampling
 
     def cut_frame(self, request: Request, decision: EndpointDecision) -> int:
-        """Frames of the current segment that the ending segment keeps."""
+        """Frames of the current segment that the ending segment keeps.
+
+        A length cut looks no further back than the audio a refinement with committed words
+        has seen: those words were shown as never changing, so the final must begin with them
+        (`FinalPublisher`), which it can only where its audio holds them; when that audio
+        reaches the chunk's end, the segment ends there."""
         if not decision.is_length_cut or self.endpointer is None:
             return decision.cut_frame
         start = request.segment_start_frame
         end = start + decision.cut_frame
-        lo = max(start + 1, end - self.endpointer.max_cut_window_frames)
+        refine = request.refine
+        committed = refine.refined_frames if refine and refine.agreement.committed else 0
+        lo = max(start + 1, end - self.endpointer.max_cut_window_frames, start + committed)
         energy = request.energy.span(lo, end)
         if len(energy) == 0:
             return decision.cut_frame

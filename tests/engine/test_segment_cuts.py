@@ -1,0 +1,55 @@
+"""Where a length cut falls (`SegmentCuts.cut_frame`): at the quietest frame of the window
+before the limit, never before the audio of committed refined words."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oasr.audio import ChunkGeometry
+from oasr.decoding import EndpointConfig, EndpointDecision, Endpointer
+from oasr.engine.refine import RefineState
+from oasr.engine.request import Request
+from oasr.engine.segment_cuts import SegmentCuts
+
+SAMPLES_PER_FRAME = 320  # `Request.energy`'s frames
+
+
+def _request(start: int, quiet: range, frames: int) -> Request:
+    """A stream whose segment began at absolute frame ``start``: speech-loud frames, but for
+    a quiet breath over the absolute frames ``quiet``."""
+    request = Request(1, lambda event: None, 0.0, None, None)  # type: ignore[arg-type]
+    rng = np.random.default_rng(0)
+    audio = 0.3 * rng.standard_normal(frames * SAMPLES_PER_FRAME).astype(np.float32)
+    for frame in quiet:
+        audio[frame * SAMPLES_PER_FRAME:(frame + 1) * SAMPLES_PER_FRAME] *= 1e-3
+    request.energy.append(audio)
+    request.segment_start_frame = start
+    return request
+
+
+def test_a_length_cut_falls_in_the_breath_but_not_before_committed_words() -> None:
+    endpointer = Endpointer(EndpointConfig.wenet_quiet_cut())  # 20 s, a 3 s (75 frame) window
+    cuts = SegmentCuts(endpointer, ChunkGeometry(chunk_size=16, subsampling=4))
+    start, limit = 100, 512  # the chunk that passed 20 s ends 512 frames into the segment
+    breath = range(start + 466, start + 475)  # ~40 frames before the chunk's end
+    request = _request(start, breath, start + limit)
+    decision = EndpointDecision("rule3", limit, is_length_cut=True)
+    in_breath = cuts.cut_frame(request, decision)
+    assert breath.start - start < in_breath <= breath.stop - start
+
+    # refinements saw audio past the breath and committed words from it: no cut before them
+    request.refine = RefineState()
+    request.refine.refined_frames = breath.stop - start + 20
+    request.refine.agreement.update(["a", "b"])
+    request.refine.agreement.update(["a", "b", "c"])  # agrees with the first on "a b"
+    assert request.refine.agreement.committed == ["a", "b"]
+    cut = cuts.cut_frame(request, decision)
+    assert request.refine.refined_frames <= cut <= limit
+    # a refinement without committed words promises nothing: the breath again
+    request.refine = RefineState(refined_frames=limit)
+    assert cuts.cut_frame(request, decision) == in_breath
+    # committed words up to the chunk's end: the segment ends there
+    request.refine = RefineState(refined_frames=limit)
+    request.refine.agreement.update(["a", "b"])
+    request.refine.agreement.update(["a", "b"])
+    assert cuts.cut_frame(request, decision) == limit
