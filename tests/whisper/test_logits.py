@@ -155,6 +155,22 @@ def test_prepare_times_the_row_counts_a_decoder_uses() -> None:
     assert fixed.choices == {}
 
 
+@pytest.fixture
+def packs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The data pointers of the weights `pack_int8` packs, one per call, as it is called."""
+    import oasr.models.whisper.logits as logits_module
+
+    packed: list[int] = []
+    pack = logits_module.pack_int8
+
+    def counted(weight: torch.Tensor) -> object | None:
+        packed.append(weight.data_ptr())
+        return pack(weight)
+
+    monkeypatch.setattr(logits_module, "pack_int8", counted)
+    return packed
+
+
 def peaked_rows(weight: torch.Tensor, rows: int) -> torch.Tensor:
     """Decoder states whose best tokens stand out (as a trained decoder's do): each row near
     one token's embedding, plus noise."""
@@ -187,17 +203,7 @@ def test_int8_gives_the_best_candidates_float32_logits(rows: int, layout: str) -
 
 @torch.inference_mode()
 def test_int8_packs_once_per_storage_and_falls_back_off_the_cpu_path(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import oasr.models.whisper.logits as logits_module
-
-    packs: list[int] = []
-    pack = logits_module.pack_int8
-
-    def counted(weight: torch.Tensor) -> object | None:
-        packs.append(weight.data_ptr())
-        return pack(weight)
-
-    monkeypatch.setattr(logits_module, "pack_int8", counted)
+        packs: list[int]) -> None:
     parameter = torch.nn.Parameter(vocabulary_major(torch.randn(VOCAB, WIDTH)),
                                    requires_grad=False)
     projection = LogitsProjection(parameter, "int8")
@@ -298,24 +304,15 @@ def test_a_decoder_serves_its_configs_logits(checkpoint: WhisperCheckpoint,
 @torch.inference_mode()
 @pytest.mark.parametrize("kind", ["continuous", "transcriber"])
 def test_a_decoder_packs_int8_when_built(checkpoint: WhisperCheckpoint, kind: str,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                          packs: list[int]) -> None:
     """Both Whisper decoders (the live server's and ``oasr transcribe``'s) pack the int8 weight
     when they are built, so that no decode waits for it."""
     from dataclasses import replace
 
-    import oasr.models.whisper.logits as logits_module
     from oasr.models.whisper.continuous import ContinuousWhisperDecoder
     from oasr.models.whisper.transcriber import WhisperTranscriber
 
     projection = checkpoint.model.decoder.logits
-    packs: list[int] = []
-    pack = logits_module.pack_int8
-
-    def counted(weight: torch.Tensor) -> object | None:
-        packs.append(weight.data_ptr())
-        return pack(weight)
-
-    monkeypatch.setattr(logits_module, "pack_int8", counted)
     projection._int8_storage = projection._int8 = None  # as a process that never packed
     config = replace(EngineConfig().second_pass_decode, logits="int8")
     build = ContinuousWhisperDecoder if kind == "continuous" else WhisperTranscriber

@@ -60,6 +60,11 @@ def _bucket(rows: int) -> int:
     return next(b for b in ROW_BUCKETS if rows <= b)
 
 
+def _check_backend(backend: str) -> None:
+    if backend not in LOGITS_BACKENDS:
+        raise ValueError(f"logits backend must be one of {LOGITS_BACKENDS}, got {backend!r}")
+
+
 class LogitsProjection:
     """``h`` (B, T, d) -> logits (B, T, V) float32 against the embedding ``weight`` (V, d).
 
@@ -76,8 +81,7 @@ class LogitsProjection:
 
     def __init__(self, weight: torch.Tensor, backend: str = "auto",
                  timer: Timer = _seconds) -> None:
-        if backend not in LOGITS_BACKENDS:
-            raise ValueError(f"logits backend must be one of {LOGITS_BACKENDS}, got {backend!r}")
+        _check_backend(backend)
         self.weight = weight
         self.backend = backend
         self.timer = timer
@@ -132,8 +136,7 @@ class LogitsProjection:
     def serve(self, backend: str, beam_size: int) -> None:
         """Serve with ``backend`` from now on, its choices made (or its int8 weight packed)
         now for a greedy row and a beam's rows, not on a live decode."""
-        if backend not in LOGITS_BACKENDS:
-            raise ValueError(f"logits backend must be one of {LOGITS_BACKENDS}, got {backend!r}")
+        _check_backend(backend)
         self.backend = backend
         self.prepare(tuple(sorted({1, beam_size})))
 
