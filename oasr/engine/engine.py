@@ -23,7 +23,7 @@ from oasr.engine.family import FEATURE_SHIFT_S
 from oasr.engine.finals import pause_after_last_token
 from oasr.engine.isolation import forward_isolating_failures, prepare_or_stop
 from oasr.engine.model_runner import BatchPlan
-from oasr.engine.refine import NO_WORDS, RefinedPartial, RefineState
+from oasr.engine.refine import NO_WORDS, RefinedPartial
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone
@@ -157,7 +157,7 @@ class ASREngine:
         if command.endpoint_silence_s is not None:
             request.endpointer = self.resources.endpointer_with_silence(command.endpoint_silence_s)
         if self.refiner is not None:
-            request.refine = RefineState()
+            request.refine = self.refiner.new_state()
         self.requests[command.stream_id] = request
         self.scheduler.add(request)
         self.stats.mark_changed()  # a snapshot without it could still read "idle" at its end
@@ -405,9 +405,8 @@ class ASREngine:
         hyp = self.resources.final_hypothesis(request.stream_id,
                                               None if cut == decoded else cut)
         request.num_frames_decoded = request.segment_start_frame + cut
-        refine = request.refine
-        if refine is not None and refine.refined_frames > cut:
-            refine.prefix_tokens = ()  # committed words may lie after the cut: not forced
+        if request.refine is not None and not self._cuts.keeps_committed(request, cut):
+            request.refine.prefix_tokens = ()  # committed words may lie after the cut: not forced
         self._emit_final(request, reason, hyp)
         self.resources.reset_stream(request.stream_id)
         request.offset = 0

@@ -75,7 +75,9 @@ class RefineJob:
 class RefineDone:
     """A finished refinement (a command back to the engine): Whisper's text of the audio so
     far, its tokens and where each word ends in them; ``failed`` when it failed its
-    safeguards (no fallback is tried for a refinement)."""
+    safeguards (no fallback is tried for a refinement); ``word_probs``: per word, the
+    probability of its least likely generated token (1.0 for forced words; empty when the
+    decoder did not say)."""
 
     job_id: int
     stream_id: int
@@ -85,6 +87,7 @@ class RefineDone:
     word_ends: tuple[int, ...]
     failed: bool
     num_frames: int
+    word_probs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass_jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
+from oasr.engine.words import word_probabilities
 from oasr.models.whisper.no_speech import NoSpeechRule
 
 logger = logging.getLogger(__name__)
@@ -278,9 +279,11 @@ class SecondPassLoop:
             return
         self.counters.num_refinements += 1
         text, tokens = self._after_context(result, job)
+        ends = self._word_ends(tokens)
+        probs = word_probabilities(ends, len(job.prefix), getattr(result, "token_log_probs", ()))
         self.emit(RefineDone(
-            job.job_id, job.stream_id, job.segment, text, tokens, self._word_ends(tokens),
-            bool(getattr(result, "failed", False)), job.num_frames))
+            job.job_id, job.stream_id, job.segment, text, tokens, ends,
+            bool(getattr(result, "failed", False)), job.num_frames, probs))
 
     def _after_context(self, result: object, job: SecondPassJob | RefineJob
                        ) -> tuple[str, tuple[int, ...]]:

@@ -54,6 +54,20 @@ class SegmentCuts:
             return decision.cut_frame
         return lo + quietest_frame(energy) - start + 1  # the segment keeps the quiet frame
 
+    @staticmethod
+    def keeps_committed(request: Request, cut: int) -> bool:
+        """Whether a segment ending after ``cut`` of its frames holds the audio of its
+        committed words (so its final may be decoded with them forced): the refinement that
+        committed them heard no further than the cut, or heard only silence after it (no CTC
+        token there: a sentence pause cut in its middle, the refinement made at that pause)."""
+        refine = request.refine
+        if refine is None or not refine.agreement.committed or refine.refined_frames <= cut:
+            return True
+        step = request.last_step
+        if step is None:
+            return False
+        return not any(cut <= frame < refine.refined_frames for frame in step.hypothesis.timestamps)
+
     def in_quiet(self, request: Request) -> tuple[EndpointDecision | None, HeardPause | None]:
         """Between chunks: the endpoint a silence rule decides when the quiet frames after
         the stream's last chunk count as silence (its cut within the decoded audio), and the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -48,3 +49,22 @@ def ctc_word_times(tokenizer: _RawText, tokens: Sequence[int], timestamps: Seque
 
 def _word(chars: list[str], first: int, last: int, base: int, shift: float) -> WordTime:
     return "".join(chars), round((base + first) * shift, 3), round((base + last + 1) * shift, 3)
+
+
+def word_probabilities(word_ends: Sequence[int], num_forced: int,
+                       token_log_probs: Sequence[float]) -> tuple[float, ...]:
+    """Per word of a Whisper decode, the probability of its least likely generated token.
+
+    Args:
+        word_ends: where each word ends in the decode's tokens (``WhisperTokenizer.word_ends``).
+        num_forced: tokens forced before the generated ones (a word wholly among them: 1.0).
+        token_log_probs: each generated token's log-probability, in order (empty: the decoder
+            did not keep them, and every word is 1.0).
+    """
+    probs, start = [], 0
+    for end in word_ends:
+        span = [token_log_probs[t - num_forced]
+                for t in range(max(start, num_forced), end) if t - num_forced < len(token_log_probs)]
+        probs.append(math.exp(min(span)) if span else 1.0)
+        start = end
+    return tuple(probs)

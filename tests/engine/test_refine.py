@@ -4,6 +4,7 @@ times, and the refiner's bookkeeping of results."""
 from __future__ import annotations
 
 import itertools
+import math
 import types
 from dataclasses import replace
 from typing import Any
@@ -19,14 +20,20 @@ from oasr.engine.refine import (
     Refiner,
     RefineState,
     compose,
+    first_repeat,
     word_start_frames,
 )
 from oasr.engine.request import EarlyFinal
 from oasr.engine.second_pass import RefineDone, RefineJob, SecondPassDone
+from oasr.engine.words import word_probabilities
 from oasr.text.tokenizer import CharTokenizer
 
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\u2581", "<sos/eos>"]
 SPACE = UNITS.index("\u2581")
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
 
 
 def ids(text: str) -> list[int]:
@@ -58,6 +65,98 @@ def test_committed_words_never_change() -> None:
     agreement.reset()
     assert agreement.committed == [] and agreement.latest == []
 
+
+def test_a_phrase_copied_back_to_back_is_never_committed() -> None:
+    # greedy refinements of 11-14 s of "..., it was the epoch of belief, it was the epoch of
+    # incredulity" (a TTS reading) copy the phrase before; two of them agree on the copy
+    agreement = LocalAgreement()
+    copied = ["of", "foolishness.", "It", "was", "the", "upper", "conceit.", "It", "was", "the", "upper", "conceit."]
+    agreement.update(copied)
+    agreement.update(copied)
+    assert agreement.committed == ["of", "foolishness."]
+    # a later refinement without the copy agrees with it only on what came before it
+    agreement.update(["of", "foolishness.", "It", "was", "the", "upper", "complete.", "It", "was", "the", "upper"])
+    assert agreement.committed == ["of", "foolishness."]
+    heard = ["of", "foolishness.", "It", "was", "the", "epoch", "of", "belief.", "It", "was", "the", "epoch", "of"]
+    agreement.update(heard)
+    agreement.update([*heard, "incredulity."])
+    # phrases that only start alike are no copy
+    assert agreement.committed == heard
+
+
+def test_three_agreeing_refinements_and_held_words() -> None:
+    agreement = LocalAgreement(agreeing=3)
+    agreement.update(_words("It was the best on"))
+    agreement.update(_words("It was the best on times"))
+    assert agreement.committed == []  # two refinements are not three
+    agreement.update(_words("It was the best of times it"))
+    assert agreement.committed == ["It", "was", "the", "best"]
+    # the oldest agreeing refinement's last two words wait for the next one
+    held = LocalAgreement(hold_words=2)
+    held.update(_words("My dear Mr. Bennet"))
+    held.update(_words("My dear Mr. Bennet said his"))
+    assert held.committed == ["My", "dear"]
+    held.update(_words("My dear Mr. Bennet said his lady"))
+    assert held.committed == ["My", "dear", "Mr.", "Bennet"]
+    with pytest.raises(ValueError, match="agreeing >= 2"):
+        LocalAgreement(agreeing=1)
+    with pytest.raises(ValueError, match="agreeing >= 2"):
+        RefineConfig(agreeing=1)
+
+
+def test_a_word_a_refinement_was_unsure_of_is_not_committed() -> None:
+    agreement = LocalAgreement()
+    words = _words("He was not an old-sposed young man")
+    unsure = [True, True, True, True, False, True, True]  # "old-sposed": a guess
+    agreement.update(words, sure=unsure)
+    agreement.update([*words, "unless"])
+    assert agreement.committed == ["He", "was", "not", "an"]
+    agreement.update(_words("He was not an ill-disposed young man unless"))
+    # the newest is sure of "ill-disposed", the one before wrote "old-sposed": no agreement
+    assert agreement.committed == ["He", "was", "not", "an"]
+
+
+def test_word_probabilities_are_each_words_least_likely_generated_token() -> None:
+    # tokens 0-1 forced; words end after tokens 2, 3 and 6 (the first spans forced and
+    # generated tokens: only its generated one counts)
+    probs = word_probabilities([3, 4, 7], 2, [math.log(0.9), math.log(0.2), math.log(0.8),
+                                              math.log(0.5), math.log(0.95)])
+    assert probs == pytest.approx((0.9, 0.2, 0.5))
+    assert word_probabilities([2, 5], 2, [math.log(0.3)] * 3) == pytest.approx((1.0, 0.3))
+    assert word_probabilities([1, 2], 0, []) == (1.0, 1.0)  # no probabilities kept
+
+
+def test_a_refinement_commits_only_the_words_its_decoder_was_sure_of() -> None:
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    refiner = Refiner(RefineConfig(min_word_prob=0.5), _Worker(), timing, None,
+                      itertools.count(1).__next__)
+    request = _stream(1, frames=200, requested=100, last_token=100)
+    state = request.refine
+    for job_id, (words, probs, frames) in enumerate([
+            ("I account it high time", (0.9, 0.9, 0.3, 0.9, 0.9), 100),
+            ("I account it high time to", (0.9, 0.9, 0.9, 0.9, 0.9, 0.6), 150)]):
+        ends = tuple(range(1, len(probs) + 1))
+        state.in_flight = job_id
+        assert refiner.apply(request, RefineDone(job_id, 1, 0, words, ends, ends, False, frames,
+                                                 probs))
+    assert state.agreement.committed == ["I", "account"]
+    assert state.prefix_tokens == (1, 2)
+
+
+@pytest.mark.parametrize(("text", "start"), [
+    ("I had had enough", 4),  # one word twice is speech
+    ("no no no more", 0),  # ... three times is a repeat
+    ("thank you thank you all", 0),
+    ("so it was the age of wisdom it was the age of folly", 13),  # none
+    ("well yes it is yes it is", 1),
+])
+def test_first_repeat_finds_a_phrase_said_twice_in_a_row(text: str, start: int) -> None:
+    assert first_repeat(text.split()) == start
+
+
+def test_a_repeat_inside_the_committed_words_is_not_looked_at_again() -> None:
+    assert first_repeat(["a", "b", "a", "b", "c"], after=4) == 5
+    assert first_repeat(["a", "b", "a", "b", "c"], after=3) == 0  # it reaches past them
 
 def test_word_start_frames_of_character_units() -> None:
     tokens = ids("he was not")

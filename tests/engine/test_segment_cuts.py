@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from oasr.audio import ChunkGeometry
-from oasr.decoding import EndpointConfig, EndpointDecision, Endpointer
+from oasr.decoding import EndpointConfig, EndpointDecision, Endpointer, Hypothesis
+from oasr.decoding.decoder import FrameStats, StreamStep
 from oasr.engine.refine import RefineState
 from oasr.engine.request import Request
 from oasr.engine.segment_cuts import SegmentCuts
@@ -53,3 +54,25 @@ def test_a_length_cut_falls_in_the_breath_but_not_before_committed_words() -> No
     request.refine.agreement.update(["a", "b"])
     request.refine.agreement.update(["a", "b"])
     assert cuts.cut_frame(request, decision) == limit
+
+
+def test_a_cut_in_a_pause_keeps_the_committed_words_a_refinement_heard_there() -> None:
+    """A sentence-pause cut falls in the middle of the pause; the refinement made at that
+    pause heard past it, but only silence: its committed words are all before the cut."""
+    request = _request(0, range(0), 200)
+    words = [8, 9, 10, 11, 40, 41, 42]  # CTC tokens' frames: speech to 42, a pause, then 90
+    request.last_step = StreamStep(Hypothesis(list(range(len(words))), "", 0.0, words),
+                                   FrameStats(100, 0, True))
+    assert SegmentCuts.keeps_committed(request, 60)  # nothing refined: nothing to keep
+    request.refine = RefineState(refined_frames=70)
+    assert SegmentCuts.keeps_committed(request, 60)  # nothing committed
+    request.refine.agreement.update(["a", "b"])
+    request.refine.agreement.update(["a", "b", "c"])
+    assert SegmentCuts.keeps_committed(request, 60)  # the refined frames 60-69 are silent
+    assert not SegmentCuts.keeps_committed(request, 41)  # a word after the cut was heard
+    request.refine.refined_frames = 100
+    request.last_step = StreamStep(Hypothesis([1, 2], "", 0.0, [8, 90]),
+                                   FrameStats(100, 0, True))
+    assert not SegmentCuts.keeps_committed(request, 60)  # ... the word at frame 90
+    request.last_step = None
+    assert not SegmentCuts.keeps_committed(request, 60)  # no CTC words to tell

@@ -289,3 +289,21 @@ def test_a_beam_decode_whose_requests_are_all_aborted_midway_is_given_up(tmp_pat
     fresh.submit_encoded(1, encoded[1])
     fresh.submit_encoded(2, encoded[2])
     assert {r.request_id: r.tokens for r in fresh.step()} == results
+
+
+def test_a_greedy_result_carries_each_generated_tokens_log_probability(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=29)
+    config = without_safeguards(WhisperDecodeConfig(max_rows=2, max_new_tokens=10, block_size=4))
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    for request, states in enumerate(tiny_encoded(2, seed=30)):
+        decoder.submit_encoded(request, states)
+    results = []
+    while decoder.has_work():
+        results += decoder.step()
+    assert len(results) == 2
+    for result in results:
+        lps = result.token_log_probs
+        assert len(lps) == len(result.tokens) > 0 and all(lp <= 0 for lp in lps)
+        # the average counts the end token too: what the tokens leave of it is its own
+        end_lp = result.avg_log_prob * (len(lps) + 1) - sum(lps)
+        assert end_lp <= 1e-5

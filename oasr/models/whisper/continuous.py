@@ -358,6 +358,7 @@ class ContinuousWhisperDecoder:
         for row, token, lp in zip(rows, *self._pick(rows, logits), strict=True):
             row.tokens.append(token)
             row.log_prob += lp
+            row.token_log_probs.append(lp)
             looped = repetition is not None and token != eot and repetition.is_looping(row.tokens)
             truncated = token != eot and len(row.tokens) == row.request.max_new_tokens
             if token == eot or looped or truncated:
@@ -379,7 +380,8 @@ class ContinuousWhisperDecoder:
         request = row.request
         request.samples.append(request.attempt(self.checkpoint.tokenizer, tokens,
                                                row.temperature, row.log_prob,
-                                               row.no_speech_prob, looped, truncated))
+                                               row.no_speech_prob, looped, truncated,
+                                               row.token_log_probs))
         if len(request.samples) < request.num_rows:
             return None  # other rows of this decode still running
         if request.temperature_index == 0:
@@ -416,7 +418,8 @@ class ContinuousWhisperDecoder:
         kept = best_attempt(request.attempts, rule) if failed else last
         return SecondPassResult(request.request_id, kept.tokens, kept.text, kept.avg_log_prob,
                                 request.attempts[0].no_speech_prob, kept.temperature,
-                                len(request.attempts), failed, kept.looped)
+                                len(request.attempts), failed, kept.looped,
+                                kept.token_log_probs)
 
     def abort(self, request_id: int) -> bool:
         """Drop a waiting or running request (its rows freed now); False when unknown."""

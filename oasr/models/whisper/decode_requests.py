@@ -3,6 +3,7 @@ queues, its running rows, and the result it ends with."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +31,8 @@ class SecondPassResult:
         failed: every temperature failed the fallback rule; the text is the best of them and
             should not be trusted.
         looped: the kept decode was stopped by the repetition rule.
+        token_log_probs: log-probability of each generated token (after the prefix, no end
+            token) of a decode row by row (greedy or sampled); empty from beam search.
     """
 
     request_id: int
@@ -41,6 +44,7 @@ class SecondPassResult:
     num_decodes: int = 1
     failed: bool = False
     looped: bool = False
+    token_log_probs: tuple[float, ...] = ()
 
 
 @dataclass
@@ -61,12 +65,15 @@ class DecodeRequest:
 
     def attempt(self, tokenizer: WhisperTokenizer, generated: tuple[int, ...],
                 temperature: float, log_prob: float, no_speech_prob: float | None,
-                looped: bool, truncated: bool) -> DecodeAttempt:
+                looped: bool, truncated: bool,
+                token_log_probs: Sequence[float] = ()) -> DecodeAttempt:
         """A decode's record: this request's prefix and the generated tokens, their text; the
-        average log-probability is the generated tokens' (end token counted)."""
+        average log-probability is the generated tokens' (end token counted), and
+        ``token_log_probs`` each one's (the end token's left out)."""
         tokens = self.prefix + tuple(generated)
         return DecodeAttempt(tokens, tokenizer.decode(tokens), temperature,
-                             log_prob / (len(generated) + 1), no_speech_prob, looped, truncated)
+                             log_prob / (len(generated) + 1), no_speech_prob, looped, truncated,
+                             tuple(token_log_probs[: len(generated)]))
 
 
 @dataclass
@@ -83,4 +90,5 @@ class RunningRow:
     no_speech_prob: float | None = None
     log_prob: float = 0.0
     tokens: list[int] = field(default_factory=list)
+    token_log_probs: list[float] = field(default_factory=list)  # each of ``tokens``'
     generator: torch.Generator | None = None  # its own draws (temperature > 0 only)

@@ -160,6 +160,8 @@ class DecodeAttempt:
         no_speech_prob: P(no-speech) at the start token (None when the vocabulary has none).
         looped: stopped by ``RepetitionStop``.
         truncated: stopped by the token budget before the end token.
+        token_log_probs: log-probability of each generated token (after a forced prefix; no
+            end token), where the decode kept them (the continuous decoder's rows).
     """
 
     tokens: tuple[int, ...]
@@ -169,6 +171,7 @@ class DecodeAttempt:
     no_speech_prob: float | None
     looped: bool = False
     truncated: bool = False
+    token_log_probs: tuple[float, ...] = ()
 
     @property
     def compression_ratio(self) -> float:
