@@ -65,6 +65,8 @@ class Segment:
     refined_s: float = 0.0  # audio the newest refinement heard
     num_refinements: int = 0
     texts: dict[str, str] = field(default_factory=dict)  # "forced" / "free" -> final text
+    # after each refinement: (audio seconds it heard, committed words, words shown)
+    trace: list[tuple[float, int, int]] = field(default_factory=list)
 
 
 def passage_segments(passages: Path, pause_s: float, longest_s: float) -> list[Segment]:
@@ -152,6 +154,8 @@ class Replay:
                           bool(result.failed), round(seconds / TIMING.frame_shift_s), probs)
         assert segment.refiner is not None
         segment.refiner.apply(segment.request, done)
+        agreement = state.agreement
+        segment.trace.append((seconds, len(agreement.committed), len(agreement.latest)))
         segment.refined_s = seconds
         segment.num_refinements += 1
 
@@ -166,16 +170,24 @@ def summarise(segments: list[Segment]) -> list[dict[str, Any]]:
         group = [s for s in segments if subset in ("all", s.subset)]
         forced, free = ErrorCounts(), ErrorCounts()
         worse = 0
+        first_commits: list[float] = []  # audio seconds when a segment first had stable words
+        shares: list[float] = []  # stable share of the words shown, after each refinement
         for s in group:
             forced.add(s.reference, s.texts["forced"])
             free.add(s.reference, s.texts["free"])
             worse += _errors(s.reference, s.texts["forced"]) > _errors(s.reference, s.texts["free"])
+            first_commits += [seconds for seconds, committed, _ in s.trace if committed][:1]
+            shares += [committed / shown for _, committed, shown in s.trace if shown]
         rows.append({
             "subset": subset, "segments": len(group), "words": forced.words,
             "forced_errors": forced.word_errors, "free_errors": free.word_errors,
             "committed": sum(len(s.request.refine.agreement.committed) for s in group),
             "refinements": sum(s.num_refinements for s in group),
             "forced_worse": worse,
+            "with_commits": len(first_commits),
+            "first_commit_s_p50": (round(float(np.median(first_commits)), 1)
+                                   if first_commits else None),
+            "stable_share": round(float(np.mean(shares)), 3) if shares else None,
         })
     return rows
 
@@ -211,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         refiner = Refiner(replace(config, agreeing=int(agreeing), hold_words=int(hold),
                                   min_word_prob=float(min_prob)),
                           worker=None, timing=TIMING, tokenizer=None, next_job_id=lambda: 0)
-        runs[rule] = [replace(s, refiner=refiner, texts={}, decode_free=not i,
+        runs[rule] = [replace(s, refiner=refiner, texts={}, trace=[], decode_free=not i,
                               request=SimpleNamespace(refine=refiner.new_state(), segment=0))
                       for s in segments]
     decoder = ContinuousWhisperDecoder(load_whisper(), EngineConfig().second_pass_decode_config())
@@ -226,11 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     for rule, run in runs.items():
         rows = summarise(run)
         print(f"\nagreeing:hold:min_prob {rule}")
-        print("subset                segments  words  forced  free  committed  refinements  worse")
+        print("subset                segments  words  forced  free  committed  refinements  worse"
+              "  with_commits  first_commit_s  stable_share")
         for r in rows:
             print(f"{r['subset']:20s} {r['segments']:9d} {r['words']:6d} {r['forced_errors']:7d} "
                   f"{r['free_errors']:5d} {r['committed']:10d} {r['refinements']:12d} "
-                  f"{r['forced_worse']:6d}")
+                  f"{r['forced_worse']:6d} {r['with_commits']:13d} "
+                  f"{r['first_commit_s_p50'] or '-':>15} {r['stable_share'] or 0:13.3f}")
         out[rule] = {"rows": rows, "segments": [
             {"name": s.name, "subset": s.subset, "reference": s.reference, **s.texts,
              "committed": " ".join(s.request.refine.agreement.committed)} for s in run]}

@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     items = load_items(args.stress, None if args.no_devset else args.devset)[: args.limit]
     decode = replace(EngineConfig().second_pass_decode, beam_size=args.beam)
     guard = FirstPassGuard()
-    variants = {"": (decode, guard, OFFLINE_FINAL_CONTEXT_S)}
+    variants: dict[str, tuple[WhisperDecodeConfig, FirstPassGuard | None, float]] = {
+        "": (decode, guard, OFFLINE_FINAL_CONTEXT_S)}
     if args.compare:  # the second pass as it was: greedy, no safeguards, no guard, no context
         plain = without_safeguards(WhisperDecodeConfig())  # greedy, the segment's window
         variants = {"_plain": (plain, None, 0.0), **variants}

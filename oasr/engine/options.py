@@ -129,6 +129,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
                    help="refined partials: re-decode an open segment with Whisper after this "
                    "many seconds of new audio, in spare capacity; 0 turns them off")
+    g.add_argument("--refine-agreeing", type=int, default=RefineConfig.agreeing, metavar="N",
+                   help="refined partials: commit (make stable) the words this many "
+                   "refinements in a row agree on")
+    g.add_argument("--refine-min-word-prob", type=float, default=RefineConfig.min_word_prob,
+                   metavar="P", help="refined partials: ... and only words whose every token "
+                   "each of those refinements generated with at least this probability (fewer "
+                   "stable words, later finals); 0: agreement alone")
     g.add_argument("--prefill-kv-window", action="store_true",
                    help="give each stream its whole --num-left-chunks window, zeroed, at "
                    "admission (models trained with a fixed attention window)")
@@ -253,7 +260,9 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
                                    beam_size=args.second_pass_beam,
                                    logits=args.second_pass_logits,
                                    encoder_window=EncoderWindow(args.second_pass_window)),
-        refine=RefineConfig(interval_s=args.refine_interval) if args.refine_interval > 0 else None,
+        refine=(RefineConfig(interval_s=args.refine_interval, agreeing=args.refine_agreeing,
+                             min_word_prob=args.refine_min_word_prob)
+                if args.refine_interval > 0 else None),
         final_context_s=(EngineConfig.final_context_s if args.final_context is None
                          else args.final_context),
         light_load_context_s=args.light_load_context,

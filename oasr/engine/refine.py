@@ -8,18 +8,21 @@ words after them, and the **ctc** words the streaming pass heard after the audio
 refinement saw (CTC token times say where that is). Without refinements a partial is all
 ``ctc``.
 
-The agreement rule is LocalAgreement-n (whisper_streaming's is n = 2) with the decoder's
-confidence: a word is committed once ``RefineConfig.agreeing`` (3) consecutive refinements
-all put it at the same place after the committed prefix, compared as they are scored
-(``oasr.text.wer.normalize_transcript`` per word, so "man." and "man" agree), and each of them
-generated every token of it with at least ``min_word_prob`` (0.5) probability; a phrase a
-refinement says twice back to back (`first_repeat`: Whisper's copy of the phrase before it)
-stays tentative, with every word after it. Refinements are greedy decodes of nearly the same
-audio, so they agree on their guesses too ("He was not an old-sposed young man" three times
-over, where the final's beam search hears "ill-disposed"), and a committed word is forced into
-the final: replayed over 98 segments of read passages and re-levelled read speech
-(`bench/refine_commits.py`), finals with the words two refinements agreed on forced made 234
-word errors where the same finals decoded free made 168; with three agreeing and sure, 172.
+The agreement rule is LocalAgreement-n (whisper_streaming's is n = 2, the default) with an
+optional confidence floor: a word is committed once ``RefineConfig.agreeing`` consecutive
+refinements all put it at the same place after the committed prefix, compared as they are
+scored (``oasr.text.wer.normalize_transcript`` per word, so "man." and "man" agree), and, with
+``min_word_prob`` above 0, each of them generated every token of it with at least that
+probability; a phrase a refinement says twice back to back (`first_repeat`: Whisper's copy of
+the phrase before it) stays tentative, with every word after it. Refinements are greedy
+decodes of nearly the same audio, so they agree on their guesses too ("He was not an
+old-sposed young man" three times over, where the final's beam search hears "ill-disposed"),
+and a committed word is forced into the final. Replayed offline without the previous
+segment's context and always forced (`bench/refine_commits.py`, 98 segments), two agreeing
+cost the finals 234 word errors where free finals made 168, three agreeing and sure (0.5)
+173; live, where refinements hear the previous segment first, the stricter rule gained
+nothing measurable in the finals and put their lag p95 at 3.3 s instead of 1.6-1.9 s
+(docs/benchmarks.md), so two agreeing stays the default.
 Each refinement is decoded with the committed prefix forced as the start of its transcript, so
 a refinement can only add to it; the segment's final is decoded the same way.
 
@@ -59,13 +62,14 @@ class RefineConfig:
         agreeing: refinements in a row that must agree on a word to commit it
             (`LocalAgreement`; 2 is whisper_streaming's rule).
         hold_words: an agreed word among the last this many words of the oldest agreeing
-            refinement waits for the next one (0: none; it helped less than confidence).
+            refinement waits for the next one (0: none).
         min_word_prob: a word is committed only where every agreeing refinement generated
             each of its tokens with at least this probability (greedy decodes agree on their
-            guesses too); 0 trusts agreement alone. The defaults (3, 0.5) made the forced
-            finals as accurate as free ones on 162 replayed segments (bench/refine_commits.py:
-            211 word errors against 207 free, where two agreeing refinements made 282) and
-            commit about a third as many words.
+            guesses too); 0 trusts agreement alone. Three agreeing at 0.5 made replayed finals
+            as accurate as free ones (bench/refine_commits.py: 211 word errors against 207
+            free on 162 segments, where two agreeing made 282), but live it commits a third as
+            many words, the finals decode the rest (lag p95 3.3 s against 1.6-1.9 s at two
+            clients) and were no more accurate, so the default trusts agreement alone.
         ctc_lag_s: a CTC word shown after the refined words must start this long after the
             refined audio ends: a CTC pass emits a word's first letter a little after the
             word begins, so a word Whisper already wrote at the end of the refined audio
@@ -90,9 +94,9 @@ class RefineConfig:
     """
 
     interval_s: float = 1.0
-    agreeing: int = 3
+    agreeing: int = 2
     hold_words: int = 0
-    min_word_prob: float = 0.5
+    min_word_prob: float = 0.0
     ctc_lag_s: float = 0.16
     pause_s: float = 0.3
     min_audio_s: float = 1.0
@@ -431,7 +435,8 @@ class Refiner:
         # two decodes of nearly the same audio are no second opinion (an early final decode
         # and the refinement at its pause share their mistakes): they do not commit
         commit = num_frames - state.refined_frames >= self._agree_frames
-        sure = [p >= self.config.min_word_prob for p in word_probs] if word_probs else None
+        floor = self.config.min_word_prob
+        sure = [p >= floor for p in word_probs] if word_probs and floor > 0 else None
         if (not words or len(word_ends) != len(words)
                 or not state.agreement.update(words, commit, sure)):
             return False

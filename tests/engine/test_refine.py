@@ -3,6 +3,7 @@ times, and the refiner's bookkeeping of results."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 import types
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from oasr.engine.family import FrameTiming
+from oasr.engine.options import add_engine_arguments, engine_config_from_args
 from oasr.engine.refine import (
     LocalAgreement,
     RefineConfig,
@@ -126,9 +128,14 @@ def test_word_probabilities_are_each_words_least_likely_generated_token() -> Non
     assert word_probabilities([1, 2], 0, []) == (1.0, 1.0)  # no probabilities kept
 
 
-def test_a_refinement_commits_only_the_words_its_decoder_was_sure_of() -> None:
+@pytest.mark.parametrize(("floor", "committed"), [
+    (0.5, ["I", "account"]),  # "it" was 0.3 likely in the older refinement
+    (0.0, ["I", "account", "it", "high", "time"]),  # the default: agreement alone
+])
+def test_a_refinement_commits_only_the_words_its_decoder_was_sure_of(
+        floor: float, committed: list[str]) -> None:
     timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
-    refiner = Refiner(RefineConfig(min_word_prob=0.5), _Worker(), timing, None,
+    refiner = Refiner(RefineConfig(min_word_prob=floor), _Worker(), timing, None,
                       itertools.count(1).__next__)
     request = _stream(1, frames=200, requested=100, last_token=100)
     state = request.refine
@@ -139,8 +146,8 @@ def test_a_refinement_commits_only_the_words_its_decoder_was_sure_of() -> None:
         state.in_flight = job_id
         assert refiner.apply(request, RefineDone(job_id, 1, 0, words, ends, ends, False, frames,
                                                  probs))
-    assert state.agreement.committed == ["I", "account"]
-    assert state.prefix_tokens == (1, 2)
+    assert state.agreement.committed == committed
+    assert state.prefix_tokens == tuple(range(1, len(committed) + 1))
 
 
 @pytest.mark.parametrize(("text", "start"), [
@@ -338,3 +345,20 @@ def test_a_refinement_carries_the_previous_segments_final() -> None:
     assert len(first.audio) == len(before) + 90 * 640 and first.num_frames == 90
     assert second.context == "" and second.context_samples == 0
     assert len(second.audio) == 90 * 640 and asked == [2, 2]
+
+
+def test_commit_rule_flags_reach_the_refine_config() -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    default = engine_config_from_args(parser.parse_args(["--lm", "none"]))
+    assert default.refine == RefineConfig()  # CLI = library
+    assert (default.refine.agreeing, default.refine.min_word_prob) == (2, 0.0)
+    strict = engine_config_from_args(parser.parse_args(
+        ["--lm", "none", "--refine-agreeing", "3", "--refine-min-word-prob", "0.5"]))
+    assert strict.refine is not None
+    assert (strict.refine.agreeing, strict.refine.min_word_prob) == (3, 0.5)
+    off = engine_config_from_args(parser.parse_args(["--lm", "none", "--refine-interval", "0"]))
+    assert off.refine is None
+    with pytest.raises(ValueError, match="agreeing >= 2"):
+        engine_config_from_args(parser.parse_args(["--lm", "none", "--refine-agreeing", "1"]))
+
