@@ -63,7 +63,6 @@ class Segment:
     request: Any = None  # what Refiner.apply reads: its refine state and segment
     decode_free: bool = True  # decode the free final too (once per segment of all variants)
     refined_s: float = 0.0  # audio the newest refinement heard
-    num_refinements: int = 0
     texts: dict[str, str] = field(default_factory=dict)  # "forced" / "free" -> final text
     # after each refinement: (audio seconds it heard, committed words, words shown)
     trace: list[tuple[float, int, int]] = field(default_factory=list)
@@ -129,7 +128,7 @@ class Replay:
     def _next(self, segment: Segment, jobs: dict[int, tuple[Segment, str, float]]) -> None:
         """Submit the segment's next refinement, or its finals once it has heard it all."""
         duration = len(segment.audio) / MODEL_SAMPLE_RATE
-        seconds = (self.config.min_audio_s if not segment.num_refinements
+        seconds = (self.config.min_audio_s if not segment.trace
                    else segment.refined_s + self.config.interval_s)
         state = segment.request.refine
         if seconds < duration:
@@ -157,7 +156,6 @@ class Replay:
         agreement = state.agreement
         segment.trace.append((seconds, len(agreement.committed), len(agreement.latest)))
         segment.refined_s = seconds
-        segment.num_refinements += 1
 
 
 def _errors(reference: str, text: str) -> int:
@@ -182,7 +180,7 @@ def summarise(segments: list[Segment]) -> list[dict[str, Any]]:
             "subset": subset, "segments": len(group), "words": forced.words,
             "forced_errors": forced.word_errors, "free_errors": free.word_errors,
             "committed": sum(len(s.request.refine.agreement.committed) for s in group),
-            "refinements": sum(s.num_refinements for s in group),
+            "refinements": sum(len(s.trace) for s in group),
             "forced_worse": worse,
             "with_commits": len(first_commits),
             "first_commit_s_p50": (round(float(np.median(first_commits)), 1)

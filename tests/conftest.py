@@ -9,6 +9,7 @@ noise, but the same noise for the same audio, so exact comparisons work.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -30,6 +31,17 @@ from oasr.models import AsrModel, ConformerConfig, save_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEVSET_DIR = REPO_ROOT.parent / "shared" / "audio" / "devset"
+
+
+def load_bench_script(name: str) -> Any:
+    """``bench/<name>.py`` as a module (the scripts are not a package); registered under its
+    name, as its dataclasses look their module up."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 BUNDLED_MODEL_DIR = REPO_ROOT / "oasr" / "assets" / "default_model"
 RANDOM_MODEL_UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\u2581",
                       "<sos/eos>"]

@@ -3,23 +3,15 @@ the last partial, committed words that changed, and segments against a passage's
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import load_bench_script
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("live_text", ROOT / "bench" / "live_text.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["live_text"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+def load_script() -> Any:
+    return load_bench_script("live_text")
 
 
 def passage(live: Any, reference: str, sentences: list[tuple[float, float]] | None = None

@@ -3,25 +3,12 @@ reader saw while each segment was open (stable words at all, when first, their s
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_script() -> Any:
-    spec = importlib.util.spec_from_file_location("refine_commits",
-                                                  ROOT / "bench" / "refine_commits.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["refine_commits"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import load_bench_script
 
 
 def segment(bench: Any, subset: str, forced: str, trace: list[tuple[float, int, int]],
@@ -29,12 +16,12 @@ def segment(bench: Any, subset: str, forced: str, trace: list[tuple[float, int, 
     request = SimpleNamespace(refine=SimpleNamespace(
         agreement=SimpleNamespace(committed=committed.split())))
     return bench.Segment("s", subset, np.zeros(0, np.float32), "the cat sat on the mat",
-                         request=request, num_refinements=len(trace), trace=trace,
+                         request=request, trace=trace,
                          texts={"forced": forced, "free": "the cat sat on the mat"})
 
 
 def test_summary_counts_errors_and_when_words_became_stable() -> None:
-    bench = load_script()
+    bench = load_bench_script("refine_commits")
     rows = bench.summarise([
         # committed "the cat" at its second refinement (2 s), a wrong word forced into the final
         segment(bench, "a", "the cat sat on a mat", [(1.0, 0, 2), (2.0, 2, 4), (3.0, 2, 4)],

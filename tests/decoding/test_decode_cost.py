@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import torch
 
 from oasr.lm import LmBuildConfig, WordLm, WordLmHeader, build_char_lm, encode_sentences
 from oasr.lm.word import unigram_from_counts
+from tests.conftest import load_bench_script
 
 from .fusion_helpers import UNITS, V, random_log_probs
 
@@ -22,11 +22,7 @@ SCRIPT = ROOT / "bench" / "decode_cost.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("decode_cost", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("decode_cost")
 
 
 def test_stream_batch_takes_long_utterances_first_and_repeats_short_ones() -> None:

@@ -361,4 +361,3 @@ def test_commit_rule_flags_reach_the_refine_config() -> None:
     assert off.refine is None
     with pytest.raises(ValueError, match="agreeing >= 2"):
         engine_config_from_args(parser.parse_args(["--lm", "none", "--refine-agreeing", "1"]))
-

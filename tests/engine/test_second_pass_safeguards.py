@@ -4,7 +4,6 @@ that disagrees grossly with the CTC text of the same segment is replaced by the 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass import SecondPassWorker
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 from oasr.text.wer import normalize_transcript, word_error_rate
+from tests.conftest import load_bench_script
 
 whisper = pytest.importorskip("oasr.models.whisper")
 if whisper.default_model_dir() is None:
@@ -39,10 +39,7 @@ LOOPING = ("digits_resplice_08.wav", "digits_resplice_22.wav")
 def stress(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[np.ndarray, str]]:
     if not (DEVSET / "manifest.tsv").is_file():
         pytest.skip(f"the shared devset is missing ({DEVSET})")
-    spec = importlib.util.spec_from_file_location("stress_set", ROOT / "bench" / "stress_set.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bench_script("stress_set")
     out = tmp_path_factory.mktemp("stress")
     rows = module.build(out, seed=15)
     return {name: (sf.read(out / name, dtype="float32")[0], text)
