@@ -11,7 +11,13 @@ starts and ends:
   en-us): every clause is synthesised alone and trimmed, clauses joined by a breath and
   sentences by a sentence pause (same ranges as the real passages).
 
+A stress variant of the same passages (``--pacing tight``: breaths of 0.3-0.5 s against
+sentence pauses of 0.5-0.8 s, the two closer together than a careful reader's; ``--level-db``
+and ``--snr-db``: the speech re-levelled and mixed with pink noise) checks that a rule tuned on
+the first set holds where pauses and levels are not what it was tuned on.
+
     python bench/read_passages.py --out /tmp/passages
+    python bench/read_passages.py --out /tmp/passages_tight --pacing tight --level-db -18 --snr-db 20
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 BREATH_S = (0.2, 0.4)
 SENTENCE_PAUSE_S = (0.6, 1.2)
+# (breath, sentence pause) ranges in seconds, by pacing
+PACINGS = {"read": (BREATH_S, SENTENCE_PAUSE_S), "tight": ((0.3, 0.5), (0.5, 0.8))}
 SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
 # each real sentence: the clips that read it, in order (0880+0890 and 0920+0930 are one
 # sentence each in the book)
@@ -97,10 +105,11 @@ def clauses(sentence: str) -> list[str]:
     return [c.strip() for c in sentence.split(",") if c.strip()]
 
 
-def join(sentences: list[list[np.ndarray]], rng: np.random.Generator,
-         lead_s: float = 0.5) -> tuple[np.ndarray, list[tuple[float, float]]]:
-    """Clips joined: breaths inside a sentence, sentence pauses between; each sentence's
-    (start, end) in seconds."""
+def join(sentences: list[list[np.ndarray]], rng: np.random.Generator, lead_s: float = 0.5,
+         pacing: str = "read") -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """Clips joined: breaths inside a sentence, sentence pauses between (their ranges from
+    ``PACINGS[pacing]``); each sentence's (start, end) in seconds."""
+    breath_s, pause_s = PACINGS[pacing]
     pieces = [np.zeros(int(lead_s * MODEL_SAMPLE_RATE), np.float32)]
     spans, t = [], lead_s
     for i, clips in enumerate(sentences):
@@ -109,19 +118,36 @@ def join(sentences: list[list[np.ndarray]], rng: np.random.Generator,
             pieces.append(clip.astype(np.float32))
             t += len(clip) / MODEL_SAMPLE_RATE
             if j < len(clips) - 1:
-                gap = rng.uniform(*BREATH_S)
+                gap = rng.uniform(*breath_s)
                 pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
                 t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
         spans.append((round(start, 3), round(t, 3)))
-        gap = rng.uniform(*SENTENCE_PAUSE_S) if i < len(sentences) - 1 else 1.0
+        gap = rng.uniform(*pause_s) if i < len(sentences) - 1 else 1.0
         pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
         t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
     audio = np.concatenate(pieces)
     return audio, spans
 
 
-def build(out: Path, devset: Path = DEVSET, seeds: int = 3) -> list[Path]:
-    """Write every passage (WAV + JSON of sentence spans and texts) under ``out``."""
+def degrade(audio: np.ndarray, rng: np.random.Generator, level_db: float = 0.0,
+            snr_db: float | None = None) -> np.ndarray:
+    """``audio`` scaled by ``level_db`` and, with ``snr_db``, mixed with pink noise that
+    lies ``snr_db`` below the speech's power (the pauses hold the noise too)."""
+    out = audio.astype(np.float64) * 10 ** (level_db / 20)
+    if snr_db is not None:
+        spectrum = np.fft.rfft(rng.standard_normal(len(out)))
+        spectrum /= np.sqrt(np.maximum(np.arange(spectrum.size), 1))  # 1/f: pink
+        noise = np.fft.irfft(spectrum, n=len(out))
+        loud = np.abs(out) > 0.01 * np.abs(out).max()
+        speech = float(np.mean(np.square(out[loud])))
+        out += noise * np.sqrt(speech / 10 ** (snr_db / 10) / float(np.mean(np.square(noise))))
+    return np.clip(out, -1, 1).astype(np.float32)
+
+
+def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read",
+          level_db: float = 0.0, snr_db: float | None = None) -> list[Path]:
+    """Write every passage (WAV + JSON of sentence spans and texts) under ``out``, paced by
+    ``pacing`` and degraded by ``level_db`` / ``snr_db`` (`degrade`)."""
     import soundfile as sf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -133,14 +159,16 @@ def build(out: Path, devset: Path = DEVSET, seeds: int = 3) -> list[Path]:
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(REAL_SENTENCES))
         sents = [REAL_SENTENCES[i] for i in order]
-        audio, spans = join([[real[n] for n in s] for s in sents], rng)
+        audio, spans = join([[real[n] for n in s] for s in sents], rng, pacing=pacing)
+        audio = degrade(audio, rng, level_db, snr_db)
         texts = [" ".join(manifest[n] for n in s) for s in sents]
         written.append(_write(out / f"real_{seed}", audio, spans, texts, sf))
     for seed, (voice, (name, sentences)) in enumerate(
             (v, t) for v in VOICES for t in TEXTS.items()):
         rng = np.random.default_rng(100 + seed)
         clips = [[trim(synthesise(voice, c)) for c in clauses(s)] for s in sentences]
-        audio, spans = join(clips, rng)
+        audio, spans = join(clips, rng, pacing=pacing)
+        audio = degrade(audio, rng, level_db, snr_db)
         written.append(_write(out / f"tts_{voice}_{name}", audio, spans, sentences, sf))
     return written
 
@@ -159,8 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("/tmp/passages"))
     p.add_argument("--devset", type=Path, default=DEVSET)
+    p.add_argument("--pacing", choices=sorted(PACINGS), default="read",
+                   help="breath and sentence-pause ranges: read (0.2-0.4 / 0.6-1.2 s) or "
+                   "tight (0.3-0.5 / 0.5-0.8 s)")
+    p.add_argument("--level-db", type=float, default=0.0, help="scale the passages by this gain")
+    p.add_argument("--snr-db", type=float, default=None,
+                   help="mix in pink noise this far below the speech's power")
     args = p.parse_args(argv)
-    for wav in build(args.out, args.devset):
+    for wav in build(args.out, args.devset, pacing=args.pacing, level_db=args.level_db,
+                     snr_db=args.snr_db):
         print(wav)
     return 0
 

@@ -155,16 +155,15 @@ class EngineConfig:
             silence) when its early final decode has answered with a sentence's end (".",
             "?", "!" after at least 3 words: `oasr.text.sentences.ends_sentence`) and nothing
             was said since: that decode is the final at once. Needs ``early_final_s`` (so only
-            at a demo's load). 0 (the default): only the endpoint rules. Opt-in because it
-            gains little where the decode is slow: it ends a segment sooner only when the
-            early decode answers before the endpoint's silence, and Whisper also closes with a
-            period a clause cut at a breath ("He was not an ill-disposed young man." before
-            "unless ..."). Measured at 0.5 s on a 2-vCPU AVX2 EPYC (bench/live_text.py,
-            docs/benchmarks.md): one client, greedy finals (0.55 s decodes), 7-8 of 14
-            segments ended so, the page held the final's words sooner (settled p50 1.07-1.08
-            -> 0.76-0.77 s) but the final lag did not move (p50 1.11-1.18 -> 1.07-1.12 s, p95
-            1.48-1.68 -> 1.65-1.67 s); two clients on long read passages, beam 5 (1.5-2.5 s
-            decodes): 4-7 of 28-30, lag p95 3.35-4.08 -> 4.12-6.58 s.
+            at a demo's load). 0 (the default): only the endpoint rules. Opt-in because the
+            finals it gives are not better and were a little worse: at 0.5 s on a 2-vCPU AVX2
+            EPYC (bench/live_text.py, docs/benchmarks.md; devset at 1 and 2 clients, read
+            passages and a hurried, quiet, noisy variant of them at 2) the final lag p50 fell
+            from 1.03-1.15 to 0.63-0.80 s and finals later than 1 s from 70-90 % to 20-30 %,
+            while final WER went 5.6 -> 7.6 %, 5.6 -> 6.6 %, 8.8 -> 8.5 %, 13.4 -> 14.4 %:
+            Whisper closes with a full stop a fragment read with a pause after it ("And so my
+            fellow Americans." | "Ask not.") or a clause before a breath, and its answer on
+            the shorter segments moves with their window and context.
         light_load_streams: a demo's load: early final decodes start, and endpoints are
             decided between chunks (``endpoint_quiet``), only while at most this many streams
             are live; None: 2 per second-pass process (``resolved_light_load_streams``).

@@ -437,13 +437,19 @@ class Refiner:
         commit = num_frames - state.refined_frames >= self._agree_frames
         floor = self.config.min_word_prob
         sure = [p >= floor for p in word_probs] if word_probs and floor > 0 else None
+        before = len(state.agreement.committed)
         if (not words or len(word_ends) != len(words)
                 or not state.agreement.update(words, commit, sure)):
             return False
         state.refined_frames = num_frames
         committed = len(state.agreement.committed)
-        if committed and committed <= len(word_ends):
-            state.prefix_tokens = tokens[: word_ends[committed - 1]]
+        if committed > before:
+            # only the newly committed words' tokens come from this decode: one not forced
+            # with the committed words (it started before they were) agrees with them as
+            # compared (case and punctuation aside) but may spell them otherwise ("Call" for
+            # the "call" shown), and the final must begin with them as they were shown
+            start = word_ends[before - 1] if before else 0
+            state.prefix_tokens += tokens[start: word_ends[committed - 1]]
         return True
 
     def _shares(self, now: float, engine_busy_s: float) -> tuple[float, float]:

@@ -150,6 +150,32 @@ def test_a_refinement_commits_only_the_words_its_decoder_was_sure_of(
     assert state.prefix_tokens == tuple(range(1, len(committed) + 1))
 
 
+def test_the_forced_tokens_spell_the_committed_words_as_they_were_shown() -> None:
+    # a refinement that started before a commit (so the committed words were not forced into
+    # it) may spell them otherwise ("Call" where "call" was committed): it agrees with them as
+    # compared and commits the word it agrees on after them, but the tokens forced into the
+    # final keep the committed words' own tokens (a final beginning "Call" changed a shown word)
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    refiner = Refiner(RefineConfig(), _Worker(), timing, None, itertools.count(1).__next__)
+    request = _stream(1, frames=300, requested=100, last_token=100)
+    state = request.refine
+    for job_id, (words, tokens, frames) in enumerate([
+            ("call me a ship", (1, 2, 3, 4), 100),
+            ("call me a ship some", (1, 2, 3, 4, 5), 150),  # commits "call me a ship"
+            ("Call me a ship, some years", (11, 2, 3, 12, 5, 6), 200)]):  # commits "some"
+        state.in_flight = job_id
+        ends = tuple(range(1, len(tokens) + 1))
+        assert refiner.apply(request, RefineDone(job_id, 1, 0, words, tokens, ends, False,
+                                                 frames))
+    assert state.agreement.committed == ["call", "me", "a", "ship", "some"]
+    assert state.prefix_tokens == (1, 2, 3, 4, 5)
+    # an early final decode spelled so is not the final (its answer does not begin with them)
+    early = SecondPassDone(9, 1, "Call me a ship, some years ago.", 0.5, "whisper",
+                           tokens=(11, 2, 3, 12, 5, 6, 7), word_ends=(1, 2, 3, 4, 5, 6, 7))
+    assert refiner.apply_early(request, early, num_frames=250)
+    assert state.prefix_tokens[:5] == (1, 2, 3, 4, 5)
+
+
 @pytest.mark.parametrize(("text", "start"), [
     ("I had had enough", 4),  # one word twice is speech
     ("no no no more", 0),  # ... three times is a repeat
