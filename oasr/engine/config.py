@@ -152,18 +152,21 @@ class EngineConfig:
             13.7-14.1 % -> 9.4-10.4 %, final WER 5.4-5.9 % -> 4.9 %, 20-22 -> 27-30 decodes
             dropped); from 0.5 s it often came after the endpoint.
         sentence_end_s: a segment ends after this much pause (not the endpoint rule's
-            silence) when its early final decode has answered with a sentence's end (".",
-            "?", "!" after at least 3 words: `oasr.text.sentences.ends_sentence`) and nothing
-            was said since: that decode is the final at once. Needs ``early_final_s`` (so only
-            at a demo's load). 0 (the default): only the endpoint rules. Opt-in because the
-            finals it gives are not better and were a little worse: at 0.5 s on a 2-vCPU AVX2
-            EPYC (bench/live_text.py, docs/benchmarks.md; devset at 1 and 2 clients, read
-            passages and a hurried, quiet, noisy variant of them at 2) the final lag p50 fell
-            from 1.03-1.15 to 0.63-0.80 s and finals later than 1 s from 70-90 % to 20-30 %,
-            while final WER went 5.6 -> 7.6 %, 5.6 -> 6.6 %, 8.8 -> 8.5 %, 13.4 -> 14.4 %:
-            Whisper closes with a full stop a fragment read with a pause after it ("And so my
-            fellow Americans." | "Ask not.") or a clause before a breath, and its answer on
-            the shorter segments moves with their window and context.
+            silence; counted from where the last word's sound ends in the audio,
+            `SegmentCuts.heard_pause`, where the audio tells it) when its early final decode
+            has answered with a sentence's end (".", "?", "!" after at least 3 words:
+            `oasr.text.sentences.ends_sentence`) and nothing was said since: that decode is
+            the final at once. Needs ``early_final_s`` (so only at a demo's load). 0 (the
+            default): only the endpoint rules. Opt-in because its finals are not better and
+            were a little worse: at 0.5 s on a 2-vCPU AVX2 EPYC (bench/live_text.py,
+            docs/benchmarks.md; devset at 1 and 2 clients, read passages and a hurried,
+            quiet, noisy variant of them at 2) the final lag p50 fell from 1.03-1.16 to
+            0.63-0.89 s and finals later than 1 s from 70-90 % to 13-35 %, while the devset's
+            finals lost 3 words of 144 in every run (5.6 -> 6.6-7.6 % WER; the passages
+            8.6-8.8 -> 8.5-9.3 %, the stress set 13.4 -> 13.7-14.4 %): Whisper closes with a
+            full stop a fragment read with a pause after it ("And so my fellow Americans." |
+            "Ask not.") or a clause before a breath, and its answer on the shorter segments
+            moves with their window and context.
         light_load_streams: a demo's load: early final decodes start, and endpoints are
             decided between chunks (``endpoint_quiet``), only while at most this many streams
             are live; None: 2 per second-pass process (``resolved_light_load_streams``).

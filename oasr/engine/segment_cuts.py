@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from oasr.audio import ChunkGeometry
-from oasr.decoding import EndpointDecision, Endpointer, quietest_frame
+from oasr.decoding import EndpointDecision, Endpointer, Hypothesis, quietest_frame
 from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.request import HeardPause, Request
 
@@ -67,6 +67,20 @@ class SegmentCuts:
         if step is None:
             return False
         return not any(cut <= frame < refine.refined_frames for frame in step.hypothesis.timestamps)
+
+    def heard_pause(self, request: Request, hyp: Hypothesis | None) -> int:
+        """The pause after the open segment's last word as its audio tells it, in frames: the
+        quiet frames that end the audio received, after the sound of the word that holds
+        ``hyp``'s last CTC token (`QuietTail.pause_after_speech` from that token on); 0 when
+        the audio cannot tell (no quiet rules, no token, a pause not clearly quieter than
+        the word). A CTC token comes before its word's sound ends (by up to a quarter of a
+        second), so a pause counted from it is a breath's length too long."""
+        endpointer = request.endpointer or self.endpointer
+        if self.quiet is None or endpointer is None or hyp is None or not hyp.timestamps:
+            return 0
+        token = request.segment_start_frame + hyp.timestamps[-1]
+        return self.quiet.pause_after_speech(request.energy, token,
+                                             endpointer.config.frame_shift_s)
 
     def in_quiet(self, request: Request) -> tuple[EndpointDecision | None, HeardPause | None]:
         """Between chunks: the endpoint a silence rule decides when the quiet frames after

@@ -8,6 +8,7 @@ import numpy as np
 from oasr.audio import ChunkGeometry
 from oasr.decoding import EndpointConfig, EndpointDecision, Endpointer, Hypothesis
 from oasr.decoding.decoder import FrameStats, StreamStep
+from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineState
 from oasr.engine.request import Request
 from oasr.engine.segment_cuts import SegmentCuts
@@ -76,3 +77,23 @@ def test_a_cut_in_a_pause_keeps_the_committed_words_a_refinement_heard_there() -
     assert not SegmentCuts.keeps_committed(request, 60)  # ... the word at frame 90
     request.last_step = None
     assert not SegmentCuts.keeps_committed(request, 60)  # no CTC words to tell
+
+
+def test_the_pause_after_the_last_word_is_heard_from_where_its_sound_ends() -> None:
+    """The CTC token of a word's last letter comes before the word's sound ends: the pause
+    the audio holds is counted from the sound's end, not from the token."""
+    endpointer = Endpointer(EndpointConfig(frame_shift_s=0.02))  # Request.energy's frames
+    cuts = SegmentCuts(endpointer, ChunkGeometry(chunk_size=32, subsampling=2),
+                       QuietTail())
+    # speech to absolute frame 130 (the last word's token at 118), then 20 frames of quiet
+    request = _request(100, range(130, 150), 150)
+    hyp = Hypothesis([1, 2], "", 0.0, [5, 18])  # segment-relative: frames 105 and 118
+    assert cuts.heard_pause(request, hyp) == 20
+    # the speaker went on: the audio ends loud, no pause
+    request.energy.append(0.3 * np.ones(10 * SAMPLES_PER_FRAME, np.float32))
+    assert cuts.heard_pause(request, hyp) == 0
+    # a "pause" as loud as the speech is none to tell
+    flat = _request(100, range(0), 150)
+    assert cuts.heard_pause(flat, hyp) == 0
+    assert SegmentCuts(endpointer, ChunkGeometry(32, 2)).heard_pause(request, hyp) == 0
+    assert cuts.heard_pause(request, Hypothesis([], "", 0.0, [])) == 0
