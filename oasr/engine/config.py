@@ -165,8 +165,10 @@ class EngineConfig:
             finals lost 3 words of 144 in every run (5.6 -> 6.6-7.6 % WER; the passages
             8.6-8.8 -> 8.5-9.3 %, the stress set 13.4 -> 13.7-14.4 %): Whisper closes with a
             full stop a fragment read with a pause after it ("And so my fellow Americans." |
-            "Ask not.") or a clause before a breath, and its answer on the shorter segments
-            moves with their window and context.
+            "Ask not.") or a clause before a breath, and a segment that begins 0.5 s into
+            the pause has its first word committed by two refinements that each heard it
+            last ("Wake." for "We counted ..."); with ``RefineConfig.hold_words`` 1 the devset
+            lost 0-1 words in one run (docs/benchmarks.md).
         light_load_streams: a demo's load: early final decodes start, and endpoints are
             decided between chunks (``endpoint_quiet``), only while at most this many streams
             are live; None: 2 per second-pass process (``resolved_light_load_streams``).

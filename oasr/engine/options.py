@@ -136,6 +136,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                    metavar="P", help="refined partials: ... and only words whose every token "
                    "each of those refinements generated with at least this probability (fewer "
                    "stable words, later finals); 0: agreement alone")
+    g.add_argument("--refine-hold-words", type=int, default=RefineConfig.hold_words,
+                   metavar="N", help="refined partials: ... and not the last N words the "
+                   "oldest of those refinements heard (the end of its audio); 0: none")
     g.add_argument("--prefill-kv-window", action="store_true",
                    help="give each stream its whole --num-left-chunks window, zeroed, at "
                    "admission (models trained with a fixed attention window)")
@@ -261,7 +264,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: object) -> En
                                    logits=args.second_pass_logits,
                                    encoder_window=EncoderWindow(args.second_pass_window)),
         refine=(RefineConfig(interval_s=args.refine_interval, agreeing=args.refine_agreeing,
-                             min_word_prob=args.refine_min_word_prob)
+                             min_word_prob=args.refine_min_word_prob,
+                             hold_words=args.refine_hold_words)
                 if args.refine_interval > 0 else None),
         final_context_s=(EngineConfig.final_context_s if args.final_context is None
                          else args.final_context),

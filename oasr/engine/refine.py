@@ -62,7 +62,11 @@ class RefineConfig:
         agreeing: refinements in a row that must agree on a word to commit it
             (`LocalAgreement`; 2 is whisper_streaming's rule).
         hold_words: an agreed word among the last this many words of the oldest agreeing
-            refinement waits for the next one (0: none).
+            refinement waits for the next one (0: none). 1 keeps a segment's first word from
+            being committed by a refinement that heard only it ("Wake." agreed on with the
+            next, "Wake out in 42", for "We counted 42"): the devset's finals with
+            ``EngineConfig.sentence_end_s`` 0.5, whose segments begin with more silence,
+            lost 0-1 words of 144 instead of 3 (docs/benchmarks.md); without it, nothing moved.
         min_word_prob: a word is committed only where every agreeing refinement generated
             each of its tokens with at least this probability (greedy decodes agree on their
             guesses too); 0 trusts agreement alone. Three agreeing at 0.5 made replayed finals
