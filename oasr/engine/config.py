@@ -156,19 +156,17 @@ class EngineConfig:
             `SegmentCuts.heard_pause`, where the audio tells it) when its early final decode
             has answered with a sentence's end (".", "?", "!" after at least 3 words:
             `oasr.text.sentences.ends_sentence`) and nothing was said since: that decode is
-            the final at once. Needs ``early_final_s`` (so only at a demo's load). 0 (the
-            default): only the endpoint rules. Opt-in because its finals are not better and
-            were a little worse: at 0.5 s on a 2-vCPU AVX2 EPYC (bench/live_text.py,
-            docs/benchmarks.md; devset at 1 and 2 clients, read passages and a hurried,
-            quiet, noisy variant of them at 2) the final lag p50 fell from 1.03-1.16 to
-            0.63-0.89 s and finals later than 1 s from 70-90 % to 13-35 %, while the devset's
-            finals lost 3 words of 144 in every run (5.6 -> 6.6-7.6 % WER; the passages
-            8.6-8.8 -> 8.5-9.3 %, the stress set 13.4 -> 13.7-14.4 %): Whisper closes with a
-            full stop a fragment read with a pause after it ("And so my fellow Americans." |
-            "Ask not.") or a clause before a breath, and a segment that begins 0.5 s into
-            the pause has its first word committed by two refinements that each heard it
-            last ("Wake." for "We counted ..."); with ``RefineConfig.hold_words`` 1 the devset
-            lost 0-1 words in one run (docs/benchmarks.md).
+            the final at once. Needs ``early_final_s`` (so only at a demo's load); 0: only
+            the endpoint rules. 0.5 s, with ``RefineConfig.hold_words`` 1, on a 2-vCPU AVX2
+            EPYC (bench/live_text.py, docs/benchmarks.md; devset at 1 and 2 clients, read
+            passages and a hurried, quiet, noisy variant of them at 2; two rounds): final lag
+            p50 1.04-1.14 -> 0.73-0.89 s, finals later than 1 s 70-86 % -> 20-33 %, final
+            WER the same (devset 5.6, 6.2, 5.6, 5.6 % against 5.6, 5.6, 5.6, 6.2 %; stress
+            set 13.6, 14.0 against 13.4, 13.9 %). Without the hold a segment that begins
+            0.5 s into the pause had its first word committed by two refinements that each
+            heard it last ("Wake." for "We counted ..."), and the devset lost 3 words in every
+            run. Whisper also closes with a full stop a fragment read with a pause after it
+            ("And so my fellow Americans." | "Ask not."), so segments follow those.
         light_load_streams: a demo's load: early final decodes start, and endpoints are
             decided between chunks (``endpoint_quiet``), only while at most this many streams
             are live; None: 2 per second-pass process (``resolved_light_load_streams``).
@@ -247,7 +245,7 @@ class EngineConfig:
     final_context_s: float = 0.0
     light_load_context_s: float = 10.0
     early_final_s: float = 0.2
-    sentence_end_s: float = 0.0
+    sentence_end_s: float = 0.5
     light_load_streams: int | None = None
     refine: RefineConfig | None = field(default_factory=RefineConfig)
     quantization: Mapping[str, str] | None = field(default=None, hash=False)

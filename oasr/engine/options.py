@@ -124,8 +124,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sentence-end", type=float, default=EngineConfig.sentence_end_s,
                    metavar="S", help="end a segment after this pause (s) instead of the "
                    "endpoint's silence when its early final decode ends a sentence (., ?, ! "
-                   "after 3 words; e.g. 0.5 where decodes are fast); 0: only the endpoint "
-                   "rules")
+                   "after 3 words; at a demo's load); 0: only the endpoint rules")
     g.add_argument("--refine-interval", type=float, default=RefineConfig.interval_s,
                    help="refined partials: re-decode an open segment with Whisper after this "
                    "many seconds of new audio, in spare capacity; 0 turns them off")

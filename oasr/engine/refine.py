@@ -64,9 +64,10 @@ class RefineConfig:
         hold_words: an agreed word among the last this many words of the oldest agreeing
             refinement waits for the next one (0: none). 1 keeps a segment's first word from
             being committed by a refinement that heard only it ("Wake." agreed on with the
-            next, "Wake out in 42", for "We counted 42"): the devset's finals with
-            ``EngineConfig.sentence_end_s`` 0.5, whose segments begin with more silence,
-            lost 0-1 words of 144 instead of 3 (docs/benchmarks.md); without it, nothing moved.
+            next, "Wake out in 42", for "We counted 42"): with
+            ``EngineConfig.sentence_end_s`` 0.5, whose segments begin with more silence, the
+            devset's finals lost 0-1 words of 144 instead of 3 (docs/benchmarks.md); with
+            the sentence rule off it moved nothing.
         min_word_prob: a word is committed only where every agreeing refinement generated
             each of its tokens with at least this probability (greedy decodes agree on their
             guesses too); 0 trusts agreement alone. Three agreeing at 0.5 made replayed finals
@@ -99,7 +100,7 @@ class RefineConfig:
 
     interval_s: float = 1.0
     agreeing: int = 2
-    hold_words: int = 0
+    hold_words: int = 1
     min_word_prob: float = 0.0
     ctc_lag_s: float = 0.16
     pause_s: float = 0.3

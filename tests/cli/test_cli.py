@@ -148,9 +148,9 @@ def test_transcribe_decodes_finals_in_full_with_context_and_the_server_does_not(
     assert engine_config_from_args(parser.parse_args(
         ["--light-load-context", "0"])).light_load_context_s == 0
     assert live.early_final_s == EngineConfig.early_final_s > 0
-    assert live.sentence_end_s == 0  # opt-in: only the endpoint rules end a segment
+    assert live.sentence_end_s == 0.5  # a sentence's end ends its segment at 0.5 s of pause
     assert engine_config_from_args(parser.parse_args(
-        ["--sentence-end", "0.5"])).sentence_end_s == 0.5
+        ["--sentence-end", "0"])).sentence_end_s == 0  # only the endpoint rules
     with pytest.raises(ValueError, match="sentence_end_s"):
         engine_config_from_args(parser.parse_args(["--sentence-end", "-1"]))
     assert live.light_load_streams is None and live.resolved_light_load_streams == 2

@@ -379,7 +379,7 @@ def test_commit_rule_flags_reach_the_refine_config() -> None:
     default = engine_config_from_args(parser.parse_args(["--lm", "none"]))
     assert default.refine == RefineConfig()  # CLI = library
     assert (default.refine.agreeing, default.refine.min_word_prob) == (2, 0.0)
-    assert default.refine.hold_words == 0
+    assert default.refine.hold_words == 1
     strict = engine_config_from_args(parser.parse_args(
         ["--lm", "none", "--refine-agreeing", "3", "--refine-min-word-prob", "0.5",
          "--refine-hold-words", "1"]))
