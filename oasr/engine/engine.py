@@ -358,13 +358,11 @@ class ASREngine:
                          between_chunks: bool = False) -> bool:
         """End the open segment now if its early decode ends a sentence and the pause after
         it is long enough (`FinalPublisher.at_sentence_end`); whether it ended."""
-        pause = request.num_pause_frames
-        frames = self.finals.sentence_frames
-        heard = self._cuts.heard_pause(request, hyp) if frames and pause >= frames else 0
-        if heard:  # the audio's measure where it has one: the CTC token's runs long
-            pause = min(pause, heard)
-        if not self.finals.at_sentence_end(request, hyp, pause):
+        if not self.finals.at_sentence_end(request, hyp, request.num_pause_frames):
             return False
+        heard = self._cuts.heard_pause(request, hyp)
+        if heard and heard < self.finals.sentence_frames:
+            return False  # the audio's measure where it has one: the CTC token's runs long
         self._end_segment(request, "endpoint")
         self.stats.count_endpoint(SENTENCE_END_RULE, between_chunks)
         return True

@@ -22,7 +22,9 @@ segment's context and always forced (`bench/refine_commits.py`, 98 segments), tw
 cost the finals 234 word errors where free finals made 168, three agreeing and sure (0.5)
 173; live, where refinements hear the previous segment first, the stricter rule gained
 nothing measurable in the finals and put their lag p95 at 3.3 s instead of 1.6-1.9 s
-(docs/benchmarks.md), so two agreeing stays the default.
+(docs/benchmarks.md), so two agreeing stays the default, with the older refinement's last
+word held for the next (``hold_words``: a decode that heard a word only at the end of its
+audio guesses it).
 Each refinement is decoded with the committed prefix forced as the start of its transcript, so
 a refinement can only add to it; the segment's final is decoded the same way.
 
