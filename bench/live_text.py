@@ -9,6 +9,9 @@ real-time pace in 100 ms frames, and the script reports:
 - ``final_wer``: WER of the finals;
 - ``final_lag_p50/p95``: a final's arrival minus the moment the audio at its ``end`` (the
   last word) was sent: the endpointer's trailing silence plus the second pass;
+- ``after_decision_p50/p95``: a final's arrival minus the moment the audio at its
+  ``decided_at`` (what the server had received when it ended the segment) was sent: the
+  second pass's time once the segment ended, the endpoint's wait left out;
 - ``settled_p50/p95``: when the page's text of a segment last became what its final says (the
   partial that first showed the final's words, every later partial of the segment the same;
   the final itself when none did), minus the same moment: how long after the last word a
@@ -207,7 +210,7 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
     references = {p.name: p.reference for p in material}
     sentences = {p.name: p.sentences for p in material}
     last_partial, finals = ErrorCounts(), ErrorCounts()
-    lags, settled, partial_lat, changed, refined = [], [], [], 0, 0
+    lags, after_decision, settled, partial_lat, changed, refined = [], [], [], [], 0, 0
     one_word, mid_sentence = 0, 0
     examples: list[dict[str, Any]] = []  # the first few changes, to see what changed
     texts: list[dict[str, Any]] = []  # per client: its finals (text, last partial, source, lag), to read
@@ -251,11 +254,15 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
                 partial = last.pop(m["segment"], "")
                 shown.append(partial)
                 sent = log.sent_at(m["end"])
+                decided = log.sent_at(m.get("decided_at", m["end"]))
                 if sent is not None and m["text"]:
                     lags.append(when - sent)
                     same = _bare(partial) == _bare(m["text"])
                     settled.append((since[m["segment"]] if same else when) - sent)
+                if decided is not None and m["text"]:
+                    after_decision.append(when - decided)
                 read.append({"text": m["text"], "last_partial": partial, "end": m["end"],
+                             "decided_at": m.get("decided_at"),
                              "source": m.get("source"), "reason": m.get("reason"),
                              "lag": None if sent is None else round(when - sent, 2)})
         last_partial.add(references[log.passage], " ".join(shown))
@@ -269,6 +276,8 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         "mid_sentence_cuts": mid_sentence if any(sentences.values()) else None,
         "final_lag_p50": round(percentile(lags, 0.5), 2),
         "final_lag_p95": round(percentile(lags, 0.95), 2),
+        "after_decision_p50": round(percentile(after_decision, 0.5), 2),
+        "after_decision_p95": round(percentile(after_decision, 0.95), 2),
         "settled_p50": round(percentile(settled, 0.5), 2),
         "settled_p95": round(percentile(settled, 0.95), 2),
         "partial_p50": round(percentile(partial_lat, 0.5), 3),
@@ -337,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "finals"}), flush=True)
     keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
-            "settled_p50", "settled_p95", "num_finals", "one_word_finals", "mid_sentence_cuts",
+            "after_decision_p50", "after_decision_p95", "settled_p50", "settled_p95", "num_finals", "one_word_finals", "mid_sentence_cuts",
             "partial_p50", "partial_p95", "changed_committed", "refined_share"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:

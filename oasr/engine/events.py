@@ -78,6 +78,9 @@ class Final:
 
     ``source`` says whose text it is: "ctc" (first pass), "whisper" (second pass) or
     "combined" (digits); ``ctc_words`` are the CTC pass's words with their times (not sent).
+    ``decided_at``: the stream's audio (seconds) the server had received when it ended the
+    segment; ``decided_at - end`` is the pause it waited for, and the final's arrival after
+    that audio was sent is the second pass's time.
     """
 
     TYPE: ClassVar[str] = "final"
@@ -89,13 +92,14 @@ class Final:
     reason: str
     source: str = "ctc"
     ctc_words: tuple[WordSpan, ...] = ()
+    decided_at: float = 0.0
 
     is_terminal: ClassVar[bool] = False
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.TYPE, "segment": self.segment, "text": self.text,
                 "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,
-                "source": self.source}
+                "source": self.source, "decided_at": round(self.decided_at, 3)}
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,8 @@ class FinalPublisher:
         first = base + (hyp.timestamps[0] if hyp.timestamps else 0)
         last = base + (hyp.timestamps[-1] + 1 if hyp.timestamps else 0)
         event = Final(request.stream_id, request.segment, hyp.text, first * shift,
-                      max(last, first) * shift, reason, "ctc", self._words(hyp, base))
+                      max(last, first) * shift, reason, "ctc", self._words(hyp, base),
+                      request.num_samples_received / MODEL_SAMPLE_RATE)
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         early, request.early = request.early, None

@@ -31,9 +31,12 @@ def partial(segment: int, text: str, end: float, stable: str = "") -> dict:
             "tentative": ""}
 
 
-def final(segment: int, text: str, end: float) -> dict:
+def final(segment: int, text: str, end: float, decided_at: float | None = None) -> dict:
+    """A final whose segment the server ended with ``decided_at`` of audio (default: 1 s of
+    pause after ``end``)."""
     return {"type": "final", "segment": segment, "text": text, "end": end, "start": 0.0,
-            "reason": "endpoint", "source": "whisper"}
+            "reason": "endpoint", "source": "whisper",
+            "decided_at": end + 1.0 if decided_at is None else decided_at}
 
 
 def test_settled_is_when_the_page_last_came_to_the_final_words() -> None:
@@ -58,6 +61,8 @@ def test_settled_is_when_the_page_last_came_to_the_final_words() -> None:
     assert row["num_finals"] == 2
     assert row["final_lag_p50"] == round((1.6 + 1.8) / 2, 2)
     assert row["settled_p50"] == round((1.1 + 1.8) / 2, 2)
+    # both segments ended 1 s after their last word (sent at 102.9 and 104.4)
+    assert row["after_decision_p50"] == round((0.6 + 0.8) / 2, 2)
     assert row["last_partial_wer"] > 0 and row["final_wer"] == 0.0
     assert row["changed_committed"] == 0
 

@@ -240,6 +240,34 @@ def test_endpoint_finalises_segment_and_resets_the_stream(engine_config: EngineC
     assert_pool_full(engine)
 
 
+def test_a_final_says_how_much_audio_the_server_had_when_it_ended_the_segment(
+        engine_config: EngineConfig, speech: list[np.ndarray]) -> None:
+    # fed in 0.1 s pieces, a step after each: the endpoint's final is published during the
+    # step after some piece, and its decided_at is the audio received by then, at least the
+    # rule's 1.2 s of silence after the last word; the stop's final is decided at the end
+    audio = np.concatenate([speech[0], np.zeros(48000, np.float32), speech[1]])
+    endpoint = EndpointConfig(rule1=None, rule2=None, rule3=None)
+    engine = ASREngine(replace(engine_config, endpoint=endpoint))
+    _silence_is_blank(engine)
+    received: list[tuple[Final, float]] = []
+    sent = [0]
+    engine.submit(OpenStream(1, lambda event: received.append((event, sent[0] / 16000))
+                             if isinstance(event, Final) else None))
+    for start in range(0, len(audio), 1600):
+        engine.submit(AppendAudio(1, audio[start:start + 1600]))
+        sent[0] = min(start + 1600, len(audio))
+        engine.step()
+    engine.submit(EndStream(1))
+    run_until_idle(engine)
+    (pause, at_pause), (stop, _) = received
+    assert (pause.reason, stop.reason) == ("endpoint", "stop")
+    assert pause.decided_at == pytest.approx(at_pause)
+    assert pause.decided_at >= pause.end + 1.2
+    assert pause.decided_at < len(speech[0]) / 16000 + 3.0  # inside the silence
+    assert stop.decided_at == pytest.approx(len(audio) / 16000)
+    assert pause.to_json()["decided_at"] == round(pause.decided_at, 3)
+
+
 def test_too_much_pending_audio_is_an_error_for_that_stream(engine_config: EngineConfig) -> None:
     engine = ASREngine(replace(engine_config, max_pending_audio_s=2.0))
     events = Collector()

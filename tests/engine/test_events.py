@@ -16,9 +16,9 @@ from oasr.engine.events import BUSY, Done, Error, Final, Partial, Ready, StreamE
      {"type": "partial", "segment": 1, "text": "hello wor", "stable": "hello", "tentative": "",
       "ctc": "wor", "end": 2.346}),
     (Final(3, 1, "hello world", 0.12345, 2.5, "endpoint", "whisper",
-           (("hello", 0.1, 0.5), ("world", 0.6, 2.5))),
+           (("hello", 0.1, 0.5), ("world", 0.6, 2.5)), 3.64),
      {"type": "final", "segment": 1, "text": "hello world", "start": 0.123, "end": 2.5,
-      "reason": "endpoint", "source": "whisper"}),  # the CTC words are not sent
+      "reason": "endpoint", "source": "whisper", "decided_at": 3.64}),  # CTC words not sent
     (Done(3, "stop", 2), {"type": "done", "finish_reason": "stop", "segments": 2}),
     (Done(3, "timeout", 0, "no audio for 15 s"),
      {"type": "done", "finish_reason": "timeout", "segments": 0, "message": "no audio for 15 s"}),
