@@ -9,6 +9,10 @@ real-time pace in 100 ms frames, and the script reports:
 - ``final_wer``: WER of the finals;
 - ``final_lag_p50/p95``: a final's arrival minus the moment the audio at its ``end`` (the
   last word) was sent: the endpointer's trailing silence plus the second pass;
+- ``after_speech_p50/p95`` (with ``--passages``): for each final that ends a sentence (its
+  ``end`` within 0.6 s of the sentence's), its arrival minus the moment the sentence's last
+  sample was sent: the wait after the reader stopped speaking, measured on the audio rather
+  than the CTC pass's last token (which comes 0.1-0.3 s before a word's sound ends);
 - ``after_decision_p50/p95``: a final's arrival minus the moment the audio at its
   ``decided_at`` (what the server had received when it ended the segment) was sent: the
   second pass's time once the segment ended, the endpoint's wait left out;
@@ -143,6 +147,16 @@ def _inside_sentence(end: float, sentences: list[tuple[float, float]]) -> bool:
     return any(a + MID_SENTENCE_MARGIN_S < end < b - MID_SENTENCE_MARGIN_S for a, b in sentences)
 
 
+# a final whose end lies this close to a sentence's end closes that sentence
+SENTENCE_END_MARGIN_S = 0.6
+
+
+def _sentence_end(end: float, sentences: list[tuple[float, float]]) -> float | None:
+    """The end of the sentence that a final ending at ``end`` closes (None: none)."""
+    near = [b for _, b in sentences if abs(end - b) < SENTENCE_END_MARGIN_S]
+    return min(near, key=lambda b: abs(end - b)) if near else None
+
+
 @dataclass
 class ClientLog:
     passage: str
@@ -210,7 +224,8 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
     references = {p.name: p.reference for p in material}
     sentences = {p.name: p.sentences for p in material}
     last_partial, finals = ErrorCounts(), ErrorCounts()
-    lags, after_decision, settled, partial_lat, changed, refined = [], [], [], [], 0, 0
+    lags, after_decision, after_speech, settled = [], [], [], []
+    partial_lat, changed, refined = [], 0, 0
     one_word, mid_sentence = 0, 0
     examples: list[dict[str, Any]] = []  # the first few changes, to see what changed
     texts: list[dict[str, Any]] = []  # per client: its finals (text, last partial, source, lag), to read
@@ -261,6 +276,10 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
                     settled.append((since[m["segment"]] if same else when) - sent)
                 if decided is not None and m["text"]:
                     after_decision.append(when - decided)
+                spoken = _sentence_end(m["end"], sentences[log.passage])
+                spoken_sent = log.sent_at(spoken) if spoken is not None else None
+                if spoken_sent is not None and m["text"]:
+                    after_speech.append(when - spoken_sent)
                 read.append({"text": m["text"], "last_partial": partial, "end": m["end"],
                              "decided_at": m.get("decided_at"),
                              "source": m.get("source"), "reason": m.get("reason"),
@@ -276,6 +295,8 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         "mid_sentence_cuts": mid_sentence if any(sentences.values()) else None,
         "final_lag_p50": round(percentile(lags, 0.5), 2),
         "final_lag_p95": round(percentile(lags, 0.95), 2),
+        "after_speech_p50": round(percentile(after_speech, 0.5), 2) if after_speech else None,
+        "after_speech_p95": round(percentile(after_speech, 0.95), 2) if after_speech else None,
         "after_decision_p50": round(percentile(after_decision, 0.5), 2),
         "after_decision_p95": round(percentile(after_decision, 0.95), 2),
         "settled_p50": round(percentile(settled, 0.5), 2),
@@ -346,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "finals"}), flush=True)
     keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
-            "after_decision_p50", "after_decision_p95", "settled_p50", "settled_p95", "num_finals", "one_word_finals", "mid_sentence_cuts",
+            "after_speech_p50", "after_speech_p95", "after_decision_p50", "after_decision_p95",
+            "settled_p50", "settled_p95", "num_finals", "one_word_finals", "mid_sentence_cuts",
             "partial_p50", "partial_p95", "changed_committed", "refined_share"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tests.conftest import load_bench_script
 
@@ -96,5 +97,11 @@ def test_segments_are_counted_against_the_passages_sentences() -> None:
     assert row["one_word_finals"] == 1
     assert row["mid_sentence_cuts"] == 2  # at 2.0 s and at 5.6 s
     assert [f["end"] for f in row["finals"][0]["finals"]] == [2.0, 3.9, 5.6, 8.0]
+    # the wait after speech counts the two finals that close a sentence, from its end: 3.9 s
+    # closes 0.5-4.0 (sample 4.0 sent at 103.9, final at 104.5), 8.0 s closes 5.0-8.0 (sent at
+    # 107.9, final at 109.0); the cuts at 2.0 and 5.6 s close none
+    assert row["after_speech_p50"] == round((0.6 + 1.1) / 2, 2)
+    assert row["after_speech_p95"] == pytest.approx(0.6 + 0.95 * 0.5, abs=0.011)
     # passages without sentence spans (the devset's joined clips) report none
-    assert live.analyse([log], [passage(live, reference)])["mid_sentence_cuts"] is None
+    unknown = live.analyse([log], [passage(live, reference)])
+    assert unknown["mid_sentence_cuts"] is None and unknown["after_speech_p50"] is None
