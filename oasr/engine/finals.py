@@ -35,6 +35,9 @@ EARLY_MAX_BACKLOG = 1
 # a sentence's end ends its segment early only after this many words (the sentence-pause
 # rule's, `EndpointConfig.rule2`): "Yes." alone waits for the endpoint's silence
 SENTENCE_MIN_WORDS = 3
+# a CTC token this close to the end of the quiet audio an early decode was given may be a new
+# word's soft start, not the last word's late letters (`EarlyFinal.still_holds`)
+LATE_TOKEN_GUARD_S = 0.1
 
 
 def pause_after_last_token(request: Request, hyp: Hypothesis | None) -> int:
@@ -78,6 +81,8 @@ class FinalPublisher:
         self.light_context_s = light_context_s  # context_s while at most that many are live
         # a pause this long (in frames) ends a segment whose early decode ends a sentence
         self.sentence_frames = round(sentence_s / timing.frame_shift_s) if sentence_s > 0 else 0
+        # the end of a heard pause's audio that does not count as quiet (`EarlyFinal.quiet_to`)
+        self.late_token_guard = round(LATE_TOKEN_GUARD_S / timing.frame_shift_s)
         self.num_early_used = 0  # finals whose early decode was their final's
         self.num_early_discarded = 0  # early decodes dropped: the speaker went on
         self._job_ids = itertools.count(1)
@@ -173,9 +178,11 @@ class FinalPublisher:
         spoken_to = heard.spoken_to if heard is not None else request.num_frames_decoded
         if self.worker.try_submit(job):
             start = request.segment_start_frame
+            quiet_to = heard.audio_end - start - self.late_token_guard if heard is not None else 0
             request.early = EarlyFinal(job.job_id, tokens, job.prefix,
                                        num_frames=spoken_to - start,
-                                       heard_to=len(audio) // self.timing.samples_per_frame)
+                                       heard_to=len(audio) // self.timing.samples_per_frame,
+                                       quiet_to=max(0, quiet_to))
 
     def at_sentence_end(self, request: Request, hyp: Hypothesis | None,
                         pause_frames: int) -> bool:

@@ -94,16 +94,23 @@ class EarlyFinal:
     done: SecondPassDone | None = None
     num_frames: int = 0  # segment-relative encoder frames its words may reach
     heard_to: int = 0  # segment-relative encoder frames of audio it was given
+    # segment-relative: the audio from num_frames to here was heard quiet (a pause heard
+    # between chunks, `HeardPause`, less `finals.LATE_TOKEN_GUARD_S`); 0 when not heard
+    quiet_to: int = 0
 
     def still_holds(self, hyp: Hypothesis | None) -> bool:
         """Whether the CTC pass heard nothing after the audio this decode has: the same
         tokens, or (the pass's beam re-ranked, or its last chunk was flushed) no token at or
-        after ``num_frames``. Whisper decodes the audio, so a new ranking of the same audio
-        changes nothing it was given."""
+        after ``num_frames``, or after ``quiet_to`` when the audio heard the pause: a token in
+        that quiet audio, which the decode was given, is the CTC pass's late emission of the
+        last word (a streaming CTC model writes a word's last letters up to a few frames after
+        its sound ends), not a new word. Whisper decodes the audio, so a new ranking of the
+        same audio changes nothing it was given."""
         tokens = tuple(hyp.tokens) if hyp is not None else ()
         if tokens == self.tokens:
             return True
-        return hyp is not None and bool(hyp.timestamps) and hyp.timestamps[-1] < self.num_frames
+        return (hyp is not None and bool(hyp.timestamps)
+                and hyp.timestamps[-1] < max(self.num_frames, self.quiet_to))
 
 
 @dataclass(frozen=True)

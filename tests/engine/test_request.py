@@ -7,7 +7,8 @@ import itertools
 import pytest
 
 from oasr.audio import ChunkGeometry, ChunkWindower, StreamingFbank
-from oasr.engine.request import Request, RequestStatus
+from oasr.decoding import Hypothesis
+from oasr.engine.request import EarlyFinal, Request, RequestStatus
 
 W, R, F = RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.FINISHED
 ALLOWED = {(W, R), (W, F), (R, F)}
@@ -50,3 +51,25 @@ def test_illegal_transition_raises(old: RequestStatus, new: RequestStatus) -> No
     with pytest.raises(RuntimeError, match=f"stream 7: illegal transition {old.value} -> {new.value}"):
         request.transition(new)
     assert request.status is old  # nothing changed
+
+
+def _hyp(tokens: list[int], timestamps: list[int]) -> Hypothesis:
+    return Hypothesis(tokens, "", 0.0, timestamps)
+
+
+def test_an_early_final_holds_while_the_ctc_pass_hears_nothing_after_its_audio() -> None:
+    # decoded on tokens (1, 2), words reaching frame 50; no pause heard between chunks
+    early = EarlyFinal(job_id=1, tokens=(1, 2), num_frames=50, heard_to=50)
+    assert early.still_holds(_hyp([1, 2], [10, 40]))
+    assert early.still_holds(_hyp([1, 3], [10, 45]))  # re-ranked inside its audio
+    assert not early.still_holds(_hyp([1, 2, 4], [10, 40, 50]))  # a token after: went on
+    assert not early.still_holds(None)
+
+
+def test_a_late_letter_in_the_heard_pause_is_the_last_word_not_a_new_one() -> None:
+    # the sound of its words ended at frame 50; the decode was given the quiet audio to frame
+    # 70, of which 50-65 counts as quiet (the rest may hold a new word's soft start)
+    early = EarlyFinal(job_id=1, tokens=(1, 2), num_frames=50, heard_to=70, quiet_to=65)
+    assert early.still_holds(_hyp([1, 2, 3], [10, 40, 56]))  # "-ity" written late
+    assert not early.still_holds(_hyp([1, 2, 3], [10, 40, 65]))
+    assert not early.still_holds(_hyp([1, 2, 3], [10, 40, 80]))

@@ -679,10 +679,17 @@ def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> 
     finals.on_second_pass(request, _answer(early, "Five, six, seven.", (11, 12, 13)))
     finals.publish(request, _hyp([5, 6, 7], 106), "endpoint")
     assert [f.text for f in published] == ["Five, six, seven."] and worker.jobs[-1] is early
-    # a token after it: the speaker went on
+    # a token after it, in the quiet audio the decode was given (110-117: 122 less the
+    # guard): the word's last letter written late, the decode still holds
+    request, held, _ = started()
+    request.offset = request.num_frames_decoded = 132
+    finals.start_early(request, _hyp([5, 6, 7], 112))
+    assert request.early is not None and request.early.job_id == held.job_id
+    assert not worker.aborted
+    # a token at the end of that audio or later: the speaker went on
     request, dropped, _ = started()
     request.offset = request.num_frames_decoded = 132
-    finals.start_early(request, _hyp([5, 6, 7], 112))  # (and 0.38 s after it: a new one)
+    finals.start_early(request, _hyp([5, 6, 7], 117))  # (and 0.28 s after it: a new one)
     assert worker.aborted == [dropped.job_id]
     assert request.early is not None and request.early.job_id == worker.jobs[-1].job_id
 
