@@ -11,7 +11,10 @@ the word before it (``min_contrast_db``: a pause the CTC pass heard as blank ove
 missed is no reference). A pause quieter than ``floor_db`` is measured as that floor: after
 digital silence (a file's zero padding, a noise gate's output) the faintest sound would
 otherwise count as loud, and a TTS voice's -65 dB lead-in before its next sentence ended
-the quiet run 0.2 s short of the endpoint's silence. The engine adds the quiet frames to
+the quiet run 0.2 s short of the endpoint's silence. The word's own sound dying away at the
+start of that audio (falling, for at most ``decay_s``) is quiet too: a chunk that ended a
+frame after the last token had its pause measured on the fade, and the next frame of the same
+fade ended the quiet run there, so the early decode waited for the next chunk. The engine adds the quiet frames to
 the trailing blank frames and asks the stream's endpoint rules again
 (`SegmentCuts.in_quiet`): a silence rule that fires ends the segment at the decoded audio's
 end (the quiet frames are the next segment's first), and the early final decode starts as
@@ -43,6 +46,10 @@ class QuietTail:
         word_s: the audio before the pause that stands for the last word.
         floor_db: the quietest level a pause is measured at (dB full scale): a frame after
             the pause is loud only above ``max(pause, floor_db) + margin_db``.
+        decay_s: the longest run of falling frames above that level that may begin the
+            audio after the pause's measure and still count as quiet: the last word's sound
+            dying away (a voice's release, a room's reverberation, a TTS voice's fade into
+            digital silence), not a new word, which rises.
     """
 
     margin_db: float = 6.0
@@ -51,15 +58,18 @@ class QuietTail:
     skip_s: float = 0.04
     word_s: float = 0.16
     floor_db: float = -60.0
+    decay_s: float = 0.1
 
     def __post_init__(self) -> None:
         if self.margin_db < 0 or self.min_contrast_db < 0:
             raise ValueError(f"QuietTail margins must be >= 0 dB, got {self.margin_db} and "
                              f"{self.min_contrast_db}")
-        if not (self.min_pause_s > 0 and self.skip_s >= 0 and self.word_s > 0):
+        if not (self.min_pause_s > 0 and self.skip_s >= 0 and self.word_s > 0
+                and self.decay_s >= 0):
             raise ValueError(
                 f"QuietTail durations out of range: min_pause_s {self.min_pause_s} (> 0), "
-                f"skip_s {self.skip_s} (>= 0), word_s {self.word_s} (> 0)")
+                f"skip_s {self.skip_s} (>= 0), word_s {self.word_s} (> 0), "
+                f"decay_s {self.decay_s} (>= 0)")
 
     def skip_frames(self, frame_shift_s: float) -> int:
         """``skip_s`` in encoder frames."""
@@ -92,9 +102,26 @@ class QuietTail:
         if float(word.max()) - reference < self.min_contrast_db:
             return 0
         skipped = max(0, pause_start + skip - decoded_end)  # new frames the word may still fill
-        tail = energy.span(decoded_end + skipped, energy.num_frames)
-        loud = np.flatnonzero(tail > max(reference, self.floor_db) + self.margin_db)
-        return skipped + (int(loud[0]) if loud.size else len(tail))
+        start = decoded_end + skipped
+        tail = energy.span(start, energy.num_frames)
+        threshold = max(reference, self.floor_db) + self.margin_db
+        before = energy.span(start - 1, start)
+        decay = self._decay(tail, float(before[0]) if len(before) else np.inf, threshold,
+                            round(self.decay_s / frame_shift_s))
+        loud = np.flatnonzero(tail[decay:] > threshold)
+        return skipped + decay + (int(loud[0]) if loud.size else len(tail) - decay)
+
+    @staticmethod
+    def _decay(tail: np.ndarray, level: float, threshold: float, limit: int) -> int:
+        """The frames that begin ``tail`` above ``threshold`` while the word's sound dies away:
+        each no louder than the one before (``level``: the frame before the tail), down to a
+        quiet frame within ``limit`` frames; 0 when the level rises first, or stays up (the
+        word goes on), or the audio has not told yet."""
+        n = 0
+        while n < len(tail) and threshold < tail[n] <= level:
+            level = float(tail[n])
+            n += 1
+        return n if n <= limit and n < len(tail) and tail[n] <= threshold else 0
 
     def pause_after_speech(self, energy: FrameEnergy, decoded_end: int,
                            frame_shift_s: float) -> int:

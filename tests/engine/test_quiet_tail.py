@@ -54,6 +54,25 @@ def test_a_pause_that_began_at_the_chunks_end_is_measured_on_the_audio_after_it(
     assert tail.quiet_frames(_energy(word + [-22.0] * 8 + [-60.0] * 4), 11, 1, SHIFT) == 0
 
 
+def test_the_last_words_fade_after_the_measure_is_quiet_too() -> None:
+    # as flite's voice ended "... of the world." (a live trace): the chunk ended a frame after
+    # the last token (decoded end 11, 1 blank frame); the word fades -43, -45, -50, -57, -70 dB
+    # into digital silence, so the pause measured on frames 12-15 has a median of -63.5 dB and
+    # frame 12 (-50 dB, the fade) is above its -54 dB bar: the fade's frames are quiet too
+    tail = QuietTail()
+    word = [-21.0, -20.0, -18.0, -19.0, -20.0, -20.0, -19.0, -22.0, -29.0, -50.0]
+    fade = [-43.0, -45.0, -50.0, -57.0, -70.0]
+    energy = _energy(word + fade + [-100.0] * 10)
+    assert tail.quiet_frames(energy, 11, 1, SHIFT) == 14  # frames 11-24: all of it
+    assert QuietTail(decay_s=0.0).quiet_frames(energy, 11, 1, SHIFT) == 1  # the fade ended it
+    # a next word after the fade still ends the run where it starts (frame 19)
+    assert tail.quiet_frames(_energy(word + fade + [-100.0] * 4 + [-25.0] * 3), 11, 1,
+                             SHIFT) == 8
+    # a level that rises first is no fade (a new sound): the run ends there, as before
+    rises = _energy(word + [-43.0, -45.0, -44.0, -57.0, -70.0] + [-100.0] * 10)
+    assert tail.quiet_frames(rises, 11, 1, SHIFT) == 1
+
+
 def test_the_quiet_after_a_word_the_ctc_pass_has_not_decoded() -> None:
     tail = QuietTail()
     started = [-20.0] * 10  # decoded: the word's start (decoded end 10)
@@ -76,6 +95,8 @@ def test_no_quiet_frames_without_a_pause_to_measure() -> None:
     assert tail.quiet_frames(loud, 20, 10, SHIFT) == 0
     with pytest.raises(ValueError, match="durations out of range"):
         QuietTail(min_pause_s=0.0)
+    with pytest.raises(ValueError, match="decay_s -0.1"):
+        QuietTail(decay_s=-0.1)
 
 
 def _stream(audio: np.ndarray, quiet: bool,
