@@ -14,8 +14,8 @@ otherwise count as loud, and a TTS voice's -65 dB lead-in before its next senten
 the quiet run 0.2 s short of the endpoint's silence. The word's own sound dying away at the
 start of that audio (falling, for at most ``decay_s``) is quiet too: a chunk that ended a
 frame after the last token had its pause measured on the fade, and the next frame of the same
-fade ended the quiet run there, so the early decode waited for the next chunk. The engine adds the quiet frames to
-the trailing blank frames and asks the stream's endpoint rules again
+fade ended the quiet run there, so the early decode waited for the next chunk. The engine
+adds the quiet frames to the trailing blank frames and asks the stream's endpoint rules again
 (`SegmentCuts.in_quiet`): a silence rule that fires ends the segment at the decoded audio's
 end (the quiet frames are the next segment's first), and the early final decode starts as
 soon as the pause is long enough. A quiet frame that holds the soft start of a word only
