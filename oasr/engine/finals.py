@@ -147,7 +147,11 @@ class FinalPublisher:
             self.num_backlog_full += 1
         if hyp.text:
             request.segment += 1
-            self._emit(request, event, base)
+            if request.pending_finals:  # earlier segments still decoding: it waits its turn
+                request.pending_finals[self.next_job_id()] = PendingFinal(event, base,
+                                                                          answered=True)
+            else:
+                self._emit(request, event, base)
 
     def start_early(self, request: Request, hyp: Hypothesis | None, num_streams: int = 1,
                     heard: HeardPause | None = None) -> None:
@@ -338,7 +342,7 @@ class FinalPublisher:
             self._discard_early(request.early)
             request.early = None
         for job_id, pending in request.pending_finals.items():
-            if self.worker is not None:
+            if self.worker is not None and not pending.answered:  # (answered: no job runs)
                 self.worker.abort(job_id)
                 if pending.retry is not None:
                     self.worker.abort(pending.retry)

@@ -839,3 +839,34 @@ def test_a_refinement_has_the_previous_segments_context_once_its_final_is_out() 
     text, audio = finals.known_context(request, 1)
     assert text == "Five, six." and len(audio) == 60 * 320
     assert finals.known_context(request, 8)[0] == ""  # above a demo's load: no context
+
+
+def test_a_final_that_keeps_its_ctc_text_waits_for_the_segments_before_it() -> None:
+    # segment 0 goes to Whisper; segment 1 finds the backlog full and keeps its CTC text: it
+    # is still published after segment 0's final, never before it (a client appends finals
+    # in the order they come)
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0))  # type: ignore[arg-type]
+    request = _open_request(4.0)
+    published = _finals_of(request)
+    request.offset = request.num_frames_decoded = 100
+    finals.publish(request, _hyp([5, 6], 80), "endpoint")
+    (first,) = worker.jobs
+    request.segment_start_frame = 100
+    request.offset, request.num_frames_decoded = 50, 150
+    worker.room = False
+    finals.publish(request, _hyp([7, 8], 40), "endpoint")
+    assert not published and finals.num_backlog_full == 1
+    finals.on_second_pass(request, _answer(first, "Five, six.", (5, 6)))
+    assert [(f.segment, f.text, f.source) for f in published] == [
+        (0, "Five, six.", "whisper"), (1, "7 8", "ctc")]
+    assert not request.pending_finals
+    # a stream that vanishes with such a final queued aborts only the jobs that run
+    finals.publish(request, _hyp([9], 10), "endpoint")  # (no room: nothing pending, out)
+    worker.room = True
+    finals.publish(request, _hyp([10], 10), "endpoint")
+    worker.room = False
+    finals.publish(request, _hyp([11], 10), "endpoint")
+    running = worker.jobs[-1].job_id
+    finals.drop_pending(request)
+    assert worker.aborted == [running] and not request.pending_finals
