@@ -269,7 +269,7 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
                 partial = last.pop(m["segment"], "")
                 shown.append(partial)
                 sent = log.sent_at(m["end"])
-                decided = log.sent_at(m.get("decided_at", m["end"]))
+                decided = log.sent_at(m["decided_at"]) if "decided_at" in m else None
                 if sent is not None and m["text"]:
                     lags.append(when - sent)
                     same = _bare(partial) == _bare(m["text"])

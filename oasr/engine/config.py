@@ -161,12 +161,13 @@ class EngineConfig:
             EPYC (bench/live_text.py, docs/benchmarks.md; devset at 1 and 2 clients, read
             passages and a hurried, quiet, noisy variant of them at 2; two rounds, one on
             the passages): final lag p50 1.04-1.14 -> 0.73-0.89 s, finals later than 1 s
-            70-86 % -> 20-33 %, final WER the same (devset 5.6, 6.2, 5.6, 5.6 % against 5.6, 5.6, 5.6, 6.2 %; stress
-            set 13.6, 14.0 against 13.4, 13.9 %). Without the hold a segment that begins
-            0.5 s into the pause had its first word committed by two refinements that each
-            heard it last ("Wake." for "We counted ..."), and the devset lost 3 words in every
-            run. Whisper also closes with a full stop a fragment read with a pause after it
-            ("And so my fellow Americans." | "Ask not."), so segments follow those.
+            70-86 % -> 20-33 %, final WER the same (devset 5.6, 6.2, 5.6, 5.6 % against
+            5.6, 5.6, 5.6, 6.2 %; stress set 13.6, 14.0 against 13.4, 13.9 %). Without the
+            hold a segment that begins 0.5 s into the pause had its first word committed by
+            two refinements that each heard it last ("Wake." for "We counted ..."), and the
+            devset lost 3 words in every run. Whisper also closes with a full stop a
+            fragment read with a pause after it ("And so my fellow Americans." | "Ask
+            not."), so segments follow those.
         light_load_streams: a demo's load: early final decodes start, and endpoints are
             decided between chunks (``endpoint_quiet``), only while at most this many streams
             are live; None: 2 per second-pass process (``resolved_light_load_streams``).

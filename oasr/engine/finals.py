@@ -145,13 +145,10 @@ class FinalPublisher:
                 request.pending_finals[job.job_id] = PendingFinal(event, base)
                 return
             self.num_backlog_full += 1
-        if hyp.text:
+        if hyp.text:  # its CTC text, after the segments before it (some may still decode)
             request.segment += 1
-            if request.pending_finals:  # earlier segments still decoding: it waits its turn
-                request.pending_finals[self.next_job_id()] = PendingFinal(event, base,
-                                                                          answered=True)
-            else:
-                self._emit(request, event, base)
+            request.pending_finals[self.next_job_id()] = PendingFinal(event, base, answered=True)
+            self.flush(request)
 
     def start_early(self, request: Request, hyp: Hypothesis | None, num_streams: int = 1,
                     heard: HeardPause | None = None) -> None:
