@@ -22,7 +22,7 @@ from oasr.engine.final_guard import REASONS, SOURCES
 from oasr.engine.request import EarlyFinal, HeardPause, PendingFinal, Request, SpokenContext
 from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.engine.words import WordTime, ctc_word_times
-from oasr.text.sentences import ends_sentence
+from oasr.text.sentences import ends_sentence, unfinished_words
 
 # early final decodes start only while fewer finals than this (per decoding process) wait
 # for the second pass: an idle one (a busy one's spare time goes to the finals and
@@ -157,18 +157,30 @@ class FinalPublisher:
         stream has paused for ``early_s`` after its last word, the second pass is idle and at
         most ``light_load_streams`` streams are live (``num_streams``), start the segment's
         final decode now, so that the final is ready when the endpoint comes; an early decode
-        whose words the speaker went on from is dropped."""
+        whose words the speaker went on from is dropped (the CTC pass decoded a word after
+        them, or the audio holds one: a word's end after its audio, or speech after a pause
+        shorter than a sentence's, ``HeardPause.went_on``: the decode cannot end the segment
+        there, and the second pass is free a chunk sooner; after a sentence's pause it is
+        kept, its answer may still end the segment at that pause)."""
         if not self.early_frames or self.worker is None:
             return  # off: nothing to start or drop, on every chunk of every stream
         early = request.early
         tokens = tuple(hyp.tokens) if hyp is not None else ()
-        if early is not None and (not early.still_holds(hyp) or (
+        # speech after a pause too short to end the segment at (a sentence's): it is over
+        over = heard is not None and heard.went_on and heard.frames < self.sentence_frames
+        if early is not None and (not early.still_holds(hyp) or over or (
                 heard is not None
                 and heard.speech_end > request.segment_start_frame + early.heard_to)):
             request.early = None  # the speaker went on: the CTC pass or the audio says so
             self._discard_early(early)
+        if request.early is not None and heard is not None:
+            # the same pause, heard longer and still quiet: a CTC token in it is the last
+            # word's late letter too, though the decode was not given that audio
+            request.early.quiet_to = max(request.early.quiet_to, heard.audio_end
+                                         - request.segment_start_frame - self.late_token_guard)
         pause_frames = heard.frames if heard is not None else pause_after_last_token(request, hyp)
         if (request.early is not None or num_streams > self.light_load_streams
+                or over
                 or hyp is None or not hyp.timestamps or pause_frames < self.early_frames
                 or self.worker.backlog >= EARLY_MAX_BACKLOG * self.worker.num_decoders):
             return
@@ -190,7 +202,8 @@ class FinalPublisher:
         """Whether the open segment may end now, before its endpoint's silence: the pause
         after its last word has lasted ``sentence_s`` (``pause_frames`` so far), and its early
         decode has answered with text that ends a sentence (`ends_sentence`, at least
-        `SENTENCE_MIN_WORDS` words) and is the segment's final (`_is_final`: the speaker said
+        `SENTENCE_MIN_WORDS` words, or what the previous segment left of its sentence:
+        `_min_words`) and is the segment's final (`_is_final`: the speaker said
         nothing since). A breath inside a sentence lasts 0.2-0.4 s, a pause between sentences
         0.6-1.2 s; the decode's punctuation tells the two apart where the pause alone cannot."""
         early = request.early
@@ -198,8 +211,18 @@ class FinalPublisher:
                 or hyp is None or pause_frames < self.sentence_frames):
             return False
         text = early.done.text
-        return (text is not None and ends_sentence(text, SENTENCE_MIN_WORDS)
+        return (text is not None and ends_sentence(text, self._min_words(request))
                 and self._is_final(early, request, hyp))
+
+    @staticmethod
+    def _min_words(request: Request) -> int:
+        """`SENTENCE_MIN_WORDS`, less the words of the sentence the previous segment's
+        final left unfinished (a segment cut mid-sentence: its next one ends the sentence,
+        in as few words as it has left, "... of someone or other | their daughters.")."""
+        last = request.last_final
+        if last is None or last.segment != request.segment - 1:
+            return SENTENCE_MIN_WORDS
+        return max(1, SENTENCE_MIN_WORDS - unfinished_words(last.text))
 
     def context_limit_s(self, num_streams: int) -> float:
         """The longest previous segment carried as context while ``num_streams`` are live:

@@ -20,6 +20,12 @@ adds the quiet frames to the trailing blank frames and asks the stream's endpoin
 end (the quiet frames are the next segment's first), and the early final decode starts as
 soon as the pause is long enough. A quiet frame that holds the soft start of a word only
 moves that word into the next segment, where the rule's silence would have put it anyway.
+
+A quiet run that speech ends (frames as loud as a word, for ``resume_s``: `QuietRun.went_on`)
+tells the engine the speaker went on before the next chunk does: an early final decode started
+on that pause is dropped then, so the second pass is free for another stream's sentence end
+(two live streams traced: one stream's doomed decode of a comma pause held the decoder while
+the other's sentence had ended, and that final came 0.45 s later).
 """
 
 from __future__ import annotations
@@ -29,6 +35,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from oasr.audio import FrameEnergy
+
+
+@dataclass(frozen=True)
+class QuietRun:
+    """The quiet frames after a stream's decoded audio (`QuietTail.quiet_run`).
+
+    Attributes:
+        frames: the quiet frames that follow the decoded audio, up to the first loud one.
+        went_on: speech came after them: a new word, not a click or a breath.
+    """
+
+    frames: int
+    went_on: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,6 +69,9 @@ class QuietTail:
             audio after the pause's measure and still count as quiet: the last word's sound
             dying away (a voice's release, a room's reverberation, a TTS voice's fade into
             digital silence), not a new word, which rises.
+        resume_s: how much audio after the quiet run must be as loud as speech (no more than
+            ``min_contrast_db`` below the last word's loudest frame) for the speaker to have
+            gone on: a click lasts a frame or two, a breath stays well below the words.
     """
 
     margin_db: float = 6.0
@@ -59,17 +81,18 @@ class QuietTail:
     word_s: float = 0.16
     floor_db: float = -60.0
     decay_s: float = 0.1
+    resume_s: float = 0.06
 
     def __post_init__(self) -> None:
         if self.margin_db < 0 or self.min_contrast_db < 0:
             raise ValueError(f"QuietTail margins must be >= 0 dB, got {self.margin_db} and "
                              f"{self.min_contrast_db}")
         if not (self.min_pause_s > 0 and self.skip_s >= 0 and self.word_s > 0
-                and self.decay_s >= 0):
+                and self.decay_s >= 0 and self.resume_s > 0):
             raise ValueError(
                 f"QuietTail durations out of range: min_pause_s {self.min_pause_s} (> 0), "
                 f"skip_s {self.skip_s} (>= 0), word_s {self.word_s} (> 0), "
-                f"decay_s {self.decay_s} (>= 0)")
+                f"decay_s {self.decay_s} (>= 0), resume_s {self.resume_s} (> 0)")
 
     def skip_frames(self, frame_shift_s: float) -> int:
         """``skip_s`` in encoder frames."""
@@ -79,7 +102,13 @@ class QuietTail:
                      frame_shift_s: float) -> int:
         """Quiet frames that arrived after absolute frame ``decoded_end`` (the decoded audio's
         end), whose last ``trailing_blank`` frames the CTC pass heard as blank; 0 when the
-        pause is too short or not quieter than the word before it.
+        pause is too short or not quieter than the word before it (`quiet_run`)."""
+        return self.quiet_run(energy, decoded_end, trailing_blank, frame_shift_s).frames
+
+    def quiet_run(self, energy: FrameEnergy, decoded_end: int, trailing_blank: int,
+                  frame_shift_s: float) -> QuietRun:
+        """The quiet frames after absolute frame ``decoded_end`` (see `quiet_frames`), and
+        whether speech followed them.
 
         The pause's level is its median energy over at least ``min_pause_s``, after the
         ``skip_s`` its word's sound may still fill. A chunk that ended as the pause began
@@ -93,14 +122,14 @@ class QuietTail:
             skip = min(skip, trailing_blank - min_pause)
         measured_end = max(decoded_end, pause_start + skip + min_pause)
         if measured_end > energy.num_frames:
-            return 0  # the pause's level is not measurable yet
+            return QuietRun(0)  # the pause's level is not measurable yet
         pause = energy.span(pause_start + skip, measured_end)
         word = energy.span(pause_start - _frames(self.word_s, frame_shift_s), pause_start)
         if len(pause) < min_pause or len(word) == 0:
-            return 0
+            return QuietRun(0)
         reference = float(np.median(pause))
         if float(word.max()) - reference < self.min_contrast_db:
-            return 0
+            return QuietRun(0)
         skipped = max(0, pause_start + skip - decoded_end)  # new frames the word may still fill
         start = decoded_end + skipped
         tail = energy.span(start, energy.num_frames)
@@ -109,7 +138,13 @@ class QuietTail:
         decay = self._decay(tail, float(before[0]) if len(before) else np.inf, threshold,
                             round(self.decay_s / frame_shift_s))
         loud = np.flatnonzero(tail[decay:] > threshold)
-        return skipped + decay + (int(loud[0]) if loud.size else len(tail) - decay)
+        if not loud.size:
+            return QuietRun(skipped + len(tail))
+        quiet = decay + int(loud[0])
+        speech = max(threshold, float(word.max()) - self.min_contrast_db)
+        went_on = int(np.count_nonzero(tail[quiet:] >= speech)) >= _frames(self.resume_s,
+                                                                            frame_shift_s)
+        return QuietRun(skipped + quiet, went_on)
 
     @staticmethod
     def _decay(tail: np.ndarray, level: float, threshold: float, limit: int) -> int:

@@ -95,7 +95,8 @@ class EarlyFinal:
     num_frames: int = 0  # segment-relative encoder frames its words may reach
     heard_to: int = 0  # segment-relative encoder frames of audio it was given
     # segment-relative: the audio from num_frames to here was heard quiet (a pause heard
-    # between chunks, `HeardPause`, less `finals.LATE_TOKEN_GUARD_S`); 0 when not heard
+    # between chunks, `HeardPause`, less `finals.LATE_TOKEN_GUARD_S`; it grows while the
+    # pause goes on); 0 when not heard
     quiet_to: int = 0
 
     def still_holds(self, hyp: Hypothesis | None) -> bool:
@@ -123,11 +124,13 @@ class HeardPause:
             here on means the speaker went on (``EarlyFinal.still_holds``).
         audio_end: the end of the audio heard so far (all of it quiet after ``spoken_to``):
             what an early final decode is given, so a word's soft ending is not cut off.
+        went_on: speech followed the quiet audio (`QuietRun.went_on`): the pause is over.
     """
 
     frames: int
     spoken_to: int
     audio_end: int
+    went_on: bool = False
 
     @property
     def speech_end(self) -> int:

@@ -99,8 +99,9 @@ class SegmentCuts:
         request.quiet_checked_at = held
         stats, decoded_end = step.stats, request.num_frames_decoded
         shift = endpointer.config.frame_shift_s
-        quiet = self.quiet.quiet_frames(request.energy, decoded_end,
-                                        stats.num_trailing_blank_frames, shift)
+        run = self.quiet.quiet_run(request.energy, decoded_end,
+                                   stats.num_trailing_blank_frames, shift)
+        quiet = run.frames
         if not quiet:
             after = self.quiet.pause_after_speech(request.energy, decoded_end, shift)
             if not after:
@@ -110,7 +111,8 @@ class SegmentCuts:
         heard = replace(stats, num_frames=stats.num_frames + quiet,
                         num_trailing_blank_frames=stats.num_trailing_blank_frames + quiet)
         decision = endpointer.decide(heard, step.hypothesis.tokens, step.hypothesis.timestamps)
-        pause = HeardPause(heard.num_trailing_blank_frames, decoded_end, decoded_end + quiet)
+        pause = HeardPause(heard.num_trailing_blank_frames, decoded_end, decoded_end + quiet,
+                           went_on=run.went_on)
         if decision is None or not endpointer.is_silence_rule(decision.rule):
             return None, pause  # (a length cut's rule has no silence)
         return replace(decision, cut_frame=min(decision.cut_frame, request.segment_frames)), pause

@@ -24,3 +24,15 @@ def ends_sentence(text: str, min_words: int = 1) -> bool:
     last = words[-1].rstrip(CLOSERS)
     return (bool(last) and last[-1] in SENTENCE_MARKS and not last.endswith("..")
             and last.lower() not in TITLES)
+
+
+def unfinished_words(text: str) -> int:
+    """The words of ``text``'s last sentence when ``text`` stops before its end (a segment
+    cut mid-sentence: its next segment finishes that sentence); 0 when it ends one."""
+    words = text.split()
+    count = 0
+    for word in reversed(words):
+        if ends_sentence(word):
+            break
+        count += 1
+    return count

@@ -7,10 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oasr.audio import FrameEnergy
+from oasr.audio import ChunkGeometry, FrameEnergy
+from oasr.decoding import EndpointConfig, Endpointer, Hypothesis
+from oasr.decoding.decoder import FrameStats
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.quiet_tail import QuietTail
+from oasr.engine.request import Request, StreamStep
+from oasr.engine.segment_cuts import SegmentCuts
 
 SR = 16000
 SHIFT = 0.02  # the bundled model's encoder frame
@@ -88,6 +92,46 @@ def test_the_quiet_after_a_word_the_ctc_pass_has_not_decoded() -> None:
     assert tail.pause_after_speech(_energy(started + [-60.0] * 3), 10, SHIFT) == 0  # too little
 
 
+def test_speech_after_the_quiet_run_says_the_speaker_went_on() -> None:
+    tail = QuietTail()
+    word, pause = [-20.0] * 10, [-60.0] * 10
+    decoded = word + pause + [-60.0] * 6  # decoded: the word and its pause; 6 quiet after
+    run = tail.quiet_run(_energy(decoded + [-45.0, -28.0, -24.0, -22.0]), 20, 10, SHIFT)
+    assert run.frames == 6 and run.went_on  # a word, rising to speech's level
+    # not yet: one frame of it (a word's onset, or a click)
+    assert not tail.quiet_run(_energy(decoded + [-24.0]), 20, 10, SHIFT).went_on
+    # a click: loud for a frame, then quiet again
+    click = tail.quiet_run(_energy(decoded + [-18.0] + [-60.0] * 6), 20, 10, SHIFT)
+    assert click.frames == 6 and not click.went_on
+    # a breath: above the pause for long, but 20 dB under the word
+    assert not tail.quiet_run(_energy(decoded + [-40.0] * 8), 20, 10, SHIFT).went_on
+    # still quiet
+    still = tail.quiet_run(_energy(decoded + [-60.0] * 4), 20, 10, SHIFT)
+    assert still.frames == 10 and not still.went_on
+
+
+def test_between_chunks_the_pause_heard_says_when_speech_followed_it() -> None:
+    # SegmentCuts.in_quiet hands the pause to the engine (an early decode is dropped on
+    # went_on); each check counts only when new audio arrived
+    cuts = SegmentCuts(Endpointer(EndpointConfig.wenet_quiet_cut()), ChunkGeometry())
+    cuts.quiet = QuietTail()
+    request = Request(1, lambda event: None, 0.0, None, None)  # type: ignore[arg-type]
+    request.num_frames_decoded = 20
+    request.last_step = StreamStep(Hypothesis([5, 6], "5 6", 0.0, [3, 8]),
+                                   FrameStats(20, 10, True))
+    levels = [-20.0] * 10 + [-60.0] * 16
+    request.energy = _energy(levels)
+    decision, pause = cuts.in_quiet(request)
+    assert decision is None and pause is not None  # 0.32 s of pause: no rule's silence yet
+    assert (pause.frames, pause.speech_end, pause.went_on) == (16, 10, False)
+    assert cuts.in_quiet(request) == (None, None)  # nothing new
+    request.energy.append(np.concatenate(
+        [np.full(320, 10 ** (db / 20), np.float32) for db in [-30.0, -22.0, -21.0]]))
+    decision, pause = cuts.in_quiet(request)
+    assert decision is None and pause is not None
+    assert (pause.frames, pause.went_on) == (16, True)
+
+
 def test_no_quiet_frames_without_a_pause_to_measure() -> None:
     tail = QuietTail()
     # a "pause" as loud as the word (speech the CTC pass missed) is no reference
@@ -97,6 +141,8 @@ def test_no_quiet_frames_without_a_pause_to_measure() -> None:
         QuietTail(min_pause_s=0.0)
     with pytest.raises(ValueError, match="decay_s -0.1"):
         QuietTail(decay_s=-0.1)
+    with pytest.raises(ValueError, match="resume_s 0"):
+        QuietTail(resume_s=0.0)
 
 
 def _stream(audio: np.ndarray, quiet: bool,

@@ -28,7 +28,7 @@ from oasr.engine.final_guard import GuardVerdict
 from oasr.engine.finals import FinalPublisher
 from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig, RefineState
-from oasr.engine.request import HeardPause, Request, SegmentAudio
+from oasr.engine.request import HeardPause, Request, SegmentAudio, SpokenContext
 from oasr.engine.second_pass import (
     RefineDone,
     RefineJob,
@@ -694,6 +694,36 @@ def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> 
     assert request.early is not None and request.early.job_id == worker.jobs[-1].job_id
 
 
+def test_the_pause_heard_on_after_an_early_decode_started_holds_late_letters_too() -> None:
+    # started at 0.2 s of heard pause (audio to frame 110, quiet from 100: tokens before
+    # frame 105 held); the CTC pass writes the last word's final letters 0.24 s after its
+    # sound (frame 112). The pause heard on, quiet, to frame 130: that token still holds it
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2)  # type: ignore[arg-type]
+
+    def started(heard_on_to: int | None) -> tuple[Request, SecondPassJob]:
+        request = _open_request(3.0)
+        request.offset = request.num_frames_decoded = 100
+        finals.start_early(request, _hyp([5, 6], 95), heard=HeardPause(10, 100, 110))
+        if heard_on_to is not None:
+            finals.start_early(request, _hyp([5, 6], 95),
+                               heard=HeardPause(heard_on_to - 100, 100, heard_on_to))
+        request.offset = request.num_frames_decoded = 132
+        return request, worker.jobs[-1]
+
+    request, early = started(heard_on_to=None)
+    finals.start_early(request, _hyp([5, 6, 7], 112))  # the letter after the quiet it knew
+    assert worker.aborted == [early.job_id]
+    request, early = started(heard_on_to=130)
+    finals.start_early(request, _hyp([5, 6, 7], 112))
+    assert request.early is not None and request.early.job_id == early.job_id
+    assert worker.aborted == [worker.jobs[0].job_id]  # (the first one's) only
+    # a token near the end of the quiet heard (the guard: a next word's onset) still drops it
+    finals.start_early(request, _hyp([5, 6, 7], 127))
+    assert request.early is None or request.early.job_id != early.job_id
+    assert early.job_id in worker.aborted
+
+
 def test_a_word_heard_after_an_early_decodes_audio_drops_it() -> None:
     # an early decode started at a pause (decoded end 100); before the next chunk the audio
     # holds another word (to frame 120) and 0.24 s of quiet: the speaker went on, though the
@@ -711,6 +741,38 @@ def test_a_word_heard_after_an_early_decodes_audio_drops_it() -> None:
     finals.start_early(request, _hyp([5, 6], 80), heard=HeardPause(12, 122, 132))
     assert worker.aborted == [first.job_id] and len(worker.jobs) == 2
     assert request.early is not None and request.early.heard_to == 132
+
+
+def test_speech_heard_after_the_pause_drops_the_early_decode_before_the_next_chunk() -> None:
+    # two live streams share one second pass: an early decode started on a comma pause held
+    # it while the other stream's sentence had ended. The audio says the speaker went on
+    # (`HeardPause.went_on`) a chunk before the CTC pass can: the decode is dropped then,
+    # and none starts on the pause that is over
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
+                            sentence_s=0.5)
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    finals.start_early(request, _hyp([5, 6], 90), heard=HeardPause(12, 100, 102))
+    (early,) = worker.jobs
+    # the pause heard longer: the decode stands
+    finals.start_early(request, _hyp([5, 6], 90), heard=HeardPause(16, 100, 106))
+    assert request.early is not None and not worker.aborted
+    # a word after 0.32 s of quiet: the same pause, over
+    finals.start_early(request, _hyp([5, 6], 90),
+                       heard=HeardPause(16, 100, 106, went_on=True))
+    assert worker.aborted == [early.job_id] and request.early is None
+    assert len(worker.jobs) == 1  # no decode of a pause that is over
+    # the next pause starts one as before
+    request.offset = request.num_frames_decoded = 140
+    finals.start_early(request, _hyp([5, 6, 7], 125))
+    assert len(worker.jobs) == 2 and request.early is not None
+    # speech after a sentence's pause (0.5 s): the decode may still end the segment there
+    # when it answers (the CTC pass has not decoded the new word yet), so it stays
+    finals.start_early(request, _hyp([5, 6, 7], 125),
+                       heard=HeardPause(25, 140, 150, went_on=True))
+    assert request.early is not None and request.early.job_id == worker.jobs[-1].job_id
+    assert len(worker.aborted) == 1
 
 
 def test_an_early_decode_whose_own_words_were_committed_since_is_still_the_final() -> None:
@@ -779,6 +841,31 @@ def test_an_early_decode_that_ends_a_sentence_ends_the_segment_at_a_shorter_paus
     finals.publish(request, hyp, "endpoint")  # the engine ends the segment: no new decode
     assert len(worker.jobs) == 1 and finals.num_early_used == 1
     assert request.last_final is not None and request.last_final.text == sentence
+
+
+def test_a_sentence_the_segment_before_left_unfinished_ends_in_fewer_words() -> None:
+    # a segment cut mid-sentence (a length cut): "... of someone or other" | "their
+    # daughters." ends that sentence in two words; two words after a closed sentence
+    # ("Ask." of "Ask [pause] not what ...") do not
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
+                            sentence_s=0.5)
+    request = _open_request(3.0)
+    request.segment = 4
+    request.offset = request.num_frames_decoded = 100
+    hyp = _hyp([5, 6], 84)
+    finals.start_early(request, hyp)
+    (early,) = worker.jobs
+    finals.on_second_pass(request, SecondPassDone(early.job_id, 1, "their daughters.", 0.4))
+    assert not finals.at_sentence_end(request, hyp, 30)  # no previous final: 3 words
+    for previous, ends in (("the rightful property of someone or other", True),
+                           ("of someone", True),  # (and 2 words left: still fewer than 3)
+                           ("It was the property of someone.", False),
+                           ("or other", True)):
+        request.last_final = SpokenContext(3, 0, previous)
+        assert finals.at_sentence_end(request, hyp, 30) is ends, previous
+    request.last_final = SpokenContext(2, 0, "of someone or other")  # not the one before
+    assert not finals.at_sentence_end(request, hyp, 30)
 
 
 def test_an_early_decode_outlives_a_new_ranking_of_the_words_it_heard() -> None:

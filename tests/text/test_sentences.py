@@ -2,7 +2,7 @@
 
 import pytest
 
-from oasr.text.sentences import ends_sentence
+from oasr.text.sentences import ends_sentence, unfinished_words
 
 
 @pytest.mark.parametrize("text", ["He was not an ill-disposed young man.",
@@ -25,3 +25,12 @@ def test_a_sentence_needs_its_words() -> None:
     assert not ends_sentence("Yes.", min_words=3)
     assert not ends_sentence("Oh, yes.", min_words=3)
     assert ends_sentence("Oh, yes please.", min_words=3)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("the rightful property of someone or other", 7),
+    ("He was not ill-disposed. Unless to be rather", 4),
+    ("He was not ill-disposed.", 0), ("Will he come?", 0), ("", 0),
+    ("the letter to Mr.", 4)])  # a title's period ends no sentence
+def test_the_words_a_segment_left_of_its_sentence(text: str, words: int) -> None:
+    assert unfinished_words(text) == words
