@@ -499,6 +499,17 @@ def _hyp(tokens: list[int], last_frame: int) -> Hypothesis:
                       [last_frame - len(tokens) + 1 + i for i in range(len(tokens))])
 
 
+def _sentence_rules() -> tuple[_QueueingWorker, FinalPublisher, Request]:
+    """Early decodes from 0.2 s of pause, segments ended at 0.5 s when one ends a sentence;
+    a 3 s segment decoded to frame 100."""
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
+                            sentence_s=0.5)
+    request = _open_request(3.0)
+    request.offset = request.num_frames_decoded = 100
+    return worker, finals, request
+
+
 def test_early_decodes_start_at_a_pause_and_are_dropped_when_the_speaker_goes_on() -> None:
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
@@ -748,11 +759,7 @@ def test_speech_heard_after_the_pause_drops_the_early_decode_before_the_next_chu
     # it while the other stream's sentence had ended. The audio says the speaker went on
     # (`HeardPause.went_on`) a chunk before the CTC pass can: the decode is dropped then,
     # and none starts on the pause that is over
-    worker = _QueueingWorker()
-    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
-                            sentence_s=0.5)
-    request = _open_request(3.0)
-    request.offset = request.num_frames_decoded = 100
+    worker, finals, request = _sentence_rules()
     finals.start_early(request, _hyp([5, 6], 90), heard=HeardPause(12, 100, 102))
     (early,) = worker.jobs
     # the pause heard longer: the decode stands
@@ -814,11 +821,7 @@ def test_an_early_decode_on_the_final_words_is_the_final() -> None:
 
 
 def test_an_early_decode_that_ends_a_sentence_ends_the_segment_at_a_shorter_pause() -> None:
-    worker = _QueueingWorker()
-    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
-                            sentence_s=0.5)
-    request = _open_request(3.0)
-    request.offset = request.num_frames_decoded = 100
+    worker, finals, request = _sentence_rules()
     hyp = _hyp([5, 6, 7], 84)  # 0.3 s after the last token
     finals.start_early(request, hyp)
     (early,) = worker.jobs
@@ -847,12 +850,8 @@ def test_a_sentence_the_segment_before_left_unfinished_ends_in_fewer_words() -> 
     # a segment cut mid-sentence (a length cut): "... of someone or other" | "their
     # daughters." ends that sentence in two words; two words after a closed sentence
     # ("Ask." of "Ask [pause] not what ...") do not
-    worker = _QueueingWorker()
-    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
-                            sentence_s=0.5)
-    request = _open_request(3.0)
+    worker, finals, request = _sentence_rules()
     request.segment = 4
-    request.offset = request.num_frames_decoded = 100
     hyp = _hyp([5, 6], 84)
     finals.start_early(request, hyp)
     (early,) = worker.jobs
