@@ -53,6 +53,16 @@ def _begins_with(done: SecondPassDone, committed: tuple[int, ...]) -> bool:
     return done.text is not None and done.tokens[: len(committed)] == committed
 
 
+def _judged_on_fewer_words(early: EarlyFinal, hyp: Hypothesis) -> bool:
+    """Whether the guard rejected the early decode's text against a CTC text that the CTC
+    pass has changed since (it heard more of the last word: "... seventy fi", then "five"):
+    the segment's own decode is then judged against the whole text, not the early verdict
+    kept (a number Whisper writes in digits is far from a half-heard spelled one)."""
+    done = early.done
+    return (done is not None and done.text is None and done.rejected is not None
+            and tuple(hyp.tokens) != early.tokens)
+
+
 class FinalPublisher:
     """Turns a finished segment into its final event, through the second pass when it is on.
 
@@ -117,7 +127,8 @@ class FinalPublisher:
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         early, request.early = request.early, None
-        if early is not None and audio is not None and self._is_final(early, request, hyp):
+        if (early is not None and audio is not None and not _judged_on_fewer_words(early, hyp)
+                and self._is_final(early, request, hyp)):
             self.num_early_used += 1  # decoded at the pause, nothing said since: the final
             request.segment += 1
             request.pending_finals[early.job_id] = PendingFinal(event, base)

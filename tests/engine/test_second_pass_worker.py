@@ -867,6 +867,31 @@ def test_a_sentence_the_segment_before_left_unfinished_ends_in_fewer_words() -> 
     assert not finals.at_sentence_end(request, hyp, 30)
 
 
+def test_an_early_decode_the_guard_rejected_on_half_a_word_is_decoded_again() -> None:
+    # the early decode started while the CTC pass had "... seventy fi"; the guard kept the
+    # CTC text against Whisper's "... 1775." (too far from that witness). The pass then
+    # heard "five": the segment's own decode is judged against the whole text. With the
+    # same CTC text as its witness, the verdict stands (no second decode)
+    for later, decoded_again in (([5, 6, 7], True), ([5, 6], False)):
+        worker = _QueueingWorker()
+        finals = FinalPublisher(worker, FrameTiming(0.02, 0),  # type: ignore[arg-type]
+                                early_s=0.2)
+        request = _open_request(3.0)
+        published = _finals_of(request)
+        request.offset = request.num_frames_decoded = 100
+        finals.start_early(request, _hyp([5, 6], 88))
+        (early,) = worker.jobs
+        finals.on_second_pass(request, SecondPassDone(early.job_id, 1, None, 0.3, "ctc",
+                                                      rejected="distance"))
+        finals.publish(request, _hyp(later, 88), "stop")
+        assert (len(worker.jobs) == 2) is decoded_again
+        if decoded_again:
+            assert not published and worker.jobs[1].ctc_text == "5 6 7"
+            finals.on_second_pass(request, _answer(worker.jobs[1], "Five six seven.", (1,)))
+        assert [(f.text, f.source) for f in published] == (
+            [("Five six seven.", "whisper")] if decoded_again else [("5 6", "ctc")])
+
+
 def test_an_early_decode_outlives_a_new_ranking_of_the_words_it_heard() -> None:
     # a stream's last chunk, flushed at its end, may re-rank the CTC beam over the same audio
     # ("5 6" -> "5 9"); the early decode had that audio, so it is still the final. A token in
