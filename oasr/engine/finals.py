@@ -187,8 +187,7 @@ class FinalPublisher:
         if request.early is not None and heard is not None:
             # the same pause, heard longer and still quiet: a CTC token in it is the last
             # word's late letter too, though the decode was not given that audio
-            request.early.quiet_to = max(request.early.quiet_to, heard.audio_end
-                                         - request.segment_start_frame - self.late_token_guard)
+            request.early.quiet_to = max(request.early.quiet_to, self._quiet_to(request, heard))
         pause_frames = heard.frames if heard is not None else pause_after_last_token(request, hyp)
         if (request.early is not None or num_streams > self.light_load_streams
                 or over
@@ -201,12 +200,17 @@ class FinalPublisher:
         job = self._job(request, hyp, audio, num_streams)
         spoken_to = heard.spoken_to if heard is not None else request.num_frames_decoded
         if self.worker.try_submit(job):
-            start = request.segment_start_frame
-            quiet_to = heard.audio_end - start - self.late_token_guard if heard is not None else 0
             request.early = EarlyFinal(job.job_id, tokens, job.prefix,
-                                       num_frames=spoken_to - start,
+                                       num_frames=spoken_to - request.segment_start_frame,
                                        heard_to=len(audio) // self.timing.samples_per_frame,
-                                       quiet_to=max(0, quiet_to))
+                                       quiet_to=self._quiet_to(request, heard))
+
+    def _quiet_to(self, request: Request, heard: HeardPause | None) -> int:
+        """The segment-relative frame up to which a heard pause's audio counts as quiet
+        (`EarlyFinal.quiet_to`): its end less the late-token guard; 0 when none was heard."""
+        if heard is None:
+            return 0
+        return max(0, heard.audio_end - request.segment_start_frame - self.late_token_guard)
 
     def at_sentence_end(self, request: Request, hyp: Hypothesis | None,
                         pause_frames: int) -> bool:

@@ -873,12 +873,8 @@ def test_an_early_decode_the_guard_rejected_on_half_a_word_is_decoded_again() ->
     # heard "five": the segment's own decode is judged against the whole text. With the
     # same CTC text as its witness, the verdict stands (no second decode)
     for later, decoded_again in (([5, 6, 7], True), ([5, 6], False)):
-        worker = _QueueingWorker()
-        finals = FinalPublisher(worker, FrameTiming(0.02, 0),  # type: ignore[arg-type]
-                                early_s=0.2)
-        request = _open_request(3.0)
+        worker, finals, request = _sentence_rules()
         published = _finals_of(request)
-        request.offset = request.num_frames_decoded = 100
         finals.start_early(request, _hyp([5, 6], 88))
         (early,) = worker.jobs
         finals.on_second_pass(request, SecondPassDone(early.job_id, 1, None, 0.3, "ctc",
