@@ -408,8 +408,7 @@ class ASREngine:
         hyp = self.resources.final_hypothesis(request.stream_id,
                                               None if cut == decoded else cut)
         request.num_frames_decoded = request.segment_start_frame + cut
-        if request.refine is not None and not self._cuts.keeps_committed(request, cut):
-            request.refine.prefix_tokens = ()  # committed words may lie after the cut: not forced
+        self._cuts.forget_words_past(request, cut)
         self._emit_final(request, reason, hyp)
         self.resources.reset_stream(request.stream_id)
         request.offset = 0

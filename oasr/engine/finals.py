@@ -172,17 +172,28 @@ class FinalPublisher:
         them, or the audio holds one: a word's end after its audio, or speech after a pause
         shorter than a sentence's, ``HeardPause.went_on``: the decode cannot end the segment
         there, and the second pass is free a chunk sooner; after a sentence's pause it is
-        kept, its answer may still end the segment at that pause)."""
+        kept, its answer may still end the segment at that pause), and one whose answer the
+        guard rejected against a CTC text the pass has changed since is started again
+        (`_judged_on_fewer_words`)."""
         if not self.early_frames or self.worker is None:
             return  # off: nothing to start or drop, on every chunk of every stream
         early = request.early
         tokens = tuple(hyp.tokens) if hyp is not None else ()
         # speech after a pause too short to end the segment at (a sentence's): it is over
         over = heard is not None and heard.went_on and heard.frames < self.sentence_frames
-        if early is not None and (not early.still_holds(hyp) or over or (
-                heard is not None
-                and heard.speech_end > request.segment_start_frame + early.heard_to)):
+        # the end of the word's sound heard after the decode's audio: a new word; within the
+        # late-token guard it is the same word's fade ("daughter-s", -39, -51, -60 dB), which
+        # the quiet run measured again from the CTC pass's newer last token
+        past = early is not None and heard is not None and (
+            heard.speech_end > request.segment_start_frame + early.heard_to + self.late_token_guard)
+        if early is not None and (not early.still_holds(hyp) or over or past):
             request.early = None  # the speaker went on: the CTC pass or the audio says so
+            self._discard_early(early)
+        elif early is not None and hyp is not None and _judged_on_fewer_words(early, hyp):
+            # its verdict is stale (the pass heard the rest of the last word): decode again
+            # now, with the whole text as the guard's witness, so that the sentence's end can
+            # still end the segment at its pause instead of at the endpoint's silence
+            request.early = None
             self._discard_early(early)
         if request.early is not None and heard is not None:
             # the same pause, heard longer and still quiet: a CTC token in it is the last
@@ -289,14 +300,17 @@ class FinalPublisher:
     def _job(self, request: Request, hyp: Hypothesis, audio: np.ndarray,
              num_streams: int) -> SecondPassJob:
         """The second-pass job of the open segment: its audio (after the previous segment's,
-        when that is carried as context), its CTC text, the refinement's committed words."""
+        when that is carried as context), its CTC text, the refinement's committed words and
+        its newest tentative ones (a draft the beam search takes where the model agrees)."""
         prefix = self._committed(request)
+        draft = request.refine.draft_tokens if request.refine is not None else ()
         context, context_job, context_audio = self._context(request,
                                                             self.context_limit_s(num_streams))
         return SecondPassJob(self.next_job_id(), request.stream_id, request.segment,
                              np.concatenate([context_audio, audio]), time.monotonic(),
                              hyp.text, prefix, context=context,
-                             context_samples=len(context_audio), context_job=context_job)
+                             context_samples=len(context_audio), context_job=context_job,
+                             draft=draft)
 
     def _words(self, hyp: Hypothesis, base: int) -> tuple[WordTime, ...]:
         if self.tokenizer is None or not hasattr(self.tokenizer, "raw_text"):

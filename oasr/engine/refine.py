@@ -238,6 +238,9 @@ class RefineState:
     Attributes:
         agreement: the committed / tentative words.
         prefix_tokens: Whisper tokens of ``agreement.committed`` (forced at the next decode).
+        draft_tokens: Whisper tokens of the newest decode's words after the committed ones
+            (``agreement.tentative``): the final's beam search takes them where the model
+            agrees (`SecondPassJob.draft`).
         in_flight: the job id of the refinement being decoded, or None.
         refined_frames: segment-relative encoder frames the newest refinement saw.
         requested_frames: ... the one in flight (or the newest) was asked for.
@@ -248,6 +251,7 @@ class RefineState:
 
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     prefix_tokens: tuple[int, ...] = ()
+    draft_tokens: tuple[int, ...] = ()
     in_flight: int | None = None
     refined_frames: int = 0
     requested_frames: int = 0
@@ -258,7 +262,7 @@ class RefineState:
     def reset(self) -> None:
         """A new segment: nothing refined or committed (a refinement in flight is stale)."""
         self.agreement.reset()
-        self.prefix_tokens = ()
+        self.prefix_tokens = self.draft_tokens = ()
         self.in_flight = None
         self.refined_frames = self.requested_frames = self.last_token_frame = 0
 
@@ -457,6 +461,7 @@ class Refiner:
             # the "call" shown), and the final must begin with them as they were shown
             start = word_ends[before - 1] if before else 0
             state.prefix_tokens += tokens[start: word_ends[committed - 1]]
+        state.draft_tokens = tokens[word_ends[committed - 1] if committed else 0:]
         return True
 
     def _shares(self, now: float, engine_busy_s: float) -> tuple[float, float]:

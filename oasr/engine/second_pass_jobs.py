@@ -26,6 +26,10 @@ class SecondPassJob:
         context_job: the previous segment's job when its final was not out yet: the worker
             decodes this job once that one is answered, with its text as ``context``.
         context_tokens: ``context``'s Whisper tokens (the worker fills them in).
+        draft: Whisper tokens after ``prefix`` that the newest refinement decoded (its
+            tentative words): the beam search takes them where the model, on the whole
+            segment, agrees with them surely, and searches from the first it does not
+            (`oasr.models.whisper.decoding.accepted_draft`).
     """
 
     job_id: int
@@ -39,6 +43,7 @@ class SecondPassJob:
     context_samples: int = 0
     context_job: int | None = None
     context_tokens: tuple[int, ...] = ()
+    draft: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,8 @@ class SecondPassLoop:
             self.counters.num_with_context += 1
         self._active[job.job_id] = job
         self.decoder.submit(job.job_id, job.audio,  # type: ignore[attr-defined]
-                            prefix=job.context_tokens + job.prefix, fast=fast)
+                            prefix=job.context_tokens + job.prefix, fast=fast,
+                            draft=job.draft)
 
     def _with_context(self, job: J) -> J:
         """The job (a final's or a refinement's) with its context's tokens; without any

@@ -61,12 +61,28 @@ class SegmentCuts:
         committed them heard no further than the cut, or heard only silence after it (no CTC
         token there: a sentence pause cut in its middle, the refinement made at that pause)."""
         refine = request.refine
-        if refine is None or not refine.agreement.committed or refine.refined_frames <= cut:
+        return (refine is None or not refine.agreement.committed
+                or SegmentCuts._refined_before(request, cut))
+
+    @staticmethod
+    def _refined_before(request: Request, cut: int) -> bool:
+        """Whether the newest refinement heard no word after ``cut`` of the segment's frames."""
+        refine = request.refine
+        if refine is None or refine.refined_frames <= cut:
             return True
         step = request.last_step
         if step is None:
             return False
         return not any(cut <= frame < refine.refined_frames for frame in step.hypothesis.timestamps)
+
+    @staticmethod
+    def forget_words_past(request: Request, cut: int) -> None:
+        """The segment ends after ``cut`` of its frames: when the newest refinement heard a
+        word after the cut, its words may lie there, so the final is decoded without them,
+        neither the committed ones forced nor the tentative ones as a draft."""
+        refine = request.refine
+        if refine is not None and not SegmentCuts._refined_before(request, cut):
+            refine.prefix_tokens = refine.draft_tokens = ()
 
     def heard_pause(self, request: Request, hyp: Hypothesis | None) -> int:
         """The pause after the open segment's last word as its audio tells it, in frames: the

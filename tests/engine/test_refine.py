@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from oasr.decoding import Hypothesis
 from oasr.engine.family import FrameTiming
+from oasr.engine.finals import FinalPublisher
 from oasr.engine.options import add_engine_arguments, engine_config_from_args
 from oasr.engine.refine import (
     LocalAgreement,
@@ -174,6 +176,30 @@ def test_the_forced_tokens_spell_the_committed_words_as_they_were_shown() -> Non
                            tokens=(11, 2, 3, 12, 5, 6, 7), word_ends=(1, 2, 3, 4, 5, 6, 7))
     assert refiner.apply_early(request, early, num_frames=250)
     assert state.prefix_tokens[:5] == (1, 2, 3, 4, 5)
+
+
+def test_the_newest_decodes_words_after_the_committed_ones_are_the_finals_draft() -> None:
+    # the final's beam search takes them where the model agrees (SecondPassJob.draft)
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    finals = FinalPublisher(None, timing)
+    refiner = Refiner(RefineConfig(), _Worker(), timing, None, finals.next_job_id)
+    request = _stream(1, frames=300, requested=100, last_token=100)
+    state = request.refine
+    for job_id, (words, tokens, frames) in enumerate([
+            ("call me a ship", (1, 2, 3, 4), 100),  # nothing committed: all of it a draft
+            ("call me a ship some", (1, 2, 3, 4, 5), 150),  # commits "call me a ship"
+            ("call me a ship some years ago", (1, 2, 3, 4, 5, 6, 7), 200)]):
+        state.in_flight = job_id
+        ends = tuple(range(1, len(tokens) + 1))
+        assert refiner.apply(request, RefineDone(job_id, 1, 0, words, tokens, ends, False,
+                                                 frames))
+        if job_id == 0:
+            assert state.draft_tokens == (1, 2, 3, 4)
+    assert state.prefix_tokens == (1, 2, 3, 4, 5) and state.draft_tokens == (6, 7)
+    job = finals._job(request, Hypothesis([9], "9", 0.0, [90]), np.zeros(1600, np.float32), 1)
+    assert (job.prefix, job.draft) == ((1, 2, 3, 4, 5), (6, 7))
+    state.reset()  # the segment ended: no draft for the next one
+    assert state.draft_tokens == ()
 
 
 @pytest.mark.parametrize(("text", "start"), [

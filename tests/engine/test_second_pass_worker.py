@@ -54,6 +54,7 @@ class ScriptedDecoder:
         self.vocab: dict[str, int] = {}
         self.submitted: dict[int, tuple[int, tuple[int, ...]]] = {}  # id -> (samples, prefix)
         self.fast: dict[int, bool] = {}
+        self.drafts: dict[int, tuple[int, ...]] = {}
         self.released: set[int] = set()
         self._pending: list[int] = []
         self._lock = threading.Lock()
@@ -72,9 +73,11 @@ class ScriptedDecoder:
         return " ".join(words[t] for t in tokens)
 
     def submit(self, job_id: int, audio: np.ndarray, prefix: tuple[int, ...] = (),
-               background: bool = False, fast: bool = False) -> None:
+               background: bool = False, fast: bool = False,
+               draft: tuple[int, ...] = ()) -> None:
         self.submitted[job_id] = (len(audio), tuple(prefix))
         self.fast[job_id] = fast
+        self.drafts[job_id] = tuple(draft)
         self._pending.append(job_id)
 
     def has_work(self) -> bool:
@@ -749,6 +752,10 @@ def test_a_word_heard_after_an_early_decodes_audio_drops_it() -> None:
     # the same pause, heard longer (its level measured again): the decode had that audio
     finals.start_early(request, _hyp([5, 6], 80), heard=HeardPause(25, 100, 105))
     assert len(worker.jobs) == 1 and not worker.aborted
+    # its sound's end measured 3 frames (60 ms) past the decode's audio: the word's fade
+    # (traced: the next chunk's last token moved the quiet run's start), not a new word
+    finals.start_early(request, _hyp([5, 6], 80), heard=HeardPause(22, 103, 125))
+    assert len(worker.jobs) == 1 and not worker.aborted
     finals.start_early(request, _hyp([5, 6], 80), heard=HeardPause(12, 122, 132))
     assert worker.aborted == [first.job_id] and len(worker.jobs) == 2
     assert request.early is not None and request.early.heard_to == 132
@@ -886,6 +893,31 @@ def test_an_early_decode_the_guard_rejected_on_half_a_word_is_decoded_again() ->
             finals.on_second_pass(request, _answer(worker.jobs[1], "Five six seven.", (1,)))
         assert [(f.text, f.source) for f in published] == (
             [("Five six seven.", "whisper")] if decoded_again else [("5 6", "ctc")])
+
+
+def test_a_rejected_early_decode_starts_again_when_the_last_word_is_heard_whole() -> None:
+    # traced (flite awb, "It was the year of our Lord 1775." at four clients): the guard
+    # rejected the early answer against "... seventy fi"; a chunk later the pass had "five".
+    # The decode starts again in the same pause, so the sentence's end can still end the
+    # segment at 0.5 s, not at the endpoint's silence or the stream's end
+    worker, finals, request = _sentence_rules()
+    finals.start_early(request, _hyp([5, 6], 88))
+    (early,) = worker.jobs
+    finals.on_second_pass(request, SecondPassDone(early.job_id, 1, None, 0.3, "ctc",
+                                                  rejected="distance"))
+    finals.start_early(request, _hyp([5, 6], 88))  # the same words: the verdict stands
+    assert len(worker.jobs) == 1 and request.early is not None
+    request.offset = request.num_frames_decoded = 110
+    later = _hyp([5, 6, 7], 89)  # the last word's late letter, in the pause
+    finals.start_early(request, later)
+    assert len(worker.jobs) == 2 and worker.jobs[1].ctc_text == "5 6 7"
+    assert request.early is not None and request.early.job_id == worker.jobs[1].job_id
+    finals.on_second_pass(request, _answer(worker.jobs[1], "Five six seven.", (1, 2, 3)))
+    assert finals.at_sentence_end(request, later, 25)
+    published = _finals_of(request)
+    finals.publish(request, later, "endpoint")
+    assert [(f.text, f.source) for f in published] == [("Five six seven.", "whisper")]
+    assert len(worker.jobs) == 2  # its answer was the final: no third decode
 
 
 def test_an_early_decode_outlives_a_new_ranking_of_the_words_it_heard() -> None:

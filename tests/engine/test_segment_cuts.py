@@ -79,6 +79,22 @@ def test_a_cut_in_a_pause_keeps_the_committed_words_a_refinement_heard_there() -
     assert not SegmentCuts.keeps_committed(request, 60)  # no CTC words to tell
 
 
+def test_a_cut_before_a_word_the_refinement_heard_drops_its_prefix_and_draft() -> None:
+    # the final of a segment cut there is decoded free: the committed words may lie after
+    # the cut, and so may the tentative ones (not a draft either); a cut in the silence
+    # the refinement heard after them keeps both
+    for cut, kept in ((60, True), (41, False)):
+        request = _request(0, range(0), 200)
+        request.last_step = StreamStep(Hypothesis(list(range(7)), "", 0.0,
+                                                  [8, 9, 10, 11, 40, 41, 42]),
+                                       FrameStats(100, 0, True))
+        request.refine = RefineState(refined_frames=70, prefix_tokens=(1, 2),
+                                     draft_tokens=(3, 4))
+        SegmentCuts.forget_words_past(request, cut)
+        assert (request.refine.prefix_tokens, request.refine.draft_tokens) == (
+            ((1, 2), (3, 4)) if kept else ((), ()))
+
+
 def test_the_pause_after_the_last_word_is_heard_from_where_its_sound_ends() -> None:
     """The CTC token of a word's last letter comes before the word's sound ends: the pause
     the audio holds is counted from the sound's end, not from the token."""

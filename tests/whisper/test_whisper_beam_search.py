@@ -90,3 +90,87 @@ def test_a_stop_gives_the_search_up_before_its_next_decoder_call() -> None:
     finally:
         hook.remove()
     assert kept == beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 3, 12)
+
+
+def _counting_calls(model: torch.nn.Module) -> tuple[list[int], object]:
+    calls: list[int] = []
+    return calls, model.decoder.register_forward_hook(lambda *_: calls.append(1))
+
+
+@torch.inference_mode()
+def test_a_greedy_draft_is_taken_in_the_prompts_call() -> None:
+    # beam 1 is greedy; a draft of greedy's own tokens is what it would pick: all of it is
+    # taken with the prompt, whose call also ranks the end token after it: one call
+    model = tiny_model(seed=31)
+    with torch.no_grad():
+        model.decoder.embedding.weight[TINY_SPEC.eot] *= 3.0
+    cross = model.decoder.cross_kv(tiny_encoded(2, seed=32))
+    greedy = greedy_decode(model, TINY_SPEC, DecoderKv(cross, 14), 2, 12)
+    assert all(len(g) >= 4 for g in greedy)
+    calls, hook = _counting_calls(model)
+    try:
+        drafted = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 1, 12, drafts=greedy)
+    finally:
+        hook.remove()  # type: ignore[attr-defined]
+    assert [list(h.tokens) for h in drafted] == greedy
+    plain = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 1, 12)
+    assert len(calls) == 1
+    torch.testing.assert_close(torch.tensor([h.log_prob for h in drafted]),
+                               torch.tensor([h.log_prob for h in plain]))
+
+
+@torch.inference_mode()
+def test_a_draft_is_taken_up_to_its_first_token_the_model_would_not_pick() -> None:
+    model = tiny_model(seed=31)
+    with torch.no_grad():
+        model.decoder.embedding.weight[TINY_SPEC.eot] *= 3.0
+    cross = model.decoder.cross_kv(tiny_encoded(2, seed=32))
+    greedy = greedy_decode(model, TINY_SPEC, DecoderKv(cross, 14), 2, 12)
+    plain = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 3, 12)
+    for wrong_at in (0, 2):  # the rows share one length: the fewer taken counts for both
+        drafts = [g[:wrong_at] + [g[wrong_at] + 1] + g[wrong_at + 1:] for g in greedy]
+        calls, hook = _counting_calls(model)
+        try:
+            drafted = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 3, 12,
+                                  drafts=[drafts[0], greedy[1]])
+        finally:
+            hook.remove()  # type: ignore[attr-defined]
+        if wrong_at == 0:  # nothing taken: the search is the plain one, its K/V cut back
+            assert [h.tokens for h in drafted] == [h.tokens for h in plain]
+            assert [h.log_prob for h in drafted] == pytest.approx([h.log_prob for h in plain])
+        else:  # greedy's first two tokens taken, the search goes on from the third
+            assert all(list(h.tokens[:2]) == g[:2] for h, g in zip(drafted, greedy, strict=True))
+        plain_calls = 1 + max(len(h.tokens) for h in plain)
+        assert len(calls) <= plain_calls - wrong_at + 1
+
+
+@torch.inference_mode()
+def test_a_draft_the_model_is_unsure_of_is_searched() -> None:
+    model = tiny_model(seed=31)
+    cross = model.decoder.cross_kv(tiny_encoded(2, seed=32))
+    greedy = greedy_decode(model, TINY_SPEC, DecoderKv(cross, 14), 2, 12)
+    plain = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 3, 12)
+    sure_only = beam_search(model, TINY_SPEC, DecoderKv(cross, 14), 3, 12, drafts=greedy,
+                            draft_min_prob=1.0)  # no token is that sure: none taken
+    assert [h.tokens for h in sure_only] == [h.tokens for h in plain]
+
+
+def test_accepted_draft_counts_each_rows_agreeing_run_and_takes_the_fewest() -> None:
+    from oasr.models.whisper.decoding import accepted_draft
+
+    vocab = 6
+    logits = torch.full((2, 4, vocab), -5.0)
+    for row, picks in enumerate(([1, 2, 3, 4], [1, 2, 5, 4])):
+        for position, token in enumerate(picks):
+            logits[row, position, token] = 5.0  # that token, p ~ 1
+    none = torch.zeros(vocab)
+    guess = torch.tensor([[1, 2, 3], [1, 2, 3]])
+    assert accepted_draft(logits, guess, [[1, 2, 3], [1, 2, 3]], none, none, 0.5)[0] == 2
+    assert accepted_draft(logits[:1], guess[:1], [[1, 2, 3]], none, none, 0.5)[0] == 3
+    short = torch.tensor([[1, 2, 3], [1, 0, 0]])  # the second row's draft: one token, padded
+    assert accepted_draft(logits, short, [[1, 2, 3], [1]], none, none, 0.5)[0] == 1
+    first = none.clone()
+    first[1] = float("-inf")  # a token the first step may not take is never taken there
+    assert accepted_draft(logits, guess, [[1, 2, 3], [1, 2, 3]], first, none, 0.0)[0] == 0
+    logits[0, 1, 0] = 4.9  # the second token's probability falls to ~0.5
+    assert accepted_draft(logits[:1], guess[:1], [[1, 2, 3]], none, none, 0.6)[0] == 1

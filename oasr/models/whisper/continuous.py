@@ -139,7 +139,7 @@ class ContinuousWhisperDecoder:
 
     def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray,
                prefix: tuple[int, ...] = (), background: bool = False,
-               fast: bool = False) -> None:
+               fast: bool = False, draft: tuple[int, ...] = ()) -> None:
         """Queue a 16 kHz mono waveform of at most 30 s.
 
         Args:
@@ -150,6 +150,9 @@ class ContinuousWhisperDecoder:
             fast: decode greedily on the segment's own window (as refinements are) instead
                 of the configured beam and window: for a busy server, whose second pass would
                 otherwise fall behind (the fallback ladder still applies).
+            draft: text tokens after the prefix that a beam decode takes without searching
+                where the model agrees (an earlier decode's transcript of most of the audio:
+                `oasr.models.whisper.decoding.accepted_draft`); a greedy one ignores it.
         Raises:
             ValueError: the waveform is not 1-D or is longer than one 30 s window, or the
                 prefix leaves no room in the decoder's window.
@@ -163,7 +166,8 @@ class ContinuousWhisperDecoder:
             raise ValueError(f"request {request_id}: a prefix of {len(prefix)} tokens leaves no "
                              f"room in the decoder's {self.max_new_tokens} positions")
         request = DecodeRequest(request_id, min(room, self.budget(shape[0])),
-                                prefix=tuple(prefix), background=background,
+                                prefix=tuple(prefix), draft=tuple(draft),
+                                background=background,
                                 fast=fast or background,
                                 # a refinement never falls back: nothing to seed
                                 sample_seed=0 if background else self._sample_seed(waveform,

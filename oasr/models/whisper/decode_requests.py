@@ -55,6 +55,9 @@ class DecodeRequest:
     max_new_tokens: int
     encoded: EncodedSegments | None = None  # (1, S, d) once encoded
     prefix: tuple[int, ...] = ()  # forced text tokens after the start prompt
+    # text tokens after the prefix that a beam decode takes where the model agrees
+    # (`oasr.models.whisper.decoding.accepted_draft`): an earlier decode's guess
+    draft: tuple[int, ...] = ()
     background: bool = False  # decoded when nothing urgent waits; never falls back
     fast: bool = False  # greedy on the segment's own window (a busy server's finals)
     attempts: list[DecodeAttempt] = field(default_factory=list)
