@@ -229,6 +229,21 @@ class DecoderKVCacheManager:
             self.self_lens.host[row.slot] = row.num_tokens
             self.self_lens.mark_dirty(row.slot)
 
+    def truncate(self, row_id: int, num_tokens: int) -> None:
+        """Keep a row's first ``num_tokens`` tokens (a draft fed past what the decode took);
+        its pages stay its own, the later tokens are written over them.
+
+        Raises:
+            ValueError: ``num_tokens`` is negative or more than the row holds.
+        """
+        row = self._row(row_id)
+        if not 0 <= num_tokens <= row.num_tokens:
+            raise ValueError(f"decoder row {row_id}: cannot truncate {row.num_tokens} tokens "
+                             f"to {num_tokens}")
+        row.num_tokens = num_tokens
+        self.self_lens.host[row.slot] = num_tokens
+        self.self_lens.mark_dirty(row.slot)
+
     def free_row(self, row_id: int) -> None:
         """Free every page of a finished row and release the rest of its reservation."""
         row = self._rows.pop(row_id, None)

@@ -301,7 +301,7 @@ class FinalPublisher:
              num_streams: int) -> SecondPassJob:
         """The second-pass job of the open segment: its audio (after the previous segment's,
         when that is carried as context), its CTC text, the refinement's committed words and
-        its newest tentative ones (a draft the beam search takes where the model agrees)."""
+        its newest tentative ones (a draft, for a greedy decode under load)."""
         prefix = self._committed(request)
         draft = request.refine.draft_tokens if request.refine is not None else ()
         context, context_job, context_audio = self._context(request,

@@ -239,8 +239,8 @@ class RefineState:
         agreement: the committed / tentative words.
         prefix_tokens: Whisper tokens of ``agreement.committed`` (forced at the next decode).
         draft_tokens: Whisper tokens of the newest decode's words after the committed ones
-            (``agreement.tentative``): the final's beam search takes them where the model
-            agrees (`SecondPassJob.draft`).
+            (``agreement.tentative``): the next refinement's greedy decode takes them where
+            each is its own choice, in its prompt's decoder call (`RefineJob.draft`).
         in_flight: the job id of the refinement being decoded, or None.
         refined_frames: segment-relative encoder frames the newest refinement saw.
         requested_frames: ... the one in flight (or the newest) was asked for.
@@ -407,7 +407,8 @@ class Refiner:
             self.context_of(request, num_streams))
         job = RefineJob(self.next_job_id(), request.stream_id, request.segment,
                         np.concatenate([context_audio, audio]), state.prefix_tokens, frames,
-                        at_pause, context=context, context_samples=len(context_audio))
+                        at_pause, context=context, context_samples=len(context_audio),
+                        draft=state.draft_tokens)
         if not self.worker.try_submit_refine(job, self.config.max_in_flight):
             return False
         if state.refined_at:

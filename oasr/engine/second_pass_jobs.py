@@ -27,9 +27,8 @@ class SecondPassJob:
             decodes this job once that one is answered, with its text as ``context``.
         context_tokens: ``context``'s Whisper tokens (the worker fills them in).
         draft: Whisper tokens after ``prefix`` that the newest refinement decoded (its
-            tentative words): the beam search takes them where the model, on the whole
-            segment, agrees with them surely, and searches from the first it does not
-            (`oasr.models.whisper.decoding.accepted_draft`).
+            tentative words): a greedy decode of a busy server's final takes them where each
+            is its own choice (`RefineJob.draft`); the beam search does not use them.
     """
 
     job_id: int
@@ -62,6 +61,9 @@ class RefineJob:
             ``context_samples`` of ``audio`` (as a final's, `SecondPassJob`): a segment's
             first words are then heard after the sentence before them, not cold.
         context_tokens: ``context``'s Whisper tokens (the worker fills them in).
+        draft: the newest refinement's tokens after ``prefix`` (its tentative words): the
+            greedy decode takes them where they are its own choice on the longer audio, in
+            one decoder call, and decodes on from the first that is not.
     """
 
     job_id: int
@@ -74,6 +76,7 @@ class RefineJob:
     context: str = ""
     context_samples: int = 0
     context_tokens: tuple[int, ...] = ()
+    draft: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

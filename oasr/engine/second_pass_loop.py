@@ -208,7 +208,8 @@ class SecondPassLoop:
                 # finals instead of after them
                 self.decoder.submit(item.job_id, item.audio,  # type: ignore[attr-defined]
                                     prefix=item.context_tokens + item.prefix,
-                                    background=not item.at_pause, fast=True)
+                                    background=not item.at_pause, fast=True,
+                                    draft=item.draft)
             else:
                 self._num_taken -= 1
                 self._take_final(item)

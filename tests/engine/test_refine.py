@@ -178,8 +178,9 @@ def test_the_forced_tokens_spell_the_committed_words_as_they_were_shown() -> Non
     assert state.prefix_tokens[:5] == (1, 2, 3, 4, 5)
 
 
-def test_the_newest_decodes_words_after_the_committed_ones_are_the_finals_draft() -> None:
-    # the final's beam search takes them where the model agrees (SecondPassJob.draft)
+def test_the_newest_decodes_words_after_the_committed_ones_are_the_next_decodes_draft() -> None:
+    # a greedy decode takes them where each is its own choice (RefineJob.draft, and a
+    # busy server's greedy finals: SecondPassJob.draft)
     timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
     finals = FinalPublisher(None, timing)
     refiner = Refiner(RefineConfig(), _Worker(), timing, None, finals.next_job_id)
@@ -196,6 +197,9 @@ def test_the_newest_decodes_words_after_the_committed_ones_are_the_finals_draft(
         if job_id == 0:
             assert state.draft_tokens == (1, 2, 3, 4)
     assert state.prefix_tokens == (1, 2, 3, 4, 5) and state.draft_tokens == (6, 7)
+    worker = refiner.worker
+    assert refiner._submit(request, 250, now=1.0)
+    assert (worker.jobs[-1].prefix, worker.jobs[-1].draft) == ((1, 2, 3, 4, 5), (6, 7))
     job = finals._job(request, Hypothesis([9], "9", 0.0, [90]), np.zeros(1600, np.float32), 1)
     assert (job.prefix, job.draft) == ((1, 2, 3, 4, 5), (6, 7))
     state.reset()  # the segment ended: no draft for the next one

@@ -307,3 +307,53 @@ def test_a_greedy_result_carries_each_generated_tokens_log_probability(tmp_path:
         # the average counts the end token too: what the tokens leave of it is its own
         end_lp = result.avg_log_prob * (len(lps) + 1) - sum(lps)
         assert end_lp <= 1e-5
+
+
+def test_a_greedy_draft_gives_the_tokens_decoded_one_by_one_in_fewer_steps(tmp_path: Path) -> None:
+    # a refinement's draft (the newest one's tentative words) is fed with the prompt: greedy
+    # takes it where each token is its own choice, so the tokens are those it decodes alone,
+    # whether the draft is right, wrong from its third token, or longer than the decode
+    checkpoint = tiny_checkpoint(tmp_path, seed=23)
+    encoded = tiny_encoded(3, seed=24)
+    config = without_safeguards(WhisperDecodeConfig(max_rows=3, max_new_tokens=12, block_size=4))
+    expected = [alone(checkpoint, encoded[i], 12) for i in range(3)]
+    assert [len(e) for e in expected] == [5, 4, 12]  # two end, one runs to the cap
+    vocab = TINY.n_vocab
+    drafts = [tuple(expected[0]),
+              tuple(expected[1][:2]) + ((expected[1][2] + 1) % vocab,) + tuple(expected[1][3:]),
+              tuple(expected[2]) + (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)]
+    for with_drafts in (False, True):
+        decoder = ContinuousWhisperDecoder(checkpoint, config)
+        for i in range(3):
+            decoder.submit_encoded(i, encoded[i], draft=drafts[i] if with_drafts else ())
+        results, steps = {}, 0
+        while decoder.has_work():
+            steps += 1
+            results.update({r.request_id: list(r.tokens) for r in decoder.step()})
+        assert [results[i] for i in range(3)] == expected
+        assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks
+        if with_drafts:  # the first and third in the prompt's step; the second from its third
+            assert steps <= len(expected[1]) - 2 + 1
+        else:
+            assert steps == max(len(e) for e in expected) + (max(len(e) for e in expected) < 12)
+
+
+def test_accepted_draft_counts_each_rows_run_of_its_own_first_choices() -> None:
+    from oasr.models.whisper.decoding import accepted_draft
+
+    vocab = 6
+    logits = torch.full((2, 4, vocab), -5.0)
+    for row, picks in enumerate(([1, 2, 3, 4], [1, 2, 5, 4])):
+        for position, token in enumerate(picks):
+            logits[row, position, token] = 5.0  # the first choice at each position
+    none = torch.zeros(vocab)
+    guess = torch.tensor([[1, 2, 3], [1, 2, 3]])
+    both = [[1, 2, 3], [1, 2, 3]]
+    runs, log_probs = accepted_draft(logits, guess, both, none, none)
+    assert runs.tolist() == [3, 2] and log_probs.shape == (2, 3)
+    assert log_probs[0].exp().min() > 0.99
+    short = torch.tensor([[1, 2, 3], [1, 0, 0]])  # the second row's draft: one token, padded
+    assert accepted_draft(logits, short, [[1, 2, 3], [1]], none, none)[0].tolist() == [3, 1]
+    first = none.clone()
+    first[1] = float("-inf")  # a token the first step may not take is never taken there
+    assert accepted_draft(logits, guess, both, first, none)[0].tolist() == [0, 0]

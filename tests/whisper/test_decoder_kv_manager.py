@@ -27,6 +27,26 @@ def test_prepare_allocates_a_page_only_when_a_row_crosses_a_boundary() -> None:
     assert mgr.num_reserved_blocks == 1 and mgr.pool.num_free_blocks == 14
 
 
+def test_truncate_keeps_the_rows_pages_and_writes_on_from_the_kept_length() -> None:
+    # a draft fed with the prompt and taken in part: the rest is written over later
+    mgr = tiny_manager(max_num_blocks=16, block_size=4, cross_len=0)
+    slot = mgr.allocate_row(7, max_tokens=10)
+    mgr.prepare([7], 9)
+    mgr.commit([7], 9)
+    assert mgr.row_blocks(7) == ([0, 1, 2], []) and mgr.num_reserved_blocks == 0
+    mgr.truncate(7, 5)
+    assert mgr.num_tokens(7) == 5 and mgr.self_lens.host[slot] == 5
+    mgr.prepare([7], 5)  # up to the ceiling again: no page taken, none needed
+    mgr.commit([7], 5)
+    assert mgr.row_blocks(7) == ([0, 1, 2], []) and mgr.num_tokens(7) == 10
+    with pytest.raises(ValueError, match="cannot truncate"):
+        mgr.truncate(7, 11)
+    with pytest.raises(ValueError, match="cannot truncate"):
+        mgr.truncate(7, -1)
+    mgr.free_row(7)
+    assert mgr.pool.num_free_blocks == 16
+
+
 def test_two_rows_interleave_pages_and_free_returns_every_page() -> None:
     mgr = tiny_manager(max_num_blocks=16, block_size=4, cross_len=0)
     assert mgr.allocate_row(1, 8) == 0

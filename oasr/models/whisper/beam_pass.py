@@ -45,9 +45,7 @@ def beam_first_decodes(checkpoint: WhisperCheckpoint, encoder: SegmentEncoder,
     kv = DecoderKv(encoder.cross_kv(encoded), len(prompts[0]) + limit, config.kv_cache,
                    shared_cross=True)
     prompt = torch.tensor([list(p) for p in prompts], device=model.device)  # (N, P)
-    hyps = beam_search(model, spec, kv, config.beam_size, limit, prompt=prompt, stop=stop,
-                       drafts=[r.draft[: r.max_new_tokens - 1] for r in requests],
-                       draft_min_prob=config.draft_min_prob)
+    hyps = beam_search(model, spec, kv, config.beam_size, limit, prompt=prompt, stop=stop)
     attempts = []
     repetition = config.repetition
     for request, hyp in zip(requests, hyps, strict=True):

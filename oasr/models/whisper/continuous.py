@@ -39,7 +39,9 @@ from oasr.models.whisper.decode_requests import (
 )
 from oasr.models.whisper.decoding import (
     SearchStopped,
+    accepted_draft,
     default_max_new_tokens,
+    draft_tensor,
     no_speech_probs,
     suppression_masks,
 )
@@ -150,9 +152,12 @@ class ContinuousWhisperDecoder:
             fast: decode greedily on the segment's own window (as refinements are) instead
                 of the configured beam and window: for a busy server, whose second pass would
                 otherwise fall behind (the fallback ladder still applies).
-            draft: text tokens after the prefix that a beam decode takes without searching
-                where the model agrees (an earlier decode's transcript of most of the audio:
-                `oasr.models.whisper.decoding.accepted_draft`); a greedy one ignores it.
+            draft: text tokens after the prefix (an earlier decode's transcript of most of
+                the audio) for a greedy decode: fed with the prompt in one decoder call and
+                taken while each is its own first choice, so its tokens are those it would
+                pick one by one (`oasr.models.whisper.decoding.accepted_draft`); a beam
+                decode ignores it (taking a draft where the model was fairly sure turned
+                beam finals into greedy ones: docs/benchmarks.md).
         Raises:
             ValueError: the waveform is not 1-D or is longer than one 30 s window, or the
                 prefix leaves no room in the decoder's window.
@@ -176,13 +181,13 @@ class ContinuousWhisperDecoder:
             PendingDecode(request, waveform=waveform))
 
     def submit_encoded(self, request_id: int, encoded: torch.Tensor,
-                       num_samples: int | None = None) -> None:
+                       num_samples: int | None = None, draft: tuple[int, ...] = ()) -> None:
         """Queue encoder states (S, d) computed elsewhere; the token budget comes from
-        ``num_samples`` (default: the audio all S frames stand for)."""
+        ``num_samples`` (default: the audio all S frames stand for); ``draft`` as `submit`'s."""
         samples = encoded.size(0) * _SAMPLES_PER_ENCODER_FRAME if num_samples is None else num_samples
         states = EncodedSegments(encoded[None], (encoded.size(0),))
         self._waiting.append(PendingDecode(DecodeRequest(
-            request_id, self.budget(samples), states,
+            request_id, self.budget(samples), states, draft=tuple(draft),
             sample_seed=self._sample_seed(encoded, ()))))
 
     def _sample_seed(self, data: torch.Tensor | np.ndarray, prefix: tuple[int, ...]) -> int:
@@ -305,6 +310,11 @@ class ContinuousWhisperDecoder:
         states = [r.request.encoded for r in rows]
         encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
                                   tuple(s.num_encoded[0] for s in states if s is not None))
+        # a temperature-0 row's draft: fed with its prompt, taken where greedy would pick it
+        drafts = [r.request.draft[: r.request.max_new_tokens - 1]
+                  if r.temperature == 0 and r.request.temperature_index == 0 else ()
+                  for r in rows]
+        guess = draft_tensor(drafts, len(rows), self.max_new_tokens, spec.eot, model.device)
         try:
             for row in rows:
                 self.manager.allocate_row(row.row_id,
@@ -313,7 +323,7 @@ class ContinuousWhisperDecoder:
             prompt = torch.tensor([list(self._prompt(r.request)) for r in rows],
                                   device=model.device)  # (B, P), one length per step
             view = self.manager.view([r.row_id for r in rows])
-            prompt_logits = model.decoder(prompt, view)  # (B, P, V)
+            prompt_logits = model.decoder(torch.cat([prompt, guess], dim=1), view)  # (B, P+D, V)
         except Exception:  # the requests are dropped; their pages must not leak
             for row in rows:
                 if self.manager.has_row(row.row_id):
@@ -321,8 +331,19 @@ class ContinuousWhisperDecoder:
             raise
         for row, prob in zip(rows, no_speech_probs(prompt_logits, spec), strict=True):
             row.no_speech_prob = prob
-        first = self._first if prompt.size(1) == len(spec.prompt) else self._always
-        return self._record(rows, prompt_logits[:, -1] + first)
+        width = prompt.size(1)
+        first = self._first if width == len(spec.prompt) else self._always
+        runs, draft_log_probs = accepted_draft(prompt_logits[:, width - 1:], guess, drafts,
+                                               first, self._always)
+        for index, (row, run) in enumerate(zip(rows, runs.tolist(), strict=True)):
+            if guess.size(1):
+                self.manager.truncate(row.row_id, width + run)
+            row.tokens = list(drafts[index][:run])
+            row.token_log_probs = draft_log_probs[index, :run].tolist()
+            row.log_prob = float(sum(row.token_log_probs))
+        after = prompt_logits[torch.arange(len(rows)), width - 1 + runs]  # (B, V)
+        masks = torch.stack([first if run == 0 else self._always for run in runs.tolist()])
+        return self._record(rows, after + masks)
 
     def _row_generator(self, request: DecodeRequest, place: int) -> torch.Generator:
         """The generator of the request's ``place``-th sampled row of its ladder (seeded with

@@ -55,7 +55,7 @@ class DecodeRequest:
     max_new_tokens: int
     encoded: EncodedSegments | None = None  # (1, S, d) once encoded
     prefix: tuple[int, ...] = ()  # forced text tokens after the start prompt
-    # text tokens after the prefix that a beam decode takes where the model agrees
+    # text tokens after the prefix that a greedy decode takes where each is its own choice
     # (`oasr.models.whisper.decoding.accepted_draft`): an earlier decode's guess
     draft: tuple[int, ...] = ()
     background: bool = False  # decoded when nothing urgent waits; never falls back

@@ -170,8 +170,6 @@ def beam_search(
     length_penalty: float = 1.0,
     prompt: torch.Tensor | None = None,
     stop: Callable[[], bool] | None = None,
-    drafts: Sequence[Sequence[int]] | None = None,
-    draft_min_prob: float = 0.0,
 ) -> list[BeamHypothesis]:
     """Beam search of each of ``kv``'s B rows on dense per-group buffers.
 
@@ -186,11 +184,6 @@ def beam_search(
             ``spec.prompt`` are a forced text prefix, which the hypotheses do not include.
         stop: asked before each decoder call; True gives the search up (the caller no
             longer wants any of its rows).
-        drafts: per row, tokens the search may take as its first ones without searching
-            (an earlier decode's guess at the transcript, `accepted_draft`): they are fed
-            with the prompt in one decoder call, and the first ``k`` of them that the model
-            ranks first, each with probability >= ``draft_min_prob``, are taken, ``k`` the
-            fewest any row takes (the rows share one length); the hypotheses include them.
     Returns:
         Per row the best hypothesis.
     Raises:
@@ -205,25 +198,17 @@ def beam_search(
         first = always  # after a forced text prefix the transcript may end at once
     if stop is not None and stop():
         raise SearchStopped
-    width = prompt.size(1)
-    guess = _draft_tensor(drafts, batch, limit - 1, spec.eot, device)  # (B, D)
-    logits = model.decoder(torch.cat([prompt, guess], dim=1), kv)  # (B, P + D, V)
-    no_speech = no_speech_probs(logits, spec)
-    taken, draft_log_probs = accepted_draft(logits[:, width - 1:], guess, drafts, first,
-                                            always, draft_min_prob)
-    kv.truncate(width + taken)  # the rest of the drafts is searched: not held
-    step_logits = logits[:, width - 1 + taken]
-    log_probs = torch.log_softmax(step_logits + (first if taken == 0 else always), dim=-1)
-    # (B, K) summed log-probs of live beams, the taken draft's included
-    scores = draft_log_probs[:, :taken].sum(dim=1, keepdim=True)
-    history = guess[:, None, :taken].clone()  # (B, K, t)
+    prompt_logits = model.decoder(prompt, kv)  # (B, P, V)
+    no_speech = no_speech_probs(prompt_logits, spec)
+    log_probs = torch.log_softmax(prompt_logits[:, -1] + first, dim=-1)  # (B, V)
+    scores = torch.zeros(batch, 1, device=device)  # (B, K) summed log-probs of live beams
+    history = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (B, K, t)
     finished: list[list[BeamHypothesis]] = [[] for _ in range(batch)]
-    steps = limit - taken
-    for step in range(steps):
+    for step in range(limit):
         top_scores, parents, tokens = best_candidates(scores, log_probs, 2 * beam_size)
         keep = _collect_finished(finished, top_scores, parents, tokens, history, spec.eot,
-                                 beam_size, length_penalty, last_step=step + 1 == steps)
-        if all(len(f) >= beam_size for f in finished) or step + 1 == steps:
+                                 beam_size, length_penalty, last_step=step + 1 == limit)
+        if all(len(f) >= beam_size for f in finished) or step + 1 == limit:
             break
         if stop is not None and stop():
             raise SearchStopped
@@ -240,8 +225,8 @@ def beam_search(
     return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns) for h, ns in zip(best, no_speech, strict=True)]
 
 
-def _draft_tensor(drafts: Sequence[Sequence[int]] | None, batch: int, most: int, pad: int,
-                  device: torch.device) -> torch.Tensor:
+def draft_tensor(drafts: Sequence[Sequence[int]] | None, batch: int, most: int, pad: int,
+                 device: torch.device) -> torch.Tensor:
     """(B, D) the rows' drafts (at most ``most`` tokens each), shorter ones padded."""
     rows = [list(d)[:max(most, 0)] for d in drafts] if drafts else [[] for _ in range(batch)]
     if len(rows) != batch:
@@ -253,28 +238,28 @@ def _draft_tensor(drafts: Sequence[Sequence[int]] | None, batch: int, most: int,
 
 def accepted_draft(logits: torch.Tensor, guess: torch.Tensor,
                    drafts: Sequence[Sequence[int]] | None, first: torch.Tensor,
-                   always: torch.Tensor, min_prob: float) -> tuple[int, torch.Tensor]:
-    """How many of the drafts' first tokens every row takes: each is the model's first choice
-    after the ones before it, with probability >= ``min_prob`` (a guess the model is unsure
-    of is searched), and not the end token's place (a draft never ends the transcript); and
-    (B, D) each draft token's log-probability, as the search would score it.
+                   always: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) how many of its draft's first tokens each row takes, greedily: each is the model's
+    first choice after the ones before it (so the row's tokens are those a greedy decode picks
+    one by one), and not the end token's place (a draft never ends the transcript); and (B, D)
+    each draft token's log-probability, as the decode scores its tokens.
 
     Args:
         logits: (B, 1 + D, V) the decoder's logits from the prompt's last token on.
-        guess: (B, D) the drafts, padded (`_draft_tensor`).
+        guess: (B, D) the drafts, padded (`draft_tensor`).
         first: additive mask of the first generated token; ``always``: of the others.
     """
     batch, width = guess.shape
     if not width:
-        return 0, torch.zeros(batch, 0, device=guess.device)
+        return (torch.zeros(batch, dtype=torch.long, device=guess.device),
+                torch.zeros(batch, 0, device=guess.device))
     masks = torch.stack([first] + [always] * (width - 1))  # (D, V)
     log_probs = torch.log_softmax(logits[:, :width].float() + masks, dim=-1)  # (B, D, V)
     chosen = log_probs.gather(-1, guess[..., None])[..., 0]  # (B, D)
-    ok = (log_probs.argmax(dim=-1) == guess) & (chosen.exp() >= min_prob)
+    ok = log_probs.argmax(dim=-1) == guess
     lengths = torch.tensor([len(d) for d in drafts or ()] or [0], device=guess.device)
     ok &= torch.arange(width, device=guess.device)[None] < lengths[:, None]
-    run = torch.cumprod(ok.long(), dim=1).sum(dim=1)  # per row: the agreeing run's length
-    return int(run.min()), chosen
+    return torch.cumprod(ok.long(), dim=1).sum(dim=1), chosen  # per row: the agreeing run
 
 
 def best_candidates(scores: torch.Tensor, log_probs: torch.Tensor,

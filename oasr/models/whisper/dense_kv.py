@@ -148,12 +148,6 @@ class DecoderKv:
     def advance(self, num_tokens: int) -> None:
         self.num_tokens += num_tokens
 
-    def truncate(self, num_tokens: int) -> None:
-        """Keep each row's first ``num_tokens`` tokens (the rest is written over later)."""
-        if not 0 <= num_tokens <= self.num_tokens:
-            raise ValueError(f"DecoderKv.truncate to {num_tokens} of {self.num_tokens} tokens")
-        self.num_tokens = num_tokens
-
     def select(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (B',) int64 in that order; repeats copy (beam expansion).
 

@@ -59,15 +59,6 @@ class WhisperDecodeConfig:
         logits: how the output projection multiplies (`LogitsProjection`'s backends): "int8"
             (on CPU: int8 weights, a quarter of the bytes per step), "auto" (float32, the
             faster BLAS), "torch" or "blas".
-        draft_min_prob: a beam decode given a draft (``ContinuousWhisperDecoder.submit``)
-            takes its tokens while each is the model's first choice with at least this
-            probability (`oasr.models.whisper.decoding.accepted_draft`), and searches from
-            the first that is not. 120 read sentences (bench/final_draft.py), each with the
-            greedy decode of all but its last 1.2 s as the draft: 0.5 gave the beam's own
-            word errors (4 texts of 120 otherwise, as many errors) in 18 % less time; 0
-            (the first choice at any probability: greedy where the draft is) 7 % more
-            errors in 38 % less; 0.8 saved nothing (a comma or a case the model is unsure
-            of comes early in most drafts).
     """
 
     kv_storage: str = "auto"
@@ -84,7 +75,6 @@ class WhisperDecodeConfig:
     token_budget: TokenBudget | None = TokenBudget()
     repetition: RepetitionStop | None = RepetitionStop()
     logits: str = "auto"
-    draft_min_prob: float = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.encoder_window, EncoderWindow):
@@ -95,9 +85,6 @@ class WhisperDecodeConfig:
             raise ValueError(f"WhisperDecodeConfig.logits must be one of {LOGITS_BACKENDS}, "
                              f"got {self.logits!r}")
         resolve_kv_storage(self.kv_storage, self.beam_size)
-        if not 0.0 <= self.draft_min_prob <= 1.0:
-            raise ValueError(f"WhisperDecodeConfig.draft_min_prob must be in [0, 1], got "
-                             f"{self.draft_min_prob}")
         for name in ("max_rows", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"WhisperDecodeConfig.{name} must be >= 1, got {getattr(self, name)}")
