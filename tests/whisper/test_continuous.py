@@ -357,3 +357,27 @@ def test_accepted_draft_counts_each_rows_run_of_its_own_first_choices() -> None:
     first = none.clone()
     first[1] = float("-inf")  # a token the first step may not take is never taken there
     assert accepted_draft(logits, guess, both, first, none)[0].tolist() == [0, 0]
+
+
+def test_drafts_fit_the_smallest_budget_of_the_rows_prefilled_together(tmp_path: Path) -> None:
+    # rows of one prefill hold every row's padded draft: a long draft beside a short
+    # segment's row (budget 4 tokens) is cut to fit it, and both decode as they would alone
+    from dataclasses import replace
+
+    from oasr.models.whisper.safeguards import TokenBudget
+
+    checkpoint = tiny_checkpoint(tmp_path, seed=23)
+    encoded = tiny_encoded(3, seed=24)
+    config = replace(without_safeguards(WhisperDecodeConfig(max_rows=3, max_new_tokens=12,
+                                                            block_size=4)),
+                     token_budget=TokenBudget(per_second=1.0, base=3))
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    rate = 16_000
+    full = alone(checkpoint, encoded[2], 12)
+    decoder.submit_encoded(0, encoded[0], num_samples=rate)  # 1 s: 3 + 1 = 4 tokens
+    decoder.submit_encoded(2, encoded[2], num_samples=8 * rate, draft=tuple(full))  # 11
+    results = {}
+    while decoder.has_work():
+        results.update({r.request_id: list(r.tokens) for r in decoder.step()})
+    assert results == {0: alone(checkpoint, encoded[0], 12)[:4], 2: full[:11]}
+    assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks

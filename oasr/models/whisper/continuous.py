@@ -310,11 +310,13 @@ class ContinuousWhisperDecoder:
         states = [r.request.encoded for r in rows]
         encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
                                   tuple(s.num_encoded[0] for s in states if s is not None))
-        # a temperature-0 row's draft: fed with its prompt, taken where greedy would pick it
-        drafts = [r.request.draft[: r.request.max_new_tokens - 1]
+        # a temperature-0 row's draft: fed with its prompt, taken where greedy would pick it;
+        # every row holds the padded drafts, so none is longer than the smallest budget allows
+        most = min(r.request.max_new_tokens for r in rows) - 1
+        drafts = [r.request.draft[:most]
                   if r.temperature == 0 and r.request.temperature_index == 0 else ()
                   for r in rows]
-        guess = draft_tensor(drafts, len(rows), self.max_new_tokens, spec.eot, model.device)
+        guess = draft_tensor(drafts, len(rows), most, spec.eot, model.device)
         try:
             for row in rows:
                 self.manager.allocate_row(row.row_id,
