@@ -53,14 +53,15 @@ def _begins_with(done: SecondPassDone, committed: tuple[int, ...]) -> bool:
     return done.text is not None and done.tokens[: len(committed)] == committed
 
 
-def _judged_on_fewer_words(early: EarlyFinal, hyp: Hypothesis) -> bool:
+def _judged_on_fewer_words(early: EarlyFinal, tokens: tuple[int, ...]) -> bool:
     """Whether the guard rejected the early decode's text against a CTC text that the CTC
-    pass has changed since (it heard more of the last word: "... seventy fi", then "five"):
-    the segment's own decode is then judged against the whole text, not the early verdict
-    kept (a number Whisper writes in digits is far from a half-heard spelled one)."""
+    pass has changed since (to ``tokens``: it heard more of the last word, "... seventy fi",
+    then "five"): the segment's own decode is then judged against the whole text, not the
+    early verdict kept (a number Whisper writes in digits is far from a half-heard spelled
+    one)."""
     done = early.done
     return (done is not None and done.text is None and done.rejected is not None
-            and tuple(hyp.tokens) != early.tokens)
+            and tokens != early.tokens)
 
 
 class FinalPublisher:
@@ -127,7 +128,8 @@ class FinalPublisher:
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         early, request.early = request.early, None
-        if (early is not None and audio is not None and not _judged_on_fewer_words(early, hyp)
+        if (early is not None and audio is not None
+                and not _judged_on_fewer_words(early, tuple(hyp.tokens))
                 and self._is_final(early, request, hyp)):
             self.num_early_used += 1  # decoded at the pause, nothing said since: the final
             request.segment += 1
@@ -186,13 +188,12 @@ class FinalPublisher:
         # the quiet run measured again from the CTC pass's newer last token
         past = early is not None and heard is not None and (
             heard.speech_end > request.segment_start_frame + early.heard_to + self.late_token_guard)
-        if early is not None and (not early.still_holds(hyp) or over or past):
-            request.early = None  # the speaker went on: the CTC pass or the audio says so
-            self._discard_early(early)
-        elif early is not None and hyp is not None and _judged_on_fewer_words(early, hyp):
-            # its verdict is stale (the pass heard the rest of the last word): decode again
-            # now, with the whole text as the guard's witness, so that the sentence's end can
-            # still end the segment at its pause instead of at the endpoint's silence
+        # the speaker went on (the CTC pass or the audio says so), or the decode's verdict is
+        # stale (the pass heard the rest of the last word): it is decoded again in this
+        # pause, with the whole text as the guard's witness, so that the sentence's end can
+        # still end the segment there instead of at the endpoint's silence
+        if early is not None and (not early.still_holds(hyp) or over or past
+                                  or (hyp is not None and _judged_on_fewer_words(early, tokens))):
             request.early = None
             self._discard_early(early)
         if request.early is not None and heard is not None:

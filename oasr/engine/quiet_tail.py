@@ -99,17 +99,12 @@ class QuietTail:
         """``skip_s`` in encoder frames."""
         return round(self.skip_s / frame_shift_s)
 
-    def quiet_frames(self, energy: FrameEnergy, decoded_end: int, trailing_blank: int,
-                     frame_shift_s: float) -> int:
-        """Quiet frames that arrived after absolute frame ``decoded_end`` (the decoded audio's
-        end), whose last ``trailing_blank`` frames the CTC pass heard as blank; 0 when the
-        pause is too short or not quieter than the word before it (`quiet_run`)."""
-        return self.quiet_run(energy, decoded_end, trailing_blank, frame_shift_s).frames
-
     def quiet_run(self, energy: FrameEnergy, decoded_end: int, trailing_blank: int,
                   frame_shift_s: float) -> QuietRun:
-        """The quiet frames after absolute frame ``decoded_end`` (see `quiet_frames`), and
-        whether speech followed them.
+        """The quiet frames that arrived after absolute frame ``decoded_end`` (the decoded
+        audio's end), whose last ``trailing_blank`` frames the CTC pass heard as blank (0 when
+        the pause is too short or not quieter than the word before it), and whether speech
+        followed them.
 
         The pause's level is its median energy over at least ``min_pause_s``, after the
         ``skip_s`` its word's sound may still fill. A chunk that ended as the pause began

@@ -32,8 +32,8 @@ def test_quiet_frames_run_up_to_the_first_loud_one() -> None:
     word, pause = [-20.0] * 10, [-60.0] * 10
     energy = _energy(word + pause + [-58.0] * 7 + [-30.0] + [-60.0] * 5)
     # decoded: the word and its pause (10 trailing blank frames); then 7 quiet, a loud one
-    assert tail.quiet_frames(energy, 20, 10, SHIFT) == 7
-    assert tail.quiet_frames(_energy(word + pause + [-57.0] * 4), 20, 10, SHIFT) == 4
+    assert tail.quiet_run(energy, 20, 10, SHIFT).frames == 7
+    assert tail.quiet_run(_energy(word + pause + [-57.0] * 4), 20, 10, SHIFT).frames == 4
 
 
 def test_a_digitally_silent_pause_is_measured_at_the_floor() -> None:
@@ -41,8 +41,8 @@ def test_a_digitally_silent_pause_is_measured_at_the_floor() -> None:
     # -65 dB: quiet against the -60 dB floor, and the run ends at the next word (-50 dB)
     word, zeros = [-26.0] * 10, [-100.0] * 10
     energy = _energy(word + zeros + [-100.0] * 3 + [-65.0] * 4 + [-50.0] + [-65.0] * 2)
-    assert QuietTail().quiet_frames(energy, 20, 10, SHIFT) == 7
-    assert QuietTail(floor_db=-100.0).quiet_frames(energy, 20, 10, SHIFT) == 3
+    assert QuietTail().quiet_run(energy, 20, 10, SHIFT).frames == 7
+    assert QuietTail(floor_db=-100.0).quiet_run(energy, 20, 10, SHIFT).frames == 3
 
 
 def test_a_pause_that_began_at_the_chunks_end_is_measured_on_the_audio_after_it() -> None:
@@ -50,12 +50,12 @@ def test_a_pause_that_began_at_the_chunks_end_is_measured_on_the_audio_after_it(
     # its pause is measured after the 40 ms the word may still fill (frames 12-15)
     tail = QuietTail()
     word = [-20.0] * 11
-    assert tail.quiet_frames(_energy(word + [-35.0] + [-60.0] * 3), 11, 1, SHIFT) == 0  # not yet
+    assert tail.quiet_run(_energy(word + [-35.0] + [-60.0] * 3), 11, 1, SHIFT).frames == 0  # not yet
     energy = _energy(word + [-35.0] + [-60.0] * 9 + [-30.0] + [-60.0] * 3)
     # the word's soft end (frame 11) counts, as a blank frame would; the run stops at -30 dB
-    assert tail.quiet_frames(energy, 11, 1, SHIFT) == 10
+    assert tail.quiet_run(energy, 11, 1, SHIFT).frames == 10
     # the word goes on after the chunk: its frames are no pause
-    assert tail.quiet_frames(_energy(word + [-22.0] * 8 + [-60.0] * 4), 11, 1, SHIFT) == 0
+    assert tail.quiet_run(_energy(word + [-22.0] * 8 + [-60.0] * 4), 11, 1, SHIFT).frames == 0
 
 
 def test_the_last_words_fade_after_the_measure_is_quiet_too() -> None:
@@ -67,14 +67,14 @@ def test_the_last_words_fade_after_the_measure_is_quiet_too() -> None:
     word = [-21.0, -20.0, -18.0, -19.0, -20.0, -20.0, -19.0, -22.0, -29.0, -50.0]
     fade = [-43.0, -45.0, -50.0, -57.0, -70.0]
     energy = _energy(word + fade + [-100.0] * 10)
-    assert tail.quiet_frames(energy, 11, 1, SHIFT) == 14  # frames 11-24: all of it
-    assert QuietTail(decay_s=0.0).quiet_frames(energy, 11, 1, SHIFT) == 1  # the fade ended it
+    assert tail.quiet_run(energy, 11, 1, SHIFT).frames == 14  # frames 11-24: all of it
+    assert QuietTail(decay_s=0.0).quiet_run(energy, 11, 1, SHIFT).frames == 1  # the fade ended it
     # a next word after the fade still ends the run where it starts (frame 19)
-    assert tail.quiet_frames(_energy(word + fade + [-100.0] * 4 + [-25.0] * 3), 11, 1,
-                             SHIFT) == 8
+    assert tail.quiet_run(_energy(word + fade + [-100.0] * 4 + [-25.0] * 3), 11, 1,
+                             SHIFT).frames == 8
     # a level that rises first is no fade (a new sound): the run ends there, as before
     rises = _energy(word + [-43.0, -45.0, -44.0, -57.0, -70.0] + [-100.0] * 10)
-    assert tail.quiet_frames(rises, 11, 1, SHIFT) == 1
+    assert tail.quiet_run(rises, 11, 1, SHIFT).frames == 1
 
 
 def test_the_quiet_after_a_word_the_ctc_pass_has_not_decoded() -> None:
@@ -136,7 +136,7 @@ def test_no_quiet_frames_without_a_pause_to_measure() -> None:
     tail = QuietTail()
     # a "pause" as loud as the word (speech the CTC pass missed) is no reference
     loud = _energy([-20.0] * 10 + [-26.0] * 10 + [-26.0] * 5)
-    assert tail.quiet_frames(loud, 20, 10, SHIFT) == 0
+    assert tail.quiet_run(loud, 20, 10, SHIFT).frames == 0
     with pytest.raises(ValueError, match="durations out of range"):
         QuietTail(min_pause_s=0.0)
     with pytest.raises(ValueError, match="decay_s -0.1"):

@@ -316,7 +316,7 @@ class ContinuousWhisperDecoder:
         drafts = [r.request.draft[:most]
                   if r.temperature == 0 and r.request.temperature_index == 0 else ()
                   for r in rows]
-        guess = draft_tensor(drafts, len(rows), most, spec.eot, model.device)
+        guess = draft_tensor(drafts, most, spec.eot, model.device)
         try:
             for row in rows:
                 self.manager.allocate_row(row.row_id,
@@ -337,14 +337,15 @@ class ContinuousWhisperDecoder:
         first = self._first if width == len(spec.prompt) else self._always
         runs, draft_log_probs = accepted_draft(prompt_logits[:, width - 1:], guess, drafts,
                                                first, self._always)
-        for index, (row, run) in enumerate(zip(rows, runs.tolist(), strict=True)):
+        taken = runs.tolist()
+        for index, (row, run) in enumerate(zip(rows, taken, strict=True)):
             if guess.size(1):
                 self.manager.truncate(row.row_id, width + run)
             row.tokens = list(drafts[index][:run])
             row.token_log_probs = draft_log_probs[index, :run].tolist()
             row.log_prob = float(sum(row.token_log_probs))
         after = prompt_logits[torch.arange(len(rows)), width - 1 + runs]  # (B, V)
-        masks = torch.stack([first if run == 0 else self._always for run in runs.tolist()])
+        masks = torch.stack([first if run == 0 else self._always for run in taken])
         return self._record(rows, after + masks)
 
     def _row_generator(self, request: DecodeRequest, place: int) -> torch.Generator:

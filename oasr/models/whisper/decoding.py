@@ -225,19 +225,17 @@ def beam_search(
     return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns) for h, ns in zip(best, no_speech, strict=True)]
 
 
-def draft_tensor(drafts: Sequence[Sequence[int]] | None, batch: int, most: int, pad: int,
+def draft_tensor(drafts: Sequence[Sequence[int]], most: int, pad: int,
                  device: torch.device) -> torch.Tensor:
     """(B, D) the rows' drafts (at most ``most`` tokens each), shorter ones padded."""
-    rows = [list(d)[:max(most, 0)] for d in drafts] if drafts else [[] for _ in range(batch)]
-    if len(rows) != batch:
-        raise ValueError(f"{len(rows)} drafts for {batch} rows")
+    rows = [list(d)[:most] for d in drafts]
     width = max((len(r) for r in rows), default=0)
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long,
-                        device=device).view(batch, width)
+                        device=device).view(len(rows), width)
 
 
 def accepted_draft(logits: torch.Tensor, guess: torch.Tensor,
-                   drafts: Sequence[Sequence[int]] | None, first: torch.Tensor,
+                   drafts: Sequence[Sequence[int]], first: torch.Tensor,
                    always: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) how many of its draft's first tokens each row takes, greedily: each is the model's
     first choice after the ones before it (so the row's tokens are those a greedy decode picks
@@ -257,7 +255,7 @@ def accepted_draft(logits: torch.Tensor, guess: torch.Tensor,
     log_probs = torch.log_softmax(logits[:, :width].float() + masks, dim=-1)  # (B, D, V)
     chosen = log_probs.gather(-1, guess[..., None])[..., 0]  # (B, D)
     ok = log_probs.argmax(dim=-1) == guess
-    lengths = torch.tensor([len(d) for d in drafts or ()] or [0], device=guess.device)
+    lengths = torch.tensor([len(d) for d in drafts], device=guess.device)
     ok &= torch.arange(width, device=guess.device)[None] < lengths[:, None]
     return torch.cumprod(ok.long(), dim=1).sum(dim=1), chosen  # per row: the agreeing run
 
