@@ -14,10 +14,14 @@ starts and ends:
 A stress variant of the same passages (``--pacing tight``: breaths of 0.3-0.5 s against
 sentence pauses of 0.5-0.8 s, the two closer together than a careful reader's; ``--level-db``
 and ``--snr-db``: the speech re-levelled and mixed with pink noise) checks that a rule tuned on
-the first set holds where pauses and levels are not what it was tuned on.
+the first set holds where pauses and levels are not what it was tuned on. ``--applause``
+puts a burst of applause (synthesised claps, 1-2 s, 10-20 dB below the speech) into every
+sentence pause but the last, 0.1-0.3 s after the sentence: sound that is not speech, which the
+streaming CTC pass may write letters for, between a sentence and the next.
 
     python bench/read_passages.py --out /tmp/passages
     python bench/read_passages.py --out /tmp/passages_tight --pacing tight --level-db -18 --snr-db 20
+    python bench/read_passages.py --out /tmp/passages_applause --applause
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ BREATH_S = (0.2, 0.4)
 SENTENCE_PAUSE_S = (0.6, 1.2)
 # (breath, sentence pause) ranges in seconds, by pacing
 PACINGS = {"read": (BREATH_S, SENTENCE_PAUSE_S), "tight": ((0.3, 0.5), (0.5, 0.8))}
+# --applause: (silence before the burst, its length, its level below the sentence's) ranges
+APPLAUSE_GAP_S, APPLAUSE_S, APPLAUSE_BELOW_DB = (0.1, 0.3), (1.0, 2.0), (10.0, 20.0)
 SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
 # each real sentence: the clips that read it, in order (0880+0890 and 0920+0930 are one
 # sentence each in the book)
@@ -105,10 +111,37 @@ def clauses(sentence: str) -> list[str]:
     return [c.strip() for c in sentence.split(",") if c.strip()]
 
 
+def applause(rng: np.random.Generator, seconds: float) -> np.ndarray:
+    """``seconds`` of applause at unit RMS: claps at random (20-40 a second), each a burst of
+    high-passed noise that dies away in a few milliseconds, at random strengths, faded in and
+    out over 0.2 s."""
+    n = int(seconds * MODEL_SAMPLE_RATE)
+    out = np.zeros(n + MODEL_SAMPLE_RATE // 20)
+    t = np.arange(MODEL_SAMPLE_RATE // 20) / MODEL_SAMPLE_RATE
+    for at in np.sort(rng.uniform(0, seconds, int(seconds * rng.uniform(20, 40)))):
+        clap = np.diff(rng.standard_normal(t.size + 1)) * np.exp(-t / rng.uniform(0.002, 0.008))
+        i = int(at * MODEL_SAMPLE_RATE)
+        out[i:i + t.size] += clap * rng.uniform(0.3, 1.0)
+    out = out[:n]
+    ramp = min(n // 2, MODEL_SAMPLE_RATE // 5)
+    out[:ramp] *= np.linspace(0, 1, ramp)
+    out[n - ramp:] *= np.linspace(1, 0, ramp)
+    return (out / np.sqrt(np.mean(np.square(out)))).astype(np.float32)
+
+
+def _rms(clips: list[np.ndarray]) -> float:
+    """The RMS of the loud part (above 1 % of the peak) of a sentence's clips."""
+    audio = np.concatenate(clips).astype(np.float64)
+    loud = audio[np.abs(audio) > 0.01 * np.abs(audio).max()]
+    return float(np.sqrt(np.mean(np.square(loud))))
+
+
 def join(sentences: list[list[np.ndarray]], rng: np.random.Generator, lead_s: float = 0.5,
-         pacing: str = "read") -> tuple[np.ndarray, list[tuple[float, float]]]:
+         pacing: str = "read", with_applause: bool = False
+         ) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """Clips joined: breaths inside a sentence, sentence pauses between (their ranges from
-    ``PACINGS[pacing]``); each sentence's (start, end) in seconds."""
+    ``PACINGS[pacing]``), with ``with_applause`` a burst of applause before every sentence
+    pause but the last (`applause`); each sentence's (start, end) in seconds."""
     breath_s, pause_s = PACINGS[pacing]
     pieces = [np.zeros(int(lead_s * MODEL_SAMPLE_RATE), np.float32)]
     spans, t = [], lead_s
@@ -122,6 +155,12 @@ def join(sentences: list[list[np.ndarray]], rng: np.random.Generator, lead_s: fl
                 pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
                 t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
         spans.append((round(start, 3), round(t, 3)))
+        if with_applause and i < len(sentences) - 1:
+            gap = int(rng.uniform(*APPLAUSE_GAP_S) * MODEL_SAMPLE_RATE)
+            burst = applause(rng, rng.uniform(*APPLAUSE_S))
+            burst *= _rms(clips) * 10 ** (-rng.uniform(*APPLAUSE_BELOW_DB) / 20)
+            pieces += [np.zeros(gap, np.float32), burst]
+            t += (gap + len(burst)) / MODEL_SAMPLE_RATE
         gap = rng.uniform(*pause_s) if i < len(sentences) - 1 else 1.0
         pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
         t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
@@ -145,9 +184,11 @@ def degrade(audio: np.ndarray, rng: np.random.Generator, level_db: float = 0.0,
 
 
 def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read",
-          level_db: float = 0.0, snr_db: float | None = None) -> list[Path]:
+          level_db: float = 0.0, snr_db: float | None = None,
+          with_applause: bool = False) -> list[Path]:
     """Write every passage (WAV + JSON of sentence spans and texts) under ``out``, paced by
-    ``pacing`` and degraded by ``level_db`` / ``snr_db`` (`degrade`)."""
+    ``pacing``, with applause after sentences when ``with_applause`` (`join`), and degraded
+    by ``level_db`` / ``snr_db`` (`degrade`)."""
     import soundfile as sf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -159,7 +200,8 @@ def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read"
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(REAL_SENTENCES))
         sents = [REAL_SENTENCES[i] for i in order]
-        audio, spans = join([[real[n] for n in s] for s in sents], rng, pacing=pacing)
+        audio, spans = join([[real[n] for n in s] for s in sents], rng, pacing=pacing,
+                            with_applause=with_applause)
         audio = degrade(audio, rng, level_db, snr_db)
         texts = [" ".join(manifest[n] for n in s) for s in sents]
         written.append(_write(out / f"real_{seed}", audio, spans, texts, sf))
@@ -167,7 +209,7 @@ def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read"
             (v, t) for v in VOICES for t in TEXTS.items()):
         rng = np.random.default_rng(100 + seed)
         clips = [[trim(synthesise(voice, c)) for c in clauses(s)] for s in sentences]
-        audio, spans = join(clips, rng, pacing=pacing)
+        audio, spans = join(clips, rng, pacing=pacing, with_applause=with_applause)
         audio = degrade(audio, rng, level_db, snr_db)
         written.append(_write(out / f"tts_{voice}_{name}", audio, spans, sentences, sf))
     return written
@@ -193,9 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level-db", type=float, default=0.0, help="scale the passages by this gain")
     p.add_argument("--snr-db", type=float, default=None,
                    help="mix in pink noise this far below the speech's power")
+    p.add_argument("--applause", action="store_true",
+                   help="a burst of applause after every sentence but the last")
     args = p.parse_args(argv)
     for wav in build(args.out, args.devset, pacing=args.pacing, level_db=args.level_db,
-                     snr_db=args.snr_db):
+                     snr_db=args.snr_db, with_applause=args.applause):
         print(wav)
     return 0
 

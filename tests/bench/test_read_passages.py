@@ -41,3 +41,40 @@ def test_degrade_re_levels_and_mixes_noise_at_the_asked_snr() -> None:
     snr = 10 * np.log10(speech_power / float(np.mean(np.square(noise))))
     assert snr == pytest.approx(20.0, abs=0.5)
     assert np.abs(noisy[: SR // 2]).max() > 0  # the pauses hold the noise too
+
+
+def test_applause_fills_the_sentence_pauses_but_the_last_below_the_speech() -> None:
+    bench = load_bench_script("read_passages")
+    sentences = [[tone(0.5)], [tone(0.6)], [tone(0.4)]]
+    audio, spans = bench.join(sentences, np.random.default_rng(2), with_applause=True)
+    plain, plain_spans = bench.join(sentences, np.random.default_rng(2))
+    speech_db = 10 * np.log10(np.mean(np.square(tone(0.5).astype(np.float64))))
+    gap_s, burst_s = bench.APPLAUSE_GAP_S, bench.APPLAUSE_S
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        skip = int(0.002 * SR)  # the span's end is rounded to the millisecond
+        pause = audio[int(end * SR) + skip: int(start * SR) - skip].astype(np.float64)
+        loud = (np.flatnonzero(np.abs(pause) > 1e-4) + skip) / SR
+        # the burst starts after a short silence and lasts as asked
+        assert gap_s[0] - 0.01 <= loud[0] <= gap_s[1] + 0.01
+        assert burst_s[0] - 0.25 <= loud[-1] - loud[0] <= burst_s[1]
+        burst = pause[int(loud[0] * SR) - skip: int(loud[-1] * SR) - skip]
+        level = 10 * np.log10(np.mean(np.square(burst)))
+        below = speech_db - level
+        assert bench.APPLAUSE_BELOW_DB[0] - 1 <= below <= bench.APPLAUSE_BELOW_DB[1] + 1
+        # then a sentence pause of silence before the next sentence
+        assert start - end - loud[-1] >= bench.PACINGS["read"][1][0] - 0.01
+    last_end = spans[-1][1]
+    assert not np.abs(audio[int(last_end * SR) + 32:]).any()  # none after the last sentence
+    assert len(plain_spans) == len(spans) and len(audio) > len(plain)
+
+
+def test_applause_is_claps_not_a_steady_noise() -> None:
+    bench = load_bench_script("read_passages")
+    burst = bench.applause(np.random.default_rng(3), 1.5).astype(np.float64)
+    assert len(burst) == int(1.5 * SR)
+    assert np.sqrt(np.mean(np.square(burst))) == pytest.approx(1.0, rel=1e-3)
+    # claps: the 10 ms frames' energies spread far more than steady noise's do
+    frames = burst[: len(burst) // 160 * 160].reshape(-1, 160)
+    db = 10 * np.log10(np.mean(np.square(frames), axis=1) + 1e-12)
+    middle = db[20:-20]  # the fades aside
+    assert np.percentile(middle, 90) - np.percentile(middle, 10) > 6.0
