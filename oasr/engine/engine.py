@@ -39,6 +39,9 @@ SEGMENT_AUDIO_MARGIN_S = 5.0  # audio kept beyond the second pass's window
 MAX_LENGTH_REASON = "max_length"  # a segment ended at the model's position limit
 # the endpoint count of segments ended at a sentence's end (`EngineConfig.sentence_end_s`)
 SENTENCE_END_RULE = "sentence"
+# ... a segment ended where its sentence did, the CTC tokens after it no words
+# (`FinalPublisher.end_before_noise`)
+SENTENCE_BEFORE_NOISE_RULE = "sentence_before_noise"
 
 
 class ASREngine:
@@ -357,7 +360,15 @@ class ASREngine:
     def _end_at_sentence(self, request: Request, hyp: Hypothesis,
                          between_chunks: bool = False) -> bool:
         """End the open segment now if its early decode ends a sentence and the pause after
-        it is long enough (`FinalPublisher.at_sentence_end`); whether it ended."""
+        it is long enough (`FinalPublisher.at_sentence_end`), or in the past where a sentence
+        ended that the sound since holds no words after (`FinalPublisher.end_before_noise`);
+        whether it ended."""
+        noise = self.finals.end_before_noise(
+            request, self._cuts.max_rewind_frames - self._geometry.chunk_size)
+        if noise is not None:
+            self._end_segment(request, "endpoint", noise.cut, words_to=noise.words_to)
+            self.stats.count_endpoint(SENTENCE_BEFORE_NOISE_RULE, between_chunks)
+            return True
         if not self.finals.at_sentence_end(request, hyp, request.num_pause_frames):
             return False
         heard = self._cuts.heard_pause(request, hyp)
@@ -394,19 +405,24 @@ class ASREngine:
         self._end_segment(request, MAX_LENGTH_REASON)
         self.stats.count_endpoint(MAX_LENGTH_REASON)
 
-    def _end_segment(self, request: Request, reason: str, cut_frame: int | None = None) -> None:
+    def _end_segment(self, request: Request, reason: str, cut_frame: int | None = None,
+                     words_to: int | None = None) -> None:
         """Publish the segment's final and start the stream's history over in place.
 
         Args:
             cut_frame: the segment ends after this many of its frames (None: all decoded);
                 fewer means a cut in the past: its final keeps the tokens before the cut and
                 the frames after it are decoded again as the next segment's first.
+            words_to: the final keeps only the tokens before this frame (at most the cut):
+                the CTC pass's tokens after it were no words (`FinalPublisher.end_before_noise`).
         """
         decoded = request.segment_frames
         cut = decoded if cut_frame is None else cut_frame
         assert 0 <= cut <= decoded, (cut, decoded)
+        kept = cut if words_to is None else words_to
+        assert 0 <= kept <= cut, (kept, cut)
         hyp = self.resources.final_hypothesis(request.stream_id,
-                                              None if cut == decoded else cut)
+                                              None if kept == decoded else kept)
         request.num_frames_decoded = request.segment_start_frame + cut
         self._cuts.forget_words_past(request, cut)
         self._emit_final(request, reason, hyp)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,16 @@ SENTENCE_MIN_WORDS = 3
 # a CTC token this close to the end of the quiet audio an early decode was given may be a new
 # word's soft start, not the last word's late letters (`EarlyFinal.still_holds`)
 LATE_TOKEN_GUARD_S = 0.1
+
+
+@dataclass(frozen=True)
+class NoiseCut:
+    """A segment that ends where its sentence did, the sound after it no words
+    (`FinalPublisher.end_before_noise`), in segment-relative encoder frames: ``cut`` where
+    the segment ends, ``words_to`` where its final's CTC tokens end."""
+
+    cut: int
+    words_to: int
 
 
 def pause_after_last_token(request: Request, hyp: Hypothesis | None) -> int:
@@ -128,6 +138,7 @@ class FinalPublisher:
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=request.num_frames_decoded * shift)
         early, request.early = request.early, None
+        self._forget_sentence(request)
         if (early is not None and audio is not None
                 and not _judged_on_fewer_words(early, tuple(hyp.tokens))
                 and self._is_final(early, request, hyp)):
@@ -174,9 +185,12 @@ class FinalPublisher:
         them, or the audio holds one: a word's end after its audio, or speech after a pause
         shorter than a sentence's, ``HeardPause.went_on``: the decode cannot end the segment
         there, and the second pass is free a chunk sooner; after a sentence's pause it is
-        kept, its answer may still end the segment at that pause), and one whose answer the
-        guard rejected against a CTC text the pass has changed since is started again
-        (`_judged_on_fewer_words`)."""
+        kept, its answer may still end the segment at that pause; one whose answer ended a
+        sentence is kept aside, `_keep_or_discard`), and one whose answer the guard rejected
+        against a CTC text the pass has changed since is started again
+        (`_judged_on_fewer_words`). While a sentence's end is kept aside, a decode still
+        running is left to answer: it tells whether the sound since holds words
+        (`end_before_noise`)."""
         if not self.early_frames or self.worker is None:
             return  # off: nothing to start or drop, on every chunk of every stream
         early = request.early
@@ -191,11 +205,17 @@ class FinalPublisher:
         # the speaker went on (the CTC pass or the audio says so), or the decode's verdict is
         # stale (the pass heard the rest of the last word): it is decoded again in this
         # pause, with the whole text as the guard's witness, so that the sentence's end can
-        # still end the segment there instead of at the endpoint's silence
-        if early is not None and (not early.still_holds(hyp) or over or past
-                                  or (hyp is not None and _judged_on_fewer_words(early, tokens))):
+        # still end the segment there instead of at the endpoint's silence. One that runs
+        # while a sentence's end is kept is left to answer: it tells whether the sound since
+        # that end holds words (`end_before_noise`)
+        kept = request.sentence_heard
+        testing = (early is not None and early.done is None
+                   and kept is not None and kept.done is not None)
+        if early is not None and not testing and (
+                not early.still_holds(hyp) or over or past
+                or (hyp is not None and _judged_on_fewer_words(early, tokens))):
             request.early = None
-            self._discard_early(early)
+            self._keep_or_discard(request, early)
         if request.early is not None and heard is not None:
             # the same pause, heard longer and still quiet: a CTC token in it is the last
             # word's late letter too, though the decode was not given that audio
@@ -203,7 +223,8 @@ class FinalPublisher:
         pause_frames = heard.frames if heard is not None else pause_after_last_token(request, hyp)
         if (request.early is not None or num_streams > self.light_load_streams
                 or over
-                or hyp is None or not hyp.timestamps or pause_frames < self.early_frames
+                or hyp is None or not hyp.timestamps
+                or pause_frames < self.early_frames
                 or self.worker.backlog >= EARLY_MAX_BACKLOG * self.worker.num_decoders):
             return
         audio = self._segment_audio(request, heard.audio_end if heard is not None else None)
@@ -216,6 +237,78 @@ class FinalPublisher:
                                        num_frames=spoken_to - request.segment_start_frame,
                                        heard_to=len(audio) // self.timing.samples_per_frame,
                                        quiet_to=self._quiet_to(request, heard))
+
+    def _keep_or_discard(self, request: Request, early: EarlyFinal) -> None:
+        """An early decode the speaker went on from, as far as the CTC pass or the audio
+        tells: kept as the segment's ``sentence_heard`` when its answer ended a sentence
+        (the tokens or the sound after it may be no words: `end_before_noise`), unless an
+        older one with the same answer is kept (heard over less of the noise: its end is the
+        sentence's); one still decoding is left to answer while another decoder is idle
+        (`on_sentence_heard` then keeps or drops it); else dropped."""
+        kept = request.sentence_heard
+        done = early.done
+        if done is None:
+            idle = self.worker is not None and self.worker.backlog < self.worker.num_decoders
+            if self.sentence_frames and kept is None and idle:
+                request.sentence_heard = early
+            else:
+                self._discard_early(early)
+            return
+        if (not self._ends_sentence(done, request)
+                or (kept is not None and kept.done is not None and kept.done.text == done.text)):
+            self._discard_early(early)
+            return
+        self._forget_sentence(request)
+        request.sentence_heard = early
+
+    def _ends_sentence(self, done: SecondPassDone, request: Request) -> bool:
+        """Whether an early decode's answer ends the open segment's sentence."""
+        return (bool(self.sentence_frames) and done.text is not None
+                and ends_sentence(done.text, self._min_words(request)))
+
+    def on_sentence_heard(self, request: Request, done: SecondPassDone) -> None:
+        """The answer of the early decode kept while it ran (`_keep_or_discard`): it stays
+        the segment's sentence end when it ends a sentence; else it is dropped."""
+        kept = request.sentence_heard
+        assert kept is not None and kept.job_id == done.job_id
+        kept.done = done
+        if not self._ends_sentence(done, request):
+            self._forget_sentence(request)
+
+    def _forget_sentence(self, request: Request) -> None:
+        """The segment's kept sentence end is not its final (counted as discarded)."""
+        if request.sentence_heard is not None:
+            self._discard_early(request.sentence_heard)
+            request.sentence_heard = None
+
+    def end_before_noise(self, request: Request, max_back: int) -> NoiseCut | None:
+        """Where to end the open segment, in the past, when its kept sentence end
+        (`Request.sentence_heard`) is its final: a later early decode, given ``sentence_s``
+        more audio, answered the same text, so the CTC tokens that dropped the first were no
+        words Whisper hears (applause, a cough, a door: sound a streaming CTC model writes
+        letters for; or the last word's late letters); None otherwise (and, when the later
+        decode answered other text, the speaker went on: the kept one is dropped). The
+        segment ends where the later decode started (a pause after every CTC token before
+        it, so Whisper heard them whole), its final the kept decode's answer over the tokens
+        before the kept one's audio; the audio after the cut is decoded again as the next
+        segment's, so a word the later decode heard only the start of is not lost.
+        ``max_back``: the most frames a cut may reach back (what the stream still holds)."""
+        kept, early = request.sentence_heard, request.early
+        if kept is None or kept.done is None or early is None or early.done is None:
+            return None
+        if early.done.text != kept.done.text:
+            if early.done.text is not None:
+                self._forget_sentence(request)
+            return None
+        if (early.heard_to - kept.heard_to < self.sentence_frames
+                or request.segment_frames - early.num_frames > max_back
+                or not self._begins_with_committed(kept, request)):
+            return None
+        request.sentence_heard = None
+        request.early = kept
+        self._discard_early(early)
+        return NoiseCut(cut=min(early.num_frames, request.segment_frames),
+                        words_to=kept.num_frames)
 
     def _quiet_to(self, request: Request, heard: HeardPause | None) -> int:
         """The segment-relative frame up to which a heard pause's audio counts as quiet
@@ -273,8 +366,10 @@ class FinalPublisher:
         started: they were forced into it, or its own answer begins with them (it refined
         the partial when it came, `Refiner.apply_early`, and the words it agreed on with the
         refinement before it were committed from it)."""
-        if not self._holds(early, request, hyp):
-            return False
+        return self._holds(early, request, hyp) and self._begins_with_committed(early, request)
+
+    def _begins_with_committed(self, early: EarlyFinal, request: Request) -> bool:
+        """Whether the early decode begins with every word committed since it started."""
         committed = self._committed(request)
         if early.prefix == committed:
             return True
@@ -341,6 +436,9 @@ class FinalPublisher:
         if pending is None:
             if request.early is not None and request.early.job_id == done.job_id:
                 request.early.done = done  # kept for the final, if the segment ends on it
+            elif (request.sentence_heard is not None
+                  and request.sentence_heard.job_id == done.job_id):
+                self.on_sentence_heard(request, done)
             return
         self.second_pass_seconds += done.seconds
         if done.rejected is not None:
@@ -391,6 +489,7 @@ class FinalPublisher:
         if request.early is not None:
             self._discard_early(request.early)
             request.early = None
+        self._forget_sentence(request)
         for job_id, pending in request.pending_finals.items():
             if self.worker is not None and not pending.answered:  # (answered: no job runs)
                 self.worker.abort(job_id)

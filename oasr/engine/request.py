@@ -194,6 +194,10 @@ class Request:
     pending_finals: dict[int, PendingFinal] = field(default_factory=dict)  # job id -> final
     last_final: SpokenContext | None = None  # the last final published (its text, its audio)
     early: EarlyFinal | None = None  # the open segment's final decode, started at a pause
+    # an early decode whose answer ended the open segment's sentence, dropped for CTC tokens
+    # after its audio: a later one that answers the same over a sentence's pause more audio
+    # says they were no words (applause, a cough) (`FinalPublisher.end_before_noise`)
+    sentence_heard: EarlyFinal | None = None
     endpointer: Endpointer | None = None  # this stream's own endpoint rules; None: the engine's
     refine: RefineState | None = None  # refined partials of the open segment (second pass on)
     ctc_starts: list[int] = field(default_factory=list)  # frame each word of last_partial starts

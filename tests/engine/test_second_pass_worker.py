@@ -25,7 +25,7 @@ from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.events import Final, Partial
 from oasr.engine.family import FrameTiming
 from oasr.engine.final_guard import GuardVerdict
-from oasr.engine.finals import FinalPublisher
+from oasr.engine.finals import FinalPublisher, NoiseCut
 from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig, RefineState
 from oasr.engine.request import HeardPause, Request, SegmentAudio, SpokenContext
@@ -769,6 +769,7 @@ def test_speech_heard_after_the_pause_drops_the_early_decode_before_the_next_chu
     worker, finals, request = _sentence_rules()
     finals.start_early(request, _hyp([5, 6], 90), heard=HeardPause(12, 100, 102))
     (early,) = worker.jobs
+    worker.backlog = 1  # the one decoder is busy with it
     # the pause heard longer: the decode stands
     finals.start_early(request, _hyp([5, 6], 90), heard=HeardPause(16, 100, 106))
     assert request.early is not None and not worker.aborted
@@ -778,6 +779,7 @@ def test_speech_heard_after_the_pause_drops_the_early_decode_before_the_next_chu
     assert worker.aborted == [early.job_id] and request.early is None
     assert len(worker.jobs) == 1  # no decode of a pause that is over
     # the next pause starts one as before
+    worker.backlog = 0
     request.offset = request.num_frames_decoded = 140
     finals.start_early(request, _hyp([5, 6, 7], 125))
     assert len(worker.jobs) == 2 and request.early is not None
@@ -872,6 +874,135 @@ def test_a_sentence_the_segment_before_left_unfinished_ends_in_fewer_words() -> 
         assert finals.at_sentence_end(request, hyp, 30) is ends, previous
     request.last_final = SpokenContext(2, 0, "of someone or other")  # not the one before
     assert not finals.at_sentence_end(request, hyp, 30)
+
+
+SENTENCE = "Ask what you can do for your country."
+
+
+def _sentence_then_noise() -> tuple[_QueueingWorker, FinalPublisher, Request, SecondPassJob]:
+    """A segment whose early decode (to frame 100) answered a sentence; the CTC pass then
+    wrote a token (9) in the sound after it (applause), at frame 120 of 132 decoded: the decode
+    is dropped but kept as the sentence's end, and a second one starts on the longer audio."""
+    worker, finals, request = _sentence_rules()
+    finals.start_early(request, _hyp([5, 6, 7], 84))
+    (first,) = worker.jobs
+    finals.on_second_pass(request, _answer(first, SENTENCE, (5, 6, 7)))
+    request.offset = request.num_frames_decoded = 132
+    finals.start_early(request, _hyp([5, 6, 7, 9], 120))
+    assert request.sentence_heard is not None and request.sentence_heard.job_id == first.job_id
+    assert len(worker.jobs) == 2 and not worker.aborted
+    return worker, finals, request, first
+
+
+def test_a_sentence_heard_again_over_noise_ends_the_segment_where_it_ended() -> None:
+    # traced (JFK's "... for your country." then applause): the CTC pass wrote "try to try
+    # to avery are" over 3 s of applause, every early decode answered the sentence and was
+    # dropped for the next token, and the final came when the applause stopped, 4.3 s late
+    worker, finals, request, first = _sentence_then_noise()
+    published = _finals_of(request)
+    second = worker.jobs[1]
+    assert finals.end_before_noise(request, 150) is None  # the second has not answered
+    finals.on_second_pass(request, _answer(second, SENTENCE, (5, 6, 7)))
+    request.offset = request.num_frames_decoded = 170  # a chunk on since the second started
+    assert finals.end_before_noise(request, 37) is None  # the stream no longer holds frame 132
+    # the segment ends where the second started (a pause after every token it heard), its
+    # final's tokens those before the first one's audio, its text the first one's answer
+    assert finals.end_before_noise(request, 150) == NoiseCut(cut=132, words_to=100)
+    assert request.early is not None and request.early.job_id == first.job_id
+    assert request.sentence_heard is None
+    # the engine ends the segment there (its later frames decoded again as the next one's)
+    request.num_frames_decoded = 132
+    finals.publish(request, _hyp([5, 6, 7], 84), "endpoint")
+    assert [f.text for f in published] == [SENTENCE] and len(worker.jobs) == 2
+    assert (finals.num_early_used, finals.num_early_discarded) == (1, 1)
+
+
+@pytest.mark.parametrize("later", ["Ask what you can do for your country. And so", None])
+def test_a_later_answer_with_more_words_or_none_does_not_end_the_segment(
+        later: str | None) -> None:
+    worker, finals, request, _ = _sentence_then_noise()
+    finals.on_second_pass(request, _answer(worker.jobs[1], later, (5, 6, 7, 8, 9)[:5 if later else 0]))
+    assert finals.end_before_noise(request, 150) is None
+    # words after the sentence: it is over; no answer (the guard, a failure): still kept
+    assert (request.sentence_heard is None) is (later is not None)
+
+
+def test_a_sentence_end_is_kept_only_when_it_ends_a_sentence_and_heard_long_enough() -> None:
+    worker, finals, request, first = _sentence_then_noise()
+    second = worker.jobs[1]
+    request.refine.prefix_tokens = (42,)  # committed from elsewhere: not its final
+    finals.on_second_pass(request, _answer(second, SENTENCE, (5, 6, 7)))
+    assert finals.end_before_noise(request, 150) is None
+    request.refine.prefix_tokens = ()
+    assert finals.end_before_noise(request, 150) == NoiseCut(cut=132, words_to=100)
+    # heard over less than a sentence's pause more audio: not yet
+    worker, finals, request, first = _sentence_then_noise()
+    assert request.early is not None
+    request.early.heard_to = 124
+    finals.on_second_pass(request, _answer(worker.jobs[1], SENTENCE, (5, 6, 7)))
+    assert finals.end_before_noise(request, 150) is None
+    # an early decode that answered no sentence is dropped, not kept
+    worker, finals, request = _sentence_rules()
+    finals.start_early(request, _hyp([5, 6, 7], 84))
+    finals.on_second_pass(request, _answer(worker.jobs[0], "Ask what you can", (5, 6)))
+    request.offset = request.num_frames_decoded = 132
+    finals.start_early(request, _hyp([5, 6, 7, 9], 120))
+    assert request.sentence_heard is None and finals.num_early_discarded == 1
+
+
+def test_a_decode_dropped_while_another_decoder_is_idle_answers_as_a_sentence_end() -> None:
+    # traced (flite awb, "... of their daughters." then applause): the applause sounded like
+    # speech after 0.28 s of pause (`HeardPause.went_on`), so the early decode was aborted
+    # before it answered, and the final waited for the applause to end. With a decoder idle
+    # it answers: a sentence's end is kept, anything else dropped
+    for text, kept in ((SENTENCE, True), ("Ask what you can do for your", False)):
+        worker, finals, request = _sentence_rules()
+        worker.num_decoders = 2
+        finals.start_early(request, _hyp([5, 6, 7], 86))
+        (first,) = worker.jobs
+        worker.backlog = 1  # itself: the other decoder is idle
+        finals.start_early(request, _hyp([5, 6, 7], 86),
+                           heard=HeardPause(14, 100, 112, went_on=True))
+        assert request.early is None and not worker.aborted
+        assert request.sentence_heard is not None and len(worker.jobs) == 1
+        finals.on_second_pass(request, _answer(first, text, (5, 6, 7)))
+        assert (request.sentence_heard is not None) is kept, text
+        assert finals.num_early_discarded == (0 if kept else 1)
+    # both decoders busy: aborted at once, as before
+    worker, finals, request = _sentence_rules()
+    worker.num_decoders = 2
+    finals.start_early(request, _hyp([5, 6, 7], 86))
+    worker.backlog = 2
+    finals.start_early(request, _hyp([5, 6, 7], 86), heard=HeardPause(14, 100, 112, went_on=True))
+    assert worker.aborted == [worker.jobs[0].job_id] and request.sentence_heard is None
+
+
+def test_the_decode_that_tests_the_noise_starts_at_a_pause_after_the_ctc_tokens() -> None:
+    # the words the CTC pass wrote since must lie whole in its audio: one started right after
+    # a token ("... times. [breath] it wa") could answer without the half-heard word, the
+    # same as the kept sentence, and cut the sentence at the breath
+    for last_token, starts in ((138, False), (129, True)):
+        worker, finals, request = _sentence_rules()
+        finals.start_early(request, _hyp([5, 6, 7], 84))
+        finals.on_second_pass(request, _answer(worker.jobs[0], SENTENCE, (5, 6, 7)))
+        request.offset = request.num_frames_decoded = 140
+        finals.start_early(request, _hyp([5, 6, 7, 9], last_token))
+        assert request.sentence_heard is not None
+        assert (len(worker.jobs) == 2) is starts, last_token
+    # while it runs, more tokens or sound like speech do not drop it: its answer is the test
+    first, second = worker.jobs
+    finals.start_early(request, _hyp([5, 6, 7, 9, 11], 141))
+    finals.start_early(request, _hyp([5, 6, 7, 9, 11], 141),
+                       heard=HeardPause(3, 142, 145, went_on=True))
+    assert request.early is not None and request.early.job_id == second.job_id
+    assert not worker.aborted and len(worker.jobs) == 2
+    # it answers the same, then a token drops it: the first stays the sentence's end (its
+    # audio ends where the sentence did), and a third decode tests the noise
+    finals.on_second_pass(request, _answer(second, SENTENCE, (5, 6, 7)))
+    request.offset = request.num_frames_decoded = 160
+    finals.start_early(request, _hyp([5, 6, 7, 9, 11], 145))
+    assert request.sentence_heard is not None and request.sentence_heard.job_id == first.job_id
+    assert len(worker.jobs) == 3 and finals.num_early_discarded == 1  # the second
 
 
 def test_an_early_decode_the_guard_rejected_on_half_a_word_is_decoded_again() -> None:

@@ -148,3 +148,34 @@ def test_a_last_word_after_a_pause_stays_in_its_sentence() -> None:
     assert "nly" in kept[0][0].split()[-1] and kept[1][0].startswith("it"), kept
     cut_at_once = segments(audio, EndpointConfig(tail_words=0))
     assert "nly" not in cut_at_once[0][0], cut_at_once  # what tail_words prevents
+
+
+def test_a_segment_ended_before_noise_keeps_its_words_and_drops_the_tokens_after_them() -> None:
+    # `FinalPublisher.end_before_noise`: the segment ends where the later early decode
+    # started (frame 130), its final's tokens only those before the kept decode's audio
+    # (frame 100): the CTC pass's tokens in between were no words; the next segment is
+    # decoded from the cut
+    audio, _ = passage([SS.format(880), 0.3, SS.format(890)])
+    engine = ASREngine(EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1,
+                                    endpoint=EndpointConfig(rule2=None, rule3=None, rule4=None)))
+    finals: list[Final] = []
+    engine.submit(OpenStream(1, lambda e: finals.append(e) if isinstance(e, Final) else None))
+    engine.submit(AppendAudio(1, audio))
+    for _ in range(1_000):
+        engine.step()
+        request = engine.requests[1]
+        if request.segment_frames >= 160:
+            break
+    whole = engine.resources.final_hypothesis(1)
+    assert sum(t >= 100 for t in whole.timestamps) >= 3  # words after frame 100 to drop
+    engine._end_segment(request, "endpoint", 130, words_to=100)
+    (first,) = finals
+    assert first.end <= 100 * 0.02 and first.text
+    assert whole.text.startswith(first.text)
+    assert request.segment_start_frame == 130 and request.num_frames_decoded == 130
+    engine.submit(EndStream(1))
+    for _ in range(10_000):
+        engine.step()
+        if not engine.requests:
+            break
+    assert len(finals) == 2 and finals[1].start >= 130 * 0.02
