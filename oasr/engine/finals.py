@@ -244,7 +244,7 @@ class FinalPublisher:
         (the tokens or the sound after it may be no words: `end_before_noise`), unless an
         older one with the same answer is kept (heard over less of the noise: its end is the
         sentence's); one still decoding is left to answer while another decoder is idle
-        (`on_sentence_heard` then keeps or drops it); else dropped."""
+        (`_on_sentence_heard` then keeps or drops it); else dropped."""
         kept = request.sentence_heard
         done = early.done
         if done is None:
@@ -266,7 +266,7 @@ class FinalPublisher:
         return (bool(self.sentence_frames) and done.text is not None
                 and ends_sentence(done.text, self._min_words(request)))
 
-    def on_sentence_heard(self, request: Request, done: SecondPassDone) -> None:
+    def _on_sentence_heard(self, request: Request, done: SecondPassDone) -> None:
         """The answer of the early decode kept while it ran (`_keep_or_discard`): it stays
         the segment's sentence end when it ends a sentence; else it is dropped."""
         kept = request.sentence_heard
@@ -307,8 +307,8 @@ class FinalPublisher:
         request.sentence_heard = None
         request.early = kept
         self._discard_early(early)
-        return NoiseCut(cut=min(early.num_frames, request.segment_frames),
-                        words_to=kept.num_frames)
+        cut = min(early.num_frames, request.segment_frames)
+        return NoiseCut(cut=cut, words_to=min(kept.num_frames, cut))
 
     def _quiet_to(self, request: Request, heard: HeardPause | None) -> int:
         """The segment-relative frame up to which a heard pause's audio counts as quiet
@@ -438,7 +438,7 @@ class FinalPublisher:
                 request.early.done = done  # kept for the final, if the segment ends on it
             elif (request.sentence_heard is not None
                   and request.sentence_heard.job_id == done.job_id):
-                self.on_sentence_heard(request, done)
+                self._on_sentence_heard(request, done)
             return
         self.second_pass_seconds += done.seconds
         if done.rejected is not None:
