@@ -55,18 +55,11 @@ class SegmentCuts:
         return lo + quietest_frame(energy) - start + 1  # the segment keeps the quiet frame
 
     @staticmethod
-    def keeps_committed(request: Request, cut: int) -> bool:
-        """Whether a segment ending after ``cut`` of its frames holds the audio of its
-        committed words (so its final may be decoded with them forced): the refinement that
-        committed them heard no further than the cut, or heard only silence after it (no CTC
-        token there: a sentence pause cut in its middle, the refinement made at that pause)."""
-        refine = request.refine
-        return (refine is None or not refine.agreement.committed
-                or SegmentCuts._refined_before(request, cut))
-
-    @staticmethod
-    def _refined_before(request: Request, cut: int) -> bool:
-        """Whether the newest refinement heard no word after ``cut`` of the segment's frames."""
+    def refined_before(request: Request, cut: int) -> bool:
+        """Whether the newest refinement heard no word after ``cut`` of the segment's frames,
+        so a segment ending there holds the audio of its refined words: the refinement heard
+        no further than the cut, or heard only silence after it (no CTC token there: a
+        sentence pause cut in its middle, the refinement made at that pause)."""
         refine = request.refine
         if refine is None or refine.refined_frames <= cut:
             return True
@@ -81,7 +74,7 @@ class SegmentCuts:
         word after the cut, its words may lie there, so the final is decoded without them,
         neither the committed ones forced nor the tentative ones as a draft."""
         refine = request.refine
-        if refine is not None and not SegmentCuts._refined_before(request, cut):
+        if refine is not None and not SegmentCuts.refined_before(request, cut):
             refine.prefix_tokens = refine.draft_tokens = ()
 
     def heard_pause(self, request: Request, hyp: Hypothesis | None) -> int:

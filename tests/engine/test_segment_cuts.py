@@ -64,19 +64,19 @@ def test_a_cut_in_a_pause_keeps_the_committed_words_a_refinement_heard_there() -
     words = [8, 9, 10, 11, 40, 41, 42]  # CTC tokens' frames: speech to 42, a pause, then 90
     request.last_step = StreamStep(Hypothesis(list(range(len(words))), "", 0.0, words),
                                    FrameStats(100, 0, True))
-    assert SegmentCuts.keeps_committed(request, 60)  # nothing refined: nothing to keep
+    assert SegmentCuts.refined_before(request, 60)  # nothing refined: nothing to keep
     request.refine = RefineState(refined_frames=70)
-    assert SegmentCuts.keeps_committed(request, 60)  # nothing committed
+    assert SegmentCuts.refined_before(request, 60)  # nothing committed, 60-69 silent
     request.refine.agreement.update(["a", "b"])
     request.refine.agreement.update(["a", "b", "c"])
-    assert SegmentCuts.keeps_committed(request, 60)  # the refined frames 60-69 are silent
-    assert not SegmentCuts.keeps_committed(request, 41)  # a word after the cut was heard
+    assert SegmentCuts.refined_before(request, 60)  # the refined frames 60-69 are silent
+    assert not SegmentCuts.refined_before(request, 41)  # a word after the cut was heard
     request.refine.refined_frames = 100
     request.last_step = StreamStep(Hypothesis([1, 2], "", 0.0, [8, 90]),
                                    FrameStats(100, 0, True))
-    assert not SegmentCuts.keeps_committed(request, 60)  # ... the word at frame 90
+    assert not SegmentCuts.refined_before(request, 60)  # ... the word at frame 90
     request.last_step = None
-    assert not SegmentCuts.keeps_committed(request, 60)  # no CTC words to tell
+    assert not SegmentCuts.refined_before(request, 60)  # no CTC words to tell
 
 
 def test_a_cut_before_a_word_the_refinement_heard_drops_its_prefix_and_draft() -> None:
