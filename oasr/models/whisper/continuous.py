@@ -316,7 +316,7 @@ class ContinuousWhisperDecoder:
         drafts = [r.request.draft[:most]
                   if r.temperature == 0 and r.request.temperature_index == 0 else ()
                   for r in rows]
-        guess = draft_tensor(drafts, most, spec.eot, model.device)
+        guess = draft_tensor(drafts, spec.eot, model.device)
         try:
             for row in rows:
                 self.manager.allocate_row(row.row_id,

@@ -225,10 +225,10 @@ def beam_search(
     return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns) for h, ns in zip(best, no_speech, strict=True)]
 
 
-def draft_tensor(drafts: Sequence[Sequence[int]], most: int, pad: int,
+def draft_tensor(drafts: Sequence[Sequence[int]], pad: int,
                  device: torch.device) -> torch.Tensor:
-    """(B, D) the rows' drafts (at most ``most`` tokens each), shorter ones padded."""
-    rows = [list(d)[:most] for d in drafts]
+    """(B, D) the rows' drafts, shorter ones padded with ``pad``."""
+    rows = [list(d) for d in drafts]
     width = max((len(r) for r in rows), default=0)
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long,
                         device=device).view(len(rows), width)
