@@ -89,6 +89,11 @@ class _SnapshotCollector(Collector):
                 "(an early final the speaker went on from)",
                 value=second.num_decodes_cancelled)
             yield CounterMetricFamily(
+                "oasr_second_pass_context_retries",
+                "Whisper decodes redone on their segment's audio alone because the decode "
+                "after the previous segment's text ended at once",
+                value=second.num_context_retries)
+            yield CounterMetricFamily(
                 "oasr_second_pass_holds",
                 "Times the second pass waited because the streaming step was behind",
                 value=second.num_holds)

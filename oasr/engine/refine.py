@@ -408,7 +408,7 @@ class Refiner:
         job = RefineJob(self.next_job_id(), request.stream_id, request.segment,
                         np.concatenate([context_audio, audio]), state.prefix_tokens, frames,
                         at_pause, context=context, context_samples=len(context_audio),
-                        draft=state.draft_tokens)
+                        draft=state.draft_tokens, ctc_text=request.last_partial)
         if not self.worker.try_submit_refine(job, self.config.max_in_flight):
             return False
         if state.refined_at:
@@ -425,7 +425,7 @@ class Refiner:
         if done.failed or done.num_frames < state.refined_frames:
             return False  # an early final decode has seen more audio since
         if not self._take(state, done.text, done.tokens, done.word_ends, done.num_frames,
-                          done.word_probs):
+                          done.word_probs, may_commit=not done.alone):
             return False
         state.num_refinements += 1
         return True
@@ -442,11 +442,11 @@ class Refiner:
 
     def _take(self, state: RefineState, text: str, tokens: tuple[int, ...],
               word_ends: tuple[int, ...], num_frames: int,
-              word_probs: tuple[float, ...] = ()) -> bool:
+              word_probs: tuple[float, ...] = (), may_commit: bool = True) -> bool:
         words = text.split()
         # two decodes of nearly the same audio are no second opinion (an early final decode
         # and the refinement at its pause share their mistakes): they do not commit
-        commit = num_frames - state.refined_frames >= self._agree_frames
+        commit = may_commit and num_frames - state.refined_frames >= self._agree_frames
         floor = self.config.min_word_prob
         sure = [p >= floor for p in word_probs] if word_probs and floor > 0 else None
         before = len(state.agreement.committed)

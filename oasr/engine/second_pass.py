@@ -402,6 +402,11 @@ class SecondPassWorker:
         return self.counters.num_with_context
 
     @property
+    def num_context_retries(self) -> int:
+        """Decodes redone without the previous segment's text (Whisper ended at it)."""
+        return self.counters.num_context_retries
+
+    @property
     def num_refinements(self) -> int:
         return self.counters.num_refinements
 

@@ -64,6 +64,8 @@ class RefineJob:
         draft: the newest refinement's tokens after ``prefix`` (its tentative words): the
             greedy decode takes them where they are its own choice on the longer audio, in
             one decoder call, and decodes on from the first that is not.
+        ctc_text: the CTC pass's text of the segment so far: the witness a decode redone
+            without the context must agree with (`SecondPassLoop._heard_alone`).
     """
 
     job_id: int
@@ -77,6 +79,7 @@ class RefineJob:
     context_samples: int = 0
     context_tokens: tuple[int, ...] = ()
     draft: tuple[int, ...] = ()
+    ctc_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,9 @@ class RefineDone:
     far, its tokens and where each word ends in them; ``failed`` when it failed its
     safeguards (no fallback is tried for a refinement); ``word_probs``: per word, the
     probability of its least likely generated token (1.0 for forced words; empty when the
-    decoder did not say)."""
+    decoder did not say); ``alone``: decoded again without the context, after which Whisper
+    heard nothing (`SecondPassLoop._heard_alone`): its words are shown, not committed (the
+    final, decoded with the context, need not begin with them)."""
 
     job_id: int
     stream_id: int
@@ -96,6 +101,7 @@ class RefineDone:
     failed: bool
     num_frames: int
     word_probs: tuple[float, ...] = ()
+    alone: bool = False
 
 
 @dataclass(frozen=True)

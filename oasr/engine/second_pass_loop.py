@@ -24,6 +24,7 @@ from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass_jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
 from oasr.engine.words import word_probabilities
 from oasr.models.whisper.no_speech import NoSpeechRule
+from oasr.text.wer import normalize_transcript
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class LoopCounters:
         num_no_voice: segments answered "" without decoding.
         num_no_speech: segments whose Whisper text was dropped as no speech.
         num_with_context: finals decoded after the previous segment's text.
+        num_context_retries: decodes (finals or refinements) redone without the previous
+            segment's text, after Whisper ended the transcript right after it.
         num_refinements: refinements decoded.
         num_fallbacks: decodes redone at a higher temperature.
         num_cancelled: decodes given up midway: every request in them was aborted (an early
@@ -77,6 +80,7 @@ class LoopCounters:
     num_no_voice: int = 0
     num_no_speech: int = 0
     num_with_context: int = 0
+    num_context_retries: int = 0
     num_refinements: int = 0
     num_fallbacks: int = 0
     num_cancelled: int = 0
@@ -113,6 +117,8 @@ class SecondPassLoop:
         self._active: dict[int, SecondPassJob | RefineJob] = {}
         self._deferred: dict[int, SecondPassJob] = {}
         self._final_texts: dict[int, str] = {}
+        # jobs decoded again without their context: the job as it was and its first result
+        self._before_alone: dict[int, tuple[SecondPassJob | RefineJob, object]] = {}
         self._num_taken = 0
         # commands taken while the decoder stepped (handled after the step, in order), the
         # job ids they abort, and whether they stop the loop
@@ -154,10 +160,21 @@ class SecondPassLoop:
             self.counters.num_cancelled = int(getattr(self.decoder, "num_cancelled", 0))
             for result in finished:
                 job = self._active.pop(result.request_id, None)
-                if isinstance(job, RefineJob):
-                    self._refined(job, result)
-                elif job is not None:
-                    self._finish(job, *self._review(result, job))
+                if job is not None:
+                    self._answer(job, result)
+
+    def _answer(self, job: SecondPassJob | RefineJob, result: object) -> None:
+        """Turn a finished decode into its job's answer (or decode it again alone)."""
+        first = self._before_alone.pop(job.job_id, None)
+        if first is None and self._ended_at_context(result, job):
+            self._again_without_context(job, result)
+            return
+        if first is not None and not self._heard_alone(result, job):
+            (job, result), first = first, None  # the decode after the context stands
+        if isinstance(job, RefineJob):
+            self._refined(job, result, alone=first is not None)
+        else:
+            self._finish(job, *self._review(result, job))
 
     @property
     def num_finals(self) -> int:
@@ -202,14 +219,7 @@ class SecondPassLoop:
             if isinstance(item, int):
                 self._abort(item)
             elif isinstance(item, RefineJob):
-                item = self._with_context(item)
-                self._active[item.job_id] = item
-                # greedy on the segment's window either way; one at a pause goes beside the
-                # finals instead of after them
-                self.decoder.submit(item.job_id, item.audio,  # type: ignore[attr-defined]
-                                    prefix=item.context_tokens + item.prefix,
-                                    background=not item.at_pause, fast=True,
-                                    draft=item.draft)
+                self._start_refine(self._with_context(item))
             else:
                 self._num_taken -= 1
                 self._take_final(item)
@@ -232,6 +242,7 @@ class SecondPassLoop:
         self._start(job)
 
     def _abort(self, job_id: int) -> None:
+        self._before_alone.pop(job_id, None)
         job = self._active.pop(job_id, None)
         if job is not None:
             self.decoder.abort(job_id)  # type: ignore[attr-defined]
@@ -254,6 +265,53 @@ class SecondPassLoop:
                             prefix=job.context_tokens + job.prefix, fast=fast,
                             draft=job.draft)
 
+    def _start_refine(self, job: RefineJob) -> None:
+        """Hand a refinement to the decoder (its context's tokens, if any, forced first)."""
+        self._active[job.job_id] = job
+        # greedy on the segment's window either way; one at a pause goes beside the finals
+        # instead of after them
+        self.decoder.submit(job.job_id, job.audio,  # type: ignore[attr-defined]
+                            prefix=job.context_tokens + job.prefix,
+                            background=not job.at_pause, fast=True, draft=job.draft)
+
+    def _ended_at_context(self, result: object, job: SecondPassJob | RefineJob) -> bool:
+        """Whisper ended the transcript right after the previous segment's text, with none
+        of this segment's words forced: it judged the whole window said (tiny.en does so
+        after some sentences whatever follows them, a greedy decode more often than a beam
+        search), which this segment's own audio, decoded alone, may not bear out."""
+        return (bool(job.context_tokens) and not job.prefix
+                and len(getattr(result, "tokens", ())) <= len(job.context_tokens))
+
+    def _again_without_context(self, job: SecondPassJob | RefineJob, result: object) -> None:
+        """Decode the job again on its own audio alone, with no context; ``result`` (the
+        decode after the context) stands unless the new one is heard (`_heard_alone`)."""
+        self.counters.num_context_retries += 1
+        alone = replace(job, audio=job.audio[job.context_samples:], context="",
+                        context_samples=0, context_tokens=())
+        if isinstance(job, RefineJob) and not self.no_speech.has_voice(alone.audio):
+            self._refined(job, result)
+            return
+        self._before_alone[job.job_id] = (job, result)
+        if isinstance(alone, RefineJob):
+            self._start_refine(alone)
+        else:
+            self._start(alone)  # (a final's own audio was found to have a voice when taken)
+
+    def _heard_alone(self, result: object, job: SecondPassJob | RefineJob) -> bool:
+        """Whether a decode of a segment's own audio (redone without the context, after
+        which Whisper heard nothing) is to be believed: it wrote words, passed its
+        safeguards, does not judge itself no speech, and the CTC pass heard about the same
+        (the guard's length and distance checks from one CTC word on: what Whisper writes on
+        applause alone, "Thank you.", is not what the CTC pass spelled there). With no CTC
+        words, or no guard, the two decodes disagree with no witness: the first stands."""
+        text = str(getattr(result, "text", "")).strip()
+        if (not text or getattr(result, "failed", False) or self.no_speech.is_no_speech(
+                getattr(result, "no_speech_prob", None), getattr(result, "avg_log_prob", 0.0))):
+            return False
+        if self.guard is None or not normalize_transcript(job.ctc_text).split():
+            return False
+        return replace(self.guard, min_words=1).rejection(text, job.ctc_text) is None
+
     def _with_context(self, job: J) -> J:
         """The job (a final's or a refinement's) with its context's tokens; without any
         context (audio and text) when it has no text, or the text would take more than half
@@ -269,12 +327,13 @@ class SecondPassLoop:
 
     def _drop(self, job: SecondPassJob | RefineJob) -> None:
         """A job the decoder lost: a final keeps its CTC text, a refinement is forgotten."""
+        self._before_alone.pop(job.job_id, None)
         if isinstance(job, RefineJob):
             self._refined(job, None)
         else:
             self._finish(job, None)
 
-    def _refined(self, job: RefineJob, result: object | None) -> None:
+    def _refined(self, job: RefineJob, result: object | None, alone: bool = False) -> None:
         if result is None:
             self.emit(RefineDone(job.job_id, job.stream_id, job.segment, "", (), (), True,
                                  job.num_frames))
@@ -285,7 +344,7 @@ class SecondPassLoop:
         probs = word_probabilities(ends, len(job.prefix), getattr(result, "token_log_probs", ()))
         self.emit(RefineDone(
             job.job_id, job.stream_id, job.segment, text, tokens, ends,
-            bool(getattr(result, "failed", False)), job.num_frames, probs))
+            bool(getattr(result, "failed", False)), job.num_frames, probs, alone))
 
     def _after_context(self, result: object, job: SecondPassJob | RefineJob
                        ) -> tuple[str, tuple[int, ...]]:

@@ -131,6 +131,8 @@ class SecondPassSnapshot:
     num_expired: int = 0  # finals given up while it waited (they keep their CTC text)
     num_decoders: int = 1  # decoding processes working side by side (second_pass_processes)
     num_decodes_cancelled: int = 0  # decodes given up midway: all their jobs were aborted
+    # decodes redone on their segment's audio alone: Whisper ended right after the context
+    num_context_retries: int = 0
     refine: RefineSnapshot | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -152,14 +152,39 @@ def test_a_refinement_commits_only_the_words_its_decoder_was_sure_of(
     assert state.prefix_tokens == tuple(range(1, len(committed) + 1))
 
 
+def _refining() -> tuple[Refiner, Any]:
+    """A refiner with the default config (40 ms frames) and a stream refined up to frame 100."""
+    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
+    refiner = Refiner(RefineConfig(), _Worker(), timing, None, itertools.count(1).__next__)
+    return refiner, _stream(1, frames=300, requested=100, last_token=100)
+
+
+def test_refinements_decoded_alone_show_their_words_but_do_not_commit_them() -> None:
+    # decoded again without the context (after which Whisper heard nothing): alone, Whisper
+    # may leave out a sentence's first "And", which committed words would force on the final
+    refiner, request = _refining()
+    state = request.refine
+    for job_id, (words, frames, alone) in enumerate([
+            ("Mr. John Dashwood had", 100, True),
+            ("Mr. John Dashwood had then leisure", 150, True),
+            ("Mr. John Dashwood had then leisure to consider", 200, False)]):
+        state.in_flight = job_id
+        ends = tuple(range(1, len(words.split()) + 1))
+        assert refiner.apply(request, RefineDone(job_id, 1, 0, words, ends, ends, False, frames,
+                                                 alone=alone))
+        if alone:  # shown, all of it tentative
+            assert state.agreement.committed == []
+            assert compose(state, "", []).tentative == words
+    # a decode with the context that agrees with them is the second opinion: they commit
+    assert " ".join(state.agreement.committed) == "Mr. John Dashwood had then leisure"
+
+
 def test_the_forced_tokens_spell_the_committed_words_as_they_were_shown() -> None:
     # a refinement that started before a commit (so the committed words were not forced into
     # it) may spell them otherwise ("Call" where "call" was committed): it agrees with them as
     # compared and commits the word it agrees on after them, but the tokens forced into the
     # final keep the committed words' own tokens (a final beginning "Call" changed a shown word)
-    timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
-    refiner = Refiner(RefineConfig(), _Worker(), timing, None, itertools.count(1).__next__)
-    request = _stream(1, frames=300, requested=100, last_token=100)
+    refiner, request = _refining()
     state = request.refine
     for job_id, (words, tokens, frames) in enumerate([
             ("call me a ship", (1, 2, 3, 4), 100),

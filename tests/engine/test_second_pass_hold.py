@@ -89,7 +89,7 @@ class HoldRecorder:
     """Stands in for the worker: records what the engine asks of it."""
 
     backlog = num_temperature_fallbacks = num_with_context = num_no_voice = num_no_speech = 0
-    num_holds = num_expired = num_refinements = num_cancelled = 0
+    num_holds = num_expired = num_refinements = num_cancelled = num_context_retries = 0
     num_decoders = 1
     held = False
     no_speech = None

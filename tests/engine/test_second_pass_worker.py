@@ -24,7 +24,7 @@ from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.events import Final, Partial
 from oasr.engine.family import FrameTiming
-from oasr.engine.final_guard import GuardVerdict
+from oasr.engine.final_guard import FirstPassGuard, GuardVerdict
 from oasr.engine.finals import FinalPublisher, NoiseCut
 from oasr.engine.quiet_tail import QuietTail
 from oasr.engine.refine import RefineConfig, RefineState
@@ -214,6 +214,119 @@ def test_an_aborted_previous_segment_leaves_the_next_one_without_context() -> No
     assert (done.job_id, done.text) == (2, "alone")
     assert decoder.submitted[2] == (len(second), ())  # its own audio, nothing forced
     assert worker.backlog == 0
+
+
+class EndsAfterContext(ScriptedDecoder):
+    """Ends every transcript right after a forced context (as Whisper did after "He might
+    even have been made amiable himself." with speech after it); decodes a job's script when
+    nothing, or only the job's own committed words, are forced. Records every submission."""
+
+    def __init__(self, scripts: dict[int, str], context: str) -> None:
+        super().__init__(scripts)
+        self.context = tuple(self.text_tokens(context))
+        self.history: list[tuple[int, int, tuple[int, ...]]] = []  # (job, samples, prefix)
+
+    def submit(self, job_id: int, audio: np.ndarray, prefix: tuple[int, ...] = (),
+               background: bool = False, fast: bool = False,
+               draft: tuple[int, ...] = ()) -> None:
+        self.history.append((job_id, len(audio), tuple(prefix)))
+        super().submit(job_id, audio, prefix, background, fast, draft)
+
+    def step(self) -> list[object]:
+        with self._lock:
+            ready = [j for j in self._pending if j in self.released]
+        results: list[object] = []
+        for job_id in ready:
+            self._pending.remove(job_id)
+            prefix = self.submitted[job_id][1]
+            ends = prefix[:len(self.context)] == self.context and len(self.context) > 0
+            tokens = prefix + (() if ends else tuple(self.text_tokens(self.scripts[job_id])))
+            results.append(_Result(job_id, tokens, self.text_of(tokens)))
+        return results
+
+
+def _guarded(decoder: ScriptedDecoder) -> tuple[SecondPassWorker, queue.Queue[SecondPassDone]]:
+    out: queue.Queue[SecondPassDone] = queue.Queue()
+    return SecondPassWorker.on_thread(decoder, out.put, max_backlog=8,
+                                      guard=FirstPassGuard()), out
+
+
+@pytest.mark.parametrize(("ctc", "alone", "final"), [
+    # the CTC pass heard about what Whisper hears alone: that is the final
+    ("an mister jon dash wood", "and mister john dashwood", "and mister john dashwood"),
+    # what Whisper writes on applause alone is not what the CTC pass spelled there: the
+    # decode after the context stands ("", which the guard lets be with one CTC word)
+    ("three", "thank you", ""),
+    ("try to try to avery are", "thank you", None),  # (3 CTC words: the guard keeps them)
+])
+def test_a_final_whisper_ends_at_its_context_is_decoded_again_on_its_own_audio(
+        ctc: str, alone: str, final: str | None) -> None:
+    decoder = EndsAfterContext({2: alone}, context="amiable himself")
+    decoder.release(2)
+    worker, out = _guarded(decoder)
+    first, second = _voice(3.0), _voice(4.0)
+    job = replace(_job(2, second, context=first, context_text="amiable himself"), ctc_text=ctc)
+    worker.try_submit(job)
+    done = out.get(timeout=5)
+    worker.stop()
+    assert (done.job_id, done.text) == (2, final)
+    assert decoder.text_of(done.tokens) == (final or "")
+    # with the context, then the segment's own audio with nothing forced
+    assert [(j, n, decoder.text_of(p)) for j, n, p in decoder.history] == [
+        (2, len(first) + len(second), "amiable himself"), (2, len(second), "")]
+    assert worker.num_context_retries == 1 and worker.backlog == 0
+
+
+def test_with_no_witness_the_decode_after_the_context_stands() -> None:
+    # no CTC words, or no guard to compare with: two decodes that disagree, nothing to choose
+    for ctc, guarded in (("", True), ("an mister jon", False)):
+        decoder = EndsAfterContext({2: "and mister john"}, context="amiable himself")
+        decoder.release(2)
+        worker, out = _guarded(decoder) if guarded else _worker(decoder)
+        job = replace(_job(2, _voice(2.0), context=_voice(3.0), context_text="amiable himself"),
+                      ctc_text=ctc)
+        worker.try_submit(job)
+        done = out.get(timeout=5)
+        worker.stop()
+        assert done.text == "" and len(decoder.history) == 2, (ctc, guarded)
+
+
+def test_a_refinement_whisper_ends_at_its_context_is_decoded_again_unless_it_is_silent() -> None:
+    decoder = EndsAfterContext({3: "and mister", 4: "you"}, context="amiable himself")
+    decoder.release(3)
+    decoder.release(4)
+    worker, out = _guarded(decoder)
+    first = _voice(3.0)
+    for job_id, own in ((3, _voice(2.0)), (4, np.zeros(2 * RATE, np.float32))):
+        refine = RefineJob(job_id, 1, 1, np.concatenate([first, own]), (), 50,
+                           context="amiable himself", context_samples=len(first),
+                           ctc_text="an mister")
+        assert worker.try_submit_refine(refine, max_in_flight=2)
+        done = out.get(timeout=5)
+        assert isinstance(done, RefineDone) and not done.failed
+        assert done.text == ("and mister" if job_id == 3 else "")
+        assert done.alone == (job_id == 3)  # shown, not committed (`Refiner.apply`)
+    worker.stop()
+    # the silent one is answered "" without a decode of its silence ("you" is never seen)
+    assert [(j, n) for j, n, _ in decoder.history] == [
+        (3, len(first) + 2 * RATE), (3, 2 * RATE), (4, len(first) + 2 * RATE)]
+    assert worker.num_context_retries == 2
+
+
+def test_a_decode_with_committed_words_may_end_after_them() -> None:
+    # the committed words were heard in this segment: ending after them is a transcript
+    decoder = EndsAfterContext({5: "never"}, context="amiable himself")
+    decoder.release(5)
+    worker, out = _worker(decoder)
+    committed = tuple(decoder.text_tokens("and mister"))
+    first, own = _voice(3.0), _voice(2.0)
+    refine = RefineJob(5, 1, 1, np.concatenate([first, own]), committed, 50,
+                       context="amiable himself", context_samples=len(first))
+    assert worker.try_submit_refine(refine, max_in_flight=2)
+    done = out.get(timeout=5)
+    worker.stop()
+    assert done.text == "and mister"
+    assert len(decoder.history) == 1 and worker.num_context_retries == 0
 
 
 def test_a_context_too_long_for_the_decoder_is_left_out() -> None:
