@@ -67,6 +67,8 @@ export class SecondPassView {
       chip("backlog full", pass.num_backlog_full, "backlog_full"),
       chip("waited too long (streams behind)", pass.num_expired ?? 0, "expired"),
       chip("early decodes cut short", pass.num_decodes_cancelled ?? 0, "cancelled"),
+      // Whisper ended right after the previous segment's text: decoded again without it
+      chip("redone without the previous text", pass.num_context_retries ?? 0, "context_retries"),
     );
     this.paintRefine(pass);
   }
