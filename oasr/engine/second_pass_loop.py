@@ -34,6 +34,19 @@ MAX_REMEMBERED_FINALS = 1024
 PAUSE_POLL_S = 0.05  # while held back, commands are taken this often
 
 Command = SecondPassJob | RefineJob | int | None
+
+
+@dataclass(frozen=True)
+class _Nothing:
+    """The answer of a decode that heard nothing (a refinement not decoded after its
+    context again: the segment's earlier one heard nothing after it)."""
+
+    tokens: tuple[int, ...] = ()
+    text: str = ""
+    failed: bool = False
+
+
+_NOTHING = _Nothing()
 J = TypeVar("J", SecondPassJob, RefineJob)
 
 
@@ -118,7 +131,10 @@ class SecondPassLoop:
         self._deferred: dict[int, SecondPassJob] = {}
         self._final_texts: dict[int, str] = {}
         # jobs decoded again without their context: the job as it was and its first result
-        self._before_alone: dict[int, tuple[SecondPassJob | RefineJob, object]] = {}
+        self._before_alone: dict[int, tuple[SecondPassJob | RefineJob, object | None]] = {}
+        # open segments (stream, segment) whose refinement Whisper ended at the context: their
+        # next refinements are decoded alone at once (greedy ends there again), oldest first
+        self._refined_alone: dict[tuple[int, int], None] = {}
         self._num_taken = 0
         # commands taken while the decoder stepped (handled after the step, in order), the
         # job ids they abort, and whether they stop the loop
@@ -170,7 +186,8 @@ class SecondPassLoop:
             self._again_without_context(job, result)
             return
         if first is not None and not self._heard_alone(result, job):
-            (job, result), first = first, None  # the decode after the context stands
+            # the decode after the context stands (when there was one: else nothing heard)
+            (job, result), first = (first[0], _NOTHING if first[1] is None else first[1]), None
         if isinstance(job, RefineJob):
             self._refined(job, result, alone=first is not None)
         else:
@@ -219,7 +236,11 @@ class SecondPassLoop:
             if isinstance(item, int):
                 self._abort(item)
             elif isinstance(item, RefineJob):
-                self._start_refine(self._with_context(item))
+                item = self._with_context(item)
+                if item.context_tokens and (item.stream_id, item.segment) in self._refined_alone:
+                    self._again_without_context(item, None)
+                else:
+                    self._start_refine(item)
             else:
                 self._num_taken -= 1
                 self._take_final(item)
@@ -282,15 +303,22 @@ class SecondPassLoop:
         return (bool(job.context_tokens) and not job.prefix
                 and len(getattr(result, "tokens", ())) <= len(job.context_tokens))
 
-    def _again_without_context(self, job: SecondPassJob | RefineJob, result: object) -> None:
+    def _again_without_context(self, job: SecondPassJob | RefineJob,
+                               result: object | None) -> None:
         """Decode the job again on its own audio alone, with no context; ``result`` (the
-        decode after the context) stands unless the new one is heard (`_heard_alone`)."""
+        decode after the context; None: a refinement of a segment whose earlier one ended at
+        the context, not decoded with it again) stands unless the new one is heard
+        (`_heard_alone`)."""
         self.counters.num_context_retries += 1
         alone = replace(job, audio=job.audio[job.context_samples:], context="",
                         context_samples=0, context_tokens=())
-        if isinstance(job, RefineJob) and not self.no_speech.has_voice(alone.audio):
-            self._refined(job, result)
-            return
+        if isinstance(job, RefineJob):
+            self._refined_alone[job.stream_id, job.segment] = None
+            while len(self._refined_alone) > MAX_REMEMBERED_FINALS:
+                self._refined_alone.pop(next(iter(self._refined_alone)))
+            if not self.no_speech.has_voice(alone.audio):
+                self._refined(job, _NOTHING if result is None else result)
+                return
         self._before_alone[job.job_id] = (job, result)
         if isinstance(alone, RefineJob):
             self._start_refine(alone)

@@ -292,25 +292,29 @@ def test_with_no_witness_the_decode_after_the_context_stands() -> None:
 
 
 def test_a_refinement_whisper_ends_at_its_context_is_decoded_again_unless_it_is_silent() -> None:
-    decoder = EndsAfterContext({3: "and mister", 4: "you"}, context="amiable himself")
-    decoder.release(3)
-    decoder.release(4)
+    decoder = EndsAfterContext({3: "and mister", 4: "you", 5: "and mister john"},
+                               context="amiable himself")
+    for job_id in (3, 4, 5):
+        decoder.release(job_id)
     worker, out = _guarded(decoder)
     first = _voice(3.0)
-    for job_id, own in ((3, _voice(2.0)), (4, np.zeros(2 * RATE, np.float32))):
-        refine = RefineJob(job_id, 1, 1, np.concatenate([first, own]), (), 50,
+    # (job, segment, its own audio): 4 is another segment's, silent; 5 refines 3's segment
+    for job_id, segment, own in ((3, 1, _voice(2.0)), (4, 2, np.zeros(2 * RATE, np.float32)),
+                                 (5, 1, _voice(3.0))):
+        refine = RefineJob(job_id, 1, segment, np.concatenate([first, own]), (), 50,
                            context="amiable himself", context_samples=len(first),
-                           ctc_text="an mister")
+                           ctc_text="an mister jon")
         assert worker.try_submit_refine(refine, max_in_flight=2)
         done = out.get(timeout=5)
         assert isinstance(done, RefineDone) and not done.failed
-        assert done.text == ("and mister" if job_id == 3 else "")
-        assert done.alone == (job_id == 3)  # shown, not committed (`Refiner.apply`)
+        assert done.text == {3: "and mister", 4: "", 5: "and mister john"}[job_id]
+        assert done.alone == (job_id != 4)  # shown, not committed (`Refiner.apply`)
     worker.stop()
-    # the silent one is answered "" without a decode of its silence ("you" is never seen)
+    # the silent one is answered "" without a decode of its silence ("you" is never seen);
+    # the segment whose refinement ended at the context is refined alone from then on
     assert [(j, n) for j, n, _ in decoder.history] == [
-        (3, len(first) + 2 * RATE), (3, 2 * RATE), (4, len(first) + 2 * RATE)]
-    assert worker.num_context_retries == 2
+        (3, len(first) + 2 * RATE), (3, 2 * RATE), (4, len(first) + 2 * RATE), (5, 3 * RATE)]
+    assert worker.num_context_retries == 3
 
 
 def test_a_decode_with_committed_words_may_end_after_them() -> None:
