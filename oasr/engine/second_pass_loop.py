@@ -28,12 +28,16 @@ from oasr.text.wer import normalize_transcript
 
 logger = logging.getLogger(__name__)
 
-# finals' texts kept for a next segment that may still arrive (its context)
+# finals' texts kept for a next segment that may still arrive (its context), and segments
+# refined alone, at most this many each
 MAX_REMEMBERED_FINALS = 1024
 
 PAUSE_POLL_S = 0.05  # while held back, commands are taken this often
 
 Command = SecondPassJob | RefineJob | int | None
+J = TypeVar("J", SecondPassJob, RefineJob)
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,13 @@ class _Nothing:
 
 
 _NOTHING = _Nothing()
-J = TypeVar("J", SecondPassJob, RefineJob)
+
+
+def _remember(store: dict[K, V], key: K, value: V) -> None:
+    """Put ``key`` in ``store``, forgetting the oldest beyond ``MAX_REMEMBERED_FINALS``."""
+    store[key] = value
+    while len(store) > MAX_REMEMBERED_FINALS:
+        store.pop(next(iter(store)))
 
 
 class CommandGate:
@@ -131,7 +141,7 @@ class SecondPassLoop:
         self._deferred: dict[int, SecondPassJob] = {}
         self._final_texts: dict[int, str] = {}
         # jobs decoded again without their context: the job as it was and its first result
-        self._before_alone: dict[int, tuple[SecondPassJob | RefineJob, object | None]] = {}
+        self._before_alone: dict[int, tuple[SecondPassJob | RefineJob, object]] = {}
         # open segments (stream, segment) whose refinement Whisper ended at the context: their
         # next refinements are decoded alone at once (greedy ends there again), oldest first
         self._refined_alone: dict[tuple[int, int], None] = {}
@@ -186,8 +196,7 @@ class SecondPassLoop:
             self._again_without_context(job, result)
             return
         if first is not None and not self._heard_alone(result, job):
-            # the decode after the context stands (when there was one: else nothing heard)
-            (job, result), first = (first[0], _NOTHING if first[1] is None else first[1]), None
+            (job, result), first = first, None  # the decode after the context stands
         if isinstance(job, RefineJob):
             self._refined(job, result, alone=first is not None)
         else:
@@ -310,14 +319,13 @@ class SecondPassLoop:
         the context, not decoded with it again) stands unless the new one is heard
         (`_heard_alone`)."""
         self.counters.num_context_retries += 1
+        result = _NOTHING if result is None else result
         alone = replace(job, audio=job.audio[job.context_samples:], context="",
                         context_samples=0, context_tokens=())
         if isinstance(job, RefineJob):
-            self._refined_alone[job.stream_id, job.segment] = None
-            while len(self._refined_alone) > MAX_REMEMBERED_FINALS:
-                self._refined_alone.pop(next(iter(self._refined_alone)))
+            _remember(self._refined_alone, (job.stream_id, job.segment), None)
             if not self.no_speech.has_voice(alone.audio):
-                self._refined(job, _NOTHING if result is None else result)
+                self._refined(job, result)
                 return
         self._before_alone[job.job_id] = (job, result)
         if isinstance(alone, RefineJob):
@@ -420,6 +428,4 @@ class SecondPassLoop:
         if waiting is not None:
             self._start(replace(waiting, context=published, context_job=None))
         else:  # the next segment's job may not have arrived yet
-            self._final_texts[job.job_id] = published
-            while len(self._final_texts) > MAX_REMEMBERED_FINALS:
-                self._final_texts.pop(next(iter(self._final_texts)))
+            _remember(self._final_texts, job.job_id, published)
