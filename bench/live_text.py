@@ -9,10 +9,11 @@ real-time pace in 100 ms frames, and the script reports:
 - ``final_wer``: WER of the finals;
 - ``final_lag_p50/p95``: a final's arrival minus the moment the audio at its ``end`` (the
   last word) was sent: the endpointer's trailing silence plus the second pass;
-- ``after_speech_p50/p95`` (with ``--passages``): for each final that ends a sentence (its
-  ``end`` within 0.6 s of the sentence's), its arrival minus the moment the sentence's last
-  sample was sent: the wait after the reader stopped speaking, measured on the audio rather
-  than the CTC pass's last token (which comes 0.1-0.3 s before a word's sound ends);
+- ``after_speech_p50/p95``: for each final that ends a sentence (its ``end`` within 0.6 s of
+  the sentence's), its arrival minus the moment the sentence's last word's sound ended
+  (`speech_bounds`: its last 10 ms frame 12 dB above the recording's room tone) was sent: the
+  wait after the reader stopped speaking, measured on the audio rather than on the CTC pass's
+  last token (which comes 0.1-0.3 s before a word's sound ends, or after it);
 - ``after_decision_p50/p95``: a final's arrival minus the moment the audio at its
   ``decided_at`` (what the server had received when it ended the segment) was sent: the
   second pass's time once the segment ended, the endpoint's wait left out;
@@ -29,8 +30,9 @@ real-time pace in 100 ms frames, and the script reports:
 - ``num_finals`` (with text) and ``endpoints_between_chunks`` (of the server's endpoints, those
   decided on the quiet audio after a chunk);
 - ``one_word_finals``: finals of one word (a sentence's last word cut off alone, or "yes.");
-- ``mid_sentence_cuts`` (with ``--passages``): finals that end more than 0.3 s inside a
-  sentence's speech, i.e. segments that cut a sentence (at a breath, or mid-word).
+- ``mid_sentence_cuts``: finals that end more than 0.3 s inside a sentence's speech, i.e.
+  segments that cut a sentence (at a breath, at a reader's pause, or mid-word; JFK's
+  recording is one sentence with three long pauses).
 
 Passages: the devset's read recordings (LibriVox, JFK) joined with sentence pauses, and
 sentences synthesised by TTS voices the streaming model never trained on (flite awb,
@@ -67,15 +69,16 @@ import soxr
 import websockets
 
 from oasr.benchmarks.server_load import server_process
+from oasr.benchmarks.workload import ROOM_ABOVE_FLOOR_DB, speech_bounds
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
 SR = 16000
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
-READ = ("real_sense_and_sensibility_01_austen_64kb-0870.wav",
-        "real_sense_and_sensibility_01_austen_64kb-0880.wav",
-        "real_sense_and_sensibility_01_austen_64kb-0890.wav",
-        "real_sense_and_sensibility_01_austen_64kb-0920.wav",
-        "real_sense_and_sensibility_01_austen_64kb-0930.wav", "real_jfk.wav")
+SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
+# the devset's read sentences, each the clips that read it (0880+0890 and 0920+0930 are one
+# sentence each in the book; JFK's recording is one, its pauses inside and its applause after)
+READ = ((SS.format(870),), (SS.format(880), SS.format(890)),
+        (SS.format(920), SS.format(930)), ("real_jfk.wav",))
 SYNTH = (("flite", "awb", ("the children played outside until it was dark",
                            "our flight was delayed by almost an hour",
                            "she ordered two coffees and a glass of water")),
@@ -102,25 +105,47 @@ def _load(path: Path) -> np.ndarray:
     return soxr.resample(audio.mean(axis=1), rate, SR).astype(np.float32)
 
 
+class _Joined:
+    """A passage as it is put together: clips with 0.9 s pauses after a 0.5 s lead, and
+    the span of each sentence's speech (`speech_bounds` of its first and last clip, the
+    recordings' room tone left out)."""
+
+    def __init__(self) -> None:
+        self.pieces, self.spans = [_silence(0.5)], []
+        self.num_samples = len(self.pieces[0])
+
+    def sentence(self, clips: list[np.ndarray]) -> None:
+        start = self.num_samples + speech_bounds(clips[0], above_floor_db=ROOM_ABOVE_FLOOR_DB)[0]
+        for clip in clips:
+            end = self.num_samples + speech_bounds(clip, above_floor_db=ROOM_ABOVE_FLOOR_DB)[1]
+            self.pieces += [clip, _silence(0.9)]
+            self.num_samples += len(clip) + len(self.pieces[-1])
+        self.spans.append((start / SR, end / SR))
+
+    def passage(self, name: str, reference: str) -> Passage:
+        return Passage(name, np.concatenate(self.pieces), reference, self.spans)
+
+
 def passages(devset: Path) -> list[Passage]:
+    """The devset's read recordings joined, and the TTS voices' sentences, each passage
+    with its sentences' spans."""
     manifest = dict(line.split("\t") for line in (devset / "manifest.tsv").read_text().splitlines())
-    pieces, texts = [_silence(0.5)], []
-    for name in READ:
-        pieces += [_load(devset / name), _silence(0.9)]
-        texts.append(manifest[name])
-    out = [Passage("devset_read", np.concatenate(pieces), " ".join(texts))]
+    joined = _Joined()
+    for names in READ:
+        joined.sentence([_load(devset / name) for name in names])
+    out = [joined.passage("devset_read", " ".join(manifest[n] for names in READ for n in names))]
     for engine, voice, sentences in SYNTH:
         if shutil.which(engine) is None:
             continue
-        pieces = [_silence(0.5)]
+        joined = _Joined()
         for text in sentences:
             with tempfile.TemporaryDirectory() as tmp:
                 wav = Path(tmp) / "s.wav"
                 cmd = ([engine, "-voice", voice, "-t", text, "-o", str(wav)] if engine == "flite"
                        else [engine, "-v", voice, "-w", str(wav), text])
                 subprocess.run(cmd, check=True, capture_output=True)
-                pieces += [_load(wav), _silence(0.9)]
-        out.append(Passage(f"synth_{voice}", np.concatenate(pieces), " ".join(sentences)))
+                joined.sentence([_load(wav)])
+        out.append(joined.passage(f"synth_{voice}", " ".join(sentences)))
     return out
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
+from oasr.benchmarks.workload import ROOM_ABOVE_FLOOR_DB, speech_bounds
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 BREATH_S = (0.2, 0.4)
@@ -87,13 +88,18 @@ VOICES = {"awb": ["flite", "-voice", "awb"], "slt": ["flite", "-voice", "slt"],
 
 def trim(audio: np.ndarray, threshold_db: float = -40.0, margin_s: float = 0.03) -> np.ndarray:
     """The span from the first to the last 10 ms frame within ``threshold_db`` of the peak."""
-    hop = MODEL_SAMPLE_RATE // 100
-    frames = audio[: len(audio) // hop * hop].reshape(-1, hop)
-    db = 10 * np.log10(np.mean(frames.astype(np.float64) ** 2, axis=1) + 1e-12)
-    loud = np.flatnonzero(db > db.max() + threshold_db)
+    lo, hi = speech_bounds(audio, threshold_db)
     margin = int(margin_s * MODEL_SAMPLE_RATE)
-    lo, hi = loud[0] * hop - margin, (loud[-1] + 1) * hop + margin
-    return audio[max(0, lo): min(len(audio), hi)]
+    return audio[max(0, lo - margin): min(len(audio), hi + margin)]
+
+
+def room_tail(audio: np.ndarray) -> float:
+    """Seconds of a recording that `trim` keeps after its last word: its room tone (the -40
+    dB bound against the one 12 dB above its floor, `speech_bounds`: 0.2-0.45 s for the
+    LibriVox clips) and the trim's 30 ms margin."""
+    end = min(len(audio), speech_bounds(audio)[1] + int(0.03 * MODEL_SAMPLE_RATE))
+    spoken = speech_bounds(audio, above_floor_db=ROOM_ABOVE_FLOOR_DB)[1]
+    return max(0, end - spoken) / MODEL_SAMPLE_RATE
 
 
 def synthesise(voice: str, text: str) -> np.ndarray:
@@ -137,12 +143,15 @@ def _rms(clips: list[np.ndarray]) -> float:
 
 
 def join(sentences: list[list[np.ndarray]], rng: np.random.Generator, lead_s: float = 0.5,
-         pacing: str = "read", with_applause: bool = False
+         pacing: str = "read", with_applause: bool = False, tails: list[float] | None = None
          ) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """Clips joined: breaths inside a sentence, sentence pauses between (their ranges from
     ``PACINGS[pacing]``), with ``with_applause`` a burst of applause before every sentence
-    pause but the last (`applause`); each sentence's (start, end) in seconds."""
+    pause but the last (`applause`); each sentence's (start, end) in seconds, its end
+    ``tails[i]`` seconds before its last clip's (the room tone a recording keeps after its
+    last word, `room_tail`)."""
     breath_s, pause_s = PACINGS[pacing]
+    tails = tails or [0.0] * len(sentences)
     pieces = [np.zeros(int(lead_s * MODEL_SAMPLE_RATE), np.float32)]
     spans, t = [], lead_s
     for i, clips in enumerate(sentences):
@@ -154,7 +163,7 @@ def join(sentences: list[list[np.ndarray]], rng: np.random.Generator, lead_s: fl
                 gap = rng.uniform(*breath_s)
                 pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
                 t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
-        spans.append((round(start, 3), round(t, 3)))
+        spans.append((round(start, 3), round(t - tails[i], 3)))
         if with_applause and i < len(sentences) - 1:
             gap = int(rng.uniform(*APPLAUSE_GAP_S) * MODEL_SAMPLE_RATE)
             burst = applause(rng, rng.uniform(*APPLAUSE_S))
@@ -195,13 +204,15 @@ def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read"
     manifest = dict(line.rstrip("\n").split("\t", 1) for line in
                     (devset / "manifest.tsv").read_text().splitlines() if "\t" in line)
     written = []
-    real = {name: trim(read_audio(devset / name)) for s in REAL_SENTENCES for name in s}
+    recorded = {name: read_audio(devset / name) for s in REAL_SENTENCES for name in s}
+    real = {name: trim(audio) for name, audio in recorded.items()}
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(REAL_SENTENCES))
         sents = [REAL_SENTENCES[i] for i in order]
         audio, spans = join([[real[n] for n in s] for s in sents], rng, pacing=pacing,
-                            with_applause=with_applause)
+                            with_applause=with_applause,
+                            tails=[room_tail(recorded[s[-1]]) for s in sents])
         audio = degrade(audio, rng, level_db, snr_db)
         texts = [" ".join(manifest[n] for n in s) for s in sents]
         written.append(_write(out / f"real_{seed}", audio, spans, texts, sf))

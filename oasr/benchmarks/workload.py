@@ -231,3 +231,30 @@ def load_speech(audio_dir: Path, num_streams: int, seconds: float) -> list[np.nd
             k += 1
         streams.append(np.concatenate(parts)[:needed].astype(np.float32))
     return streams
+
+
+# a real recording's speech ends at its last 10 ms frame this far above its floor (its room
+# tone; `speech_bounds`)
+ROOM_ABOVE_FLOOR_DB = 12.0
+
+
+def speech_bounds(audio: np.ndarray, threshold_db: float = -40.0,
+                  above_floor_db: float | None = None) -> tuple[int, int]:
+    """The samples ``[start, end)`` from the first to the last 10 ms frame of a recording
+    within ``threshold_db`` of its loudest frame: its speech, leading and trailing digital
+    silence left out ((0, 0) for no audio). With ``above_floor_db``, a frame must also be that
+    much louder than the recording's floor (its 10th-percentile frame), when it has a quieter
+    part than that: a real recording's room tone, 30-35 dB under its words, is left out too."""
+    hop = MODEL_SAMPLE_RATE // 100
+    frames = audio[: len(audio) // hop * hop].reshape(-1, hop)
+    if not len(frames):
+        return 0, 0
+    db = 10 * np.log10(np.mean(frames.astype(np.float64) ** 2, axis=1) + 1e-12)
+    threshold = db.max() + threshold_db
+    floor = float(np.percentile(db, 10))
+    if above_floor_db is not None and db.max() - floor > above_floor_db:  # (else no quiet part)
+        threshold = max(threshold, floor + above_floor_db)
+    loud = np.flatnonzero(db > threshold)
+    if not loud.size:
+        return 0, 0
+    return int(loud[0]) * hop, (int(loud[-1]) + 1) * hop

@@ -64,6 +64,13 @@ class QuietTail:
         skip_s: the start of the pause left out of its energy (the CTC spike of a word's
             last letter comes before the word's sound ends).
         word_s: the audio before the pause that stands for the last word.
+        late_s: how much earlier than the pause the CTC pass heard the last word's sound may
+            have ended: a streaming model writes a word's last letters up to a few hundred ms
+            after its sound (JFK's "Americans": 0.36 s, over room tone at -40 dB), and the
+            pause it decoded then starts that late; when the pause is measured on its blank
+            frames, the last word's loudest frame is looked for over ``word_s`` plus this
+            before it (a pause measured on audio after a chunk that ended at the word may be
+            the word's own end, as loud as the next soft word: only ``word_s`` there).
         floor_db: the quietest level a pause is measured at (dB full scale): a frame after
             the pause is loud only above ``max(pause, floor_db) + margin_db``.
         decay_s: the longest run of falling frames above that level that may begin the
@@ -73,6 +80,9 @@ class QuietTail:
         resume_s: how much audio after the quiet run must be as loud as speech (no more than
             ``min_contrast_db`` below the last word's loudest frame) for the speaker to have
             gone on: a click lasts a frame or two, a breath stays well below the words.
+        click_s: a burst above the pause's level this short, with quiet audio after it, is a
+            click in the pause (a lip, a chair, the room), not a word: the quiet run goes on
+            through it (0: every loud frame ends the run).
     """
 
     margin_db: float = 6.0
@@ -80,20 +90,24 @@ class QuietTail:
     min_pause_s: float = 0.08
     skip_s: float = 0.04
     word_s: float = 0.16
+    late_s: float = 0.4
     floor_db: float = -60.0
     decay_s: float = 0.1
     resume_s: float = 0.06
+    click_s: float = 0.04
 
     def __post_init__(self) -> None:
         if self.margin_db < 0 or self.min_contrast_db < 0:
             raise ValueError(f"QuietTail margins must be >= 0 dB, got {self.margin_db} and "
                              f"{self.min_contrast_db}")
         if not (self.min_pause_s > 0 and self.skip_s >= 0 and self.word_s > 0
-                and self.decay_s >= 0 and self.resume_s > 0):
+                and self.late_s >= 0 and self.decay_s >= 0 and self.resume_s > 0
+                and self.click_s >= 0):
             raise ValueError(
                 f"QuietTail durations out of range: min_pause_s {self.min_pause_s} (> 0), "
                 f"skip_s {self.skip_s} (>= 0), word_s {self.word_s} (> 0), "
-                f"decay_s {self.decay_s} (>= 0), resume_s {self.resume_s} (> 0)")
+                f"late_s {self.late_s} (>= 0), decay_s {self.decay_s} (>= 0), "
+                f"resume_s {self.resume_s} (> 0), click_s {self.click_s} (>= 0)")
 
     def skip_frames(self, frame_shift_s: float) -> int:
         """``skip_s`` in encoder frames."""
@@ -120,7 +134,10 @@ class QuietTail:
         if measured_end > energy.num_frames:
             return QuietRun(0)  # the pause's level is not measurable yet
         pause = energy.span(pause_start + skip, measured_end)
-        word = energy.span(pause_start - _frames(self.word_s, frame_shift_s), pause_start)
+        # the word may lie further back when the CTC pass heard the pause as blank (its late
+        # letters); a pause measured on audio it has not decoded may be the word's own end
+        late = self.late_s if trailing_blank >= min_pause else 0.0
+        word = energy.span(pause_start - _frames(self.word_s + late, frame_shift_s), pause_start)
         if len(pause) < min_pause or len(word) == 0:
             return QuietRun(0)
         reference = float(np.median(pause))
@@ -133,14 +150,26 @@ class QuietTail:
         before = energy.span(start - 1, start)
         decay = self._decay(tail, float(before[0]) if len(before) else np.inf, threshold,
                             round(self.decay_s / frame_shift_s))
-        loud = np.flatnonzero(tail[decay:] > threshold)
-        if not loud.size:
+        quiet = decay + self._through_clicks(tail[decay:] > threshold,
+                                             round(self.click_s / frame_shift_s))
+        if quiet == len(tail):
             return QuietRun(skipped + len(tail))
-        quiet = decay + int(loud[0])
         speech = max(threshold, float(word.max()) - self.min_contrast_db)
         went_on = int(np.count_nonzero(tail[quiet:] >= speech)) >= _frames(self.resume_s,
                                                                             frame_shift_s)
         return QuietRun(skipped + quiet, went_on)
+
+    @staticmethod
+    def _through_clicks(loud: np.ndarray, click: int) -> int:
+        """Where the first run of ``loud`` frames longer than ``click`` frames starts, or
+        one that the audio so far ends (it may be a word's onset): the quiet frames up to it,
+        clicks between them counted as quiet; ``len(loud)`` when none."""
+        starts = np.flatnonzero(loud & ~np.concatenate([[False], loud[:-1]]))
+        for first in starts:
+            ends = np.flatnonzero(~loud[first:])
+            if not ends.size or ends[0] > click:
+                return int(first)
+        return len(loud)
 
     @staticmethod
     def _decay(tail: np.ndarray, level: float, threshold: float, limit: int) -> int:

@@ -102,6 +102,28 @@ def test_segments_are_counted_against_the_passages_sentences() -> None:
     # 107.9, final at 109.0); the cuts at 2.0 and 5.6 s close none
     assert row["after_speech_p50"] == round((0.6 + 1.1) / 2, 2)
     assert row["after_speech_p95"] == pytest.approx(0.6 + 0.95 * 0.5, abs=0.011)
-    # passages without sentence spans (the devset's joined clips) report none
+    # passages without sentence spans report none
     unknown = live.analyse([log], [passage(live, reference)])
     assert unknown["mid_sentence_cuts"] is None and unknown["after_speech_p50"] is None
+
+
+def test_the_devsets_passage_knows_where_each_sentence_was_spoken() -> None:
+    # the devset's read recordings joined (0.5 s lead, 0.9 s after each clip): a sentence's
+    # span runs from its first clip's first word to its last clip's last, room tone left out
+    live = load_script()
+    if not (live.DEVSET / "manifest.tsv").exists():
+        pytest.skip(f"dev-set speech missing: {live.DEVSET}")
+    devset = live.passages(live.DEVSET)[0]
+    assert devset.name == "devset_read" and len(devset.sentences) == len(live.READ) == 4
+    clips = [[live._load(live.DEVSET / n) for n in names] for names in live.READ]
+    t = 0.5
+    for (start, end), recorded in zip(devset.sentences, clips, strict=True):
+        length = sum(len(c) for c in recorded) / live.SR + 0.9 * len(recorded)
+        last_clip_end = t + length - 0.9
+        assert t < start < t + 0.5  # its first word, after the recording's lead-in
+        # its last word: 0.2-0.5 s before the recording ends for the LibriVox reader (room
+        # tone after it), with the applause at JFK's end
+        assert last_clip_end - 0.5 < end <= last_clip_end
+        t += length
+    assert len(devset.audio) / live.SR == pytest.approx(t, abs=1e-3)
+

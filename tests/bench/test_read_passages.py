@@ -78,3 +78,26 @@ def test_applause_is_claps_not_a_steady_noise() -> None:
     db = 10 * np.log10(np.mean(np.square(frames), axis=1) + 1e-12)
     middle = db[20:-20]  # the fades aside
     assert np.percentile(middle, 90) - np.percentile(middle, 10) > 6.0
+
+
+def room_recording(speech_s: float, room_s: float, room_db: float = -45.0) -> np.ndarray:
+    """A tone (the words) with room tone after it (noise ``room_db`` dB full scale): a real
+    recording's tail, which a -40 dB trim keeps whole."""
+    room = np.random.default_rng(3).standard_normal(int(room_s * SR)) * 10 ** (room_db / 20)
+    return np.concatenate([tone(speech_s), room.astype(np.float32)])
+
+
+def test_a_sentences_end_leaves_out_the_recordings_room_tone() -> None:
+    bench = load_bench_script("read_passages")
+    clip = room_recording(1.0, 0.4)  # the tone peaks near -9 dB: room tone is within 40 dB
+    assert len(bench.trim(clip)) == len(clip)  # the trim keeps the room tone
+    assert bench.room_tail(clip) == pytest.approx(0.4, abs=0.011)  # (it ends the recording)
+    silent = np.concatenate([tone(1.0), np.zeros(SR // 2, np.float32)])
+    assert bench.room_tail(silent) == pytest.approx(0.03, abs=1e-3)  # a voice's digital silence
+    assert bench.room_tail(tone(1.0)) == 0.0  # no quieter part: no floor to tell words from
+    # the span ends where the words did; the audio is the same as without tails
+    rng = np.random.default_rng(0)
+    audio, spans = bench.join([[clip], [clip]], rng, tails=[0.4, 0.4])
+    plain, plain_spans = bench.join([[clip], [clip]], np.random.default_rng(0))
+    assert np.array_equal(audio, plain)
+    assert [b for _, b in spans] == pytest.approx([b - 0.4 for _, b in plain_spans], abs=1e-3)

@@ -30,8 +30,8 @@ def _energy(levels_db: list[float]) -> FrameEnergy:
 def test_quiet_frames_run_up_to_the_first_loud_one() -> None:
     tail = QuietTail()
     word, pause = [-20.0] * 10, [-60.0] * 10
-    energy = _energy(word + pause + [-58.0] * 7 + [-30.0] + [-60.0] * 5)
-    # decoded: the word and its pause (10 trailing blank frames); then 7 quiet, a loud one
+    energy = _energy(word + pause + [-58.0] * 7 + [-30.0] * 3 + [-60.0] * 5)
+    # decoded: the word and its pause (10 trailing blank frames); then 7 quiet, a loud sound
     assert tail.quiet_run(energy, 20, 10, SHIFT).frames == 7
     assert tail.quiet_run(_energy(word + pause + [-57.0] * 4), 20, 10, SHIFT).frames == 4
 
@@ -40,7 +40,7 @@ def test_a_digitally_silent_pause_is_measured_at_the_floor() -> None:
     # zero padding after the word (the energy's -100 dB), then a voice's faint lead-in at
     # -65 dB: quiet against the -60 dB floor, and the run ends at the next word (-50 dB)
     word, zeros = [-26.0] * 10, [-100.0] * 10
-    energy = _energy(word + zeros + [-100.0] * 3 + [-65.0] * 4 + [-50.0] + [-65.0] * 2)
+    energy = _energy(word + zeros + [-100.0] * 3 + [-65.0] * 4 + [-50.0] * 3 + [-65.0] * 2)
     assert QuietTail().quiet_run(energy, 20, 10, SHIFT).frames == 7
     assert QuietTail(floor_db=-100.0).quiet_run(energy, 20, 10, SHIFT).frames == 3
 
@@ -51,7 +51,7 @@ def test_a_pause_that_began_at_the_chunks_end_is_measured_on_the_audio_after_it(
     tail = QuietTail()
     word = [-20.0] * 11
     assert tail.quiet_run(_energy(word + [-35.0] + [-60.0] * 3), 11, 1, SHIFT).frames == 0  # not yet
-    energy = _energy(word + [-35.0] + [-60.0] * 9 + [-30.0] + [-60.0] * 3)
+    energy = _energy(word + [-35.0] + [-60.0] * 9 + [-30.0] * 3 + [-60.0] * 3)
     # the word's soft end (frame 11) counts, as a blank frame would; the run stops at -30 dB
     assert tail.quiet_run(energy, 11, 1, SHIFT).frames == 10
     # the word goes on after the chunk: its frames are no pause
@@ -68,13 +68,46 @@ def test_the_last_words_fade_after_the_measure_is_quiet_too() -> None:
     fade = [-43.0, -45.0, -50.0, -57.0, -70.0]
     energy = _energy(word + fade + [-100.0] * 10)
     assert tail.quiet_run(energy, 11, 1, SHIFT).frames == 14  # frames 11-24: all of it
-    assert QuietTail(decay_s=0.0).quiet_run(energy, 11, 1, SHIFT).frames == 1  # the fade ended it
+    # the fade ended it (one frame above the pause's bar is a click too: `click_s`)
+    assert QuietTail(decay_s=0.0, click_s=0.0).quiet_run(energy, 11, 1, SHIFT).frames == 1
     # a next word after the fade still ends the run where it starts (frame 19)
     assert tail.quiet_run(_energy(word + fade + [-100.0] * 4 + [-25.0] * 3), 11, 1,
                              SHIFT).frames == 8
     # a level that rises first is no fade (a new sound): the run ends there, as before
+    # (one frame of it, and quiet after: a click, which does not end the run either)
     rises = _energy(word + [-43.0, -45.0, -44.0, -57.0, -70.0] + [-100.0] * 10)
-    assert tail.quiet_run(rises, 11, 1, SHIFT).frames == 1
+    assert QuietTail(click_s=0.0).quiet_run(rises, 11, 1, SHIFT).frames == 1
+    assert tail.quiet_run(rises, 11, 1, SHIFT).frames == 14
+
+
+def test_a_pause_after_the_last_words_late_letters_is_measured_against_the_word() -> None:
+    # as JFK's "... my fellow Americans" (a live trace): the word's sound ended at frame 10,
+    # over room tone at -40 dB; the CTC pass wrote its last letters until frame 18, so its
+    # 13 trailing blank frames (decoded end 32) begin 0.36 s into the pause; the loudest frame
+    # just before them is room tone, and only looking ``late_s`` further back finds the word
+    room = [-40.0, -41.0, -39.0, -42.0]
+    levels = [-12.0] * 10 + room * 6 + [-41.0] * 6
+    energy = _energy(levels)
+    assert QuietTail(late_s=0.0).quiet_run(energy, 32, 13, SHIFT).frames == 0
+    assert QuietTail().quiet_run(energy, 32, 13, SHIFT).frames == 8  # frames 32-39
+    # a click in the room (one frame at -23 dB) and the pause goes on; a word ends it
+    clicked = _energy(levels + [-23.0] + [-40.0] * 5 + [-14.0] * 4)
+    run = QuietTail().quiet_run(clicked, 32, 13, SHIFT)
+    assert run.frames == 14 and run.went_on  # frames 32-45, the click's among them
+
+
+def test_a_pause_measured_on_the_words_own_end_is_no_pause() -> None:
+    # as the LibriVox reader's "... rather cold hearted | and rather selfish" (a live trace):
+    # the chunk ended a frame after "hearted"'s last token, whose sound went on at -26 dB; the
+    # pause measured after the chunk (frames 20-23) is that end, and the soft "and" after a
+    # 0.08 s gap (-30 dB) is no quieter. The word before the blank frame is within 12 dB of
+    # it: no pause, though a louder word lies further back (looked for only when the CTC
+    # pass's blank frames hold the pause: `QuietTail.late_s`)
+    word = [-14.0] * 10 + [-22.0, -25.0, -23.0, -24.0, -27.0, -22.0, -25.0, -26.0, -28.0]
+    after = [-26.0, -26.0, -27.0, -34.0] + [-41.0, -42.0, -42.0, -40.0]
+    soft = [-32.0, -30.0, -31.0, -30.0, -32.0, -31.0, -31.0, -33.0, -30.0, -31.0]
+    energy = _energy(word + after + soft + [-26.0, -23.0, -23.0, -24.0])
+    assert QuietTail().quiet_run(energy, 19, 1, SHIFT).frames == 0
 
 
 def test_the_quiet_after_a_word_the_ctc_pass_has_not_decoded() -> None:
@@ -100,9 +133,11 @@ def test_speech_after_the_quiet_run_says_the_speaker_went_on() -> None:
     assert run.frames == 6 and run.went_on  # a word, rising to speech's level
     # not yet: one frame of it (a word's onset, or a click)
     assert not tail.quiet_run(_energy(decoded + [-24.0]), 20, 10, SHIFT).went_on
-    # a click: loud for a frame, then quiet again
+    # a click: loud for a frame, then quiet again; the quiet run goes on through it
     click = tail.quiet_run(_energy(decoded + [-18.0] + [-60.0] * 6), 20, 10, SHIFT)
-    assert click.frames == 6 and not click.went_on
+    assert click.frames == 13 and not click.went_on
+    assert QuietTail(click_s=0.0).quiet_run(_energy(decoded + [-18.0] + [-60.0] * 6), 20, 10,
+                                            SHIFT).frames == 6
     # a breath: above the pause for long, but 20 dB under the word
     assert not tail.quiet_run(_energy(decoded + [-40.0] * 8), 20, 10, SHIFT).went_on
     # still quiet
@@ -143,6 +178,10 @@ def test_no_quiet_frames_without_a_pause_to_measure() -> None:
         QuietTail(decay_s=-0.1)
     with pytest.raises(ValueError, match="resume_s 0"):
         QuietTail(resume_s=0.0)
+    with pytest.raises(ValueError, match="late_s -0.1"):
+        QuietTail(late_s=-0.1)
+    with pytest.raises(ValueError, match="click_s -0.02"):
+        QuietTail(click_s=-0.02)
 
 
 def _stream(audio: np.ndarray, quiet: bool,
