@@ -6,9 +6,11 @@ more for the rule's silence to be decoded, though the audio that arrived meanwhi
 says it is silence. `QuietTail` counts the quiet frames of that audio (`FrameEnergy`, one
 value per encoder frame, computed as the audio arrives): the frames after the decoded audio
 no louder than the decoded pause itself (the median energy of its trailing blank frames) plus
-``margin_db``, up to the first louder one, and only when that pause is clearly quieter than
-the word before it (``min_contrast_db``: a pause the CTC pass heard as blank over speech it
-missed is no reference). A pause quieter than ``floor_db`` is measured as that floor: after
+``margin_db``, up to the first louder sound (a click of up to ``click_s`` with quiet after it
+is no sound that ends it), and only when that pause is clearly quieter than the word before
+it (``min_contrast_db``: a pause the CTC pass heard as blank over speech it missed is no
+reference; the word is looked for ``late_s`` further back when the CTC pass wrote its last
+letters into the pause). A pause quieter than ``floor_db`` is measured as that floor: after
 digital silence (a file's zero padding, a noise gate's output) the faintest sound would
 otherwise count as loud, and a TTS voice's -65 dB lead-in before its next sentence ended
 the quiet run 0.2 s short of the endpoint's silence. The word's own sound dying away at the
