@@ -117,9 +117,10 @@ class _Joined:
     def sentence(self, clips: list[np.ndarray]) -> None:
         start = self.num_samples + speech_bounds(clips[0], above_floor_db=ROOM_ABOVE_FLOOR_DB)[0]
         for clip in clips:
-            end = self.num_samples + speech_bounds(clip, above_floor_db=ROOM_ABOVE_FLOOR_DB)[1]
+            last = self.num_samples  # where the sentence's last clip begins, in the end
             self.pieces += [clip, _silence(0.9)]
             self.num_samples += len(clip) + len(self.pieces[-1])
+        end = last + speech_bounds(clips[-1], above_floor_db=ROOM_ABOVE_FLOOR_DB)[1]
         self.spans.append((start / SR, end / SR))
 
     def passage(self, name: str, reference: str) -> Passage:

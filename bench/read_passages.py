@@ -86,20 +86,26 @@ VOICES = {"awb": ["flite", "-voice", "awb"], "slt": ["flite", "-voice", "slt"],
           "us": ["espeak-ng", "-v", "en-us", "-s", "165"]}
 
 
-def trim(audio: np.ndarray, threshold_db: float = -40.0, margin_s: float = 0.03) -> np.ndarray:
-    """The span from the first to the last 10 ms frame within ``threshold_db`` of the peak."""
+def _trimmed(audio: np.ndarray, threshold_db: float = -40.0,
+             margin_s: float = 0.03) -> tuple[int, int]:
+    """The samples `trim` keeps: its `speech_bounds` widened by ``margin_s`` each side."""
     lo, hi = speech_bounds(audio, threshold_db)
     margin = int(margin_s * MODEL_SAMPLE_RATE)
-    return audio[max(0, lo - margin): min(len(audio), hi + margin)]
+    return max(0, lo - margin), min(len(audio), hi + margin)
+
+
+def trim(audio: np.ndarray, threshold_db: float = -40.0, margin_s: float = 0.03) -> np.ndarray:
+    """The span from the first to the last 10 ms frame within ``threshold_db`` of the peak."""
+    lo, hi = _trimmed(audio, threshold_db, margin_s)
+    return audio[lo:hi]
 
 
 def room_tail(audio: np.ndarray) -> float:
     """Seconds of a recording that `trim` keeps after its last word: its room tone (the -40
     dB bound against the one 12 dB above its floor, `speech_bounds`: 0.2-0.45 s for the
     LibriVox clips) and the trim's 30 ms margin."""
-    end = min(len(audio), speech_bounds(audio)[1] + int(0.03 * MODEL_SAMPLE_RATE))
     spoken = speech_bounds(audio, above_floor_db=ROOM_ABOVE_FLOOR_DB)[1]
-    return max(0, end - spoken) / MODEL_SAMPLE_RATE
+    return max(0, _trimmed(audio)[1] - spoken) / MODEL_SAMPLE_RATE
 
 
 def synthesise(voice: str, text: str) -> np.ndarray:

@@ -19,7 +19,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from oasr.audio import MODEL_SAMPLE_RATE, ChunkGeometry, compute_fbank, read_audio, split_windows
+from oasr.audio import (
+    MODEL_SAMPLE_RATE,
+    ChunkGeometry,
+    FrameEnergy,
+    compute_fbank,
+    read_audio,
+    split_windows,
+)
 from oasr.engine.family import ModelFamily, family_for
 from oasr.models import AsrModel, ConformerConfig, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
@@ -246,10 +253,11 @@ def speech_bounds(audio: np.ndarray, threshold_db: float = -40.0,
     much louder than the recording's floor (its 10th-percentile frame), when it has a quieter
     part than that: a real recording's room tone, 30-35 dB under its words, is left out too."""
     hop = MODEL_SAMPLE_RATE // 100
-    frames = audio[: len(audio) // hop * hop].reshape(-1, hop)
-    if not len(frames):
+    energy = FrameEnergy(hop)
+    energy.append(audio)
+    db = energy.values
+    if not len(db):
         return 0, 0
-    db = 10 * np.log10(np.mean(frames.astype(np.float64) ** 2, axis=1) + 1e-12)
     threshold = db.max() + threshold_db
     floor = float(np.percentile(db, 10))
     if above_floor_db is not None and db.max() - floor > above_floor_db:  # (else no quiet part)

@@ -126,4 +126,3 @@ def test_the_devsets_passage_knows_where_each_sentence_was_spoken() -> None:
         assert last_clip_end - 0.5 < end <= last_clip_end
         t += length
     assert len(devset.audio) / live.SR == pytest.approx(t, abs=1e-3)
-
