@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -162,12 +163,25 @@ def test_malformed_or_unknown_messages_are_refused(client: TestClient, text: str
 def test_audio_after_end_is_refused(make_client: Callable[..., TestClient]) -> None:
     # backpressure off (30 s per socket): the server reads every frame as it comes
     client = make_client(max_socket_audio_s=30.0, max_queued_audio_s=30.0)
-    with client.websocket_connect("/ws/asr") as ws:
-        # 10 s of audio before the end keeps the engine busy for ~16 chunk steps, so the
-        # trailing frame is read (and refused) before the stream's own done could be sent.
-        stream_file(ws, synthetic_pcm(10.0), {"type": "start"})
-        ws.send_bytes(synthetic_pcm(0.2))
-        assert "audio after end" in assert_refused(ws, "bad_request", 1008)
+    # The engine steps nothing until the trailing frame was refused, so the stream cannot end
+    # (and send its own done) before the server reads that frame, however loaded the machine.
+    engine = client.app.state.context.engine  # type: ignore[attr-defined]
+    release = threading.Event()
+    step = engine.engine.step
+
+    def held_step() -> bool:
+        release.wait(30)
+        return step()
+
+    engine.engine.step = held_step
+    try:
+        with client.websocket_connect("/ws/asr") as ws:
+            stream_file(ws, synthetic_pcm(2.0), {"type": "start"})
+            ws.send_bytes(synthetic_pcm(0.2))
+            assert "audio after end" in assert_refused(ws, "bad_request", 1008)
+    finally:
+        release.set()
+        engine.engine.step = step
     wait_until(lambda: pool_is_full(client), what="pool back to full")
 
 
