@@ -304,12 +304,15 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
                     after_decision.append(when - decided)
                 spoken = _sentence_end(m["end"], sentences[log.passage])
                 spoken_sent = log.sent_at(spoken) if spoken is not None else None
+                waited = None
                 if spoken_sent is not None and m["text"]:
-                    after_speech.append(when - spoken_sent)
+                    waited = when - spoken_sent
+                    after_speech.append(waited)
                 read.append({"text": m["text"], "last_partial": partial, "end": m["end"],
                              "decided_at": m.get("decided_at"),
                              "source": m.get("source"), "reason": m.get("reason"),
-                             "lag": None if sent is None else round(when - sent, 2)})
+                             "lag": None if sent is None else round(when - sent, 2),
+                             "after_speech": None if waited is None else round(waited, 2)})
         last_partial.add(references[log.passage], " ".join(shown))
         finals.add(references[log.passage], " ".join(final_texts))
         refined += shown_refined

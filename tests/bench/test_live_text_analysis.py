@@ -102,6 +102,8 @@ def test_segments_are_counted_against_the_passages_sentences() -> None:
     # 107.9, final at 109.0); the cuts at 2.0 and 5.6 s close none
     assert row["after_speech_p50"] == round((0.6 + 1.1) / 2, 2)
     assert row["after_speech_p95"] == pytest.approx(0.6 + 0.95 * 0.5, abs=0.011)
+    # and each final says its own, to find the slow ones
+    assert [f["after_speech"] for f in row["finals"][0]["finals"]] == [None, 0.6, None, 1.1]
     # passages without sentence spans report none
     unknown = live.analyse([log], [passage(live, reference)])
     assert unknown["mid_sentence_cuts"] is None and unknown["after_speech_p50"] is None
