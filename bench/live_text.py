@@ -69,7 +69,12 @@ import soxr
 import websockets
 
 from oasr.benchmarks.server_load import server_process
-from oasr.benchmarks.workload import ROOM_ABOVE_FLOOR_DB, speech_bounds
+from oasr.benchmarks.workload import (
+    ROOM_ABOVE_FLOOR_DB,
+    room_level_db,
+    room_tone,
+    speech_bounds,
+)
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
 SR = 16000
@@ -108,17 +113,21 @@ def _load(path: Path) -> np.ndarray:
 class _Joined:
     """A passage as it is put together: clips with 0.9 s pauses after a 0.5 s lead, and
     the span of each sentence's speech (`speech_bounds` of its first and last clip, the
-    recordings' room tone left out)."""
+    recordings' room tone left out). A pause holds the room tone of the clip before it
+    (`room_tone`: a real recording's goes on through it; a TTS voice's is digital silence)."""
 
     def __init__(self) -> None:
         self.pieces, self.spans = [_silence(0.5)], []
         self.num_samples = len(self.pieces[0])
+        self._noise = np.random.default_rng(0)
 
     def sentence(self, clips: list[np.ndarray]) -> None:
         start = self.num_samples + speech_bounds(clips[0], above_floor_db=ROOM_ABOVE_FLOOR_DB)[0]
+        if len(self.pieces) == 1:  # the lead: the first clip's room
+            self.pieces[0] = room_tone(self._noise, len(self.pieces[0]), room_level_db(clips[0]))
         for clip in clips:
             last = self.num_samples  # where the sentence's last clip begins, in the end
-            self.pieces += [clip, _silence(0.9)]
+            self.pieces += [clip, room_tone(self._noise, int(0.9 * SR), room_level_db(clip))]
             self.num_samples += len(clip) + len(self.pieces[-1])
         end = last + speech_bounds(clips[-1], above_floor_db=ROOM_ABOVE_FLOOR_DB)[1]
         self.spans.append((start / SR, end / SR))

@@ -5,7 +5,10 @@ starts and ends:
 
 - ``real_*``: the devset's read recordings (LibriVox Sense and Sensibility, JFK), trimmed to
   their speech and joined in a seeded order: clips that continue one sentence are joined by a
-  breath (0.2-0.4 s), sentences by a sentence pause (0.6-1.2 s).
+  breath (0.2-0.4 s), sentences by a sentence pause (0.6-1.2 s). The pauses hold room tone at
+  the recording's own level, as a microphone left open between sentences records them
+  (``--silent-gaps``: digital silence instead, as a noise gate sends; the recording's room
+  tone after its last word then ends in a step to silence).
 - ``tts_*``: public-domain paragraphs (Dickens, Austen, Melville) read by voices the model
   never trained on (flite awb, espeak-ng en-gb-x-rp + m3) or trained on (flite slt, espeak-ng
   en-us): every clause is synthesised alone and trimmed, clauses joined by a breath and
@@ -35,7 +38,13 @@ from pathlib import Path
 import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
-from oasr.benchmarks.workload import ROOM_ABOVE_FLOOR_DB, speech_bounds
+from oasr.benchmarks.workload import (
+    ROOM_ABOVE_FLOOR_DB,
+    pink_noise,
+    room_level_db,
+    room_tone,
+    speech_bounds,
+)
 
 DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 BREATH_S = (0.2, 0.4)
@@ -44,6 +53,7 @@ SENTENCE_PAUSE_S = (0.6, 1.2)
 PACINGS = {"read": (BREATH_S, SENTENCE_PAUSE_S), "tight": ((0.3, 0.5), (0.5, 0.8))}
 # --applause: (silence before the burst, its length, its level below the sentence's) ranges
 APPLAUSE_GAP_S, APPLAUSE_S, APPLAUSE_BELOW_DB = (0.1, 0.3), (1.0, 2.0), (10.0, 20.0)
+ROOM_SEED = 1000  # the room tone's own generator (`join`)
 SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
 # each real sentence: the clips that read it, in order (0880+0890 and 0920+0930 are one
 # sentence each in the book)
@@ -149,16 +159,24 @@ def _rms(clips: list[np.ndarray]) -> float:
 
 
 def join(sentences: list[list[np.ndarray]], rng: np.random.Generator, lead_s: float = 0.5,
-         pacing: str = "read", with_applause: bool = False, tails: list[float] | None = None
-         ) -> tuple[np.ndarray, list[tuple[float, float]]]:
+         pacing: str = "read", with_applause: bool = False, tails: list[float] | None = None,
+         rooms: list[float | None] | None = None) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """Clips joined: breaths inside a sentence, sentence pauses between (their ranges from
     ``PACINGS[pacing]``), with ``with_applause`` a burst of applause before every sentence
     pause but the last (`applause`); each sentence's (start, end) in seconds, its end
     ``tails[i]`` seconds before its last clip's (the room tone a recording keeps after its
-    last word, `room_tail`)."""
+    last word, `room_tail`). The lead, breaths and pauses after sentence ``i``'s clips hold
+    room tone at ``rooms[i]`` dB (`room_tone`; None or no ``rooms``: digital silence), drawn
+    from a generator of its own, so the pauses' lengths do not depend on it."""
     breath_s, pause_s = PACINGS[pacing]
     tails = tails or [0.0] * len(sentences)
-    pieces = [np.zeros(int(lead_s * MODEL_SAMPLE_RATE), np.float32)]
+    rooms = rooms or [None] * len(sentences)
+    noise = np.random.default_rng(ROOM_SEED)
+
+    def gap(i: int, num_samples: int) -> np.ndarray:
+        return room_tone(noise, num_samples, rooms[i])
+
+    pieces = [gap(0, int(lead_s * MODEL_SAMPLE_RATE))]
     spans, t = [], lead_s
     for i, clips in enumerate(sentences):
         start = t
@@ -166,19 +184,18 @@ def join(sentences: list[list[np.ndarray]], rng: np.random.Generator, lead_s: fl
             pieces.append(clip.astype(np.float32))
             t += len(clip) / MODEL_SAMPLE_RATE
             if j < len(clips) - 1:
-                gap = rng.uniform(*breath_s)
-                pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
-                t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
+                pieces.append(gap(i, int(rng.uniform(*breath_s) * MODEL_SAMPLE_RATE)))
+                t += len(pieces[-1]) / MODEL_SAMPLE_RATE
         spans.append((round(start, 3), round(t - tails[i], 3)))
         if with_applause and i < len(sentences) - 1:
-            gap = int(rng.uniform(*APPLAUSE_GAP_S) * MODEL_SAMPLE_RATE)
+            before = int(rng.uniform(*APPLAUSE_GAP_S) * MODEL_SAMPLE_RATE)
             burst = applause(rng, rng.uniform(*APPLAUSE_S))
             burst *= _rms(clips) * 10 ** (-rng.uniform(*APPLAUSE_BELOW_DB) / 20)
-            pieces += [np.zeros(gap, np.float32), burst]
-            t += (gap + len(burst)) / MODEL_SAMPLE_RATE
-        gap = rng.uniform(*pause_s) if i < len(sentences) - 1 else 1.0
-        pieces.append(np.zeros(int(gap * MODEL_SAMPLE_RATE), np.float32))
-        t += int(gap * MODEL_SAMPLE_RATE) / MODEL_SAMPLE_RATE
+            pieces += [gap(i, before), burst + gap(i, len(burst))]
+            t += (before + len(burst)) / MODEL_SAMPLE_RATE
+        pause = rng.uniform(*pause_s) if i < len(sentences) - 1 else 1.0
+        pieces.append(gap(i, int(pause * MODEL_SAMPLE_RATE)))
+        t += len(pieces[-1]) / MODEL_SAMPLE_RATE
     audio = np.concatenate(pieces)
     return audio, spans
 
@@ -189,21 +206,21 @@ def degrade(audio: np.ndarray, rng: np.random.Generator, level_db: float = 0.0,
     lies ``snr_db`` below the speech's power (the pauses hold the noise too)."""
     out = audio.astype(np.float64) * 10 ** (level_db / 20)
     if snr_db is not None:
-        spectrum = np.fft.rfft(rng.standard_normal(len(out)))
-        spectrum /= np.sqrt(np.maximum(np.arange(spectrum.size), 1))  # 1/f: pink
-        noise = np.fft.irfft(spectrum, n=len(out))
+        noise = pink_noise(rng, len(out))
         loud = np.abs(out) > 0.01 * np.abs(out).max()
         speech = float(np.mean(np.square(out[loud])))
-        out += noise * np.sqrt(speech / 10 ** (snr_db / 10) / float(np.mean(np.square(noise))))
+        out += noise * np.sqrt(speech / 10 ** (snr_db / 10))
     return np.clip(out, -1, 1).astype(np.float32)
 
 
 def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read",
           level_db: float = 0.0, snr_db: float | None = None,
-          with_applause: bool = False) -> list[Path]:
+          with_applause: bool = False, silent_gaps: bool = False) -> list[Path]:
     """Write every passage (WAV + JSON of sentence spans and texts) under ``out``, paced by
     ``pacing``, with applause after sentences when ``with_applause`` (`join`), and degraded
-    by ``level_db`` / ``snr_db`` (`degrade`)."""
+    by ``level_db`` / ``snr_db`` (`degrade`). A real recording's pauses hold its own room
+    tone's level (`room_level_db`) unless ``silent_gaps`` (digital silence, as a noise gate
+    sends); a TTS voice's are digital silence, as the voice writes them."""
     import soundfile as sf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -218,7 +235,9 @@ def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read"
         sents = [REAL_SENTENCES[i] for i in order]
         audio, spans = join([[real[n] for n in s] for s in sents], rng, pacing=pacing,
                             with_applause=with_applause,
-                            tails=[room_tail(recorded[s[-1]]) for s in sents])
+                            tails=[room_tail(recorded[s[-1]]) for s in sents],
+                            rooms=None if silent_gaps else
+                            [room_level_db(recorded[s[-1]]) for s in sents])
         audio = degrade(audio, rng, level_db, snr_db)
         texts = [" ".join(manifest[n] for n in s) for s in sents]
         written.append(_write(out / f"real_{seed}", audio, spans, texts, sf))
@@ -254,9 +273,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="mix in pink noise this far below the speech's power")
     p.add_argument("--applause", action="store_true",
                    help="a burst of applause after every sentence but the last")
+    p.add_argument("--silent-gaps", action="store_true",
+                   help="digital silence between the real recordings (a noise-gated source) "
+                   "instead of their room tone")
     args = p.parse_args(argv)
     for wav in build(args.out, args.devset, pacing=args.pacing, level_db=args.level_db,
-                     snr_db=args.snr_db, with_applause=args.applause):
+                     snr_db=args.snr_db, with_applause=args.applause,
+                     silent_gaps=args.silent_gaps):
         print(wav)
     return 0
 

@@ -27,6 +27,7 @@ from oasr.audio import (
     read_audio,
     split_windows,
 )
+from oasr.audio.energy import ENERGY_FLOOR_DB
 from oasr.engine.family import ModelFamily, family_for
 from oasr.models import AsrModel, ConformerConfig, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
@@ -243,6 +244,7 @@ def load_speech(audio_dir: Path, num_streams: int, seconds: float) -> list[np.nd
 # a real recording's speech ends at its last 10 ms frame this far above its floor (its room
 # tone; `speech_bounds`)
 ROOM_ABOVE_FLOOR_DB = 12.0
+FLOOR_PERCENTILE = 10  # a recording's floor: its 10th-percentile 10 ms frame
 
 
 def speech_bounds(audio: np.ndarray, threshold_db: float = -40.0,
@@ -253,16 +255,53 @@ def speech_bounds(audio: np.ndarray, threshold_db: float = -40.0,
     much louder than the recording's floor (its 10th-percentile frame), when it has a quieter
     part than that: a real recording's room tone, 30-35 dB under its words, is left out too."""
     hop = MODEL_SAMPLE_RATE // 100
-    energy = FrameEnergy(hop)
-    energy.append(audio)
-    db = energy.values
+    db = _frame_db(audio)
     if not len(db):
         return 0, 0
     threshold = db.max() + threshold_db
-    floor = float(np.percentile(db, 10))
+    floor = float(np.percentile(db, FLOOR_PERCENTILE))
     if above_floor_db is not None and db.max() - floor > above_floor_db:  # (else no quiet part)
         threshold = max(threshold, floor + above_floor_db)
     loud = np.flatnonzero(db > threshold)
     if not loud.size:
         return 0, 0
     return int(loud[0]) * hop, (int(loud[-1]) + 1) * hop
+
+
+def _frame_db(audio: np.ndarray) -> np.ndarray:
+    """``audio``'s energy per 10 ms frame, in dB full scale (`FrameEnergy`)."""
+    energy = FrameEnergy(MODEL_SAMPLE_RATE // 100)
+    energy.append(audio)
+    return energy.values
+
+
+def room_level_db(audio: np.ndarray) -> float | None:
+    """A recording's room tone, in dB full scale: its floor (the 10th-percentile 10 ms frame,
+    as `speech_bounds` measures it); None where that is digital silence (a TTS voice, a
+    noise-gated source) or the recording is too short to tell."""
+    db = _frame_db(audio)
+    if not len(db):
+        return None
+    floor = float(np.percentile(db, FLOOR_PERCENTILE))
+    return None if floor <= ENERGY_FLOOR_DB + 1.0 else floor
+
+
+def pink_noise(rng: np.random.Generator, num_samples: int) -> np.ndarray:
+    """``num_samples`` of pink (1/f power) noise at unit RMS, float64."""
+    if num_samples == 0:
+        return np.zeros(0)
+    spectrum = np.fft.rfft(rng.standard_normal(num_samples))
+    spectrum /= np.sqrt(np.maximum(np.arange(spectrum.size), 1))  # 1/f power
+    noise = np.fft.irfft(spectrum, n=num_samples)
+    return noise / np.sqrt(float(np.mean(np.square(noise))))
+
+
+def room_tone(rng: np.random.Generator, num_samples: int, level_db: float | None) -> np.ndarray:
+    """A pause as a microphone in a room records it: pink noise at ``level_db`` (a
+    recording's `room_level_db`), so that the room tone a recording keeps after its last
+    word goes on through the pause instead of stopping at digital silence (which no open
+    microphone sends, and which makes that room tone stand out as sound); digital silence
+    for ``level_db`` None."""
+    if level_db is None:
+        return np.zeros(num_samples, np.float32)
+    return (pink_noise(rng, num_samples) * 10 ** (level_db / 20)).astype(np.float32)

@@ -101,3 +101,31 @@ def test_a_sentences_end_leaves_out_the_recordings_room_tone() -> None:
     plain, plain_spans = bench.join([[clip], [clip]], np.random.default_rng(0))
     assert np.array_equal(audio, plain)
     assert [b for _, b in spans] == pytest.approx([b - 0.4 for _, b in plain_spans], abs=1e-3)
+
+
+def _db(audio: np.ndarray) -> float:
+    return float(10 * np.log10(np.mean(np.square(audio.astype(np.float64)))))
+
+
+def test_a_recordings_pauses_hold_its_room_tone_not_digital_silence() -> None:
+    bench = load_bench_script("read_passages")
+    clip = room_recording(1.0, 1.0, room_db=-45.0)  # a floor near -45 dB
+    level = bench.room_level_db(clip)
+    assert level == pytest.approx(-45.0, abs=2.0)
+    assert bench.room_level_db(np.concatenate([tone(1.0), np.zeros(SR, np.float32)])) is None
+    sentences = [[tone(0.5), tone(0.4)], [tone(0.6)]]
+    audio, spans = bench.join(sentences, np.random.default_rng(0), rooms=[-45.0, -50.0])
+    plain, plain_spans = bench.join(sentences, np.random.default_rng(0))
+    # the pauses' lengths and the sentences' spans do not depend on the room
+    assert len(audio) == len(plain) and spans == plain_spans
+    (a0, a1), (b0, b1) = spans
+    lead, breath = audio[: int(0.45 * SR)], audio[int((a0 + 0.52) * SR): int((a0 + 0.68) * SR)]
+    pause, after = audio[int((a1 + 0.02) * SR): int((b0 - 0.02) * SR)], audio[int((b1 + 0.02) * SR):]
+    assert _db(lead) == pytest.approx(-45.0, abs=1.5)  # the first sentence's room
+    assert _db(breath) == pytest.approx(-45.0, abs=1.5)
+    assert _db(pause) == pytest.approx(-45.0, abs=1.5)  # the room of the sentence before it
+    assert _db(after) == pytest.approx(-50.0, abs=1.5)
+    assert not np.any(plain[: int(0.45 * SR)])  # without rooms: digital silence
+    # the clips themselves are untouched
+    inside = slice(int(b0 * SR) + 16, int(b1 * SR) - 16)  # (the spans are rounded to 1 ms)
+    assert np.array_equal(audio[inside], plain[inside])
