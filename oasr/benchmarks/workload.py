@@ -275,15 +275,19 @@ def _frame_db(audio: np.ndarray) -> np.ndarray:
     return energy.values
 
 
-def room_level_db(audio: np.ndarray) -> float | None:
-    """A recording's room tone, in dB full scale: its floor (the 10th-percentile 10 ms frame,
-    as `speech_bounds` measures it); None where that is digital silence (a TTS voice, a
-    noise-gated source) or the recording is too short to tell."""
-    db = _frame_db(audio)
-    if not len(db):
+def room_level_db(audio: np.ndarray, min_s: float = 0.1) -> float | None:
+    """A recording's room tone, in dB full scale: the median 10 ms frame of the audio after
+    its last word (before its first when that is shorter than ``min_s``; `speech_bounds` 12
+    dB above its floor); None
+    where that is shorter than ``min_s`` or digital silence (a TTS voice, a noise-gated
+    source)."""
+    lo, hi = speech_bounds(audio, above_floor_db=ROOM_ABOVE_FLOOR_DB)
+    shortest = min_s * MODEL_SAMPLE_RATE
+    room = audio[hi:] if len(audio) - hi >= shortest else audio[:lo]
+    if len(room) < shortest:
         return None
-    floor = float(np.percentile(db, FLOOR_PERCENTILE))
-    return None if floor <= ENERGY_FLOOR_DB + 1.0 else floor
+    level = float(np.median(_frame_db(room)))  # (a breath or the word's decay in it aside)
+    return None if level <= ENERGY_FLOOR_DB + 1.0 else level
 
 
 def pink_noise(rng: np.random.Generator, num_samples: int) -> np.ndarray:

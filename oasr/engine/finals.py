@@ -120,13 +120,26 @@ class FinalPublisher:
 
         With the second pass on, a segment the CTC pass heard nothing in still goes to Whisper
         when its audio is loud enough to hold speech (a weak first pass must not lose it).
+
+        A segment whose CTC tokens all lie in the pause the previous final's decode heard
+        quiet (`Request.heard_quiet_to`: an early decode that ended its segment between
+        chunks) holds that final's last word's late letters, which the CTC pass wrote after
+        the decoded audio the segment was cut at ("them." after "... to do for them."). It
+        has no words of its own: it is judged on its audio after that pause, as a segment the
+        CTC pass heard nothing in (Whisper hears any word said there), and its final is ""
+        otherwise, which takes back the letters' partial.
         """
+        late_to, request.heard_quiet_to = request.heard_quiet_to, 0
+        late = bool(late_to and hyp.timestamps
+                    and request.segment_start_frame + hyp.timestamps[-1] < late_to)
+        if late:
+            hyp = Hypothesis([], "", hyp.score, [])
         audio = None
         if self.worker is not None:
-            audio = self._segment_audio(request)
+            audio = self._segment_audio(request, start_frame=late_to if late else None)
             if audio is not None and not hyp.text and not self.worker.no_speech.has_voice(audio):
                 audio = None  # the worker's own voice rule: it would answer "" undecoded
-        if audio is None and not hyp.text:
+        if audio is None and not hyp.text and not late:
             return
         base = request.segment_start_frame
         shift = self.timing.frame_shift_s
@@ -145,6 +158,7 @@ class FinalPublisher:
             self.num_early_used += 1  # decoded at the pause, nothing said since: the final
             request.segment += 1
             request.pending_finals[early.job_id] = PendingFinal(event, base)
+            request.heard_quiet_to = base + early.quiet_to if early.quiet_to else 0
             if early.done is not None:
                 self.on_second_pass(request, early.done)
             return
@@ -169,7 +183,7 @@ class FinalPublisher:
                 request.pending_finals[job.job_id] = PendingFinal(event, base)
                 return
             self.num_backlog_full += 1
-        if hyp.text:  # its CTC text, after the segments before it (some may still decode)
+        if hyp.text or late:  # its CTC text, after the segments before it (some may still decode)
             request.segment += 1
             request.pending_finals[self.next_job_id()] = PendingFinal(event, base, answered=True)
             self.flush(request)
@@ -503,11 +517,13 @@ class FinalPublisher:
         return (request.num_frames_decoded * self.timing.samples_per_frame
                 + self.timing.right_context_samples)
 
-    def _segment_audio(self, request: Request, end_frame: int | None = None
-                       ) -> np.ndarray | None:
+    def _segment_audio(self, request: Request, end_frame: int | None = None,
+                       start_frame: int | None = None) -> np.ndarray | None:
         """The current segment's samples (a copy) up to its decoded audio's end, or to
-        absolute encoder frame ``end_frame``; None if it is too long or not held."""
-        start = request.segment_start_frame * self.timing.samples_per_frame
+        absolute encoder frame ``end_frame``, from its start or ``start_frame``; None if it
+        is too long, not held or empty."""
+        first = request.segment_start_frame if start_frame is None else start_frame
+        start = first * self.timing.samples_per_frame
         end = (self._segment_end(request) if end_frame is None
                else end_frame * self.timing.samples_per_frame)
         if (end - start) / MODEL_SAMPLE_RATE > MAX_SEGMENT_S:
@@ -569,8 +585,12 @@ class FinalPublisher:
         return self.num_by_source["ctc"]
 
     def _emit(self, request: Request, event: Final, start_frame: int) -> None:
+        last = request.last_final
         if event.text:
             request.last_final = SpokenContext(event.segment, start_frame, event.text)
+        elif last is not None and last.segment == event.segment - 1:
+            # no words: the text goes on from the final before, over both segments' audio
+            request.last_final = replace(last, segment=event.segment)
         self.num_by_source[event.source] = self.num_by_source.get(event.source, 0) + 1
         request.num_segments_emitted += 1
         request.emit(event)

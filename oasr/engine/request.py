@@ -198,6 +198,11 @@ class Request:
     # after its audio: a later one that answers the same over a sentence's pause more audio
     # says they were no words (applause, a cough) (`FinalPublisher.end_before_noise`)
     sentence_heard: EarlyFinal | None = None
+    # absolute encoder frame up to which the last final's decode heard the audio after its
+    # words quiet (an early decode on a pause heard between chunks), 0 when none did: the
+    # open segment's CTC tokens before it are that final's last word's late letters
+    # (`FinalPublisher.publish`)
+    heard_quiet_to: int = 0
     endpointer: Endpointer | None = None  # this stream's own endpoint rules; None: the engine's
     refine: RefineState | None = None  # refined partials of the open segment (second pass on)
     ctc_starts: list[int] = field(default_factory=list)  # frame each word of last_partial starts

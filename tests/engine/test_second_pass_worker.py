@@ -855,6 +855,77 @@ def test_the_pause_heard_on_after_an_early_decode_started_holds_late_letters_too
     assert early.job_id in worker.aborted
 
 
+def test_the_last_words_late_letters_after_its_final_are_no_final_of_their_own() -> None:
+    # a segment decoded to frame 100 (its last token at 95), whose early decode started on the
+    # pause heard to frame 110 and heard on, quiet, to 130, is its final; the CTC pass then
+    # writes the last word's late letters (frame 112) into the next segment, which the audio
+    # after 130 (less the late-token guard) must judge alone
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
+                            light_context_s=10.0)
+    quiet_to = 130 - finals.late_token_guard
+
+    def after_a_sentence(heard: bool = True, rest: np.ndarray | None = None
+                         ) -> tuple[Request, list[Final]]:
+        """The first segment ended on its early decode; the second decoded to frame 150
+        (4 s of voice, or 2 s and then ``rest``)."""
+        request = _open_request(4.0 if rest is None else 2.0)
+        if rest is not None:
+            request.audio.append(rest)
+        published = _finals_of(request)
+        request.offset = request.num_frames_decoded = 100
+        if heard:
+            finals.start_early(request, _hyp([5, 6], 95), heard=HeardPause(10, 100, 110))
+            finals.start_early(request, _hyp([5, 6], 95), heard=HeardPause(30, 100, 130))
+        else:
+            finals.start_early(request, _hyp([5, 6], 80))  # after a chunk: decoded audio only
+        finals.on_second_pass(request, _answer(worker.jobs[-1], "For them.", (11, 12)))
+        finals.publish(request, _hyp([5, 6], 95), "endpoint")
+        assert [f.text for f in published] == ["For them."]
+        request.segment_start_frame = request.num_frames_decoded = 100
+        request.offset, request.num_frames_decoded = 50, 150
+        return request, published
+
+    request, published = after_a_sentence()
+    jobs_before = len(worker.jobs)
+    finals.start_early(request, _hyp([7], 12), heard=HeardPause(20, 150, 170))  # "m"
+    early = worker.jobs[-1]
+    assert len(worker.jobs) == jobs_before + 1
+    finals.publish(request, _hyp([7], 12), "endpoint")
+    # the early decode of the letters is dropped; the segment goes to Whisper with no CTC
+    # text, on its audio from the pause's end (frame 150 is the second's decoded end)
+    assert early.job_id in worker.aborted
+    job = worker.jobs[-1]
+    assert job.job_id != early.job_id and job.ctc_text == ""
+    assert len(job.audio) - job.context_samples == (150 - quiet_to) * 320
+    assert job.context == "For them." and job.context_samples == 100 * 320
+    # Whisper hears no words there: the final is "", which takes back the letters' partial,
+    # and the next segment goes on from the sentence before (its audio from that
+    # sentence's start: both segments')
+    finals.on_second_pass(request, _answer(job, "", ()))
+    assert [f.text for f in published] == ["For them.", ""]
+    request.segment_start_frame = 150
+    request.offset, request.num_frames_decoded = 30, 180
+    text, audio = finals.known_context(request, 1)
+    assert text == "For them." and len(audio) == 150 * 320
+    # with nothing but silence after the pause, the final is "" without a decode
+    request, published = after_a_sentence(rest=np.zeros(2 * RATE, np.float32))
+    jobs_before = len(worker.jobs)
+    finals.publish(request, _hyp([7], 12), "endpoint")
+    assert len(worker.jobs) == jobs_before
+    assert [(f.text, f.segment) for f in published] == [("For them.", 0), ("", 1)]
+    # a token after the pause heard is a word of its own: the whole segment is decoded
+    request, _ = after_a_sentence()
+    finals.publish(request, _hyp([7, 8], 40), "endpoint")
+    job = worker.jobs[-1]
+    assert job.ctc_text == "7 8" and len(job.audio) - job.context_samples == 50 * 320
+    # a final whose decode was given only the decoded audio heard no pause after it
+    request, _ = after_a_sentence(heard=False)
+    finals.publish(request, _hyp([7], 12), "endpoint")
+    job = worker.jobs[-1]
+    assert job.ctc_text == "7" and len(job.audio) - job.context_samples == 50 * 320
+
+
 def test_a_word_heard_after_an_early_decodes_audio_drops_it() -> None:
     # an early decode started at a pause (decoded end 100); before the next chunk the audio
     # holds another word (to frame 120) and 0.24 s of quiet: the speaker went on, though the
@@ -1226,6 +1297,27 @@ def test_a_refinement_has_the_previous_segments_context_once_its_final_is_out() 
     text, audio = finals.known_context(request, 1)
     assert text == "Five, six." and len(audio) == 60 * 320
     assert finals.known_context(request, 8)[0] == ""  # above a demo's load: no context
+
+
+def test_a_final_with_no_words_is_no_context() -> None:
+    # Whisper heard no words in segment 0 (a cough, the last word's late letters): its audio
+    # is no start for segment 1's decode, which would otherwise begin with that sound
+    worker = _QueueingWorker()
+    finals = FinalPublisher(worker, FrameTiming(0.02, 0),  # type: ignore[arg-type]
+                            light_context_s=10.0)
+    request = _open_request(3.0)
+    published = _finals_of(request)
+    request.offset = request.num_frames_decoded = 60
+    finals.publish(request, _hyp([5], 50), "endpoint")
+    finals.on_second_pass(request, _answer(worker.jobs[-1], "", ()))
+    assert [f.text for f in published] == [""]
+    request.segment_start_frame = 60
+    request.offset, request.num_frames_decoded = 40, 100
+    text, audio = finals.known_context(request, 1)
+    assert (text, len(audio)) == ("", 0)
+    finals.publish(request, _hyp([7, 8], 30), "endpoint")
+    job = worker.jobs[-1]
+    assert job.context_samples == 0 and len(job.audio) == 40 * 320
 
 
 def test_a_final_that_keeps_its_ctc_text_waits_for_the_segments_before_it() -> None:
