@@ -10,7 +10,9 @@ no louder than the decoded pause itself (the median energy of its trailing blank
 is no sound that ends it), and only when that pause is clearly quieter than the word before
 it (``min_contrast_db``: a pause the CTC pass heard as blank over speech it missed is no
 reference; the word is looked for ``late_s`` further back when the CTC pass wrote its last
-letters into the pause). A pause quieter than ``floor_db`` is measured as that floor: after
+letters into the pause; a pause measured on the audio after the chunk, not on blank frames,
+must not rise: that is a next word's onset). A pause quieter than ``floor_db`` is measured as
+that floor: after
 digital silence (a file's zero padding, a noise gate's output) the faintest sound would
 otherwise count as loud, and a TTS voice's -65 dB lead-in before its next sentence ended
 the quiet run 0.2 s short of the endpoint's silence. The word's own sound dying away at the
@@ -126,7 +128,9 @@ class QuietTail:
         ``skip_s`` its word's sound may still fill. A chunk that ended as the pause began
         (fewer trailing blank frames than that) has it measured on the audio after it, once
         enough has arrived; its skipped frames then count as quiet, as the CTC pass's blank
-        frames do."""
+        frames do. Such a measure that rises by more than ``margin_db`` is no pause: a next
+        word's onset after a short dip (a soft phrase 6 dB above that onset would count as
+        quiet)."""
         min_pause = _frames(self.min_pause_s, frame_shift_s)
         skip = self.skip_frames(frame_shift_s)
         pause_start = decoded_end - trailing_blank
@@ -145,6 +149,8 @@ class QuietTail:
         reference = float(np.median(pause))
         if float(word.max()) - reference < self.min_contrast_db:
             return QuietRun(0)
+        if trailing_blank < min_pause and _rises(pause, self.margin_db):
+            return QuietRun(0)  # measured on the audio after the chunk: a next word's onset
         skipped = max(0, pause_start + skip - decoded_end)  # new frames the word may still fill
         start = decoded_end + skipped
         tail = energy.span(start, energy.num_frames)
@@ -204,6 +210,12 @@ class QuietTail:
         if float(word.max()) - reference < self.min_contrast_db:
             return 0
         return len(tail) - speech_end
+
+
+def _rises(levels: np.ndarray, margin_db: float) -> bool:
+    """Whether some frame of ``levels`` is more than ``margin_db`` above the quietest one
+    before it: sound that starts, where a pause stays level or dies away."""
+    return bool(np.any(levels - np.minimum.accumulate(levels) > margin_db))
 
 
 def _frames(seconds: float, frame_shift_s: float) -> int:

@@ -110,6 +110,24 @@ def test_a_pause_measured_on_the_words_own_end_is_no_pause() -> None:
     assert QuietTail().quiet_run(energy, 19, 1, SHIFT).frames == 0
 
 
+def test_a_pause_measured_on_a_next_words_onset_is_no_pause() -> None:
+    # as the LibriVox reader's "... and rather selfish, | is to be ill-disposed" (a live
+    # trace): the chunk ended at "selfish"'s end, with no blank frame; the audio after it dips
+    # for 60 ms and the soft "is to be" starts: the pause measured after the 40 ms skip
+    # (-43, -37, -29, -31) is that onset, and the phrase, within 6 dB of it, counted as 0.5 s
+    # of quiet, so the sentence rule cut the sentence there. A pause stays level or dies away
+    word = [-31.0, -32.0, -32.0, -31.0, -32.0, -35.0, -19.0, -18.0, -18.0, -20.0, -24.0,
+            -23.0, -28.0, -31.0]
+    after = [-47.0, -49.0, -43.0, -37.0, -29.0, -31.0, -33.0, -33.0, -36.0, -38.0, -39.0,
+             -38.0, -32.0, -28.0, -26.0, -27.0, -29.0, -29.0, -29.0, -31.0, -31.0, -33.0,
+             -35.0, -41.0, -45.0, -42.0, -41.0, -34.0]
+    energy = _energy(word + after)
+    assert QuietTail().quiet_run(energy, len(word), 0, SHIFT).frames == 0
+    # the same chunk end with the word's fade and room tone after it is a pause
+    fade = [-47.0, -49.0, -50.0, -48.0, -51.0, -49.0] + [-50.0, -48.0, -49.0, -51.0] * 5
+    assert QuietTail().quiet_run(_energy(word + fade), len(word), 0, SHIFT).frames == len(fade)
+
+
 def test_the_quiet_after_a_word_the_ctc_pass_has_not_decoded() -> None:
     tail = QuietTail()
     started = [-20.0] * 10  # decoded: the word's start (decoded end 10)
