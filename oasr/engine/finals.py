@@ -368,9 +368,16 @@ class FinalPublisher:
     def release_audio(self, request: Request, ended_segment_start: int,
                       num_streams: int = 1) -> None:
         """A segment ended: drop the audio no second pass needs any more (all before the new
-        segment; with context carried, all before the segment that just ended)."""
-        keep_from = (ended_segment_start if self.context_limit_s(num_streams) > 0
-                     else request.num_frames_decoded)
+        segment; with context carried, all before the segment that just ended, or before
+        the last final's when that final is the one before it)."""
+        keep_from = request.num_frames_decoded
+        if self.context_limit_s(num_streams) > 0:
+            keep_from = ended_segment_start
+            last = request.last_final
+            if last is not None and last.segment >= request.segment - 2:
+                # the segment that ended may have no words: the text then goes on from the
+                # final before it, over both segments' audio (`_emit`)
+                keep_from = min(keep_from, last.start_frame)
         request.audio.discard_before(keep_from * self.timing.samples_per_frame)
 
     def _is_final(self, early: EarlyFinal, request: Request, hyp: Hypothesis) -> bool:

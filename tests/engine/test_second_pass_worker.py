@@ -869,9 +869,10 @@ def test_the_last_words_late_letters_after_its_final_are_no_final_of_their_own()
                          ) -> tuple[Request, list[Final]]:
         """The first segment ended on its early decode; the second decoded to frame 150
         (4 s of voice, or 2 s and then ``rest``)."""
-        request = _open_request(4.0 if rest is None else 2.0)
-        if rest is not None:
-            request.audio.append(rest)
+        request = _open_request(0.0)
+        audio = _voice(4.0) if rest is None else np.concatenate([_voice(2.0), rest])
+        for start in range(0, len(audio), RATE // 10):  # as a client sends it
+            request.audio.append(audio[start: start + RATE // 10])
         published = _finals_of(request)
         request.offset = request.num_frames_decoded = 100
         if heard:
@@ -882,6 +883,7 @@ def test_the_last_words_late_letters_after_its_final_are_no_final_of_their_own()
         finals.on_second_pass(request, _answer(worker.jobs[-1], "For them.", (11, 12)))
         finals.publish(request, _hyp([5, 6], 95), "endpoint")
         assert [f.text for f in published] == ["For them."]
+        finals.release_audio(request, 0)  # (as the engine does when a segment ends)
         request.segment_start_frame = request.num_frames_decoded = 100
         request.offset, request.num_frames_decoded = 50, 150
         return request, published
@@ -902,6 +904,7 @@ def test_the_last_words_late_letters_after_its_final_are_no_final_of_their_own()
     # Whisper hears no words there: the final is "", which takes back the letters' partial,
     # and the next segment goes on from the sentence before (its audio from that
     # sentence's start: both segments')
+    finals.release_audio(request, 100)
     finals.on_second_pass(request, _answer(job, "", ()))
     assert [f.text for f in published] == ["For them.", ""]
     request.segment_start_frame = 150
