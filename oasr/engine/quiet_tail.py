@@ -149,7 +149,7 @@ class QuietTail:
         reference = float(np.median(pause))
         if float(word.max()) - reference < self.min_contrast_db:
             return QuietRun(0)
-        if trailing_blank < min_pause and _rises(pause, self.margin_db):
+        if trailing_blank < min_pause and _rises(np.maximum(pause, self.floor_db), self.margin_db):
             return QuietRun(0)  # measured on the audio after the chunk: a next word's onset
         skipped = max(0, pause_start + skip - decoded_end)  # new frames the word may still fill
         start = decoded_end + skipped

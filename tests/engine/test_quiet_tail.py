@@ -126,6 +126,9 @@ def test_a_pause_measured_on_a_next_words_onset_is_no_pause() -> None:
     # the same chunk end with the word's fade and room tone after it is a pause
     fade = [-47.0, -49.0, -50.0, -48.0, -51.0, -49.0] + [-50.0, -48.0, -49.0, -51.0] * 5
     assert QuietTail().quiet_run(_energy(word + fade), len(word), 0, SHIFT).frames == len(fade)
+    # after digital silence a voice's faint lead-in (-65 dB) is no rise: both are the floor
+    lead_in = [-100.0, -100.0, -100.0, -65.0, -100.0, -100.0] + [-100.0] * 10
+    assert QuietTail().quiet_run(_energy(word + lead_in), len(word), 0, SHIFT).frames == 16
 
 
 def test_the_quiet_after_a_word_the_ctc_pass_has_not_decoded() -> None:
