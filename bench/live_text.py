@@ -71,7 +71,7 @@ import websockets
 from oasr.benchmarks.server_load import server_process
 from oasr.benchmarks.workload import (
     ROOM_ABOVE_FLOOR_DB,
-    room_level_db,
+    room_of,
     room_tone,
     speech_bounds,
 )
@@ -124,10 +124,10 @@ class _Joined:
     def sentence(self, clips: list[np.ndarray]) -> None:
         start = self.num_samples + speech_bounds(clips[0], above_floor_db=ROOM_ABOVE_FLOOR_DB)[0]
         if len(self.pieces) == 1:  # the lead: the first clip's room
-            self.pieces[0] = room_tone(self._noise, len(self.pieces[0]), room_level_db(clips[0]))
+            self.pieces[0] = room_tone(self._noise, len(self.pieces[0]), room_of(clips[0]))
         for clip in clips:
             last = self.num_samples  # where the sentence's last clip begins, in the end
-            self.pieces += [clip, room_tone(self._noise, int(0.9 * SR), room_level_db(clip))]
+            self.pieces += [clip, room_tone(self._noise, int(0.9 * SR), room_of(clip))]
             self.num_samples += len(clip) + len(self.pieces[-1])
         end = last + speech_bounds(clips[-1], above_floor_db=ROOM_ABOVE_FLOOR_DB)[1]
         self.spans.append((start / SR, end / SR))

@@ -5,8 +5,8 @@ starts and ends:
 
 - ``real_*``: the devset's read recordings (LibriVox Sense and Sensibility, JFK), trimmed to
   their speech and joined in a seeded order: clips that continue one sentence are joined by a
-  breath (0.2-0.4 s), sentences by a sentence pause (0.6-1.2 s). The pauses hold room tone at
-  the recording's own level, as a microphone left open between sentences records them
+  breath (0.2-0.4 s), sentences by a sentence pause (0.6-1.2 s). The pauses hold room tone of
+  the recording's own level and colour, as a microphone left open between sentences records them
   (``--silent-gaps``: digital silence instead, as a noise gate sends; the recording's room
   tone after its last word then ends in a step to silence).
 - ``tts_*``: public-domain paragraphs (Dickens, Austen, Melville) read by voices the model
@@ -41,7 +41,7 @@ from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.benchmarks.workload import (
     ROOM_ABOVE_FLOOR_DB,
     pink_noise,
-    room_level_db,
+    room_of,
     room_tone,
     speech_bounds,
 )
@@ -160,14 +160,16 @@ def _rms(clips: list[np.ndarray]) -> float:
 
 def join(sentences: list[list[np.ndarray]], rng: np.random.Generator, lead_s: float = 0.5,
          pacing: str = "read", with_applause: bool = False, tails: list[float] | None = None,
-         rooms: list[float | None] | None = None) -> tuple[np.ndarray, list[tuple[float, float]]]:
+         rooms: list[np.ndarray | None] | None = None
+         ) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """Clips joined: breaths inside a sentence, sentence pauses between (their ranges from
     ``PACINGS[pacing]``), with ``with_applause`` a burst of applause before every sentence
     pause but the last (`applause`); each sentence's (start, end) in seconds, its end
     ``tails[i]`` seconds before its last clip's (the room tone a recording keeps after its
     last word, `room_tail`). The lead, breaths and pauses after sentence ``i``'s clips hold
-    room tone at ``rooms[i]`` dB (`room_tone`; None or no ``rooms``: digital silence), drawn
-    from a generator of its own, so the pauses' lengths do not depend on it."""
+    room tone like ``rooms[i]`` (`room_tone` of a recording's `room_of`; None or no
+    ``rooms``: digital silence), drawn from a generator of its own, so the pauses' lengths do
+    not depend on it."""
     breath_s, pause_s = PACINGS[pacing]
     tails = tails or [0.0] * len(sentences)
     rooms = rooms or [None] * len(sentences)
@@ -218,9 +220,9 @@ def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read"
           with_applause: bool = False, silent_gaps: bool = False) -> list[Path]:
     """Write every passage (WAV + JSON of sentence spans and texts) under ``out``, paced by
     ``pacing``, with applause after sentences when ``with_applause`` (`join`), and degraded
-    by ``level_db`` / ``snr_db`` (`degrade`). A real recording's pauses hold its own room
-    tone's level (`room_level_db`) unless ``silent_gaps`` (digital silence, as a noise gate
-    sends); a TTS voice's are digital silence, as the voice writes them."""
+    by ``level_db`` / ``snr_db`` (`degrade`). A real recording's pauses hold room tone like
+    its own (`room_of`) unless ``silent_gaps`` (digital silence, as a noise gate sends); a
+    TTS voice's are digital silence, as the voice writes them."""
     import soundfile as sf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -237,7 +239,7 @@ def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read"
                             with_applause=with_applause,
                             tails=[room_tail(recorded[s[-1]]) for s in sents],
                             rooms=None if silent_gaps else
-                            [room_level_db(recorded[s[-1]]) for s in sents])
+                            [room_of(recorded[s[-1]]) for s in sents])
         audio = degrade(audio, rng, level_db, snr_db)
         texts = [" ".join(manifest[n] for n in s) for s in sents]
         written.append(_write(out / f"real_{seed}", audio, spans, texts, sf))

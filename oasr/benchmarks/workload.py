@@ -275,19 +275,21 @@ def _frame_db(audio: np.ndarray) -> np.ndarray:
     return energy.values
 
 
-def room_level_db(audio: np.ndarray, min_s: float = 0.1) -> float | None:
-    """A recording's room tone, in dB full scale: the median 10 ms frame of the audio after
-    its last word (before its first when that is shorter than ``min_s``; `speech_bounds` 12
-    dB above its floor); None
-    where that is shorter than ``min_s`` or digital silence (a TTS voice, a noise-gated
+def room_of(audio: np.ndarray, min_s: float = 0.1) -> np.ndarray | None:
+    """A recording's own room tone: the 10 ms frames of its audio after its last word
+    (before its first when that is shorter than ``min_s``; `speech_bounds` 12 dB above its
+    floor) no louder than their median + 3 dB (a breath or the word's fade left out), joined;
+    None where that is shorter than ``min_s`` or digital silence (a TTS voice, a noise-gated
     source)."""
     lo, hi = speech_bounds(audio, above_floor_db=ROOM_ABOVE_FLOOR_DB)
     shortest = min_s * MODEL_SAMPLE_RATE
     room = audio[hi:] if len(audio) - hi >= shortest else audio[:lo]
-    if len(room) < shortest:
+    hop = MODEL_SAMPLE_RATE // 100
+    db = _frame_db(room)
+    if len(room) < shortest or not len(db) or float(np.median(db)) <= ENERGY_FLOOR_DB + 1.0:
         return None
-    level = float(np.median(_frame_db(room)))  # (a breath or the word's decay in it aside)
-    return None if level <= ENERGY_FLOOR_DB + 1.0 else level
+    frames = room[: len(db) * hop].reshape(len(db), hop)
+    return frames[db <= np.median(db) + 3.0].ravel().astype(np.float32)
 
 
 def pink_noise(rng: np.random.Generator, num_samples: int) -> np.ndarray:
@@ -300,12 +302,25 @@ def pink_noise(rng: np.random.Generator, num_samples: int) -> np.ndarray:
     return noise / np.sqrt(float(np.mean(np.square(noise))))
 
 
-def room_tone(rng: np.random.Generator, num_samples: int, level_db: float | None) -> np.ndarray:
-    """A pause as a microphone in a room records it: pink noise at ``level_db`` (a
-    recording's `room_level_db`), so that the room tone a recording keeps after its last
-    word goes on through the pause instead of stopping at digital silence (which no open
-    microphone sends, and which makes that room tone stand out as sound); digital silence
-    for ``level_db`` None."""
-    if level_db is None:
+def room_tone(rng: np.random.Generator, num_samples: int, room: np.ndarray | None,
+              window: int = 512) -> np.ndarray:
+    """A pause as a microphone in a room records it: ``num_samples`` of noise with a
+    recording's own room tone's level and spectrum (`room_of`: its average power spectrum
+    over ``window``-sample Hann windows), so that the room tone a recording keeps after its
+    last word goes on through the pause instead of stopping at digital silence (which no
+    open microphone sends, and against which that room tone stands out as sound). Noise of
+    another colour at the same level is no stand-in: with pink noise in the devset's pauses
+    Whisper read its LibriVox reader's "ill-disposed" as "old supposed", and right with this.
+    Digital silence for ``room`` None."""
+    if room is None or num_samples == 0:
         return np.zeros(num_samples, np.float32)
-    return (pink_noise(rng, num_samples) * 10 ** (level_db / 20)).astype(np.float32)
+    taper = np.hanning(min(window, len(room)))
+    step = len(taper) // 2
+    power = np.mean([np.abs(np.fft.rfft(room[i: i + len(taper)] * taper)) ** 2
+                     for i in range(0, len(room) - len(taper) + 1, step)], axis=0)
+    spectrum = np.fft.rfft(rng.standard_normal(num_samples))
+    spectrum *= np.interp(np.linspace(0.0, 1.0, spectrum.size),
+                          np.linspace(0.0, 1.0, power.size), np.sqrt(power))
+    noise = np.fft.irfft(spectrum, n=num_samples)
+    level = np.sqrt(np.mean(np.square(room.astype(np.float64))))
+    return (noise * level / max(float(np.sqrt(np.mean(np.square(noise)))), 1e-12)).astype(np.float32)

@@ -107,24 +107,39 @@ def _db(audio: np.ndarray) -> float:
     return float(10 * np.log10(np.mean(np.square(audio.astype(np.float64)))))
 
 
+def _low_share(audio: np.ndarray) -> float:
+    """The share of ``audio``'s power below 500 Hz."""
+    power = np.abs(np.fft.rfft(audio.astype(np.float64))) ** 2
+    return float(power[: len(power) * 500 // (SR // 2)].sum() / power.sum())
+
+
 def test_a_recordings_pauses_hold_its_room_tone_not_digital_silence() -> None:
     bench = load_bench_script("read_passages")
-    clip = room_recording(1.0, 1.0, room_db=-45.0)  # a floor near -45 dB
-    level = bench.room_level_db(clip)
-    assert level == pytest.approx(-45.0, abs=2.0)
-    assert bench.room_level_db(np.concatenate([tone(1.0), np.zeros(SR, np.float32)])) is None
+    rng = np.random.default_rng(5)
+    # a room that hisses: noise high-passed (a first difference), -45 dB, after the words
+    hiss = np.diff(rng.standard_normal(SR + 1))
+    hiss *= 10 ** (-45 / 20) / np.sqrt(np.mean(hiss ** 2))
+    clip = np.concatenate([tone(1.0), hiss.astype(np.float32)])
+    room = bench.room_of(clip)
+    assert room is not None and _db(room) == pytest.approx(-45.0, abs=1.0)
+    assert bench.room_of(np.concatenate([tone(1.0), np.zeros(SR, np.float32)])) is None
+    quieter = clip[SR:] * np.float32(10 ** (-5 / 20))  # a second room, 5 dB quieter
     sentences = [[tone(0.5), tone(0.4)], [tone(0.6)]]
-    audio, spans = bench.join(sentences, np.random.default_rng(0), rooms=[-45.0, -50.0])
+    audio, spans = bench.join(sentences, np.random.default_rng(0),
+                              rooms=[room, bench.room_of(np.concatenate([tone(1.0), quieter]))])
     plain, plain_spans = bench.join(sentences, np.random.default_rng(0))
     # the pauses' lengths and the sentences' spans do not depend on the room
     assert len(audio) == len(plain) and spans == plain_spans
     (a0, a1), (b0, b1) = spans
     lead, breath = audio[: int(0.45 * SR)], audio[int((a0 + 0.52) * SR): int((a0 + 0.68) * SR)]
     pause, after = audio[int((a1 + 0.02) * SR): int((b0 - 0.02) * SR)], audio[int((b1 + 0.02) * SR):]
-    assert _db(lead) == pytest.approx(-45.0, abs=1.5)  # the first sentence's room
-    assert _db(breath) == pytest.approx(-45.0, abs=1.5)
-    assert _db(pause) == pytest.approx(-45.0, abs=1.5)  # the room of the sentence before it
-    assert _db(after) == pytest.approx(-50.0, abs=1.5)
+    for part in (lead, breath, pause):  # the first sentence's room, at its level
+        assert _db(part) == pytest.approx(-45.0, abs=1.5)
+    assert _db(after) == pytest.approx(-50.0, abs=1.5)  # the room of the sentence before it
+    # and its colour: as little of the power below 500 Hz as the room has (white noise has
+    # 6 %, pink noise 72 %)
+    assert _low_share(room) < 0.01
+    assert _low_share(pause) == pytest.approx(_low_share(room), abs=0.03)
     assert not np.any(plain[: int(0.45 * SR)])  # without rooms: digital silence
     # the clips themselves are untouched
     inside = slice(int(b0 * SR) + 16, int(b1 * SR) - 16)  # (the spans are rounded to 1 ms)
