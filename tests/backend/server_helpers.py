@@ -49,6 +49,26 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0,
 
 
 @contextmanager
+def engine_held(client: Any) -> Iterator[None]:
+    """Within the block every step of ``client``'s engine thread waits (up to 30 s) to run:
+    the engine decodes nothing, ends no stream and sends no event until the block ends."""
+    engine = client.app.state.context.engine
+    release = threading.Event()
+    step = engine.engine.step
+
+    def held_step() -> bool:
+        release.wait(30)
+        return step()
+
+    engine.engine.step = held_step
+    try:
+        yield
+    finally:
+        release.set()
+        engine.engine.step = step
+
+
+@contextmanager
 def live_server(config: ServerConfig) -> Iterator[str]:
     """Serve ``config`` on a free port in a background thread; yields ``host:port``."""
     server = uvicorn.Server(build_uvicorn_config(config))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import struct
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from server_helpers import frames, synthetic_pcm, wait_until
+from server_helpers import engine_held, frames, synthetic_pcm, wait_until
 from starlette.testclient import TestClient, WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
@@ -165,23 +164,10 @@ def test_audio_after_end_is_refused(make_client: Callable[..., TestClient]) -> N
     client = make_client(max_socket_audio_s=30.0, max_queued_audio_s=30.0)
     # The engine steps nothing until the trailing frame was refused, so the stream cannot end
     # (and send its own done) before the server reads that frame, however loaded the machine.
-    engine = client.app.state.context.engine  # type: ignore[attr-defined]
-    release = threading.Event()
-    step = engine.engine.step
-
-    def held_step() -> bool:
-        release.wait(30)
-        return step()
-
-    engine.engine.step = held_step
-    try:
-        with client.websocket_connect("/ws/asr") as ws:
-            stream_file(ws, synthetic_pcm(2.0), {"type": "start"})
-            ws.send_bytes(synthetic_pcm(0.2))
-            assert "audio after end" in assert_refused(ws, "bad_request", 1008)
-    finally:
-        release.set()
-        engine.engine.step = step
+    with engine_held(client), client.websocket_connect("/ws/asr") as ws:
+        stream_file(ws, synthetic_pcm(2.0), {"type": "start"})
+        ws.send_bytes(synthetic_pcm(0.2))
+        assert "audio after end" in assert_refused(ws, "bad_request", 1008)
     wait_until(lambda: pool_is_full(client), what="pool back to full")
 
 

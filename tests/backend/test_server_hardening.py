@@ -3,12 +3,11 @@ JSON and the replica label, in-process (TestClient) on a real engine."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from server_helpers import frames, synthetic_pcm, wait_until
+from server_helpers import engine_held, frames, synthetic_pcm, wait_until
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
@@ -61,21 +60,9 @@ def test_readyz_headroom_counts_free_blocks(make_client: Callable[..., TestClien
 def test_healthz_turns_503_while_the_engine_loop_is_stuck(
         make_client: Callable[..., TestClient]) -> None:
     client = make_client(stuck_after_s=0.3)
-    engine = client.app.state.context.engine  # type: ignore[attr-defined]
-    release = threading.Event()
-    step = engine.engine.step
-
-    def stuck_step() -> bool:
-        release.wait(30)
-        return step()
-
-    engine.engine.step = stuck_step
-    try:
+    with engine_held(client):
         wait_until(lambda: client.get("/healthz").status_code == 503, what="healthz 503")
         assert "stuck" in client.get("/healthz").text
-    finally:
-        release.set()
-        engine.engine.step = step
     wait_until(lambda: client.get("/healthz").status_code == 200, what="healthz 200 again")
 
 
