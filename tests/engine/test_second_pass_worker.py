@@ -1282,7 +1282,11 @@ def test_transcribe_files_stops_the_second_pass_it_started(
     assert after <= before  # no worker thread left behind by either call
 
 
-def test_a_refinement_has_the_previous_segments_context_once_its_final_is_out() -> None:
+@pytest.mark.parametrize(("answer", "context"), [("Five, six.", "Five, six."), ("", "")])
+def test_a_refinement_has_the_previous_segments_context_once_its_final_is_out(
+        answer: str, context: str) -> None:
+    # a final with no words (Whisper heard none: a cough, the last word's late letters) is
+    # no context: segment 1's decode would otherwise begin with that sound
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0),  # type: ignore[arg-type]
                             light_context_s=10.0)
@@ -1295,32 +1299,15 @@ def test_a_refinement_has_the_previous_segments_context_once_its_final_is_out() 
     text, audio = finals.known_context(request, 1)
     assert (text, len(audio)) == ("", 0)  # its final is being decoded: no waiting for it
     (job,) = worker.jobs
-    finals.on_second_pass(request, _answer(job, "Five, six.", (5, 6)))
-    assert [f.text for f in published] == ["Five, six."]
+    finals.on_second_pass(request, _answer(job, answer, (5, 6) if answer else ()))
+    assert [f.text for f in published] == [answer]
     text, audio = finals.known_context(request, 1)
-    assert text == "Five, six." and len(audio) == 60 * 320
+    assert text == context and len(audio) == (60 * 320 if context else 0)
     assert finals.known_context(request, 8)[0] == ""  # above a demo's load: no context
-
-
-def test_a_final_with_no_words_is_no_context() -> None:
-    # Whisper heard no words in segment 0 (a cough, the last word's late letters): its audio
-    # is no start for segment 1's decode, which would otherwise begin with that sound
-    worker = _QueueingWorker()
-    finals = FinalPublisher(worker, FrameTiming(0.02, 0),  # type: ignore[arg-type]
-                            light_context_s=10.0)
-    request = _open_request(3.0)
-    published = _finals_of(request)
-    request.offset = request.num_frames_decoded = 60
-    finals.publish(request, _hyp([5], 50), "endpoint")
-    finals.on_second_pass(request, _answer(worker.jobs[-1], "", ()))
-    assert [f.text for f in published] == [""]
-    request.segment_start_frame = 60
-    request.offset, request.num_frames_decoded = 40, 100
-    text, audio = finals.known_context(request, 1)
-    assert (text, len(audio)) == ("", 0)
     finals.publish(request, _hyp([7, 8], 30), "endpoint")
     job = worker.jobs[-1]
-    assert job.context_samples == 0 and len(job.audio) == 40 * 320
+    assert job.context_samples == (60 * 320 if context else 0)
+    assert len(job.audio) - job.context_samples == 40 * 320
 
 
 def test_a_final_that_keeps_its_ctc_text_waits_for_the_segments_before_it() -> None:
