@@ -196,20 +196,44 @@ class QuietTail:
         """The quiet frames that end the audio received after absolute frame ``decoded_end``,
         when the speech before them is there too (a word the CTC pass has not decoded yet);
         0 otherwise. Their level is the median of the last ``min_pause_s``; the loudest frame
-        of the ``word_s`` before them must be ``min_contrast_db`` louder."""
+        of the ``word_s`` before them must be ``min_contrast_db`` louder. A burst of up to
+        ``click_s`` inside them that stays ``min_contrast_db`` below the loudest frame of that
+        audio is the pause's own (room tone whose 20 ms frames peak 6-10 dB over its median:
+        counted as loud, such a peak restarted the pause, and the early decode after "... is
+        to be ill-disposed." waited for the next chunk, 0.3 s); a short burst nearer the
+        word's level is a word's (taken for the pause's noise, JFK's stressed "you" rising out
+        of a dip after "for" started an early decode before "you" was said)."""
         min_pause = _frames(self.min_pause_s, frame_shift_s)
         tail = energy.span(decoded_end, energy.num_frames)
         if len(tail) <= min_pause:
             return 0
         reference = float(np.median(tail[-min_pause:]))
-        loud = np.flatnonzero(tail > max(reference, self.floor_db) + self.margin_db)
-        if not loud.size:
+        # a burst of the pause's own stays well below the word's level
+        faint = tail < float(tail.max()) - self.min_contrast_db
+        speech_end = _speech_end(tail > max(reference, self.floor_db) + self.margin_db, faint,
+                                 round(self.click_s / frame_shift_s))
+        if not speech_end:
             return 0  # no speech after the decoded audio
-        speech_end = int(loud[-1]) + 1
         word = tail[max(0, speech_end - _frames(self.word_s, frame_shift_s)):speech_end]
         if float(word.max()) - reference < self.min_contrast_db:
             return 0
         return len(tail) - speech_end
+
+
+def _speech_end(loud: np.ndarray, faint: np.ndarray, click: int) -> int:
+    """Where the last sound of ``loud`` frames ends: its last run of loud frames that is
+    longer than ``click`` frames, or not all ``faint``, or begins them (the decoded word's
+    own end) or ends them (it may go on); 0 when none. A shorter faint burst with quiet
+    after it is the pause's own noise (a room's hum peaks 6-10 dB above its median for a
+    20 ms frame at a time), not a word; a short burst near the word's level is a word's
+    (a stressed "you" rising out of a dip in a reverberant room)."""
+    starts = np.flatnonzero(loud & ~np.concatenate([[False], loud[:-1]]))
+    ends = np.flatnonzero(loud & ~np.concatenate([loud[1:], [False]])) + 1
+    for first, end in zip(starts[::-1], ends[::-1], strict=True):
+        if (end - first > click or not faint[first:end].all() or first == 0
+                or end == len(loud)):
+            return int(end)
+    return 0
 
 
 def _rises(levels: np.ndarray, margin_db: float) -> bool:

@@ -146,6 +146,31 @@ def test_the_quiet_after_a_word_the_ctc_pass_has_not_decoded() -> None:
     assert tail.pause_after_speech(_energy(started + [-60.0] * 3), 10, SHIFT) == 0  # too little
 
 
+def test_a_rooms_hum_peaking_for_a_frame_is_no_word_after_the_pause() -> None:
+    # the devset reader's "... is to be ill-disposed." (traced, 20 ms frames): the word's end
+    # after the decoded audio (its release at -35.9), then room tone whose single frames
+    # peak 6-10 dB over its median (-41.1)
+    word_end = [-26.7, -29.7, -27.6, -29.1, -28.3, -34.7, -44.8, -46.7, -35.9]
+    room = [-41.4, -44.3, -44.7, -41.1, -46.1, -44.0, -44.4, -47.2, -46.8, -46.8,
+            -50.5, -50.9, -49.9, -41.1, -45.5, -50.5, -48.5, -47.7]
+    tail = QuietTail()
+    # (the release's frame after it is the word's too)
+    assert tail.pause_after_speech(_energy([-24.0] * 10 + word_end + room), 10,
+                                   SHIFT) == len(room) - 1
+    # three loud frames are a sound (a short word): the pause starts after it
+    word = [-47.0] * 6 + [-28.0] * 3 + [-47.0] * 6
+    assert tail.pause_after_speech(_energy([-24.0] * 10 + word_end + word), 10, SHIFT) == 6
+    # one loud frame that the audio so far ends may be a word's onset: no pause yet
+    assert tail.pause_after_speech(_energy([-24.0] * 10 + word_end + room + [-28.0]), 10,
+                                   SHIFT) == 0
+    # a short burst near the word's level is a word's: JFK's "... can do for | you" in a
+    # reverberant room, a dip to -34 dB, then "y" rising to -18 for two frames (traced): no
+    # pause there (taken for a click, it started an early decode before "you" was said)
+    dip = [-13.9, -14.8, -15.8, -16.9, -18.9, -24.0, -26.6, -30.0, -31.9, -31.8, -34.6, -34.2,
+           -20.7, -17.8, -19.2, -24.1, -27.3, -26.8, -25.4, -21.0]
+    assert tail.pause_after_speech(_energy([-14.0] * 10 + dip), 10, SHIFT) == 0
+
+
 def test_speech_after_the_quiet_run_says_the_speaker_went_on() -> None:
     tail = QuietTail()
     word, pause = [-20.0] * 10, [-60.0] * 10
