@@ -24,6 +24,7 @@ from oasr.engine.final_guard import FirstPassGuard
 from oasr.engine.second_pass_jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
 from oasr.engine.words import word_probabilities
 from oasr.models.whisper.no_speech import NoSpeechRule
+from oasr.text.sentences import as_context
 from oasr.text.wer import normalize_transcript
 
 logger = logging.getLogger(__name__)
@@ -354,7 +355,8 @@ class SecondPassLoop:
         of the decoder's room."""
         tokens: tuple[int, ...] = ()
         if job.context.strip():
-            tokens = tuple(self.decoder.text_tokens(" " + job.context.strip()))  # type: ignore[attr-defined]
+            tokens = tuple(self.decoder.text_tokens(  # type: ignore[attr-defined]
+                " " + as_context(job.context)))
         room = int(getattr(self.decoder, "max_new_tokens", 0)) - len(job.prefix)
         if not tokens or len(tokens) > room // 2:
             return replace(job, audio=job.audio[job.context_samples:], context="",

@@ -9,6 +9,9 @@ the second pass says the sentence is over (`EngineConfig.sentence_end_s`).
 from __future__ import annotations
 
 SENTENCE_MARKS = ".?!"
+PUNCTUATION = SENTENCE_MARKS + ",;:"
+# the fewest words of a transcript read as written in Whisper's unpunctuated style
+UNPUNCTUATED_MIN_WORDS = 3
 CLOSERS = "\"')]}\u201d\u2019"  # closing quotes and brackets after a sentence's mark
 # titles that end in "." without ending a sentence ("... said Mr.")
 TITLES = frozenset({"mr.", "mrs.", "ms.", "dr.", "st.", "prof.", "mt.", "jr.", "sr."})
@@ -36,3 +39,21 @@ def unfinished_words(text: str) -> int:
             break
         count += 1
     return count
+
+
+def as_context(text: str) -> str:
+    """``text`` (a segment's final) as the transcript the next segment's decode goes on from:
+    as it is, unless Whisper wrote it in its unpunctuated style (at least
+    `UNPUNCTUATED_MIN_WORDS` words, no punctuation mark, no capital letter; some voices bring
+    it on), which then gets a full stop. Forced as the next decode's beginning, that style
+    carries on to every later final of the stream, which the sentence rule then cannot read
+    (traced on flite's awb voice: "the children played outside until it was dark" as context,
+    the next final "our flight was delayed by almost another" and then "... in the glass of
+    water" for "and a glass"; with the full stop "Our flight was delayed by almost
+    another."). The segment ended at a pause, so its sentence is taken as closed."""
+    text = text.strip()
+    words = text.split()
+    if (len(words) < UNPUNCTUATED_MIN_WORDS or text != text.lower()
+            or any(mark in text for mark in PUNCTUATION)):
+        return text
+    return text + "."

@@ -125,7 +125,7 @@ def _worker(decoder: ScriptedDecoder) -> tuple[SecondPassWorker, queue.Queue[Sec
 
 
 def test_a_segment_waits_for_the_previous_final_and_continues_its_text() -> None:
-    decoder = ScriptedDecoder({1: "the first sentence", 2: "and the second"})
+    decoder = ScriptedDecoder({1: "The first sentence.", 2: "And the second."})
     worker, out = _worker(decoder)
     first, second = _voice(2.0), _voice(1.5)
     worker.try_submit(_job(1, first))
@@ -134,26 +134,42 @@ def test_a_segment_waits_for_the_previous_final_and_continues_its_text() -> None
         out.get(timeout=0.3)
     assert 2 not in decoder.submitted  # waits for segment 1's text
     decoder.release(1)
-    assert out.get(timeout=5).text == "the first sentence"
+    assert out.get(timeout=5).text == "The first sentence."
     decoder.release(2)
     done = out.get(timeout=5)
     worker.stop()
-    assert done.text == "and the second"  # what follows the context, not the context
+    assert done.text == "And the second."  # what follows the context, not the context
     samples, prefix = decoder.submitted[2]
     assert samples == len(first) + len(second)
-    assert decoder.text_of(prefix) == "the first sentence"
+    assert decoder.text_of(prefix) == "The first sentence."
     assert worker.num_with_context == 1 and worker.backlog == 0
 
 
+def test_a_context_whisper_wrote_without_punctuation_goes_on_after_a_full_stop() -> None:
+    # the unpunctuated style carries on to the finals forced after it (`as_context`); the
+    # final itself keeps the text Whisper wrote
+    decoder = ScriptedDecoder({1: "the children played outside", 2: "Our flight was late."})
+    decoder.release(1)
+    decoder.release(2)
+    worker, out = _worker(decoder)
+    first = _voice(2.0)
+    worker.try_submit(_job(1, first))
+    assert out.get(timeout=5).text == "the children played outside"
+    worker.try_submit(_job(2, _voice(1.5), context=first, context_job=1))
+    assert out.get(timeout=5).text == "Our flight was late."
+    worker.stop()
+    assert decoder.text_of(decoder.submitted[2][1]) == "the children played outside."
+
+
 def test_a_refinement_decodes_after_its_context_and_answers_what_follows_it() -> None:
-    decoder = ScriptedDecoder({1: "the first sentence", 2: "and the"})
+    decoder = ScriptedDecoder({1: "The first sentence.", 2: "and the"})
     worker, out = _worker(decoder)
     first, second = _voice(2.0), _voice(1.5)
     worker.try_submit(_job(1, first))
     decoder.release(1)
-    assert out.get(timeout=5).text == "the first sentence"
+    assert out.get(timeout=5).text == "The first sentence."
     refine = RefineJob(2, 1, 1, np.concatenate([first, second]), (), 75,
-                       context="the first sentence", context_samples=len(first))
+                       context="The first sentence.", context_samples=len(first))
     assert worker.try_submit_refine(refine, max_in_flight=2)
     decoder.release(2)
     done = out.get(timeout=5)
@@ -162,7 +178,7 @@ def test_a_refinement_decodes_after_its_context_and_answers_what_follows_it() ->
     assert decoder.text_of(done.tokens) == "and the"
     samples, prefix = decoder.submitted[2]
     assert samples == len(first) + len(second)
-    assert decoder.text_of(prefix) == "the first sentence"
+    assert decoder.text_of(prefix) == "The first sentence."
 
 
 def test_a_previous_final_already_out_is_used_at_once() -> None:

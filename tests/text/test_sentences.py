@@ -2,7 +2,7 @@
 
 import pytest
 
-from oasr.text.sentences import ends_sentence, unfinished_words
+from oasr.text.sentences import as_context, ends_sentence, unfinished_words
 
 
 @pytest.mark.parametrize("text", ["He was not an ill-disposed young man.",
@@ -34,3 +34,14 @@ def test_a_sentence_needs_its_words() -> None:
     ("the letter to Mr.", 4)])  # a title's period ends no sentence
 def test_the_words_a_segment_left_of_its_sentence(text: str, words: int) -> None:
     assert unfinished_words(text) == words
+
+
+@pytest.mark.parametrize(("text", "context"), [
+    ("the children played outside until it was dark",
+     "the children played outside until it was dark."),  # Whisper's unpunctuated style
+    (" our flight was delayed ", "our flight was delayed."),
+    ("He was not an ill-disposed young man", "He was not an ill-disposed young man"),
+    ("unless to be rather cold-hearted, and", "unless to be rather cold-hearted, and"),
+    ("It was dark.", "It was dark."), ("ask not", "ask not"), ("", "")])
+def test_a_context_in_whisper_s_unpunctuated_style_is_closed(text: str, context: str) -> None:
+    assert as_context(text) == context
