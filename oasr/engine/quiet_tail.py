@@ -172,11 +172,9 @@ class QuietTail:
         """Where the first run of ``loud`` frames longer than ``click`` frames starts, or
         one that the audio so far ends (it may be a word's onset): the quiet frames up to it,
         clicks between them counted as quiet; ``len(loud)`` when none."""
-        starts = np.flatnonzero(loud & ~np.concatenate([[False], loud[:-1]]))
-        for first in starts:
-            ends = np.flatnonzero(~loud[first:])
-            if not ends.size or ends[0] > click:
-                return int(first)
+        for first, end in _loud_runs(loud):
+            if end - first > click or end == len(loud):
+                return first
         return len(loud)
 
     @staticmethod
@@ -227,13 +225,18 @@ def _speech_end(loud: np.ndarray, faint: np.ndarray, click: int) -> int:
     after it is the pause's own noise (a room's hum peaks 6-10 dB above its median for a
     20 ms frame at a time), not a word; a short burst near the word's level is a word's
     (a stressed "you" rising out of a dip in a reverberant room)."""
-    starts = np.flatnonzero(loud & ~np.concatenate([[False], loud[:-1]]))
-    ends = np.flatnonzero(loud & ~np.concatenate([loud[1:], [False]])) + 1
-    for first, end in zip(starts[::-1], ends[::-1], strict=True):
+    for first, end in reversed(_loud_runs(loud)):
         if (end - first > click or not faint[first:end].all() or first == 0
                 or end == len(loud)):
-            return int(end)
+            return end
     return 0
+
+
+def _loud_runs(loud: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of ``loud`` frames, in order: (first frame, frame after the last)."""
+    starts = np.flatnonzero(loud & ~np.concatenate([[False], loud[:-1]]))
+    ends = np.flatnonzero(loud & ~np.concatenate([loud[1:], [False]])) + 1
+    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
 
 
 def _rises(levels: np.ndarray, margin_db: float) -> bool:
