@@ -145,22 +145,6 @@ def test_a_segment_waits_for_the_previous_final_and_continues_its_text() -> None
     assert worker.num_with_context == 1 and worker.backlog == 0
 
 
-def test_a_context_whisper_wrote_without_punctuation_goes_on_after_a_full_stop() -> None:
-    # the unpunctuated style carries on to the finals forced after it (`as_context`); the
-    # final itself keeps the text Whisper wrote
-    decoder = ScriptedDecoder({1: "the children played outside", 2: "Our flight was late."})
-    decoder.release(1)
-    decoder.release(2)
-    worker, out = _worker(decoder)
-    first = _voice(2.0)
-    worker.try_submit(_job(1, first))
-    assert out.get(timeout=5).text == "the children played outside"
-    worker.try_submit(_job(2, _voice(1.5), context=first, context_job=1))
-    assert out.get(timeout=5).text == "Our flight was late."
-    worker.stop()
-    assert decoder.text_of(decoder.submitted[2][1]) == "the children played outside."
-
-
 def test_a_refinement_decodes_after_its_context_and_answers_what_follows_it() -> None:
     decoder = ScriptedDecoder({1: "The first sentence.", 2: "and the"})
     worker, out = _worker(decoder)
@@ -181,18 +165,23 @@ def test_a_refinement_decodes_after_its_context_and_answers_what_follows_it() ->
     assert decoder.text_of(prefix) == "The first sentence."
 
 
-def test_a_previous_final_already_out_is_used_at_once() -> None:
-    decoder = ScriptedDecoder({1: "hello there", 2: "general"})
+@pytest.mark.parametrize(("previous", "forced"), [
+    ("hello there", "hello there"),
+    # Whisper's unpunctuated style carries on to the finals forced after it: it goes on
+    # after a full stop (`as_context`), the final itself keeps the text Whisper wrote
+    ("the children played outside", "the children played outside.")])
+def test_a_previous_final_already_out_is_used_at_once(previous: str, forced: str) -> None:
+    decoder = ScriptedDecoder({1: previous, 2: "general"})
     decoder.release(1)
     decoder.release(2)
     worker, out = _worker(decoder)
     first = _voice(1.0)
     worker.try_submit(_job(1, first))
-    assert out.get(timeout=5).text == "hello there"
+    assert out.get(timeout=5).text == previous
     worker.try_submit(_job(2, _voice(1.0), context=first, context_job=1))
     assert out.get(timeout=5).text == "general"
     worker.stop()
-    assert decoder.text_of(decoder.submitted[2][1]) == "hello there"
+    assert decoder.text_of(decoder.submitted[2][1]) == forced
 
 
 def test_a_rejected_previous_final_passes_on_the_text_it_published() -> None:
