@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oasr.engine import EngineThread
-from oasr.engine.capacity import blocks_for_one_stream
+from oasr.engine.runner.capacity import blocks_for_one_stream
 from oasr.engine.snapshot import EngineSnapshot
 
 

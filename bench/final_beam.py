@@ -26,7 +26,7 @@ from final_context import error_counts, load_items, per_subset, run
 from second_pass_parity import DEVSET, engine_config
 
 from oasr.engine import EngineConfig, configure_process
-from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.second_pass.guard import FirstPassGuard
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from final_context import error_counts, load_items, per_subset
 from second_pass_parity import DEVSET, engine_config, run_engine
 
 from oasr.engine import EngineConfig, configure_process
-from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.models.whisper.window import EncoderWindow
 
 

@@ -2,7 +2,7 @@
 
 A live server decides an endpoint at a chunk boundary (WeNet's 1 s of trailing silence seen by
 the CTC pass, every 640 ms), or, with ``--endpoint-between-chunks``, as soon as the quiet
-audio after a stream's last chunk holds the rest of that silence (`oasr.engine.quiet_tail`).
+audio after a stream's last chunk holds the rest of that silence (`oasr.engine.live.quiet_tail`).
 The second only acts on audio that arrives in pieces, so this feeds every file to one engine
 in 0.1 s pieces, all files at once, stepping the engine after each piece (`oasr transcribe`
 hands it whole files, where no stream ever waits between chunks). The second pass decodes
@@ -33,7 +33,7 @@ from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.engine import ASREngine, EngineConfig, configure_process
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.offline import FileResult
-from oasr.engine.quiet_tail import QuietTail
+from oasr.engine.live.quiet_tail import QuietTail
 
 PIECE_S = 0.1  # what a browser or bench/live_text.py sends at a time
 CONTEXT_S = 10.0  # --final-context's value in the variants with context

@@ -2,7 +2,7 @@
 
 While a segment is open the engine re-decodes its audio so far (greedy, the segment's own
 window) about every second, commits the words consecutive refinements agree on
-(`oasr.engine.refine.LocalAgreement`), and decodes the segment's final with those words forced
+(`oasr.engine.live.refine.LocalAgreement`), and decodes the segment's final with those words forced
 as the start of its transcript. A word committed wrongly is then in the final for good. This
 replays that schedule without the clock, once per commit rule (``--agreement N:H:P``:
 ``RefineConfig.agreeing``, ``hold_words``, ``min_word_prob``; the engine's default is 3:0:0.5,
@@ -38,10 +38,10 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.engine import EngineConfig, configure_process
-from oasr.engine.family import FrameTiming
-from oasr.engine.refine import RefineConfig, Refiner
-from oasr.engine.second_pass_jobs import RefineDone
-from oasr.engine.words import word_probabilities
+from oasr.engine.families.base import FrameTiming
+from oasr.engine.live.refine import RefineConfig, Refiner
+from oasr.engine.second_pass.jobs import RefineDone
+from oasr.decoding.words import word_probabilities
 from oasr.models.whisper import load_whisper
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.text.wer import ErrorCounts, edit_distance, normalize_transcript

@@ -37,7 +37,7 @@ import soundfile as sf
 from oasr.engine import configure_process
 from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.final_guard import FirstPassGuard
+from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.engine.offline import transcribe_files
 from oasr.engine.options import OFFLINE_FINAL_CONTEXT_S
 from oasr.models.whisper import default_model_dir, load_whisper

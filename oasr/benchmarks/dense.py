@@ -136,7 +136,7 @@ class ZipformerDense:
     """A Zipformer stream alone: ``streaming_step`` at batch 1 with its own named states."""
 
     def __init__(self, model: nn.Module) -> None:
-        from oasr.engine.zipformer_family import ZipformerFamily
+        from oasr.engine.families.zipformer import ZipformerFamily
 
         self.family = ZipformerFamily(model)
 

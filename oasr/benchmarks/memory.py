@@ -20,8 +20,8 @@ import torch
 from oasr.benchmarks.drivers import EngineDriver, bench_engine_config
 from oasr.benchmarks.workload import BenchModel, load_speech
 from oasr.cache import BlockPool
-from oasr.engine.memory import bytes_per_kv_block
-from oasr.engine.streams import StreamResources
+from oasr.engine.runner.memory import bytes_per_kv_block
+from oasr.engine.runner.streams import StreamResources
 
 HISTORY_SECONDS = 60.0  # the unlimited-history figure: a minute, or the model's position limit
 

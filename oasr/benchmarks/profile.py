@@ -21,9 +21,9 @@ from oasr.benchmarks.workload import BenchModel, load_speech
 _SHARED = {
     "step": ("oasr/engine/engine.py", "step"),
     "features": ("oasr/engine/engine.py", "_extract_features"),
-    "model_forward": ("oasr/engine/model_runner.py", "forward"),
+    "model_forward": ("oasr/engine/runner/model_runner.py", "forward"),
     "paged_attention": ("oasr/fmha/paged.py", "paged_attention"),
-    "decode": ("oasr/engine/streams.py", "decode"),
+    "decode": ("oasr/engine/runner/streams.py", "decode"),
 }
 # per family: component -> (file suffix, function name) whose cumulative time it is
 COMPONENTS = {

@@ -39,7 +39,7 @@ from oasr.benchmarks.workload import (
     load_bench_model,
 )
 from oasr.engine.config import CUDA_GRAPH_MODES, EngineConfig
-from oasr.engine.dtypes import DTYPE_NAMES
+from oasr.engine.families.dtypes import DTYPE_NAMES
 from oasr.engine.process import configure_process
 
 HEADLINE_STREAMS = 64

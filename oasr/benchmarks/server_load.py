@@ -29,7 +29,7 @@ from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.engine import ASREngine
 from oasr.engine.events import Partial, StreamEvent
-from oasr.engine.streams import StreamResources
+from oasr.engine.runner.streams import StreamResources
 from oasr.models import save_model
 
 

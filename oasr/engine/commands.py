@@ -8,7 +8,7 @@ import numpy as np
 
 from oasr.engine.events import FinishReason
 from oasr.engine.request import EventSink
-from oasr.engine.second_pass import RefineDone, SecondPassDone
+from oasr.engine.second_pass.worker import RefineDone, SecondPassDone
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,15 @@ import torch
 
 from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
-from oasr.engine.dtypes import DTYPE_NAMES, INT8, resolve_dtype
-from oasr.engine.final_guard import FirstPassGuard
-from oasr.engine.quiet_tail import QuietTail
-from oasr.engine.refine import RefineConfig
+from oasr.engine.families.dtypes import DTYPE_NAMES, INT8, resolve_dtype
+from oasr.engine.second_pass.guard import FirstPassGuard
+from oasr.engine.live.quiet_tail import QuietTail
+from oasr.engine.live.refine import RefineConfig
 from oasr.models import ConformerConfig
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 if TYPE_CHECKING:
-    from oasr.engine.family import KVGeometry
+    from oasr.engine.families.base import KVGeometry
 
 SECOND_PASS_FAST_BACKLOG = 2  # finals waiting beyond which a live server decodes them fast
 SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
@@ -55,7 +55,7 @@ class EngineConfig:
             chunk attended a full window; needs ``num_left_chunks >= 0`` and one block per
             chunk. Without it a stream's first chunks attend only what it has heard.
         block_size_frames: frames per K/V block; None = the chunk size (one block per chunk).
-        max_num_blocks: pool size; None derives it from free memory (see oasr.engine.memory).
+        max_num_blocks: pool size; None derives it from free memory (see oasr.engine.runner.memory).
         max_blocks_per_seq: width of a stream's block table: with unlimited history, the
             per-stream ceiling (64 blocks of a 640 ms chunk = 41 s; endpoints reset it long
             before).
@@ -82,7 +82,7 @@ class EngineConfig:
             3-5 %, docs/model.md), so they are opt-in until the second pass can carry
             context across segments.
         endpoint_quiet: between chunks, the audio after a stream's last chunk counts as
-            silence where it is as quiet as the decoded pause (``oasr.engine.quiet_tail``),
+            silence where it is as quiet as the decoded pause (``oasr.engine.live.quiet_tail``),
             so a segment ends (and its early final starts) when the silence is there, not at
             the next 640 ms chunk; None: only at chunks. Only while at most
             ``light_load_streams`` streams are live. On by default: with a rule decided
@@ -113,12 +113,12 @@ class EngineConfig:
         second_pass_process: run the second pass in a process of its own (the live
             server's default) instead of on a thread of the engine's process: it then never
             holds the engine thread's GIL, and at ``second_pass_nice`` the operating system
-            gives the streaming step the CPU first (``oasr.engine.second_pass_process``).
+            gives the streaming step the CPU first (``oasr.engine.second_pass.process``).
         second_pass_nice: how many CPU priority steps (``nice``) below the server that
             process runs (0 to 19; 0: the same priority).
         second_pass_processes: with ``second_pass_process``, how many such processes
             decode side by side (each with ``second_pass_threads`` torch threads), every job
-            in the one with the fewest outstanding (``oasr.engine.second_pass.RunnerPool``).
+            in the one with the fewest outstanding (``oasr.engine.second_pass.worker.RunnerPool``).
         second_pass_decode: how Whisper decodes: beam 5 at temperature 0 (the reference
             decoders' default; refinements stay greedy), the encoder on the segment plus 2 s
             with the rest of the 30 s window silence's states (``EncoderWindow``: the same
@@ -206,7 +206,7 @@ class EngineConfig:
         cuda_graphs: "off" (the default until it has run on a GPU), "auto" (on for a CUDA
             device, off on CPU) or "on" (needs CUDA):
             capture the encoder's chunk step as one CUDA graph per batch width of a ladder
-            (1, 2, 4, ... max_batch_size; `oasr.engine.graphs`), replayed over the padding lane.
+            (1, 2, 4, ... max_batch_size; `oasr.engine.runner.graphs`), replayed over the padding lane.
         pad_cohorts: pad every cohort up to the next ladder width with pad-lane rows (they
             write only into a scratch block and a pad row; their outputs are dropped); None
             follows ``cuda_graphs``. True on CPU exercises the padded path without graphs.
@@ -412,7 +412,7 @@ class EngineConfig:
         return graphs or bool(self.pad_cohorts)
 
     def resolve_dtype(self, device: torch.device, family_name: str | None = None) -> torch.dtype:
-        """The float dtype of activations and the K/V pool (`oasr.engine.dtypes.resolve_dtype`:
+        """The float dtype of activations and the K/V pool (`oasr.engine.families.dtypes.resolve_dtype`:
         "auto" picks by device, family and CPU; "int8" runs float32 around its int8 Linears).
 
         Args:
@@ -454,7 +454,7 @@ class EngineConfig:
                            dtype: torch.dtype, chunk_size: int | None = None,
                            max_stream_frames: int | None = None) -> CacheConfig:
         """The cache geometry for a model under this config, pool size included
-        (`oasr.engine.memory.cache_config_for`, which says how)."""
-        from oasr.engine.memory import cache_config_for
+        (`oasr.engine.runner.memory.cache_config_for`, which says how)."""
+        from oasr.engine.runner.memory import cache_config_for
 
         return cache_config_for(self, geometry, device, dtype, chunk_size, max_stream_frames)

@@ -1,6 +1,6 @@
 """ASREngine: many live streams, one batched paged encoder call per step (DESIGN §3).
 
-The model is reached through its family (`oasr.engine.family`): features, chunk windows,
+The model is reached through its family (`oasr.engine.families.base`): features, chunk windows,
 frame timing and the position limit are the family's, so the same step serves the Conformer
 and Whisper-CTC. Single-threaded core: `submit` is the only method other threads may call;
 everything else runs on the thread that calls `step` (the engine thread, or a test /
@@ -19,19 +19,19 @@ from oasr.decoding import Hypothesis, StreamStep
 from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, FinishAll, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import BUSY, Done, Error, FinishReason, Partial, Ready
-from oasr.engine.family import FEATURE_SHIFT_S
-from oasr.engine.finals import pause_after_last_token
-from oasr.engine.isolation import forward_isolating_failures, prepare_or_stop
-from oasr.engine.model_runner import BatchPlan
-from oasr.engine.refine import NO_WORDS, RefinedPartial
+from oasr.engine.families.base import FEATURE_SHIFT_S
+from oasr.engine.live.finals import pause_after_last_token
+from oasr.engine.runner.isolation import forward_isolating_failures, prepare_or_stop
+from oasr.engine.runner.model_runner import BatchPlan
+from oasr.engine.live.refine import NO_WORDS, RefinedPartial
 from oasr.engine.request import Request, RequestStatus, SegmentAudio
 from oasr.engine.scheduler import Scheduler
-from oasr.engine.second_pass import MAX_SEGMENT_S, RefineDone, SecondPassDone
+from oasr.engine.second_pass.worker import MAX_SEGMENT_S, RefineDone, SecondPassDone
 from oasr.engine.second_pass_side import SecondPassSide
-from oasr.engine.segment_cuts import SegmentCuts
+from oasr.engine.live.segment_cuts import SegmentCuts
 from oasr.engine.snapshot import EngineSnapshot
 from oasr.engine.stats import EngineStats
-from oasr.engine.streams import ChunkResult, StreamResources
+from oasr.engine.runner.streams import ChunkResult, StreamResources
 
 logger = logging.getLogger(__name__)
 

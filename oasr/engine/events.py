@@ -49,7 +49,7 @@ class Ready:
 class Partial:
     """The open segment's hypothesis changed.
 
-    ``text`` is what to show; with refined partials (``oasr.engine.refine``) it is ``stable``
+    ``text`` is what to show; with refined partials (``oasr.engine.live.refine``) it is ``stable``
     (committed words) + ``tentative`` (the newest refinement's words after them) + ``ctc`` (the
     streaming pass's words after the refined audio); without, ``stable`` and ``tentative`` are
     "" and ``ctc`` is ``text``.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import CUDA_GRAPH_MODES, SECOND_PASS_BEAM_SIZE, EngineConfig
-from oasr.engine.quiet_tail import QuietTail
-from oasr.engine.refine import RefineConfig
+from oasr.engine.live.quiet_tail import QuietTail
+from oasr.engine.live.refine import RefineConfig
 from oasr.models.whisper.logits import LOGITS_BACKENDS
 from oasr.models.whisper.window import WINDOW_MODES, EncoderWindow
 

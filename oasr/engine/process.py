@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from oasr.engine.host_memory import retain_freed_host_memory
+from oasr.engine.runner.host_memory import retain_freed_host_memory
 
 
 def configure_process(num_threads: int | None) -> None:

@@ -13,10 +13,10 @@ import numpy as np
 from oasr.audio import ChunkWindower, FeatureSource, FrameEnergy
 from oasr.decoding import Endpointer, Hypothesis, StreamStep
 from oasr.engine.events import Final, FinishReason, StreamEvent
-from oasr.engine.refine import NO_WORDS, RefinedPartial, RefineState
+from oasr.engine.live.refine import NO_WORDS, RefinedPartial, RefineState
 
 if TYPE_CHECKING:
-    from oasr.engine.second_pass import SecondPassDone
+    from oasr.engine.second_pass.worker import SecondPassDone
 
 EventSink = Callable[[StreamEvent], None]
 

@@ -9,15 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oasr.engine.finals import FinalPublisher
-from oasr.engine.refine import Refiner
-from oasr.engine.second_pass import SecondPassWorker, YieldRule
-from oasr.engine.second_pass_jobs import Answer
+from oasr.engine.live.finals import FinalPublisher
+from oasr.engine.live.refine import Refiner
+from oasr.engine.second_pass.worker import SecondPassWorker, YieldRule
+from oasr.engine.second_pass.jobs import Answer
 
 if TYPE_CHECKING:
     from oasr.engine.config import EngineConfig
     from oasr.engine.request import Request
-    from oasr.engine.streams import StreamResources
+    from oasr.engine.runner.streams import StreamResources
 
 
 @dataclass

@@ -27,10 +27,10 @@ from oasr.engine.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from oasr.engine.finals import FinalPublisher
-    from oasr.engine.refine import Refiner
+    from oasr.engine.live.finals import FinalPublisher
+    from oasr.engine.live.refine import Refiner
     from oasr.engine.scheduler import Scheduler
-    from oasr.engine.streams import StreamResources
+    from oasr.engine.runner.streams import StreamResources
 
 SNAPSHOT_INTERVAL_S = 0.1
 RTF_WINDOW_S = 5.0

@@ -12,7 +12,7 @@ import pytest
 
 from backend.cli import FIELD_FLAGS, build_parser, server_config_from_args
 from backend.config import ServerConfig
-from oasr.engine.quiet_tail import QuietTail
+from oasr.engine.live.quiet_tail import QuietTail
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

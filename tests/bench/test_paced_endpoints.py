@@ -14,7 +14,7 @@ import soundfile as sf
 
 from oasr.audio import read_audio
 from oasr.engine import EngineConfig
-from oasr.engine.quiet_tail import QuietTail
+from oasr.engine.live.quiet_tail import QuietTail
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import torch
 from oasr.cache import CacheConfig
 from oasr.decoding import GpuDecoderConfig
 from oasr.engine import ASREngine, EngineConfig
-from oasr.engine.capacity import blocks_for_one_stream, check_pool_covers_slots
+from oasr.engine.runner.capacity import blocks_for_one_stream, check_pool_covers_slots
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.events import Done
 

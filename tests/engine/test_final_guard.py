@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oasr.engine.final_guard import FirstPassGuard, GuardVerdict
+from oasr.engine.second_pass.guard import FirstPassGuard, GuardVerdict
 
 
 @pytest.fixture()

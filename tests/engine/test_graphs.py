@@ -19,9 +19,9 @@ import torch
 from test_padding import _run
 
 from oasr.engine import ASREngine, EngineConfig
-from oasr.engine.graphs import StepGraphs
-from oasr.engine.padding import StepShape
-from oasr.engine.staging import StepInputs
+from oasr.engine.runner.graphs import StepGraphs
+from oasr.engine.runner.padding import StepShape
+from oasr.engine.runner.staging import StepInputs
 
 
 class RecordingBackend:

@@ -78,7 +78,7 @@ def test_int8_is_a_dtype_choice_with_float32_activations() -> None:
 
 def test_auto_dtype_is_bfloat16_only_for_whisper_ctc_on_native_bf16_cpus(
         whisper_dir: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import oasr.engine.dtypes as dtypes_module
+    import oasr.engine.families.dtypes as dtypes_module
 
     cpu = torch.device("cpu")
     auto = EngineConfig()
@@ -100,7 +100,7 @@ def test_auto_dtype_is_bfloat16_only_for_whisper_ctc_on_native_bf16_cpus(
 
 
 def test_a_given_model_is_cast_and_quantized_on_a_copy(whisper_dir: Path) -> None:
-    from oasr.engine.streams import StreamResources
+    from oasr.engine.runner.streams import StreamResources
     from oasr.models import load_model
 
     model = load_model(str(whisper_dir))
@@ -115,7 +115,7 @@ def test_a_given_model_is_cast_and_quantized_on_a_copy(whisper_dir: Path) -> Non
 def test_a_dtype_this_cpu_has_no_instructions_for_is_named_at_start(
         whisper_dir: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    import oasr.engine.dtypes as dtypes_module
+    import oasr.engine.families.dtypes as dtypes_module
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     avx2 = frozenset({"fpu", "sse2", "avx", "avx2", "fma"})  # a 2-vCPU AMD EPYC's kind
@@ -138,11 +138,11 @@ def test_a_dtype_this_cpu_has_no_instructions_for_is_named_at_start(
     assert dtypes_module.slow_dtype_reason("int8", cpu) is None
     # the engine says so in its log when it starts, and starts all the same
     monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: avx2)
-    with caplog.at_level(logging.WARNING, logger="oasr.engine.streams"):
+    with caplog.at_level(logging.WARNING, logger="oasr.engine.runner.streams"):
         ASREngine(replace(_config(whisper_dir), dtype="int8"))
     assert any("dtype int8" in r.getMessage() and "avx512_vnni" in r.getMessage()
                for r in caplog.records)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="oasr.engine.streams"):
+    with caplog.at_level(logging.WARNING, logger="oasr.engine.runner.streams"):
         ASREngine(replace(_config(whisper_dir), dtype="float32"))
     assert not [r for r in caplog.records if "dtype" in r.getMessage()]

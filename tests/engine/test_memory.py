@@ -3,8 +3,8 @@ import torch
 
 from oasr.cache import BlockPool, CacheConfig
 from oasr.engine.config import EngineConfig
-from oasr.engine.family import KVGeometry
-from oasr.engine.memory import (
+from oasr.engine.families.base import KVGeometry
+from oasr.engine.runner.memory import (
     PoolDemand,
     available_memory_bytes,
     bytes_per_kv_block,

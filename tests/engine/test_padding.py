@@ -19,8 +19,8 @@ from engine_helpers import Collector, assert_pool_full
 
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from oasr.engine.model_runner import BatchPlan, StepOutput
-from oasr.engine.padding import StepPadding, StepShape, WidthLadder
+from oasr.engine.runner.model_runner import BatchPlan, StepOutput
+from oasr.engine.runner.padding import StepPadding, StepShape, WidthLadder
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, save_whisper_ctc
 
 

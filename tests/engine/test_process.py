@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from oasr.engine import ASREngine, EngineConfig, configure_process
-from oasr.engine.host_memory import retain_freed_host_memory
-from oasr.engine.second_pass import second_pass_threads
+from oasr.engine.runner.host_memory import retain_freed_host_memory
+from oasr.engine.second_pass.worker import second_pass_threads
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from oasr.decoding import EndpointConfig, Endpointer, Hypothesis
 from oasr.decoding.decoder import FrameStats
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from oasr.engine.quiet_tail import QuietTail
+from oasr.engine.live.quiet_tail import QuietTail
 from oasr.engine.request import Request, StreamStep
-from oasr.engine.segment_cuts import SegmentCuts
+from oasr.engine.live.segment_cuts import SegmentCuts
 
 SR = 16000
 SHIFT = 0.02  # the bundled model's encoder frame

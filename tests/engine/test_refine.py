@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from oasr.decoding import Hypothesis
-from oasr.engine.family import FrameTiming
-from oasr.engine.finals import FinalPublisher
+from oasr.engine.families.base import FrameTiming
+from oasr.engine.live.finals import FinalPublisher
 from oasr.engine.options import add_engine_arguments, engine_config_from_args
-from oasr.engine.refine import (
+from oasr.engine.live.refine import (
     LocalAgreement,
     RefineConfig,
     RefinedPartial,
@@ -28,8 +28,8 @@ from oasr.engine.refine import (
     word_start_frames,
 )
 from oasr.engine.request import EarlyFinal
-from oasr.engine.second_pass import RefineDone, RefineJob, SecondPassDone
-from oasr.engine.words import word_probabilities
+from oasr.engine.second_pass.worker import RefineDone, RefineJob, SecondPassDone
+from oasr.decoding.words import word_probabilities
 from oasr.text.tokenizer import CharTokenizer
 
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\u2581", "<sos/eos>"]

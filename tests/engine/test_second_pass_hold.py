@@ -25,8 +25,8 @@ from test_second_pass_worker import ScriptedDecoder, _job, _voice
 
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
-from oasr.engine.second_pass import SECOND_PASS_MAX_HOLD_S, SecondPassDone, SecondPassWorker
-from oasr.engine.second_pass_process import WhisperProcessSpec, child_main
+from oasr.engine.second_pass.worker import SECOND_PASS_MAX_HOLD_S, SecondPassDone, SecondPassWorker
+from oasr.engine.second_pass.process import WhisperProcessSpec, child_main
 
 RATE = 16_000
 
@@ -158,7 +158,7 @@ def child_broken(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step
 
 
 def _in_process(target: Any) -> tuple[SecondPassWorker, queue.Queue[Any]]:
-    from oasr.engine import second_pass_process
+    from oasr.engine.second_pass import process as second_pass_process
 
     out: queue.Queue[Any] = queue.Queue()
 
@@ -218,7 +218,7 @@ def test_a_process_that_cannot_start_falls_back_to_a_thread(
     whisper = pytest.importorskip("oasr.models.whisper")
     if whisper.default_model_dir() is None:
         pytest.skip("no Whisper tiny.en weights")
-    from oasr.engine import second_pass_process
+    from oasr.engine.second_pass import process as second_pass_process
 
     def no_processes(*args: Any, **kwargs: Any) -> None:
         raise OSError("no semaphores in this sandbox")

@@ -16,8 +16,8 @@ from engine_helpers import Collector, assert_pool_full, run_until_idle_with_fina
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from oasr.engine.final_guard import FirstPassGuard
-from oasr.engine.second_pass import SecondPassWorker
+from oasr.engine.second_pass.guard import FirstPassGuard
+from oasr.engine.second_pass.worker import SecondPassWorker
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 from oasr.text.wer import normalize_transcript, word_error_rate
 from tests.conftest import load_bench_script

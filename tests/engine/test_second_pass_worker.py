@@ -23,13 +23,13 @@ from oasr.decoding import EndpointConfig, EndpointRule, Hypothesis
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.events import Final, Partial
-from oasr.engine.family import FrameTiming
-from oasr.engine.final_guard import FirstPassGuard, GuardVerdict
-from oasr.engine.finals import FinalPublisher, NoiseCut
-from oasr.engine.quiet_tail import QuietTail
-from oasr.engine.refine import RefineConfig, RefineState
+from oasr.engine.families.base import FrameTiming
+from oasr.engine.second_pass.guard import FirstPassGuard, GuardVerdict
+from oasr.engine.live.finals import FinalPublisher, NoiseCut
+from oasr.engine.live.quiet_tail import QuietTail
+from oasr.engine.live.refine import RefineConfig, RefineState
 from oasr.engine.request import HeardPause, Request, SegmentAudio, SpokenContext
-from oasr.engine.second_pass import (
+from oasr.engine.second_pass.worker import (
     RefineDone,
     RefineJob,
     SecondPassDone,

@@ -8,10 +8,10 @@ import numpy as np
 from oasr.audio import ChunkGeometry
 from oasr.decoding import EndpointConfig, EndpointDecision, Endpointer, Hypothesis
 from oasr.decoding.decoder import FrameStats, StreamStep
-from oasr.engine.quiet_tail import QuietTail
-from oasr.engine.refine import RefineState
+from oasr.engine.live.quiet_tail import QuietTail
+from oasr.engine.live.refine import RefineState
 from oasr.engine.request import Request
-from oasr.engine.segment_cuts import SegmentCuts
+from oasr.engine.live.segment_cuts import SegmentCuts
 
 SAMPLES_PER_FRAME = 320  # `Request.energy`'s frames
 

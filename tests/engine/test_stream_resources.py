@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from oasr.engine import EngineConfig
-from oasr.engine.streams import StreamResources
+from oasr.engine.runner.streams import StreamResources
 
 
 @pytest.fixture()

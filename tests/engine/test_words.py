@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oasr.engine.words import ctc_word_times
+from oasr.decoding.words import ctc_word_times
 from oasr.text.tokenizer import CharTokenizer
 
 UNITS = ["<blank>", "<unk>", "\u2581", *"abcdefghijklmnopqrstuvwxyz'", "<sos/eos>"]

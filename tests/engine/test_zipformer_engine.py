@@ -22,8 +22,8 @@ from engine_helpers import Collector, run_until_idle, stream_all
 
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
-from oasr.engine.model_runner import BatchPlan, StepOutput
-from oasr.engine.zipformer_family import ZipformerFamily
+from oasr.engine.runner.model_runner import BatchPlan, StepOutput
+from oasr.engine.families.zipformer import ZipformerFamily
 from oasr.models import load_model
 from oasr.models.zipformer import ZipformerModel
 
@@ -119,7 +119,7 @@ def test_the_family_declares_its_state_and_keeps_no_paged_pool() -> None:
 def test_the_engine_chunk_picks_icefalls_decode_setting() -> None:
     """--chunk-size 16 --num-left-chunks 4 is icefall's --chunk-size 32 --left-context-frames
     128; a model already loaded for another chunk is refused with the call that fixes it."""
-    from oasr.engine.streams import StreamResources
+    from oasr.engine.runner.streams import StreamResources
 
     res = ASREngine(_config(chunk_size=16, num_left_chunks=4)).resources
     model = res.model
@@ -215,7 +215,7 @@ def test_a_ctc_only_zipformer_decodes_with_the_ctc_head(speech: list[np.ndarray]
     model = load_model(FIXTURE_DIR)
     assert isinstance(model, ZipformerModel)
     model.config = dataclasses.replace(model.config, use_transducer=False)
-    from oasr.engine.streams import StreamResources
+    from oasr.engine.runner.streams import StreamResources
 
     config = _config(max_batch_size=2)
     engine = ASREngine(config, StreamResources.build(config, model))

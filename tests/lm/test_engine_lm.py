@@ -10,7 +10,7 @@ import pytest
 from oasr.decoding import GpuDecoderConfig
 from oasr.engine.config import EngineConfig
 from oasr.engine.options import add_engine_arguments, engine_config_from_args
-from oasr.engine.streams import StreamResources
+from oasr.engine.runner.streams import StreamResources
 from oasr.lm import LmBuildConfig, WordLm, WordLmHeader, build_char_lm, encode_sentences
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 

@@ -13,8 +13,8 @@ from torch import nn
 
 from oasr.audio import ChunkWindower, read_audio
 from oasr.engine import EngineConfig
-from oasr.engine.model_runner import BatchPlan
-from oasr.engine.streams import StreamResources
+from oasr.engine.runner.model_runner import BatchPlan
+from oasr.engine.runner.streams import StreamResources
 from oasr.models import AsrModel
 from oasr.models.int8 import Int8Linear, count_int8_linears, quantize_linears, quantize_rows
 

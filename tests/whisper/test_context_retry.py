@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from oasr.engine import EngineConfig
-from oasr.engine.final_guard import FirstPassGuard
-from oasr.engine.second_pass import (
+from oasr.engine.second_pass.guard import FirstPassGuard
+from oasr.engine.second_pass.worker import (
     RefineDone,
     RefineJob,
     SecondPassDone,

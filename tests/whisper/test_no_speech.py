@@ -13,7 +13,7 @@ import torch
 
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from oasr.engine.second_pass import SecondPassDone, SecondPassJob, SecondPassWorker
+from oasr.engine.second_pass.worker import SecondPassDone, SecondPassJob, SecondPassWorker
 from oasr.models import AsrModel, ConformerConfig, save_model
 from oasr.models.whisper import WhisperCheckpoint
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder

@@ -2,7 +2,7 @@
 
 The specification's per-request facade (seed §7): tests and the specification's examples drive
 a stream through it. The engine does not: it opens, steps and closes cohorts of streams
-through ``oasr.engine.streams.StreamResources``, which owns the slots.
+through ``oasr.engine.runner.streams.StreamResources``, which owns the slots.
 """
 
 from __future__ import annotations

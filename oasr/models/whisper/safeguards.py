@@ -15,7 +15,7 @@ faster-whisper guard a segment's decode with the same three rules, built here:
   stops at once (``RepetitionStop``) instead of running to its budget, and counts as failed.
 
 A decode that still fails after the last temperature is marked ``failed``: the engine's guard
-against the first pass (``oasr.engine.final_guard``) then keeps the CTC text.
+against the first pass (``oasr.engine.second_pass.guard``) then keeps the CTC text.
 """
 
 from __future__ import annotations

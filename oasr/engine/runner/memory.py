@@ -18,7 +18,7 @@ from oasr.models import ConformerConfig
 
 if TYPE_CHECKING:
     from oasr.engine.config import EngineConfig
-    from oasr.engine.family import KVGeometry
+    from oasr.engine.families.base import KVGeometry
 
 
 def kv_block_bytes(num_layers: int, block_size_frames: int, n_kv_head: int, head_dim: int,
@@ -143,7 +143,7 @@ def cache_config_for(config: EngineConfig, geometry: KVGeometry | ConformerConfi
         ValueError: ``block_size_frames`` smaller than the chunk.
     """
     from oasr.cache.types import retained_blocks
-    from oasr.engine.family import KVGeometry
+    from oasr.engine.families.base import KVGeometry
 
     if isinstance(geometry, ConformerConfig):
         geometry = KVGeometry(

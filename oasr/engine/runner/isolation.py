@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from oasr.engine.model_runner import BatchPlan, ModelRunner, StepOutput
+from oasr.engine.runner.model_runner import BatchPlan, ModelRunner, StepOutput
 
 logger = logging.getLogger(__name__)
 

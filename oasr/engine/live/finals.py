@@ -17,11 +17,11 @@ from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.decoding import Hypothesis
 from oasr.engine.config import LIGHT_LOAD_STREAMS_PER_DECODER
 from oasr.engine.events import Final
-from oasr.engine.family import FrameTiming
-from oasr.engine.final_guard import REASONS, SOURCES
+from oasr.engine.families.base import FrameTiming
+from oasr.engine.second_pass.guard import REASONS, SOURCES
 from oasr.engine.request import EarlyFinal, HeardPause, PendingFinal, Request, SpokenContext
-from oasr.engine.second_pass import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
-from oasr.engine.words import WordTime, ctc_word_times
+from oasr.engine.second_pass.worker import MAX_SEGMENT_S, SecondPassDone, SecondPassJob, SecondPassWorker
+from oasr.decoding.words import WordTime, ctc_word_times
 from oasr.text.sentences import ends_sentence, unfinished_words
 
 # early final decodes start only while fewer finals than this (per decoding process) wait

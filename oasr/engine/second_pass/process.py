@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from oasr.engine.final_guard import FirstPassGuard
-from oasr.engine.second_pass_jobs import Answer
-from oasr.engine.second_pass_loop import Command, CommandGate, LoopCounters, SecondPassLoop
+from oasr.engine.second_pass.guard import FirstPassGuard
+from oasr.engine.second_pass.jobs import Answer
+from oasr.engine.second_pass.loop import Command, CommandGate, LoopCounters, SecondPassLoop
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 

@@ -5,8 +5,8 @@ queued jobs and turns its results into answers, wherever it runs.
 decoder, finals waiting for the previous segment's text (their context), the recent finals'
 texts, and the counters. It takes its commands from a ``get`` function (a job, a job id to
 abort, or None to stop) and hands each answer to ``emit``; the engine side
-(``oasr.engine.second_pass.SecondPassWorker``) runs it on a thread of the engine's process or
-in a process of its own (``oasr.engine.second_pass_process``) and keeps the accounting of
+(``oasr.engine.second_pass.worker.SecondPassWorker``) runs it on a thread of the engine's process or
+in a process of its own (``oasr.engine.second_pass.process``) and keeps the accounting of
 what is outstanding.
 """
 
@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from oasr.engine.final_guard import FirstPassGuard
-from oasr.engine.second_pass_jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
-from oasr.engine.words import word_probabilities
+from oasr.engine.second_pass.guard import FirstPassGuard
+from oasr.engine.second_pass.jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
+from oasr.decoding.words import word_probabilities
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.text.sentences import as_context
 from oasr.text.wer import normalize_transcript

@@ -1,6 +1,6 @@
 """What the engine and the second pass hand each other: jobs (a segment's final, an open
 segment's refinement) and their answers. Plain picklable records: they cross a thread or a
-process boundary (``oasr.engine.second_pass``)."""
+process boundary (``oasr.engine.second_pass.worker``)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class SecondPassJob:
 
 @dataclass(frozen=True)
 class RefineJob:
-    """An open segment's audio so far, to refine its partial (``oasr.engine.refine``).
+    """An open segment's audio so far, to refine its partial (``oasr.engine.live.refine``).
 
     Attributes:
         job_id: unique per engine (shared with ``SecondPassJob`` ids).

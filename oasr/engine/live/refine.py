@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from oasr.engine.second_pass import RefineDone, RefineJob, SecondPassDone
-from oasr.engine.words import ctc_word_times
+from oasr.engine.second_pass.worker import RefineDone, RefineJob, SecondPassDone
+from oasr.decoding.words import ctc_word_times
 from oasr.text.wer import normalize_transcript
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ NO_WORDS = RefinedPartial("", "", "")  # what a segment shows before its first w
 
 def word_start_frames(tokenizer: Any, tokens: Sequence[int],
                       timestamps: Sequence[int]) -> list[int]:
-    """The frame each word of a CTC hypothesis starts at (``oasr.engine.words``' word times,
+    """The frame each word of a CTC hypothesis starts at (``oasr.decoding.words``' word times,
     counted in frames)."""
     return [int(start) for _, start, _ in ctc_word_times(tokenizer, tokens, timestamps, 0, 1.0)]
 

@@ -9,10 +9,10 @@ import torch.nn.functional as F
 
 from oasr.audio import FeatureWindow
 from oasr.cache import AttentionCacheManager, SlotStateCache
-from oasr.engine.family import ChunkBatch, ModelFamily
-from oasr.engine.graphs import GraphBackend, StepGraphs
-from oasr.engine.padding import StepPadding, StepShape
-from oasr.engine.staging import StepInputs, StepStaging
+from oasr.engine.families.base import ChunkBatch, ModelFamily
+from oasr.engine.runner.graphs import GraphBackend, StepGraphs
+from oasr.engine.runner.padding import StepPadding, StepShape
+from oasr.engine.runner.staging import StepInputs, StepStaging
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class ModelRunner:
     sub-cohorts without allocating again; `commit` records the frames of the rows that
     succeeded.
 
-    With ``padding`` (`oasr.engine.padding`) a cohort runs at the next width of a ladder, its
+    With ``padding`` (`oasr.engine.runner.padding`) a cohort runs at the next width of a ladder, its
     extra rows on the padding lane (they write only into the pool's scratch block and the
     state caches' pad row; their outputs are dropped), with its shapes rounded up so that few
     shapes recur; `enable_graphs` then replays each shape as a captured graph. Inputs reach

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from oasr.audio import ChunkGeometry
 from oasr.decoding import EndpointDecision, Endpointer, Hypothesis, quietest_frame
-from oasr.engine.quiet_tail import QuietTail
+from oasr.engine.live.quiet_tail import QuietTail
 from oasr.engine.request import HeardPause, Request
 
 

@@ -39,14 +39,14 @@ from oasr.decoding import (
     Hypothesis,
 )
 from oasr.decoding.decoder import WORD_BOUNDARY
-from oasr.engine.capacity import check_pool_covers_slots
+from oasr.engine.runner.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
-from oasr.engine.dtypes import slow_dtype_reason
-from oasr.engine.family import ModelFamily, family_for
-from oasr.engine.graphs import CudaGraphBackend
-from oasr.engine.model_runner import ModelRunner, StepOutput
-from oasr.engine.padding import StepPadding, WidthLadder
-from oasr.engine.transducer import TransducerStreams
+from oasr.engine.families.dtypes import slow_dtype_reason
+from oasr.engine.families.base import ModelFamily, family_for
+from oasr.engine.runner.graphs import CudaGraphBackend
+from oasr.engine.runner.model_runner import ModelRunner, StepOutput
+from oasr.engine.runner.padding import StepPadding, WidthLadder
+from oasr.engine.runner.transducer import TransducerStreams
 from oasr.lm import DecoderLm, load_decoder_lm
 from oasr.models import load_model
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
@@ -294,7 +294,7 @@ def _decide(endpointer: Endpointer | None, stats: FrameStats,
 
 
 def _step_padding(family: ModelFamily, cache_config: CacheConfig) -> StepPadding:
-    """How the family's padded steps round their shapes (`oasr.engine.padding`)."""
+    """How the family's padded steps round their shapes (`oasr.engine.runner.padding`)."""
     chunk = cache_config.chunk_size
     return StepPadding(
         ladder=WidthLadder(cache_config.max_batch_size),

