@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from oasr.benchmarks.workload import DEVSET_DIR
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADLINES = ("speedup_batched_vs_sequential", "max_realtime_streams", "gflops_fraction_of_peak")
 LEFT4 = "paged_cost_ratio_late_vs_chunk10_left4"  # older revisions: only the chunk-200 key
@@ -52,7 +54,7 @@ def main() -> int:
     p.add_argument("before")
     p.add_argument("after")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--audio-dir", type=Path, default=ROOT.parent / "shared" / "audio" / "devset")
+    p.add_argument("--audio-dir", type=Path, default=DEVSET_DIR)
     p.add_argument("--json", type=Path, default=None, help="write every round's numbers here")
     args = p.parse_args()
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
 from oasr.lm import DecoderLm, has_decoder_lm, load_decoder_lm
 from oasr.models.bundled import BUNDLED_UNITS
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 from oasr.text.tokenizer import CharTokenizer
 
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 Setup = tuple[GpuDecoderConfig, DecoderLm | None]
 
 
@@ -39,7 +39,7 @@ def dump_log_probs(path: Path) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def devset_log_probs(devset: Path = DEVSET, model_dir: Path = DEFAULT_MODEL_DIR) -> list[torch.Tensor]:
+def devset_log_probs(devset: Path = DEVSET_DIR, model_dir: Path = DEFAULT_MODEL_DIR) -> list[torch.Tensor]:
     """(T, V) log-probs of every devset wav from the model in ``model_dir`` (a Whisper-CTC
     model, run chunk-causally at its trained chunk)."""
     from oasr.audio import read_audio

@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 SETS = {"real": "real_", "synthetic": "tts_"}
 
 
@@ -53,7 +53,7 @@ def score(texts: dict[str, str], references: dict[str, str]) -> dict[str, dict[s
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "int8"])
-    p.add_argument("--devset", type=Path, default=DEVSET)
+    p.add_argument("--devset", type=Path, default=DEVSET_DIR)
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     p.add_argument("extra", nargs="*", help="more transcribe flags, after --")
     args = p.parse_args(argv)

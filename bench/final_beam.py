@@ -23,8 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from final_context import error_counts, load_items, per_subset, run
-from second_pass_parity import DEVSET, engine_config
+from second_pass_parity import engine_config
 
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import EngineConfig, configure_process
 from oasr.engine.second_pass.guard import FirstPassGuard
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 3, 5])
     parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py directory")
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py directory")
-    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--subsets", nargs="*", default=None, help="only these subsets")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: a live second-pass process's on two cores)")

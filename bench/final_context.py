@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.decoding.endpoint import EndpointConfig
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
@@ -46,7 +47,6 @@ from second_pass_parity import Item  # noqa: E402  (a sibling script)
 from second_pass_parity import engine_config as parity_engine_config  # noqa: E402
 from second_pass_parity import load_items as load_stress_items  # noqa: E402
 
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 PAUSE_S, LONGEST_S = 0.8, 15.0  # the sentence-pause rules: --endpoint-pause 0.8 --max-segment 15
 CONTEXT_S = 10.0
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py dir")
     parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py dir")
-    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--no-devset", action="store_true")
     parser.add_argument("--subsets", nargs="*", default=None, help="only these subsets")
     parser.add_argument("--context", type=float, default=CONTEXT_S,

@@ -21,8 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from final_context import error_counts, load_items, per_subset
-from second_pass_parity import DEVSET, engine_config, run_engine
+from second_pass_parity import engine_config, run_engine
 
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import EngineConfig, configure_process
 from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.models.whisper.window import EncoderWindow
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py directory")
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py directory")
-    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="per-file texts as JSON")
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@
 #
 #   bench/gpu_check.sh OUT_DIR
 #
-# Needs .whl/ and .gpu_audio/ from bench/gpu_prepare.sh (carried with the device call). Writes
+# Needs .whl/ from bench/gpu_prepare.sh (carried with the device call). Writes
 # into OUT_DIR: env.txt; tests.log (the CUDA tests, host syncs per step printed);
 # throughput.jsonl (bench/gpu_throughput.py: engine vs dense loop at 1/64/256/1024 streams,
 # graphs on and off, step time per width, then the real-time stream count); the quick
@@ -21,11 +21,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-# the tests and the benchmarks read the dev set at ../shared/audio/devset
-if [ -d .gpu_audio ] && [ ! -e ../shared/audio/devset ]; then
-  mkdir -p ../shared/audio && ln -s "$PWD/.gpu_audio" ../shared/audio/devset
-fi
-export OASR_BENCH_AUDIO=${OASR_BENCH_AUDIO:-$PWD/.gpu_audio}
+# the tests and the benchmarks read the dev set in the repository (tests/data/audio/devset)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c \
   "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
   git log --oneline -1 2>/dev/null; } > "$OUT/env.txt" 2>&1

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import soundfile
-from devset_wer import DEVSET, SETS, score, transcribe
+from devset_wer import SETS, score, transcribe
 
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
 GAP_S = 0.4
@@ -59,7 +60,7 @@ def score_long(texts: dict[str, str], references: dict[str, str]) -> dict[str, f
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--left-chunks", nargs="+", type=int, default=[-1, 8, 16])
-    p.add_argument("--devset", type=Path, default=DEVSET)
+    p.add_argument("--devset", type=Path, default=DEVSET_DIR)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = p.parse_args(argv)

@@ -70,6 +70,7 @@ import websockets
 
 from oasr.benchmarks.server_load import server_process
 from oasr.benchmarks.workload import (
+    DEVSET_DIR,
     ROOM_ABOVE_FLOOR_DB,
     room_of,
     room_tone,
@@ -78,7 +79,6 @@ from oasr.benchmarks.workload import (
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
 SR = 16000
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
 # the devset's read sentences, each the clips that read it (0880+0890 and 0920+0930 are one
 # sentence each in the book; JFK's recording is one, its pauses inside and its applause after)
@@ -376,7 +376,7 @@ async def run_level(address: str, clients: int, material: list[Passage],
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
-    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--passes", type=int, default=1,
                         help="passages each client streams in turn (1: client i streams "

@@ -32,9 +32,9 @@ from typing import Any
 import openai
 
 from oasr.benchmarks.realtime_client import realtime_pcm, start_feeding
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 KEY = "sk-bench"
 READY = re.compile(r"oasr is ready: open http://127\.0\.0\.1:(\d+)/")
 
@@ -103,7 +103,7 @@ def score(texts: dict[str, str], references: dict[str, str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--devset", type=Path, default=DEVSET)
+    p.add_argument("--devset", type=Path, default=DEVSET_DIR)
     p.add_argument("--concurrency", type=int, default=4, help="files in flight per path")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     p.add_argument("extra", nargs="*", help="engine flags for both the server and transcribe")

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from final_context import error_counts, load_items, per_subset
-from second_pass_parity import DEVSET, Item, engine_config
+from second_pass_parity import Item, engine_config
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import ASREngine, EngineConfig, configure_process
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.offline import FileResult
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py directory")
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py directory")
-    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="per-file texts as JSON")

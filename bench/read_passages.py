@@ -39,6 +39,7 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.benchmarks.workload import (
+    DEVSET_DIR,
     ROOM_ABOVE_FLOOR_DB,
     pink_noise,
     room_of,
@@ -46,7 +47,6 @@ from oasr.benchmarks.workload import (
     speech_bounds,
 )
 
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 BREATH_S = (0.2, 0.4)
 SENTENCE_PAUSE_S = (0.6, 1.2)
 # (breath, sentence pause) ranges in seconds, by pacing
@@ -215,7 +215,7 @@ def degrade(audio: np.ndarray, rng: np.random.Generator, level_db: float = 0.0,
     return np.clip(out, -1, 1).astype(np.float32)
 
 
-def build(out: Path, devset: Path = DEVSET, seeds: int = 3, pacing: str = "read",
+def build(out: Path, devset: Path = DEVSET_DIR, seeds: int = 3, pacing: str = "read",
           level_db: float = 0.0, snr_db: float | None = None,
           with_applause: bool = False, silent_gaps: bool = False) -> list[Path]:
     """Write every passage (WAV + JSON of sentence spans and texts) under ``out``, paced by
@@ -266,7 +266,7 @@ def _write(stem: Path, audio: np.ndarray, spans: list[tuple[float, float]],
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("/tmp/passages"))
-    p.add_argument("--devset", type=Path, default=DEVSET)
+    p.add_argument("--devset", type=Path, default=DEVSET_DIR)
     p.add_argument("--pacing", choices=sorted(PACINGS), default="read",
                    help="breath and sentence-pause ranges: read (0.2-0.4 / 0.6-1.2 s) or "
                    "tight (0.3-0.5 / 0.5-0.8 s)")

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import EngineConfig, configure_process
 from oasr.engine.families.base import FrameTiming
 from oasr.engine.live.refine import RefineConfig, Refiner
@@ -47,7 +48,6 @@ from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.text.wer import ErrorCounts, edit_distance, normalize_transcript
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from second_pass_parity import DEVSET  # noqa: E402  (a sibling script)
 from second_pass_parity import load_items as load_stress_items  # noqa: E402
 
 TIMING = FrameTiming(frame_shift_s=0.04, right_context_samples=0)  # the Conformer's frames
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passages", type=Path, help="bench/read_passages.py's output")
     parser.add_argument("--stress", type=Path, help="bench/stress_set.py's output")
-    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--pause", type=float, default=1.0,
                         help="a passage's segments end at sentence pauses this long (s)")
     parser.add_argument("--longest", type=float, default=20.0, help="longest segment (s)")

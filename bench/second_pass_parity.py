@@ -34,6 +34,7 @@ from typing import Any
 
 import soundfile as sf
 
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import configure_process
 from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.engine import ASREngine
@@ -45,7 +46,6 @@ from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, without_safeguards
 from oasr.text.wer import ErrorCounts, normalize_transcript
 
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 
 
 @dataclass
@@ -185,7 +185,7 @@ def print_table(rows: list[dict[str, Any]], columns: Iterable[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py directory")
-    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--no-devset", action="store_true")
     parser.add_argument("--compare", action="store_true",
                         help="also run without the safeguards and the guard (as before)")

@@ -34,8 +34,9 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from oasr.benchmarks.workload import DEVSET_DIR
+
 SR = 16000
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 HELDOUT_VOICES = (("flite", "awb"), ("espeak", "en-gb-x-gbcwmd+m7"), ("espeak", "en-us+f5"),
                   ("espeak", "en-gb-x-gbcwmd+grandpa"), ("espeak", "en-029+zac"))
@@ -162,7 +163,7 @@ def build(out: Path, seed: int) -> list[tuple[str, str, str]]:
         sf.write(out / name, np.clip(audio, -1, 1), SR, subtype="PCM_16")
         rows.append((name, subset, text))
 
-    bank = digit_bank(DEVSET)
+    bank = digit_bank(DEVSET_DIR)
     speakers = sorted(bank)
     for i in range(24):
         audio, text = digit_string(rng, bank[speakers[i % len(speakers)]])
@@ -175,16 +176,16 @@ def build(out: Path, seed: int) -> list[tuple[str, str, str]]:
                           rng.choice(("white", "pink")))
         save("digits_degraded", i, audio, text)
 
-    read = [line.split("\t") for line in (DEVSET / "manifest.tsv").read_text().splitlines()
+    read = [line.split("\t") for line in (DEVSET_DIR / "manifest.tsv").read_text().splitlines()
             if line.startswith("real_") and not all(w in DIGITS for w in line.split("\t")[1].split())]
     for i, (name, text) in enumerate(read):
-        audio = load(DEVSET / name)
+        audio = load(DEVSET_DIR / name)
         quiet = np.concatenate([silence(rng, 1.0, 2.5), set_peak(audio, -30), silence(rng, 1.5, 3)])
         save("read_variants", 3 * i, quiet, text)
         noisy = add_noise(round_trip_8k(audio), rng, rng.uniform(12, 20), "pink")
         save("read_variants", 3 * i + 1, noisy, text)
         other_name, other_text = read[(i + 1) % len(read)]
-        joined = np.concatenate([audio, silence(rng, 0.3, 0.6), load(DEVSET / other_name)])
+        joined = np.concatenate([audio, silence(rng, 0.3, 0.6), load(DEVSET_DIR / other_name)])
         save("read_variants", 3 * i + 2, joined, f"{text} {other_text}")
 
     if not (shutil.which("flite") and shutil.which("espeak-ng")):

@@ -30,12 +30,11 @@ import torch
 import torch.nn.functional as F
 
 from oasr.audio import read_audio
+from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import EngineConfig
 from oasr.models.whisper import load_whisper
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.models.whisper.logits import LogitsProjection
-
-DEVSET = Path(__file__).resolve().parents[2] / "shared" / "audio" / "devset"
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -72,7 +71,7 @@ def decode(decoder: ContinuousWhisperDecoder, audio: torch.Tensor) -> tuple[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     args = parser.parse_args()
     checkpoint = load_whisper(device="cpu")
     decoder = ContinuousWhisperDecoder(checkpoint, EngineConfig().second_pass_decode)

@@ -10,7 +10,7 @@ Sources (all offline, through Debian packages or PyPI):
 - wordfreq 3.1 (PyPI ``wordfreq``): English word frequencies; code Apache-2.0, data CC BY-SA 4.0
   (Robyn Speer et al.). The word LM's frequency column derives from it.
 
-Test material never enters LM text: every transcript under ``/work/shared/audio`` (any
+Test material never enters LM text: every transcript under ``tests/data/audio`` (any
 ``manifest.tsv``), ``/work/data/text/heldout_*.txt``; no text of Jane Austen's "Sense and
 Sensibility" nor the JFK inaugural address is used as a source. `ExclusionFilter` additionally
 drops every sentence that shares any 6-word sequence with those transcripts or held-out files
@@ -28,9 +28,8 @@ from pathlib import Path
 from oasr.lm import WordLm, WordLmHeader
 from oasr.lm.bigram import estimate_bigrams
 from oasr.lm.word import unigram_from_counts
-from recipes.text import normalize
+from recipes.text import TEST_AUDIO_ROOT, normalize
 
-AUDIO_ROOT = Path("/work/shared/audio")
 TEXT_DIR = Path("/work/data/text")
 WORDNET_DIR = Path("/usr/share/wordnet")
 DICT_WORDS = Path("/usr/share/dict/american-english")
@@ -88,7 +87,7 @@ def _ngrams(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
-def forbidden_texts(audio_root: Path = AUDIO_ROOT, text_dir: Path = TEXT_DIR) -> list[str]:
+def forbidden_texts(audio_root: Path = TEST_AUDIO_ROOT, text_dir: Path = TEXT_DIR) -> list[str]:
     """Every test transcript: the manifests under ``audio_root`` and the held-out files."""
     texts = []
     for manifest in sorted(audio_root.rglob("manifest.tsv")):

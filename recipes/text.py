@@ -9,7 +9,7 @@ They are complemented by random spoken digit strings ("four two seven nine"), ge
 Every sentence is normalised to the model's alphabet (lowercase a-z, apostrophe, single spaces),
 kept only if it has 3-25 words and nothing a TTS engine would read differently from its spelling
 (digits, acronyms, symbols, abbreviations), de-duplicated, and removed if it appears in the test
-manifests under ``shared/audio``. The result is split into train / heldout-sentences /
+manifests under ``tests/data/audio`` (`TEST_AUDIO_ROOT`). The result is split into train / heldout-sentences /
 heldout-voices sentence lists (disjoint), written as one sentence per line.
 """
 
@@ -21,6 +21,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+TEST_AUDIO_ROOT = Path(__file__).resolve().parents[1] / "tests" / "data" / "audio"
+"""The test audio in the repository (the dev set and its ``manifest.tsv``): its transcripts never
+enter training or LM text, and the recipes' evaluations score on its dev set."""
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -149,7 +152,7 @@ def write_text(out_dir: Path, cfg: TextConfig, audio_root: Path,
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("/work/data"))
-    parser.add_argument("--audio-root", type=Path, default=Path("/work/shared/audio"))
+    parser.add_argument("--audio-root", type=Path, default=TEST_AUDIO_ROOT)
     args = parser.parse_args(argv)
     counts = write_text(args.data / "text", TextConfig(), args.audio_root)
     print("sentences per split:", counts)

@@ -35,6 +35,11 @@ from oasr.models.checkpoint import CONFORMER_CTC, DEFAULT_MODEL_DIR, WHISPER_CTC
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, causal_log_mel
 
 AUDIO_DIR_ENV = "OASR_BENCH_AUDIO"
+DEVSET_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "audio" / "devset"
+"""The dev set in a source checkout (``tests/data/audio/devset``: 28 short English recordings,
+16 kHz mono WAV, with ``manifest.tsv``): the benchmarks' default speech, and where the ``bench/``
+scripts find it. An installed package has no such folder; pass an audio directory there
+(``--audio-dir``, ``$OASR_BENCH_AUDIO``)."""
 FAMILIES = (CONFORMER_CTC, WHISPER_CTC)
 FAMILY_CHOICES = {"conformer": CONFORMER_CTC, CONFORMER_CTC: CONFORMER_CTC,
                   WHISPER_CTC: WHISPER_CTC}
@@ -207,11 +212,11 @@ def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0,
 
 
 def default_audio_dir() -> Path:
-    """``$OASR_BENCH_AUDIO``, else the shared dev set beside the repository."""
+    """``$OASR_BENCH_AUDIO``, else the dev set in the repository (`DEVSET_DIR`)."""
     env = os.environ.get(AUDIO_DIR_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset"
+    return DEVSET_DIR
 
 
 def load_speech(audio_dir: Path, num_streams: int, seconds: float) -> list[np.ndarray]:

@@ -1,6 +1,6 @@
 """Stage 5: greedy-CTC WER of a checkpoint on the test sets, streaming and full context.
 
-Test sets: the synthetic (``tts_*``) and real (``real_*``) files of ``shared/audio/devset``, and
+Test sets: the synthetic (``tts_*``) and real (``real_*``) files of ``tests/data/audio/devset``, and
 the recipe's ``heldout_sentences`` / ``heldout_voices`` splits. Modes:
 
 - ``chunk16``: the chunk-masked full forward (chunk 16 = 640 ms, unbounded history), which
@@ -27,6 +27,7 @@ from oasr.audio.fbank import compute_fbank
 from oasr.audio.wav import read_audio
 from oasr.models import AsrModel, ConformerConfig, load_model
 from recipes.data import FeatureSet
+from recipes.text import TEST_AUDIO_ROOT
 from recipes.wer import ErrorCounts, decode_batch, greedy_ctc
 
 MODES = {"chunk16": 16, "full": -1}
@@ -138,7 +139,7 @@ def markdown_table(report: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="training checkpoint .pt or model dir")
-    parser.add_argument("--devset", type=Path, default=Path("/work/shared/audio/devset"))
+    parser.add_argument("--devset", type=Path, default=TEST_AUDIO_ROOT / "devset")
     parser.add_argument("--feats", type=Path, default=Path("/work/data/feats"))
     parser.add_argument("--heldout-limit", type=int, default=300)
     parser.add_argument("--out", type=Path, default=Path("/work/data/eval/latest"))

@@ -2,7 +2,7 @@
 
 ``python -m recipes.whisper_ctc.evaluate --ckpt CKPT_OR_MODEL_DIR`` scores a training checkpoint
 (``.pt``) or an exported model dir on four test sets: the synthetic (``tts_*``) and real
-(``real_*``) files of ``shared/audio/devset``, and the recipe's ``heldout_sentences`` and
+(``real_*``) files of ``tests/data/audio/devset``, and the recipe's ``heldout_sentences`` and
 ``heldout_voices`` splits (causal log-mel features from ``recipes.whisper_ctc.feats``). Modes:
 
 - ``chunk32``: ``forward(..., chunk_frames=32)`` (640 ms chunks, unbounded history), which the
@@ -30,10 +30,11 @@ from oasr.models.whisper_ctc import WhisperCtcModel, causal_log_mel, load_whispe
 from oasr.text.tokenizer import CharTokenizer
 from oasr.text.wer import ErrorCounts
 from recipes.data import FeatureSet
+from recipes.text import TEST_AUDIO_ROOT
 from recipes.wer import greedy_ctc
 from recipes.whisper_ctc.train import DATA, UNITS, load_checkpoint_model
 
-DEVSET = Path(__file__).resolve().parents[1].parent / "shared" / "audio" / "devset"
+DEVSET = TEST_AUDIO_ROOT / "devset"
 MODES = {"chunk32": 32, "full": -1}
 Utterance = tuple[str, np.ndarray, str]  # (name, (T, 80) log-mel, reference)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipes.stages import DATA_STAGES, parse_stages, run_data_stage, run_stages
+from recipes.text import TEST_AUDIO_ROOT
 
 STAGES = ("text", "synth", "digits", "feats", "train", "lm", "evaluate", "export")
 FEAT_SPLITS = ("train", "train_digits", "heldout_sentences", "heldout_voices")
@@ -93,7 +94,7 @@ class Layout:
 
     data: Path
     out: Path
-    audio_root: Path = Path("/work/shared/audio")
+    audio_root: Path = TEST_AUDIO_ROOT
 
     @property
     def wctc(self) -> Path:
@@ -230,7 +231,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma list of {STAGES}")
     parser.add_argument("--data", type=Path, default=Path("/work/data"))
-    parser.add_argument("--audio-root", type=Path, default=Path("/work/shared/audio"))
+    parser.add_argument("--audio-root", type=Path, default=TEST_AUDIO_ROOT)
     parser.add_argument("--out", type=Path, default=None,
                         help="model dir (default <data>/wctc/export; oasr/assets/default_model "
                              "replaces the bundled one)")

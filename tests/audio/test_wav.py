@@ -19,7 +19,7 @@ def test_48k_wav_is_resampled_to_16k(hello_48k, hello_16k):
     frames_48k = sf.info(hello_48k).frames
     assert audio.dtype == np.float32
     assert audio.shape == (round(frames_48k / 3),)
-    # The shared 16 kHz copy was resampled from the same 48 kHz file with sox.
+    # The 16 kHz copy in tests/data was resampled from the same 48 kHz file with sox.
     reference = read_audio(hello_16k)
     assert reference.shape == audio.shape
     assert np.abs(audio - reference).max() < 1e-3

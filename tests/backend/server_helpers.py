@@ -8,17 +8,15 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import uvicorn
+from support.paths import REPO_ROOT
 
 from backend.config import ServerConfig
 from backend.server import build_uvicorn_config
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEVSET_DIR = REPO_ROOT.parent / "shared" / "audio" / "devset"
 DEFAULT_MODEL_DIR = REPO_ROOT / "oasr" / "assets" / "default_model"
 CHAR_UNITS = ["<blank>", "<unk>", "\u2581", *"abcdefghijklmnopqrstuvwxyz'", "<sos/eos>"]
 

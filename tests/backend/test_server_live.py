@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from server_helpers import (
     DEFAULT_MODEL_DIR,
-    DEVSET_DIR,
     frames,
     get_stats,
     live_server,
     synthetic_pcm,
     wait_until,
 )
+from support.paths import DEVSET_DIR
 from websockets.asyncio.client import connect
 
 from backend.config import ServerConfig
@@ -96,7 +96,6 @@ DEVSET_FILES = ["tts_03.wav", "real_george_0.wav"]
 
 @pytest.mark.skipif(not DEFAULT_MODEL_DIR.is_dir(),
                     reason="the bundled default model (oasr/assets/default_model) is not trained yet")
-@pytest.mark.skipif(not DEVSET_DIR.is_dir(), reason=f"{DEVSET_DIR} is missing")
 def test_real_speech_over_the_wire_matches_offline_transcription() -> None:
     references = dict(line.split("\t", 1) for line in
                       (DEVSET_DIR / "manifest.tsv").read_text().splitlines() if "\t" in line)

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
-from server_helpers import DEVSET_DIR, get_stats, live_server, synthetic_pcm
+from server_helpers import get_stats, live_server, synthetic_pcm
+from support.paths import DEVSET_DIR
 from websockets.sync.client import connect
 
 from backend.config import ServerConfig
@@ -81,7 +82,6 @@ def test_mic_run_fills_the_grid_then_finishes(address: str, tmp_path: Path) -> N
     assert get_stats(address)["finish_reasons"]["stop"] == 1
 
 
-@pytest.mark.skipif(not DEVSET_DIR.is_dir(), reason=f"{DEVSET_DIR} is missing")
 def test_file_button_streams_through_the_same_path(address: str, tmp_path: Path) -> None:
     with sync_api.sync_playwright() as playwright:
         context = launch(playwright, tmp_path, capture=None)

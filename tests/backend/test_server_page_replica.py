@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from server_helpers import live_server
+from support.servers import launch_server
 from test_server_page import CHROMIUM, launch, sync_api, write_wav
 from websockets.sync.client import connect
 
 from backend.config import ServerConfig
-from tests.conftest import launch_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120),
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no Debian chromium")]

@@ -4,22 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from server_helpers import synthetic_pcm, wait_until
 from starlette.testclient import TestClient
+from support.paths import ZIPFORMER_FIXTURE_DIR
 from test_server_asr_socket import collect, stats, stream_file
 
 pytestmark = pytest.mark.timeout(120)
 
-FIXTURE_DIR = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "icefall_zipformer"
 
-
-@pytest.mark.skipif(not (FIXTURE_DIR / "pretrained.pt").is_file(),
-                    reason=f"icefall Zipformer fixture not found at {FIXTURE_DIR}")
 def test_websocket_stream_with_an_icefall_zipformer(make_client: Callable[..., TestClient]) -> None:
-    client = make_client(engine={"model": str(FIXTURE_DIR)})
+    client = make_client(engine={"model": str(ZIPFORMER_FIXTURE_DIR)})
     seconds = 3.0
     with client.websocket_connect("/ws/asr") as ws:
         stream_file(ws, synthetic_pcm(seconds), {"type": "start", "sample_rate": 16000})

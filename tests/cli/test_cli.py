@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from support.paths import DEVSET_DIR, WENET_FIXTURE_DIR
 
 from oasr.cli import main
 from oasr.engine import EngineConfig, transcribe_files
 from oasr.models import AsrModel, ConformerConfig, load_model, save_model
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-DEVSET = SHARED / "audio" / "devset"
-WENET = SHARED / "fixtures" / "wenet"
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "▁", "<sos/eos>"]
 
 
@@ -32,7 +30,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_transcribe_json_matches_the_engine(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    files = [DEVSET / "tts_01.wav", DEVSET / "real_george_1.wav"]
+    files = [DEVSET_DIR / "tts_01.wav", DEVSET_DIR / "real_george_1.wav"]
     code = main(["transcribe", "--json", "--no-progress", "--model", str(model_dir),
                  "--device", "cpu", "--second-pass", "none", *map(str, files)])
     assert code == 0
@@ -68,9 +66,9 @@ def test_transcribe_flag_out_of_range_is_a_clear_error(model_dir: Path, tmp_path
 def test_export_wenet_dir(tmp_path: Path) -> None:
     wenet = tmp_path / "wenet_exp"
     wenet.mkdir()
-    shutil.copy(WENET / "train.yaml", wenet / "train.yaml")
-    shutil.copy(WENET / "global_cmvn.json", wenet / "global_cmvn.json")
-    state = torch.load(WENET / "state_dict_fp16.pt", map_location="cpu")
+    shutil.copy(WENET_FIXTURE_DIR / "train.yaml", wenet / "train.yaml")
+    shutil.copy(WENET_FIXTURE_DIR / "global_cmvn.json", wenet / "global_cmvn.json")
+    state = torch.load(WENET_FIXTURE_DIR / "state_dict_fp16.pt", map_location="cpu")
     torch.save({k: v.float() for k, v in state.items()}, wenet / "final.pt")
     units = ["<blank>", "<unk>", *[chr(ord("a") + i) for i in range(29)], "<sos/eos>"]
     (wenet / "units.txt").write_text("".join(f"{u} {i}\n" for i, u in enumerate(units)))
@@ -100,7 +98,7 @@ def test_transcribe_a_whisper_ctc_dir(whisper_dir: Path, capsys: pytest.CaptureF
     """Same path with the second encoder family: its 20 ms frames time the segments."""
     from oasr.audio import read_audio
 
-    files = [DEVSET / "tts_01.wav"]
+    files = [DEVSET_DIR / "tts_01.wav"]
     code = main(["transcribe", "--json", "--no-progress", "--model", str(whisper_dir),
                  "--device", "cpu", "--second-pass", "none", *map(str, files)])
     assert code == 0

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.bench_scripts import load_bench_script
 
 from oasr.lm import LmBuildConfig, WordLm, WordLmHeader, build_char_lm, encode_sentences
 from oasr.lm.word import unigram_from_counts
-from tests.conftest import load_bench_script
 
 from .fusion_helpers import UNITS, V, random_log_probs
 

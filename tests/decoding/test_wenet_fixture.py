@@ -1,22 +1,17 @@
 """Decoding the WeNet fixture model's CTC log-probs (127 frames, 32 units) in 16-frame chunks."""
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from support.paths import WENET_FIXTURE_DIR
 
 from oasr.decoding import GpuDecoderConfig, GpuStreamingDecoder
 
-SHARED = Path(os.environ.get("OASR_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-OUTPUTS = SHARED / "fixtures" / "wenet" / "reference_outputs.npz"
+OUTPUTS = WENET_FIXTURE_DIR / "reference_outputs.npz"
 
 
 @pytest.fixture(scope="module")
 def fixture_log_probs() -> dict[str, torch.Tensor]:
-    if not OUTPUTS.exists():
-        pytest.skip(f"shared test data missing: {OUTPUTS}")
     data = np.load(OUTPUTS)
     return {k: torch.from_numpy(data[k]) for k in data.files if k.startswith("ctc_logp")}
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.paths import DEVSET_DIR
 
 from oasr.audio import read_audio
 from oasr.engine import EngineConfig
 from oasr.models import AsrModel, ConformerConfig, save_model
 
-DEVSET = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset"
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "▁", "<sos/eos>"]
 
 
@@ -39,4 +39,4 @@ def engine_config(tiny_model_dir: Path) -> EngineConfig:
 def speech() -> list[np.ndarray]:
     """Four real recordings of different lengths (16 kHz float32)."""
     names = ["tts_00.wav", "tts_01.wav", "real_jfk.wav", "real_george_0.wav"]
-    return [read_audio(DEVSET / n) for n in names]
+    return [read_audio(DEVSET_DIR / n) for n in names]

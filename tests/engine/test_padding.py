@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import Collector, assert_pool_full
+from support.paths import ZIPFORMER_FIXTURE_DIR
 
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
@@ -106,14 +107,10 @@ def test_padded_cohorts_give_every_stream_the_unpadded_result(
     assert padded_engine.resources.pool.k_pool[:, scratch].abs().sum() > 0  # pad rows wrote there
 
 
-ZIPFORMER_DIR = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "icefall_zipformer"
-
-
-@pytest.mark.skipif(not (ZIPFORMER_DIR / "pretrained.pt").is_file(),
-                    reason=f"icefall Zipformer fixture not found at {ZIPFORMER_DIR}")
 def test_padded_slot_runtime_gives_every_stream_the_unpadded_result(
         engine_config: EngineConfig, speech: list[np.ndarray]) -> None:
-    config = replace(engine_config, model=str(ZIPFORMER_DIR), dtype="float32", max_batch_size=4)
+    config = replace(engine_config, model=str(ZIPFORMER_FIXTURE_DIR), dtype="float32",
+                     max_batch_size=4)
     audios = [speech[0][:16000 * 2], speech[2][:16000 * 3], speech[1][:16000]]
     _, plain, plain_rec = _run(config, audios)
     engine, padded, padded_rec = _run(replace(config, pad_cohorts=True), audios)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 from engine_helpers import Collector, assert_pool_full, run_until_idle_with_finals, stream_all
+from support.bench_scripts import load_bench_script
+from support.paths import DEVSET_DIR
 
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, Final
@@ -20,7 +21,6 @@ from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.engine.second_pass.worker import SecondPassWorker
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 from oasr.text.wer import normalize_transcript, word_error_rate
-from tests.conftest import load_bench_script
 
 whisper = pytest.importorskip("oasr.models.whisper")
 if whisper.default_model_dir() is None:
@@ -29,16 +29,12 @@ if whisper.default_model_dir() is None:
 if not DEFAULT_MODEL_DIR.is_dir():
     pytest.skip("the bundled default model is missing", allow_module_level=True)
 
-ROOT = Path(__file__).resolve().parents[2]
-DEVSET = ROOT.parent / "shared" / "audio" / "devset"
 # stress-set files (bench/stress_set.py, seed 15) on which plain greedy tiny.en loops
 LOOPING = ("digits_resplice_08.wav", "digits_resplice_22.wav")
 
 
 @pytest.fixture(scope="module")
 def stress(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[np.ndarray, str]]:
-    if not (DEVSET / "manifest.tsv").is_file():
-        pytest.skip(f"the shared devset is missing ({DEVSET})")
     module = load_bench_script("stress_set")
     out = tmp_path_factory.mktemp("stress")
     rows = module.build(out, seed=15)
@@ -136,16 +132,16 @@ class _HallucinatingWhisper:
 ])
 def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
         whisper_text: str, reason: str) -> None:
-    audio = sf.read(DEVSET / "real_george_0.wav", dtype="float32")[0]  # six digits
+    audio = sf.read(DEVSET_DIR / "real_george_0.wav", dtype="float32")[0]  # six digits
     ctc_engine, ctc = _finals(_config(second_pass="none"), [audio])
     ctc_engine.shutdown()
     ctc_text = " ".join(ctc.finals(1))
     assert len(ctc_text.split()) >= 3, ctc_text
 
     engine = ASREngine(_config())
-    assert engine.finals.worker is not None
-    engine.finals.worker.stop()  # the real one: its thread must not outlive the test
-    engine.finals.worker = SecondPassWorker.on_thread(_HallucinatingWhisper(whisper_text), engine.submit,
+    assert engine.live.finals.worker is not None
+    engine.live.finals.worker.stop()  # the real one: its thread must not outlive the test
+    engine.live.finals.worker = SecondPassWorker.on_thread(_HallucinatingWhisper(whisper_text), engine.submit,
                                             max_backlog=16, guard=FirstPassGuard())
     events = stream_all(engine, audio)
     run_until_idle_with_finals(engine)

@@ -8,12 +8,13 @@ import shutil
 
 import numpy as np
 import pytest
+from support.paths import DEVSET_DIR
 
 from oasr.audio import read_audio
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, Final, Partial
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from tests.engine.conftest import DEVSET
+from oasr.engine.live.policy import SegmentEnd
 
 SR = 16000
 SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
@@ -26,7 +27,7 @@ def passage(parts: list[str | float]) -> tuple[np.ndarray, list[tuple[float, flo
     pieces, gaps, t = [np.zeros(int(0.3 * SR), np.float32)], [], 0.3
     for part in parts:
         if isinstance(part, str):
-            clip = read_audio(DEVSET / part)
+            clip = read_audio(DEVSET_DIR / part)
         else:
             clip = np.zeros(int(part * SR), np.float32)
             gaps.append((t, t + part))
@@ -103,7 +104,7 @@ def test_no_text_before_speech_on_leading_silence_and_low_noise() -> None:
     pink = np.fft.irfft(spectrum, 2 * SR)
     lead = np.concatenate([np.zeros(SR), 10 ** (-60 / 20) * white,
                            10 ** (-50 / 20) * pink / pink.std()]).astype(np.float32)
-    speech = read_audio(DEVSET / SS.format(880))
+    speech = read_audio(DEVSET_DIR / SS.format(880))
     engine = ASREngine(EngineConfig(max_batch_size=1, max_num_blocks=64, num_threads=1))
     texts: list[tuple[float, str]] = []
     engine.submit(OpenStream(1, lambda e: texts.append(
@@ -168,7 +169,7 @@ def test_a_segment_ended_before_noise_keeps_its_words_and_drops_the_tokens_after
             break
     whole = engine.resources.final_hypothesis(1)
     assert sum(t >= 100 for t in whole.timestamps) >= 3  # words after frame 100 to drop
-    engine._end_segment(request, "endpoint", 130, words_to=100)
+    engine._end_segment(request, SegmentEnd("test", cut_frame=130, words_to=100))
     (first,) = finals
     assert first.end <= 100 * 0.02 and first.text
     assert whole.text.startswith(first.text)

@@ -13,28 +13,24 @@ import math
 import random
 from collections import defaultdict
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from engine_helpers import Collector, run_until_idle, stream_all
+from support.paths import ZIPFORMER_FIXTURE_DIR
 
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
-from oasr.engine.runner.model_runner import BatchPlan, StepOutput
 from oasr.engine.families.zipformer import ZipformerFamily
+from oasr.engine.runner.model_runner import BatchPlan, StepOutput
 from oasr.models import load_model
 from oasr.models.zipformer import ZipformerModel
 
-FIXTURE_DIR = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "icefall_zipformer"
-pytestmark = pytest.mark.skipif(not (FIXTURE_DIR / "pretrained.pt").is_file(),
-                                reason=f"icefall Zipformer fixture not found at {FIXTURE_DIR}")
-
 
 def _config(**overrides: object) -> EngineConfig:
-    config = EngineConfig(model=str(FIXTURE_DIR), device="cpu", dtype="float32", max_batch_size=4,
-                          max_wait_time_s=math.inf, endpoint=None)
+    config = EngineConfig(model=str(ZIPFORMER_FIXTURE_DIR), device="cpu", dtype="float32",
+                          max_batch_size=4, max_wait_time_s=math.inf, endpoint=None)
     return replace(config, **overrides)  # type: ignore[arg-type]
 
 
@@ -128,7 +124,7 @@ def test_the_engine_chunk_picks_icefalls_decode_setting() -> None:
     assert res.states.buffers["layer3.cached_key"].shape[0] == 128 // 8
     with pytest.raises(ValueError, match="chunk_size 16 needs load_model"):
         config = _config(chunk_size=16)
-        ASREngine(config, StreamResources.build(config, load_model(FIXTURE_DIR)))
+        ASREngine(config, StreamResources.build(config, load_model(ZIPFORMER_FIXTURE_DIR)))
 
 
 @pytest.mark.slow
@@ -212,7 +208,7 @@ def test_endpoints_reset_segments_through_the_slot_pool(speech: list[np.ndarray]
 
 
 def test_a_ctc_only_zipformer_decodes_with_the_ctc_head(speech: list[np.ndarray]) -> None:
-    model = load_model(FIXTURE_DIR)
+    model = load_model(ZIPFORMER_FIXTURE_DIR)
     assert isinstance(model, ZipformerModel)
     model.config = dataclasses.replace(model.config, use_transducer=False)
     from oasr.engine.runner.streams import StreamResources

@@ -4,11 +4,11 @@ families streaming through the engine's runner in int8 against float on real spe
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support.paths import DEVSET_DIR
 from torch import nn
 
 from oasr.audio import ChunkWindower, read_audio
@@ -18,7 +18,7 @@ from oasr.engine.runner.streams import StreamResources
 from oasr.models import AsrModel
 from oasr.models.int8 import Int8Linear, count_int8_linears, quantize_linears, quantize_rows
 
-JFK = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset" / "real_jfk.wav"
+JFK = DEVSET_DIR / "real_jfk.wav"
 
 
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -113,8 +113,6 @@ def _argmax_agreement(model: nn.Module, samples: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def jfk() -> np.ndarray:
-    if not JFK.is_file():
-        pytest.skip(f"{JFK} is missing")
     return read_audio(JFK)
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import FIXTURE_DIR
 from model_testutil import max_diff
+from support.paths import WENET_FIXTURE_DIR
 
 from oasr.models import export_wenet, load_model
 
@@ -20,8 +20,8 @@ UNITS = ["<blank>", "<unk>"] + [chr(ord("a") + i) for i in range(26)] + ["'", "â
 def _make_wenet_dir(root: Path, with_cmvn_in_ckpt: bool = True, cmvn: str = "json") -> Path:
     """train.yaml + final.pt (fp16 weights, a decoder key, the pe buffer) + units.txt + CMVN."""
     root.mkdir(parents=True, exist_ok=True)
-    conf = yaml.safe_load((FIXTURE_DIR / "train.yaml").read_text())
-    state = torch.load(FIXTURE_DIR / "state_dict_fp16.pt", weights_only=True)
+    conf = yaml.safe_load((WENET_FIXTURE_DIR / "train.yaml").read_text())
+    state = torch.load(WENET_FIXTURE_DIR / "state_dict_fp16.pt", weights_only=True)
     state["decoder.embed.0.weight"] = torch.zeros(32, 8)
     state["encoder.embed.pos_enc.pe"] = torch.zeros(1, 5000, 144)
     if not with_cmvn_in_ckpt:
@@ -29,10 +29,10 @@ def _make_wenet_dir(root: Path, with_cmvn_in_ckpt: bool = True, cmvn: str = "jso
     torch.save(state, root / "final.pt")
     (root / "units.txt").write_text("".join(f"{u} {i}\n" for i, u in enumerate(UNITS)))
     if cmvn == "json":
-        shutil.copyfile(FIXTURE_DIR / "global_cmvn.json", root / "global_cmvn")
+        shutil.copyfile(WENET_FIXTURE_DIR / "global_cmvn.json", root / "global_cmvn")
         conf["cmvn_conf"]["cmvn_file"] = "/somewhere/else/exp/global_cmvn"
     else:
-        stats = json.loads((FIXTURE_DIR / "global_cmvn.json").read_text())
+        stats = json.loads((WENET_FIXTURE_DIR / "global_cmvn.json").read_text())
         row0 = " ".join(str(v) for v in stats["mean_stat"]) + f" {stats['frame_num']}"
         row1 = " ".join(str(v) for v in stats["var_stat"]) + " 0"
         (root / "global_cmvn").write_text(f" [\n  {row0}\n  {row1} ]\n")

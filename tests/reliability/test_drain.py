@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.servers import ServerProcess, launch_server
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from ws_clients import ClientResult, Clip, assert_clean_finish, server_flags, stream_clip
-
-from tests.conftest import ServerProcess, launch_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from haproxy_helpers import HAPROXY, HaproxyProcess, start_haproxy
+from support.servers import ServerProcess, launch_server
 from ws_clients import ClientResult, Clip, assert_clean_finish, server_flags, stream_clip
-
-from tests.conftest import ServerProcess, launch_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed "

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import soundfile
+from support.servers import ServerProcess, StartServer
 from ws_clients import ClientResult, stream_clip
 
 from oasr.text.wer import normalize_transcript, word_error_rate
-from tests.conftest import ServerProcess, StartServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile
+from support.servers import SERVER_MAIN
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from ws_clients import (
@@ -30,8 +31,6 @@ from ws_clients import (
     server_flags,
     stream_clip,
 )
-
-from tests.conftest import _SERVER_MAIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -51,7 +50,7 @@ def good_client_transcribes(server: Any, clip: Clip, reference: list[str]) -> No
 ])
 def test_nonsense_settings_are_refused_at_startup(random_model_dir: Path, flags: tuple[str, ...],
                                                   message: str) -> None:
-    command = [sys.executable, "-c", _SERVER_MAIN, "--host", "127.0.0.1", "--port", "0",
+    command = [sys.executable, "-c", SERVER_MAIN, "--host", "127.0.0.1", "--port", "0",
                "--device", "cpu", "--second-pass", "none", "--model", str(random_model_dir),
                *flags]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
@@ -61,7 +60,7 @@ def test_nonsense_settings_are_refused_at_startup(random_model_dir: Path, flags:
 
 
 def test_help_shows_every_default() -> None:
-    done = subprocess.run([sys.executable, "-c", _SERVER_MAIN, "--help"], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", SERVER_MAIN, "--help"], capture_output=True,
                           text=True, timeout=60)
     # each option's entry: from its line to the next option's
     entries = re.split(r"\n\s+(?=--[a-z])", done.stdout.split("options:")[1])

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import soundfile as sf
 import torch
+from support.paths import DEVSET_DIR
 
 from oasr.models.whisper import DecoderKv, WhisperCheckpoint
 from oasr.models.whisper.decoding import GreedyHypothesis, greedy_search
 
-DEVSET = Path(__file__).resolve().parents[3] / "shared" / "audio" / "devset"
-if not DEVSET.is_dir():
-    DEVSET = Path("/work/shared/audio/devset")
 DECODE_BATCH = 4  # rows per dense greedy batch: small buffers, few padded steps
 
 
@@ -27,10 +24,10 @@ class Recording:
 def real_recordings() -> list[Recording]:
     """The devset's real recordings (manifest rows named ``real_*``), in manifest order."""
     rows = []
-    for line in (DEVSET / "manifest.tsv").read_text().splitlines():
+    for line in (DEVSET_DIR / "manifest.tsv").read_text().splitlines():
         name, _, text = line.partition("\t")
         if name.startswith("real_"):
-            wave, rate = sf.read(DEVSET / name, dtype="float32")
+            wave, rate = sf.read(DEVSET_DIR / name, dtype="float32")
             assert rate == 16000, f"{name} is {rate} Hz"
             rows.append(Recording(name, torch.from_numpy(wave), text))
     return rows

@@ -6,17 +6,16 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from support.paths import ZIPFORMER_FIXTURE_DIR
 from torch import Tensor
-from zipformer_helpers import FIXTURE_DIR, StreamRecord, icefall_decode_loop
+from zipformer_helpers import StreamRecord, icefall_decode_loop
 
 from oasr.models.zipformer import ZipformerModel
 
 
 @pytest.fixture(scope="session")
 def ref() -> dict[str, np.ndarray]:
-    if not (FIXTURE_DIR / "reference_outputs.npz").is_file():
-        pytest.skip(f"icefall Zipformer fixture not found at {FIXTURE_DIR}")
-    with np.load(FIXTURE_DIR / "reference_outputs.npz") as data:
+    with np.load(ZIPFORMER_FIXTURE_DIR / "reference_outputs.npz") as data:
         return {k: data[k] for k in data.files}
 
 

@@ -8,18 +8,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from zipformer_helpers import FIXTURE_DIR, needs_fixture
+from support.paths import ZIPFORMER_FIXTURE_DIR
 
 from oasr.models import load_model
 from oasr.models.zipformer import ZipformerModel, load_icefall_dir
 from oasr.models.zipformer.checkpoint import parse_args_text
 
-pytestmark = needs_fixture
-
 
 def _copy(tmp_path: Path, *names: str) -> Path:
     for name in names:
-        shutil.copy(FIXTURE_DIR / name, tmp_path / name)
+        shutil.copy(ZIPFORMER_FIXTURE_DIR / name, tmp_path / name)
     return tmp_path
 
 
@@ -29,11 +27,11 @@ def _same_weights(a: ZipformerModel, b: ZipformerModel) -> bool:
 
 
 def test_load_model_detects_an_icefall_dir():
-    model = load_model(FIXTURE_DIR)
+    model = load_model(ZIPFORMER_FIXTURE_DIR)
     assert isinstance(model, ZipformerModel)
     assert (model.config.chunk_size, model.config.left_context_frames) == (16, 64)
     assert model.tokens is not None and model.tokens[0] == "<blk>" and len(model.tokens) == 50
-    full = load_model(FIXTURE_DIR, chunk_size=-1, left_context_frames=-1)
+    full = load_model(ZIPFORMER_FIXTURE_DIR, chunk_size=-1, left_context_frames=-1)
     assert isinstance(full, ZipformerModel) and not full.config.is_streaming
 
 
@@ -41,13 +39,13 @@ def test_shapes_alone_give_the_architecture(tmp_path):
     """No arguments file: every width, count, kernel, head and head dim read off the shapes."""
     d = _copy(tmp_path, "pretrained.pt")
     inferred = load_icefall_dir(d)
-    ref = load_icefall_dir(FIXTURE_DIR)
+    ref = load_icefall_dir(ZIPFORMER_FIXTURE_DIR)
     assert inferred.config == ref.config
     assert _same_weights(inferred, ref)
 
 
 def test_arguments_from_a_training_log_and_from_a_text_file(tmp_path):
-    args = json.loads((FIXTURE_DIR / "train_args.json").read_text())
+    args = json.loads((ZIPFORMER_FIXTURE_DIR / "train_args.json").read_text())
     log = tmp_path / "log"
     log.mkdir()
     (log / "log-train-2024-01-01").write_text(
@@ -59,20 +57,20 @@ def test_arguments_from_a_training_log_and_from_a_text_file(tmp_path):
     parsed = parse_args_text(text)
     assert parsed["encoder_dim"] == "32,48,64,80,64,48" and parsed["context_size"] == "2"
     _copy(tmp_path, "pretrained.pt", "tokens.txt")
-    assert load_icefall_dir(tmp_path).config == load_icefall_dir(FIXTURE_DIR).config
+    assert load_icefall_dir(tmp_path).config == load_icefall_dir(ZIPFORMER_FIXTURE_DIR).config
 
 
 def test_epoch_checkpoint_and_training_only_keys(tmp_path):
-    state = torch.load(FIXTURE_DIR / "pretrained.pt", weights_only=False)["model"]
+    state = torch.load(ZIPFORMER_FIXTURE_DIR / "pretrained.pt", weights_only=False)["model"]
     assert any(k.startswith("simple_am_proj") for k in state)  # ignored by name
     torch.save({"model": state, "optimizer": {}}, tmp_path / "epoch-3.pt")
     torch.save({"model": {}}, tmp_path / "epoch-2.pt")  # older: not picked
     _copy(tmp_path, "train_args.json")
-    assert _same_weights(load_icefall_dir(tmp_path), load_icefall_dir(FIXTURE_DIR))
+    assert _same_weights(load_icefall_dir(tmp_path), load_icefall_dir(ZIPFORMER_FIXTURE_DIR))
 
 
 def test_unknown_and_missing_keys_are_named(tmp_path):
-    state = torch.load(FIXTURE_DIR / "pretrained.pt", weights_only=False)["model"]
+    state = torch.load(ZIPFORMER_FIXTURE_DIR / "pretrained.pt", weights_only=False)["model"]
     state["encoder.encoders.0.layers.0.mystery.weight"] = torch.zeros(1)
     del state["joiner.output_linear.bias"]
     torch.save({"model": state}, tmp_path / "pretrained.pt")
@@ -82,7 +80,7 @@ def test_unknown_and_missing_keys_are_named(tmp_path):
 
 
 def test_mismatched_arguments_name_the_key_and_shapes(tmp_path):
-    args = json.loads((FIXTURE_DIR / "train_args.json").read_text())
+    args = json.loads((ZIPFORMER_FIXTURE_DIR / "train_args.json").read_text())
     args["feedforward_dim"] = "64,96,128,160,128,64"
     (tmp_path / "train_args.json").write_text(json.dumps(args))
     _copy(tmp_path, "pretrained.pt")
@@ -97,7 +95,7 @@ def test_mismatched_arguments_name_the_key_and_shapes(tmp_path):
 ])
 def test_bad_decode_settings(chunk, left, match):
     with pytest.raises(ValueError, match=match):
-        load_icefall_dir(FIXTURE_DIR, chunk, left)
+        load_icefall_dir(ZIPFORMER_FIXTURE_DIR, chunk, left)
 
 
 def test_no_checkpoint(tmp_path):

@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from zipformer_helpers import fixture_model, needs_fixture, utterances
+from zipformer_helpers import fixture_model, utterances
 
 from oasr.models.zipformer.states import EMBED_STATE, PROCESSED_STATE, layer_state_name
 
-pytestmark = needs_fixture
 TOL = 1e-4
 CTC_TOL = 2e-4
 STREAMING = [(16, 64), (32, 128)]

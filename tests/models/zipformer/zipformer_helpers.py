@@ -4,28 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
+from support.paths import ZIPFORMER_FIXTURE_DIR
 from torch import Tensor
 
 from oasr.models.zipformer import LOG_EPS, ZipformerModel, load_icefall_dir
 
 torch.set_num_threads(1)
 
-FIXTURE_DIR = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "icefall_zipformer"
 TAIL_PAD = 30  # icefall's decode_dataset: set_features(tail_pad_len=30)
 PAD_LENGTH = 13  # DecodeStream.pad_length = 7 + 2 * 3
-
-needs_fixture = pytest.mark.skipif(not (FIXTURE_DIR / "pretrained.pt").is_file(),
-                                   reason=f"icefall Zipformer fixture not found at {FIXTURE_DIR}")
 
 
 @cache
 def fixture_model(chunk_size: int, left_context_frames: int) -> ZipformerModel:
-    return load_icefall_dir(FIXTURE_DIR, chunk_size, left_context_frames)
+    return load_icefall_dir(ZIPFORMER_FIXTURE_DIR, chunk_size, left_context_frames)
 
 
 def utterances(ref: dict[str, np.ndarray]) -> list[Tensor]:
