@@ -112,9 +112,9 @@ def test_the_devsets_passage_knows_where_each_sentence_was_spoken() -> None:
     # the devset's read recordings joined (0.5 s lead, 0.9 s after each clip): a sentence's
     # span runs from its first clip's first word to its last clip's last, room tone left out
     live = load_script()
-    devset = live.passages(live.DEVSET)[0]
+    devset = live.passages(live.DEVSET_DIR)[0]
     assert devset.name == "devset_read" and len(devset.sentences) == len(live.READ) == 4
-    clips = [[live._load(live.DEVSET / n) for n in names] for names in live.READ]
+    clips = [[live._load(live.DEVSET_DIR / n) for n in names] for names in live.READ]
     t = 0.5
     for (start, end), recorded in zip(devset.sentences, clips, strict=True):
         length = sum(len(c) for c in recorded) / live.SR + 0.9 * len(recorded)
