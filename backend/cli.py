@@ -1,9 +1,11 @@
 """``oasr-server``: the live server's command line (also ``python -m backend``).
 
-Most server flags set one `ServerConfig` field each (a few set an `EngineConfig` field the
-server owns, such as ``--max-wait``); they are declared as `FieldFlag` rows, whose default and
-type are the field's. The engine's own flags come from `oasr.engine.options`, shared with
-``oasr transcribe``.
+Every flag's default is its field's in ``ServerConfig()`` (whose engine is
+`backend.config.default_engine_config`): the server's flags are `FieldFlag` rows naming a
+`ServerConfig` field (or an `EngineConfig` field the server owns, such as ``--max-wait``), the
+engine's come from `oasr.engine.options`, shared with ``oasr transcribe``. A flag left out
+leaves its field as ``ServerConfig()`` has it. ``--help`` lists the flags a deployer sets;
+``--help-all`` lists every flag, grouped (docs/configuration.md documents them all).
 """
 
 from __future__ import annotations
@@ -11,155 +13,183 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from backend.config import (
-    API_KEYS_ENV,
-    SERVER_SECOND_PASS_PROCESS,
-    SERVER_SECOND_PASS_PROCESSES,
-    ServerConfig,
-    api_keys_from_env,
-)
+from backend.config import API_KEYS_ENV, LOG_LEVELS, ServerConfig, api_keys_from_env
 from backend.server import run
-from oasr.engine.options import add_engine_arguments, engine_config_from_args
-
-
-@dataclass(frozen=True)
-class FieldFlag:
-    """A flag that sets one config field; its default and type are that field's default's."""
-
-    flag: str
-    field: str
-    help: str
-    engine: bool = False  # an EngineConfig field (ServerConfig.engine), else a ServerConfig one
-
-    @property
-    def dest(self) -> str:
-        return self.flag.removeprefix("--").replace("-", "_")
-
-
-LISTEN_FLAGS = (
-    FieldFlag("--host", "host", "address to listen on (0.0.0.0: all)"),
-    FieldFlag("--port", "port", "port (0 picks a free one)"),
-    FieldFlag("--max-connections", "max_connections",
-              "simultaneous /ws/asr connections; more are refused 'busy'"),
-    FieldFlag("--max-frame-bytes", "max_frame_bytes", "largest binary websocket frame"),
-    FieldFlag("--idle-timeout", "idle_timeout_s",
-              "seconds without audio before a stream ends with 'timeout'", engine=True),
-    FieldFlag("--max-session", "max_session_s", "longest stream in seconds", engine=True),
+from oasr.engine.options import (
+    ENGINE_FLAGS,
+    ENGINE_GROUPS,
+    Flag,
+    add_flags,
+    add_groups,
+    add_help_all,
+    engine_config_from_args,
+    field_reader,
 )
-MAX_WAIT_FLAG = FieldFlag("--max-wait", "max_wait_time_s",
-                          "seconds a new stream may wait for a slot before 'busy'", engine=True)
-# flood control, audio-rate timeouts, drain, readiness and liveness (README: "Scaling out")
-LIMIT_FLAGS = (
-    FieldFlag("--max-socket-audio", "max_socket_audio_s",
-              "seconds of audio one connection may have queued and not decoded before the "
-              "server stops reading its socket (backpressure)"),
-    FieldFlag("--max-queued-audio", "max_queued_audio_s",
-              "seconds of audio all connections together may have queued"),
-    FieldFlag("--max-json-depth", "max_json_depth", "deepest nesting of a JSON control message"),
-    FieldFlag("--min-audio-rate", "min_audio_rate",
-              "a stream sending less audio than this fraction of real time over "
-              "--audio-rate-window seconds ends with 'timeout' (0: never)", engine=True),
-    FieldFlag("--audio-rate-window", "audio_rate_window_s",
-              "window of --min-audio-rate, in seconds", engine=True),
-    FieldFlag("--second-pass-max-backlog", "second_pass_max_backlog",
-              "segments the second pass may have queued; beyond it finals keep their CTC text",
-              engine=True),
-    FieldFlag("--stats-send-timeout", "stats_send_timeout_s",
-              "drop a /ws/stats viewer whose send takes longer (it is not reading)"),
-    FieldFlag("--header-timeout", "header_timeout_s",
-              "close an HTTP connection that has not sent its request headers within this many "
-              "seconds"),
-    FieldFlag("--drain-timeout", "drain_timeout_s",
-              "on SIGTERM/SIGINT: seconds live streams may run on before they end with "
-              "'timeout' and the process exits 0"),
-    FieldFlag("--ready-headroom", "ready_headroom_streams",
-              "/readyz answers 503 unless this many more streams fit (slots and K/V blocks)"),
-    FieldFlag("--stuck-after", "stuck_after_s",
-              "/healthz answers 503 when the engine loop has not come round for this many "
-              "seconds"),
-    FieldFlag("--stats-interval", "stats_interval_s",
-              "seconds between /ws/stats pushes and metrics samples"),
-    FieldFlag("--replica", "replica",
-              "this server's name in /metrics labels, stats and ready messages"),
+
+MIB = 2**20
+
+
+@dataclass(frozen=True, eq=False)
+class FieldFlag(Flag):
+    """A flag that sets one field: ``field`` of `ServerConfig`, or with ``engine`` of its
+    `EngineConfig`; the field's value is the flag's times ``scale``."""
+
+    field_name: str = ""
+    engine: bool = False
+    scale: int = 1
+    repeat: bool = False  # repeatable: the field is the tuple of the values given
+
+    def __post_init__(self) -> None:
+        if self.read is None:
+            path = f"engine.{self.field_name}" if self.engine else self.field_name
+            read = field_reader(path)
+            scale = self.scale
+            object.__setattr__(self, "read",
+                               read if scale == 1 else (lambda config: read(config) / scale))
+
+    def to_field(self, value: Any) -> Any:
+        """The field's value for the flag's ``value``."""
+        if self.repeat:
+            return tuple(value)
+        return int(value * self.scale) if self.scale != 1 else value
+
+
+SERVER = "server"
+STREAMS = "streams and timeouts"
+FLOW = "flow control"
+PROBES = "drain, probes and metrics"
+SERVER_GROUPS = (SERVER, STREAMS, FLOW, PROBES)
+
+
+def _field(flag: str, name: str, help: str, group: str, *, common: bool = False,
+           engine: bool = False, none: str = "none", scale: int = 1, repeat: bool = False,
+           default: str | None = None, **kwargs: Any) -> FieldFlag:
+    return FieldFlag(flag, help, group, common=common, none=none, default=default,
+                     kwargs=kwargs, field_name=name, engine=engine, scale=scale, repeat=repeat)
+
+
+FIELD_FLAGS: tuple[FieldFlag, ...] = (
+    # -- server
+    _field("--host", "host", "address to listen on; 0.0.0.0 listens on every interface",
+           SERVER, common=True),
+    _field("--port", "port", "TCP port to listen on; 0 picks a free one", SERVER, common=True,
+           type=int),
+    _field("--api-key", "api_keys", "key clients must send as 'Authorization: Bearer KEY' "
+           f"(repeatable; also ${API_KEYS_ENV}, comma-separated)", SERVER, common=True,
+           repeat=True, none="no keys, no authentication", action="append", metavar="KEY"),
+    _field("--allowed-host", "allowed_hosts", "Host header to serve (repeatable; "
+           "*.example.com and * work); other Host headers get 400", SERVER, common=True,
+           repeat=True, default="localhost, 127.0.0.1, [::1] and the --host address",
+           action="append", metavar="NAME"),
+    _field("--allowed-origin", "allowed_origins", "websocket Origin to accept (repeatable; * "
+           "accepts any)", SERVER, common=True, repeat=True,
+           none="the page's own host only", action="append", metavar="ORIGIN"),
+    _field("--max-connections", "max_connections", "simultaneous /ws/asr connections; one more "
+           "is refused 'busy'", SERVER, common=True, type=int, metavar="N"),
+    _field("--max-upload-mb", "max_upload_bytes", "largest POST /v1/audio/transcriptions body, "
+           "in MiB", SERVER, common=True, scale=MIB, type=float, metavar="MIB"),
+    _field("--max-upload-audio", "max_upload_audio_s", "longest audio an uploaded file may "
+           "hold, in seconds (413 beyond it)", SERVER, type=float, metavar="S"),
+    _field("--log-level", "log_level", "the server's log level", SERVER, common=True,
+           choices=LOG_LEVELS),
+    _field("--replica", "replica", "this server's name in /metrics labels, stats and 'ready' "
+           "messages; '' leaves the metrics unlabelled", SERVER, default="the host name",
+           metavar="NAME"),
+    # -- streams and timeouts (EngineConfig fields the server's flags set)
+    _field("--max-wait", "max_wait_time_s", "seconds a new stream may wait for a free slot "
+           "before it is refused 'busy'", STREAMS, engine=True, type=float, metavar="S"),
+    _field("--idle-timeout", "idle_timeout_s", "seconds without audio after which a stream "
+           "ends with 'timeout'", STREAMS, common=True, engine=True, type=float, metavar="S"),
+    _field("--max-session", "max_session_s", "longest stream, in seconds; then it ends with "
+           "'timeout'", STREAMS, engine=True, type=float, metavar="S"),
+    _field("--min-audio-rate", "min_audio_rate", "a stream sending less audio than this "
+           "fraction of real time over --audio-rate-window ends with 'timeout' (0: never)",
+           STREAMS, engine=True, type=float, metavar="FRACTION"),
+    _field("--audio-rate-window", "audio_rate_window_s", "the window of --min-audio-rate, in "
+           "seconds", STREAMS, engine=True, type=float, metavar="S"),
+    _field("--second-pass-max-backlog", "second_pass_max_backlog", "segments the second pass "
+           "may have queued; beyond it a final keeps its CTC text", STREAMS, engine=True,
+           type=int, metavar="N"),
+    # -- flow control
+    _field("--max-frame-bytes", "max_frame_bytes", "largest websocket frame, in bytes (close "
+           "1009 beyond it)", FLOW, type=int, metavar="BYTES"),
+    _field("--max-socket-audio", "max_socket_audio_s", "seconds of audio one connection may "
+           "have queued and not decoded before the server stops reading its socket", FLOW,
+           type=float, metavar="S"),
+    _field("--max-queued-audio", "max_queued_audio_s", "seconds of audio all connections "
+           "together may have queued; beyond it every connection with audio queued waits",
+           FLOW, type=float, metavar="S"),
+    _field("--max-json-depth", "max_json_depth", "deepest nesting of a JSON control message",
+           FLOW, type=int, metavar="N"),
+    _field("--header-timeout", "header_timeout_s", "seconds an HTTP connection has to send its "
+           "request headers before it is closed", FLOW, type=float, metavar="S"),
+    _field("--ws-ping", "ws_ping_s", "seconds between websocket pings, and to answer one",
+           FLOW, type=float, metavar="S"),
+    _field("--stats-send-timeout", "stats_send_timeout_s", "seconds a /ws/stats send may take "
+           "before that viewer is dropped", FLOW, type=float, metavar="S"),
+    _field("--stats-interval", "stats_interval_s", "seconds between /ws/stats pushes and "
+           "metrics samples", FLOW, type=float, metavar="S"),
+    # -- drain and probes
+    _field("--drain-timeout", "drain_timeout_s", "on SIGTERM or SIGINT: seconds live streams "
+           "may run on before they end with 'timeout' and the process exits 0", PROBES,
+           common=True, type=float, metavar="S"),
+    _field("--ready-headroom", "ready_headroom_streams", "/readyz answers 503 unless this many "
+           "more streams fit (slots and K/V blocks)", PROBES, type=int, metavar="N"),
+    _field("--stuck-after", "stuck_after_s", "/healthz answers 503 when the engine loop has "
+           "not come round for this many seconds", PROBES, type=float, metavar="S"),
 )
-FIELD_FLAGS = (*LISTEN_FLAGS, MAX_WAIT_FLAG, *LIMIT_FLAGS)
 
 
-class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends "(default: ...)" to every option's help unless the help already names it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.help and "default" in action.help:
-            return action.help
-        return super()._get_help_string(action)
-
-
-def _add_field_flags(group: argparse._ArgumentGroup, flags: Iterable[FieldFlag],
-                     defaults: ServerConfig) -> None:
-    for f in flags:
-        default = getattr(defaults.engine if f.engine else defaults, f.field)
-        group.add_argument(f.flag, type=type(default), default=default, help=f.help)
+def all_flags() -> tuple[Flag, ...]:
+    """Every ``oasr-server`` flag: the server's, then the engine's."""
+    return (*FIELD_FLAGS, *ENGINE_FLAGS)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """``oasr-server``'s flags: the server group, its limits, then the engine's."""
+    """``oasr-server``'s flags: the server's groups, then the engine's."""
     defaults = ServerConfig()
-    parser = argparse.ArgumentParser(prog="oasr-server", description="oasr live transcription demo",
-                                     formatter_class=_DefaultsFormatter)
-    g = parser.add_argument_group("server")
-    _add_field_flags(g, LISTEN_FLAGS, defaults)
-    g.add_argument("--allowed-origin", action="append", default=[],
-                   help="websocket Origin to accept (repeatable; default: same host only; * any)")
-    _add_field_flags(g, [MAX_WAIT_FLAG], defaults)
-    _add_field_flags(parser.add_argument_group("limits, drain and probes"), LIMIT_FLAGS, defaults)
-    g.add_argument("--api-key", action="append", default=[],
-                   help="API key clients must send as 'Authorization: Bearer KEY' (repeatable; "
-                   f"also ${API_KEYS_ENV}, comma-separated); default: no keys, no auth")
-    g.add_argument("--allowed-host", action="append", default=[],
-                   help="Host header to accept (repeatable; *.example.com and * work); "
-                   "default: localhost, 127.0.0.1, [::1] and the address the server binds")
-    g.add_argument("--max-upload-mb", type=float, default=defaults.max_upload_bytes / 2**20,
-                   help="largest POST /v1/audio/transcriptions body, in MiB")
-    add_engine_arguments(parser)
+    parser = argparse.ArgumentParser(
+        prog="oasr-server", description="oasr: streaming speech recognition server (the live "
+        "demo page, /ws/asr, the OpenAI-compatible /v1 APIs)",
+        epilog="Every flag: oasr-server --help-all, and docs/configuration.md.")
+    add_help_all(parser)
+    add_flags(parser, FIELD_FLAGS, defaults, add_groups(parser, SERVER_GROUPS))
+    add_flags(parser, ENGINE_FLAGS, defaults.engine, add_groups(parser, ENGINE_GROUPS))
     return parser
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
-    """The `ServerConfig` (and its engine's config) that ``oasr-server``'s flags describe.
+    """The `ServerConfig` (and its engine's config) that ``oasr-server``'s flags describe:
+    ``ServerConfig()`` with the fields of the flags given.
 
     Raises:
         ValueError: a value out of range (the config's message names it).
     """
-    server = {f.field: getattr(args, f.dest) for f in FIELD_FLAGS if not f.engine}
-    engine = {f.field: getattr(args, f.dest) for f in FIELD_FLAGS if f.engine}
-    # a live server keeps Whisper off its CPU's way: in processes of its own
-    process = (SERVER_SECOND_PASS_PROCESS if args.second_pass_process is None
-               else args.second_pass_process)
-    engine["second_pass_process"] = process
-    if args.second_pass_processes is None and process:
-        engine["second_pass_processes"] = SERVER_SECOND_PASS_PROCESSES
-    return ServerConfig(
-        **server,
-        allowed_origins=tuple(args.allowed_origin),
-        api_keys=(*args.api_key, *api_keys_from_env()),
-        allowed_hosts=tuple(args.allowed_host),
-        max_upload_bytes=int(args.max_upload_mb * 2**20),
-        engine=engine_config_from_args(args, **engine),
-    )
+    given = {f: getattr(args, f.dest) for f in FIELD_FLAGS if getattr(args, f.dest) is not None}
+    server = {f.field_name: f.to_field(v) for f, v in given.items() if not f.engine}
+    engine = {f.field_name: f.to_field(v) for f, v in given.items() if f.engine}
+    env_keys = api_keys_from_env()
+    if env_keys:
+        server["api_keys"] = (*server.get("api_keys", ()), *env_keys)
+    defaults = ServerConfig()
+    return ServerConfig(**server,
+                        engine=engine_config_from_args(args, base=defaults.engine, **engine))
 
 
 def server_main(argv: Sequence[str] | None = None) -> int:
     """``oasr-server``: the live demo (Starlette + uvicorn) with the engine on its own thread."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         config = server_config_from_args(args)
     except ValueError as exc:  # a knob out of range: say which, like argparse does
         parser.error(str(exc))
+    logging.basicConfig(level=config.log_level.upper(),
+                        format="%(levelname)s %(name)s: %(message)s")
     return run(config)
 
 

@@ -9,24 +9,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oasr.engine import EngineConfig
+from oasr.engine.options import command_engine_config
 
 FRONTEND_DIR_ENV = "OASR_FRONTEND_DIR"
 API_KEYS_ENV = "OASR_API_KEYS"
 LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]")  # as Starlette parses Host headers
-SERVER_IDLE_TIMEOUT_S = 15.0  # a live client that says nothing for this long is gone
-SERVER_SECOND_PASS_PROCESS = True  # Whisper in a process of its own, below the streams
-# ... two of them where there are two cores: at a demo's load the streams leave one idle
-SERVER_SECOND_PASS_PROCESSES = min(2, os.cpu_count() or 1)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def default_engine_config() -> EngineConfig:
-    """The engine a server runs when none is given: EngineConfig's defaults, but a live
-    client's idle timeout (15 s, not the library's 30 s) and the second pass (when it is on)
-    in processes of its own (two where the machine has two cores), below the streaming
-    step's CPU priority."""
-    return EngineConfig(idle_timeout_s=SERVER_IDLE_TIMEOUT_S,
-                        second_pass_process=SERVER_SECOND_PASS_PROCESS,
-                        second_pass_processes=SERVER_SECOND_PASS_PROCESSES)
+    """The engine a server runs when none is given: the commands' engine
+    (`oasr.engine.options.command_engine_config`: EngineConfig's defaults with the Whisper
+    second pass and 8 chunks of history), with a live client's idle timeout (15 s) and the
+    second pass in processes of its own, below the streaming step's CPU priority: two where
+    the machine has two cores or more, else one."""
+    return command_engine_config(idle_timeout_s=15.0, second_pass_process=True,
+                                 second_pass_processes=min(2, os.cpu_count() or 1))
 
 
 def default_frontend_dir() -> Path:
@@ -79,7 +77,13 @@ class ServerConfig:
         stats_send_timeout_s: a ``/ws/stats`` viewer whose send does not complete within this
             is dropped (a viewer that never reads cannot hold its place).
         header_timeout_s: an HTTP connection that has not sent a request's headers within
-            this is closed (half-open requests).
+            this is closed (half-open requests); a request body gets the same time, plus
+            1 s for every ``limits.MIN_BODY_BYTES_PER_S`` bytes that arrive (slow bodies).
+        ws_ping_s: websockets are pinged every this many seconds and closed when a ping's pong
+            has not come back within this many seconds of the server reading the socket (time
+            the server holds off reading, backpressure, does not count).
+        max_upload_audio_s: longest audio a ``POST /v1/audio/transcriptions`` file may hold,
+            read from its header before anything is decoded (413 beyond it).
         drain_timeout_s: on SIGTERM / SIGINT, how long live streams may run on before they
             end with "timeout"; then the process exits.
         ready_headroom_streams: ``/readyz`` answers 200 only while this many more streams fit
@@ -89,6 +93,7 @@ class ServerConfig:
         replica: this server's name in ``/metrics`` labels, stats and ready messages (the
             host name by default: the pod or container name); "" leaves the metrics unlabelled
             (a server alone).
+        log_level: the level of the server's log (one of `LOG_LEVELS`).
     """
 
     host: str = "127.0.0.1"
@@ -109,10 +114,13 @@ class ServerConfig:
     max_queued_audio_s: float = 120.0
     stats_send_timeout_s: float = 5.0
     header_timeout_s: float = 10.0
+    ws_ping_s: float = 20.0
+    max_upload_audio_s: float = 3600.0
     drain_timeout_s: float = 30.0
     ready_headroom_streams: int = 1
     stuck_after_s: float = 60.0
     replica: str = field(default_factory=socket.gethostname)
+    log_level: str = "info"
 
     def __post_init__(self) -> None:
         self._validate_limits()
@@ -173,10 +181,12 @@ class ServerConfig:
                 f"max_queued_audio_s={self.max_queued_audio_s}")
         if not math.isfinite(self.max_queued_audio_s):
             raise ValueError(f"max_queued_audio_s={self.max_queued_audio_s}; it must be finite")
-        for name in ("stats_send_timeout_s", "header_timeout_s", "stuck_after_s"):
+        for name in ("stats_send_timeout_s", "header_timeout_s", "stuck_after_s", "ws_ping_s"):
             value = getattr(self, name)
             if not 0.1 <= value <= 3600:
                 raise ValueError(f"{name}={value}; use 0.1..3600 seconds")
+        if not 1 <= self.max_upload_audio_s <= 86400:
+            raise ValueError(f"max_upload_audio_s={self.max_upload_audio_s}; use 1..86400 seconds")
         if not 0 <= self.drain_timeout_s <= 86400:
             raise ValueError(f"drain_timeout_s={self.drain_timeout_s}; use 0..86400 seconds")
         if not 0 <= self.ready_headroom_streams <= self.engine.max_batch_size:
@@ -186,6 +196,8 @@ class ServerConfig:
         if any(c in self.replica for c in ' "\\\n'):
             raise ValueError(f"replica {self.replica!r} must have no spaces, quotes or "
                              "backslashes (it is a metrics label)")
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level {self.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
 
     @property
     def requires_auth(self) -> bool:

@@ -20,6 +20,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from backend.app import AppContext, create_app
 from backend.config import ServerConfig
+from backend.keepalive import BackpressureKeepaliveProtocol
 from backend.limits import header_timeout_protocol
 from oasr.engine import EngineThread, configure_process
 from oasr.engine.events import FinishReason
@@ -27,7 +28,6 @@ from oasr.engine.events import FinishReason
 # uvicorn's own frame limit sits above ours so that an oversized frame gets the protocol's
 # too_large error (close 1009) with a message, not a bare close from the transport.
 TRANSPORT_SIZE_FACTOR = 4
-WEBSOCKET_IMPL = "websockets-sansio"
 ENGINE_WATCH_S = 0.25
 EXIT_ENGINE_DIED = 1
 EXIT_BAD_CONFIG = 2
@@ -41,17 +41,18 @@ def build_uvicorn_config(config: ServerConfig,
     HTTP timeouts: a connection must complete a request's headers within
     ``config.header_timeout_s`` (uvicorn has no such limit of its own), an idle keep-alive
     connection is closed after 5 s (uvicorn's ``timeout_keep_alive``), websockets are pinged
-    every 20 s and closed when a ping goes unanswered for 20 s.
+    every ``config.ws_ping_s`` and closed when a ping goes unanswered for as long while the
+    server reads the socket (`backend.keepalive`: backpressure does not count).
     """
     return uvicorn.Config(
         create_app(config, engine),
         host=config.host,
         port=config.port,
         http=header_timeout_protocol(AutoHTTPProtocol, config.header_timeout_s),
-        ws=WEBSOCKET_IMPL,
+        ws=BackpressureKeepaliveProtocol,
         ws_max_size=TRANSPORT_SIZE_FACTOR * max(config.max_frame_bytes, config.max_text_bytes),
-        ws_ping_interval=20.0,
-        ws_ping_timeout=20.0,
+        ws_ping_interval=config.ws_ping_s,
+        ws_ping_timeout=config.ws_ping_s,
         timeout_keep_alive=5,
         lifespan="on",
         log_level="info",
