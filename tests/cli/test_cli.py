@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +20,12 @@ from support.paths import DEVSET_DIR, WENET_FIXTURE_DIR
 
 from oasr.cli import main
 from oasr.engine import EngineConfig, transcribe_files
+from oasr.engine.options import (
+    ENGINE_FLAGS,
+    add_engine_arguments,
+    command_engine_config,
+    engine_config_from_args,
+)
 from oasr.models import AsrModel, ConformerConfig, load_model, save_model
 
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "▁", "<sos/eos>"]
@@ -116,14 +126,8 @@ def test_transcribe_decodes_finals_in_full_with_context_and_the_server_does_not(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # offline nothing waits on a final: every one in full (never the live server's fast
     # rule), after its predecessor's text, none early; a live server keeps finals batchable
-    import argparse
-
     from oasr.engine import offline
-    from oasr.engine.options import (
-        OFFLINE_FINAL_CONTEXT_S,
-        add_engine_arguments,
-        engine_config_from_args,
-    )
+    from oasr.engine.options import OFFLINE_FINAL_CONTEXT_S
 
     seen: list[EngineConfig] = []
     monkeypatch.setattr(offline, "transcribe_files",
@@ -160,3 +164,43 @@ def test_transcribe_decodes_finals_in_full_with_context_and_the_server_does_not(
     assert demo.resolved_light_load_streams == 3
     with pytest.raises(ValueError, match="light_load_streams"):
         engine_config_from_args(parser.parse_args(["--light-load-streams", "-1"]))
+
+
+def _help(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "oasr.cli", "transcribe", *args],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_transcribe_help_lists_the_common_flags_and_help_all_every_flag() -> None:
+    short, full = _help("--help"), _help("--help-all")
+    shown = re.findall(r"^  (?:-\w, )?(--[a-z0-9-]+)", short, re.M)
+    every = re.findall(r"^  (?:-\w, )?(--[a-z0-9-]+)", full, re.M)
+    assert len(shown) <= 25, shown
+    assert {"--model", "--device", "--dtype", "--threads", "--json", "--help-all"} <= set(shown)
+    assert set(every) == {"--help", "--help-all", "--json", "--no-progress",
+                          *(f.flag for f in ENGINE_FLAGS)}
+    assert "--refine-hold-words" not in short and "--refine-hold-words N" in full
+
+
+def test_every_transcribe_flag_is_documented() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    documented = set(re.findall(r"`(--[a-z0-9-]+)", doc))
+    assert {"--json", "--no-progress", *(f.flag for f in ENGINE_FLAGS)} <= documented
+
+
+def test_an_engine_flag_left_out_keeps_the_base_configs_field() -> None:
+    """A flag's default is its field's value in the base config (one source of defaults):
+    no flag changes nothing but what the model decides (the beam width)."""
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    base = replace(command_engine_config(), max_batch_size=7, early_final_s=0.4,
+                   second_pass_yield_s=None)
+    config = engine_config_from_args(parser.parse_args(["--lm", "none"]), base=base)
+    assert config == replace(base, lm="none")
+    assert engine_config_from_args(parser.parse_args([])) == replace(
+        command_engine_config(), decoder=replace(command_engine_config().decoder, beam_size=16))
+    assert command_engine_config().second_pass == "whisper"
+    assert command_engine_config().num_left_chunks == 8
