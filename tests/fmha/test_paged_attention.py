@@ -8,6 +8,7 @@ import torch
 from oasr.fmha import (
     ATTN_BACKENDS,
     PagedKVCache,
+    default_backend,
     dense_attention,
     gather_length,
     key_padding_mask,
@@ -38,31 +39,59 @@ def _scatter_rows(history: list[torch.Tensor], num_blocks: int, max_blocks: int,
     return k_pool, v_pool, table
 
 
+# float32 within float32 rounding; bfloat16 (inputs rounded, float32 accumulation) against
+# the float32 maths of the same rounded inputs, within one bfloat16 rounding of the output
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("backend", ATTN_BACKENDS)
-def test_paged_equals_dense_mixed_lengths(backend: str) -> None:
+def test_paged_equals_dense_mixed_lengths(backend: str, with_bias: bool,
+                                          dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     hist_lens = [0, 3, 8, 13]
     chunk, q_lens = 4, torch.tensor([4, 4, 2, 4])
-    history = [torch.randn(2, n, HEADS, DIM) for n in hist_lens]
+    history = [torch.randn(2, n, HEADS, DIM).to(dtype) for n in hist_lens]
     k_pool, v_pool, table = _scatter_rows(history, num_blocks=16, max_blocks=6, seed=1)
+    k_pool, v_pool = k_pool.to(dtype), v_pool.to(dtype)
     cache = PagedKVCache(
         k_pool, v_pool, table, torch.tensor(hist_lens, dtype=torch.int32), BLOCK, max(hist_lens)
     )
-    q = torch.randn(4, chunk, HEADS, DIM)
-    k_new = torch.randn(4, chunk, HEADS, DIM)
-    v_new = torch.randn(4, chunk, HEADS, DIM)
+    # q a strided view of a fused projection, as the models pass it
+    q = torch.randn(4, chunk, 3, HEADS, DIM).to(dtype)[:, :, 0]
+    k_new = torch.randn(4, chunk, HEADS, DIM).to(dtype)
+    v_new = torch.randn(4, chunk, HEADS, DIM).to(dtype)
     write_chunk_kv(cache, k_new, v_new)
     length = gather_length(cache, chunk)
-    bias = torch.randn(4, HEADS, chunk, length)
+    bias = torch.randn(4, HEADS, chunk, length).to(dtype) if with_bias else None
     out = paged_attention(q, cache, q_lens=q_lens, attn_bias=bias, backend=backend)
+    assert out.dtype == dtype and out.shape == q.shape
 
     for row, n in enumerate(hist_lens):
         m = int(q_lens[row])
-        k = torch.cat([history[row][0], k_new[row, :m]]).unsqueeze(0)  # (1, n+m, H, D)
-        v = torch.cat([history[row][1], v_new[row, :m]]).unsqueeze(0)
+        k = torch.cat([history[row][0], k_new[row, :m]]).unsqueeze(0).float()  # (1, n+m, H, D)
+        v = torch.cat([history[row][1], v_new[row, :m]]).unsqueeze(0).float()
         valid = torch.ones(1, n + m, dtype=torch.bool)
-        ref = dense_attention(q[row : row + 1], k, v, valid, bias[row : row + 1, :, :, : n + m])
-        torch.testing.assert_close(out[row : row + 1, :m], ref[:, :m], atol=1e-5, rtol=0)
+        row_bias = None if bias is None else bias[row : row + 1, :, :, : n + m].float()
+        ref = dense_attention(q[row : row + 1].float(), k, v, valid, row_bias)
+        torch.testing.assert_close(out[row : row + 1, :m].float(), ref[:, :m],
+                                   atol=TOLERANCE[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("backend", ATTN_BACKENDS)
+def test_a_row_with_no_key_stays_finite(backend: str, dtype: torch.dtype) -> None:
+    """An empty stream's padded chunk (no history, no valid frame) attends nothing: its
+    output is ignored but must be finite (the next layer writes it into the pool as K/V)."""
+    torch.manual_seed(5)
+    pool = torch.randn(4, BLOCK, HEADS, DIM).to(dtype)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    cache = PagedKVCache(pool, pool.clone(), table, torch.tensor([0, 3], dtype=torch.int32),
+                         BLOCK, 3)
+    q = torch.randn(2, 2, HEADS, DIM).to(dtype)
+    out = paged_attention(q, cache, q_lens=torch.tensor([0, 2]), backend=backend)
+    assert torch.isfinite(out).all()
 
 
 def test_write_lands_at_block_slots() -> None:
@@ -113,6 +142,16 @@ def test_no_key_mask_is_every_key_real(backend: str) -> None:
 
 
 def test_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OASR_ATTN_BACKEND", raising=False)
+    # the measured rule: the fused kernel for every float dtype on CPU; CUDA keeps torch
+    for dtype in (torch.float32, torch.bfloat16):
+        assert resolve_backend(dtype=dtype) == default_backend("cpu", dtype) == "sdpa"
+    assert resolve_backend(dtype=torch.float16, device_type="cuda") == "torch"
+    assert resolve_backend() == "torch"  # dtype unknown: the reference
+    monkeypatch.setenv("OASR_ATTN_BACKEND", "")  # empty is unset
+    assert resolve_backend(dtype=torch.bfloat16) == "sdpa"
+    monkeypatch.setenv("OASR_ATTN_BACKEND", "torch")  # the environment overrides the rule
+    assert resolve_backend(dtype=torch.bfloat16) == "torch"
     monkeypatch.setenv("OASR_ATTN_BACKEND", "sdpa")
     assert resolve_backend() == "sdpa"
     assert resolve_backend("torch") == "torch"

@@ -7,6 +7,8 @@ reference is ``WhisperCtcModel.forward`` on each whole stream under the chunk ma
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from support.paths import DEVSET_DIR
@@ -34,15 +36,18 @@ def model() -> WhisperCtcModel:
     return model
 
 
-def _caches(num_left_chunks: int, num_streams: int) -> tuple[AttentionCacheManager, SlotStateCache]:
-    return _caches_for(TINY, num_streams, num_left_chunks)
+def _caches(num_left_chunks: int, num_streams: int,
+            dtype: torch.dtype = torch.float32) -> tuple[AttentionCacheManager, SlotStateCache]:
+    return _caches_for(TINY, num_streams, num_left_chunks, dtype)
 
 
 def _stream_all(model: WhisperCtcModel, mels: list[torch.Tensor], starts: list[int],
                 num_left_chunks: int) -> list[torch.Tensor]:
     """Run every stream chunk by chunk, stream i joining at step ``starts[i]``; batches hold
-    whichever streams have a chunk left. Returns each stream's (T // 2, V) log-probs."""
-    attention, states = _caches(num_left_chunks, len(mels))
+    whichever streams have a chunk left; pool, state and features in the model's dtype.
+    Returns each stream's (T // 2, V) log-probs."""
+    dtype = model.conv1.weight.dtype
+    attention, states = _caches(num_left_chunks, len(mels), dtype)
     for sid in range(len(mels)):
         states.allocate_stream(sid, attention.allocate_stream(sid))
     pos = [0] * len(mels)
@@ -55,7 +60,7 @@ def _stream_all(model: WhisperCtcModel, mels: list[torch.Tensor], starts: list[i
             continue
         chunks = [mels[s][pos[s] : pos[s] + CHUNK_MEL] for s in rows]
         lens = torch.tensor([c.size(0) for c in chunks])
-        batch = torch.zeros(len(rows), int(lens.max()), TINY.n_mels)
+        batch = torch.zeros(len(rows), int(lens.max()), TINY.n_mels, dtype=dtype)
         for i, c in enumerate(chunks):
             batch[i, : c.size(0)] = c
         offsets = [pos[s] // 2 for s in rows]
@@ -88,6 +93,28 @@ def test_batched_streaming_equals_chunk_masked_forward(model: WhisperCtcModel,
                                    left_chunks=num_left_chunks)
         assert got.shape == (mel.size(0) // 2, TINY.vocab_size) == (int(want_len), want.size(2))
         torch.testing.assert_close(got, want[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("num_left_chunks", [-1, 2])
+def test_bfloat16_streaming_is_as_close_to_float32_as_the_full_forward(
+        model: WhisperCtcModel, num_left_chunks: int) -> None:
+    """In bfloat16 (on CPU: fused linears, the conv stem as matmuls, the sdpa backend) the
+    streamed log-probs are as close to the float32 maths of the same (rounded) weights as
+    bfloat16's own full forward is: the fused path adds no error of its own."""
+    torch.manual_seed(4)
+    lengths = [61, 40, 27, 52]
+    mels = [torch.randn(n, TINY.n_mels).bfloat16() for n in lengths]
+    half = copy.deepcopy(model).bfloat16()
+    exact = copy.deepcopy(half).float()  # the rounded weights, float32 maths
+    streamed = _stream_all(half, mels, starts=[0, 2, 1, 4], num_left_chunks=num_left_chunks)
+    for mel, got in zip(mels, streamed, strict=True):
+        lens = torch.tensor([mel.size(0)])
+        with torch.no_grad():
+            want, _ = exact(mel[None].float(), lens, TINY.chunk_frames, num_left_chunks)
+            full, _ = half(mel[None], lens, TINY.chunk_frames, num_left_chunks)
+        stream_error = (got.float() - want[0]).abs().max()
+        full_error = (full[0] - want[0]).abs().max()
+        assert stream_error <= 2 * full_error + 1e-2, (stream_error, full_error)
 
 
 def test_bounded_history_differs_from_full_history(model: WhisperCtcModel) -> None:
@@ -164,14 +191,15 @@ def test_pretrained_whisper_encoder_streams_like_its_full_forward() -> None:
     torch.testing.assert_close(torch.cat(outs), want[0], atol=1e-4, rtol=1e-4)
 
 
-def _caches_for(config: WhisperCtcConfig, num_streams: int,
-                num_left_chunks: int = -1) -> tuple[AttentionCacheManager, SlotStateCache]:
+def _caches_for(config: WhisperCtcConfig, num_streams: int, num_left_chunks: int = -1,
+                dtype: torch.dtype = torch.float32,
+                ) -> tuple[AttentionCacheManager, SlotStateCache]:
     """A pool of 64 blocks of one chunk each, and the conv-tail state, for ``num_streams``."""
     cache = CacheConfig(num_layers=config.layers, n_kv_head=config.heads,
                         head_dim=config.head_dim, hidden_dim=config.width, kernel_size=3,
                         chunk_size=config.chunk_frames, num_left_chunks=num_left_chunks,
                         block_size_frames=config.chunk_frames, max_num_blocks=64,
                         max_blocks_per_seq=16, max_batch_size=num_streams,
-                        device=torch.device("cpu"), dtype=torch.float32)
-    states = SlotStateCache(whisper_ctc_state_specs(config), num_streams, "cpu", torch.float32)
+                        device=torch.device("cpu"), dtype=dtype)
+    states = SlotStateCache(whisper_ctc_state_specs(config), num_streams, "cpu", dtype)
     return AttentionCacheManager(BlockPool(cache), cache), states

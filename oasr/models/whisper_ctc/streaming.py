@@ -23,6 +23,7 @@ from torch import Tensor
 
 from oasr.cache.state_spec import StreamStateSpec
 from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
+from oasr.models.fused_linear import conv_weight_as_linear, linear, linear_weights
 from oasr.models.whisper_ctc.config import WhisperCtcConfig
 from oasr.models.whisper_ctc.model import CONV_CONTEXT
 
@@ -93,7 +94,7 @@ def forward_chunk_paged(
         raise ValueError(f"got {len(caches)} PagedKVCaches for {len(model.blocks)} blocks")
     x, new_conv1, new_conv2 = conv_stem(model, mel, mel_lens, conv1_state, conv2_state)
     lengths = mel_lens.to(x.device).long() // SUBSAMPLING  # (B,)
-    x = x + _positions(model, offsets, x.size(1), max_offset).to(x.dtype)  # (B, T', W)
+    x = x.add_(_positions(model, offsets, x.size(1), max_offset).to(x.dtype))  # (B, T', W)
     for block, cache in zip(model.blocks, caches, strict=True):
         x = _block_paged(block, x, lengths, cache)  # type: ignore[arg-type]
     return WhisperChunkOutput(model.ctc_log_probs(x), lengths, new_conv1, new_conv2)
@@ -104,23 +105,53 @@ def conv_stem(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The causal conv stem over a chunk, its left context taken from (and returned to) state.
 
+    Frames stay channel-last (B, T, C) throughout. On CPU each conv is one matmul over its
+    windows (`_causal_conv`): no (B, C, T) transposes, and in bfloat16 the bias and GELU run
+    inside the matmul (`oasr.models.fused_linear`).
+
     Args:
         mel: (B, T, n_mels); mel_lens: (B,) valid frames; conv1_state: (B, 2, n_mels);
-            conv2_state: (B, 2, width).
+            conv2_state: (B, 2, width); all in the model's dtype (a state in another dtype is
+            cast, a copy the engine avoids by keeping state in the compute dtype).
     Returns:
         x (B, T // 2, width) encoder input before positions, new conv1_state (B, 2, n_mels),
         new conv2_state (B, 2, width): each the last 2 of the row's valid frames.
     """
     frames = mel.size(1)
     ext1 = torch.cat([conv1_state.to(mel.dtype), mel], dim=1)  # (B, 2 + T, M)
-    hidden = F.gelu(model.conv1(ext1.transpose(1, 2))).transpose(1, 2)  # (B, T, W)
+    hidden = _causal_conv(model.conv1, ext1, frames, stride=1)  # (B, T, W)
     ext2 = torch.cat([conv2_state.to(hidden.dtype), hidden], dim=1)  # (B, 2 + T, W)
     # frames are consumed in pairs: an odd trailing frame makes no encoder frame
-    usable = CONV_CONTEXT + frames - frames % SUBSAMPLING
-    x = F.gelu(model.conv2(ext2[:, :usable].transpose(1, 2))).transpose(1, 2)  # (B, T // 2, W)
+    x = _causal_conv(model.conv2, ext2, frames // SUBSAMPLING, stride=SUBSAMPLING)  # (B, T // 2, W)
     tail = mel_lens.to(mel.device).long().unsqueeze(1) + torch.arange(
         CONV_CONTEXT, device=mel.device)  # (B, 2): ext index of the last 2 valid frames
     return x, _take_rows(ext1, tail), _take_rows(ext2, tail)
+
+
+def _causal_conv(conv: torch.nn.Conv1d, ext: Tensor, outputs: int, stride: int) -> Tensor:
+    """GELU(conv(ext)) for a kernel-3 conv with no padding, channel-last.
+
+    On CPU: out[b, t] = GELU(W [ext[b, s t], ext[b, s t + 1], ext[b, s t + 2]] + bias), one
+    matmul of the (B * outputs, 3 C_in) windows by the kernel laid out as a (C_out, 3 C_in)
+    Linear weight (`fused_linear.conv_weight_as_linear`). Elsewhere: ``conv1d`` on the
+    transposed frames.
+
+    Args:
+        ext: (B, CONV_CONTEXT + T, C_in) frames with their left context.
+        outputs: output frames (the first ``outputs`` windows at ``stride``).
+    Returns:
+        (B, outputs, C_out).
+    """
+    batch, _, channels = ext.shape
+    span = (outputs - 1) * stride + 3
+    if outputs == 0:
+        return ext.new_zeros(batch, 0, conv.out_channels)
+    if ext.device.type != "cpu":
+        return F.gelu(conv(ext[:, :span].transpose(1, 2))).transpose(1, 2)
+    windows = ext[:, :span].unfold(1, 3, stride).transpose(2, 3)  # (B, outputs, 3, C_in) view
+    rows = windows.reshape(batch * outputs, 3 * channels)  # (B * outputs, 3 C_in)
+    out = linear_weights(rows, conv_weight_as_linear(conv), conv.bias, gelu=True)
+    return out.view(batch, outputs, -1)  # (B, outputs, C_out)
 
 
 def _take_rows(x: Tensor, index: Tensor) -> Tensor:
@@ -141,11 +172,16 @@ def _positions(model: WhisperCtcModel, offsets: Tensor, num_frames: int,
         )
     index = offsets.to(table.device).long().unsqueeze(1) + torch.arange(
         num_frames, device=table.device)  # (B, T')
-    return table[index]
+    return table.index_select(0, index.reshape(-1)).view(*index.shape, table.size(1))
 
 
 def _block_paged(block: WhisperCtcBlock, x: Tensor, lengths: Tensor, cache: PagedKVCache) -> Tensor:
     """One pre-norm encoder block with its self-attention K/V in the paged pool.
+
+    The projections go through `oasr.models.fused_linear.linear` (in bfloat16 on CPU: the
+    bias, the FFN's GELU and both residual adds inside the matmuls); the queries and the
+    chunk's K/V are views of the fused QKV output, and the attention's output is read by the
+    out projection without a copy.
 
     Args:
         x: (B, T', W); lengths: (B,) valid frames per row (the keys this chunk adds).
@@ -154,9 +190,11 @@ def _block_paged(block: WhisperCtcBlock, x: Tensor, lengths: Tensor, cache: Page
     """
     batch, frames, width = x.shape
     heads = block.heads
-    qkv = block.qkv(block.attn_norm(x)).view(batch, frames, 3, heads, width // heads)
-    q, k, v = qkv.unbind(2)  # each (B, T', H, D)
+    qkv = linear(block.attn_norm(x), block.qkv)  # (B, T', 3W)
+    q, k, v = qkv.view(batch, frames, 3, heads, width // heads).unbind(2)  # each (B, T', H, D)
     write_chunk_kv(cache, k, v)
     att = paged_attention(q, cache, q_lens=lengths)  # (B, T', H, D)
-    x = x + block.out(att.reshape(batch, frames, width))
-    return x + block.ffn(x)
+    x = linear(att.reshape(batch, frames, width), block.out, residual=x)  # (B, T', W)
+    ffn = block.ffn
+    hidden = linear(ffn.norm(x), ffn.up, gelu=True)  # (B, T', 4W)
+    return linear(hidden, ffn.down, residual=x)  # (B, T', W)
