@@ -37,11 +37,14 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from backend.config import ServerConfig
+from backend.limits import JsonTooDeep, loads_bounded
 from backend.protocol import CloseCode
 from backend.realtime_session import RealtimeError, TranscriptionSettings, apply_update
 from oasr.engine import EngineThread
 from oasr.engine.events import BUSY, Done, Error, Final, Partial, StreamEvent
 
+# What sending to / receiving from a socket whose client has gone away raises (Starlette raises
+# RuntimeError for a socket already closed)
 _GONE = (WebSocketDisconnect, RuntimeError, OSError)
 MAX_QUEUED_EVENTS = 64  # client events read ahead of processing (back-pressure beyond)
 UPDATE_TYPES = ("session.update", "transcription_session.update")
@@ -63,6 +66,10 @@ class Turn:
     sent: dict[str, str] = field(default_factory=dict)  # item id -> text sent as deltas
     finals: list[str] = field(default_factory=list)  # manual: the finals so far
     item_id: str = ""  # manual: the turn's one item
+
+
+class _ClientGone(Exception):
+    """A send failed: the client has left (the session ends quietly)."""
 
 
 class _Close(Exception):
@@ -109,7 +116,7 @@ class RealtimeConnection:
         except _Close as close:
             with contextlib.suppress(*_GONE):
                 await self.websocket.close(close.code)
-        except _GONE:
+        except _ClientGone:  # only a failed send: any other error is a fault, logged by uvicorn
             pass
         finally:
             reader.cancel()
@@ -161,8 +168,12 @@ class RealtimeConnection:
                 raise _Close(CloseCode.NORMAL)
 
     async def _send(self, event: dict[str, Any]) -> None:
-        await self.websocket.send_text(json.dumps(
-            {"event_id": f"event_{next(self._event_ids)}", **event}, ensure_ascii=False))
+        text = json.dumps({"event_id": f"event_{next(self._event_ids)}", **event},
+                          ensure_ascii=False)
+        try:
+            await self.websocket.send_text(text)
+        except _GONE as exc:
+            raise _ClientGone from exc
 
     async def _send_error(self, error: RealtimeError) -> None:
         await self._send({"type": "error", "error": error.to_error()})
@@ -193,8 +204,10 @@ class RealtimeConnection:
             raise RealtimeError(f"event of {len(text)} bytes; the limit is "
                                 f"{self.max_event_bytes}: append audio in smaller pieces",
                                 code="too_large")
-        try:
-            event = json.loads(text)
+        try:  # bounded: json.loads recurses, and a RecursionError would end the session
+            event = loads_bounded(text, self.config.max_json_depth)
+        except JsonTooDeep as exc:
+            raise RealtimeError(f"the event is rejected: {exc}", code="invalid_json") from None
         except ValueError as exc:
             raise RealtimeError(f"the event is not JSON: {exc}", code="invalid_json") from None
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
@@ -264,8 +277,12 @@ class RealtimeConnection:
     def _open_turn(self) -> Turn:
         settings = self.settings
         silence_s = settings.silence_ms / 1000 if settings.silence_ms is not None else None
-        stream_id = self.engine.open_stream(settings.sample_rate, "s16le", self._sink,
-                                            endpoint_silence_s=silence_s)
+        try:
+            stream_id = self.engine.open_stream(settings.sample_rate, "s16le", self._sink,
+                                                endpoint_silence_s=silence_s)
+        except RuntimeError as exc:  # the engine loop died: the server is exiting
+            raise RealtimeError(f"transcription is unavailable: {exc}", code="internal",
+                                error_type="server_error") from None
         turn = Turn(stream_id, manual=not settings.server_vad, base_ms=self.audio_ms)
         if turn.manual:
             turn.item_id = _item_id()

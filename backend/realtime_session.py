@@ -23,15 +23,18 @@ IGNORED_VAD_FIELDS = ("threshold", "prefix_padding_ms", "create_response", "inte
 
 
 class RealtimeError(Exception):
-    """A client mistake, sent as an ``error`` event (the session stays open)."""
+    """A client mistake (or, with ``error_type="server_error"``, the server's), sent as an
+    ``error`` event; the session stays open."""
 
     def __init__(self, message: str, param: str | None = None,
-                 code: str = "invalid_value", event_id: str | None = None) -> None:
+                 code: str = "invalid_value", event_id: str | None = None,
+                 error_type: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.message, self.param, self.code, self.event_id = message, param, code, event_id
+        self.error_type = error_type
 
     def to_error(self) -> dict[str, Any]:
-        return {"type": "invalid_request_error", "code": self.code, "message": self.message,
+        return {"type": self.error_type, "code": self.code, "message": self.message,
                 "param": self.param, "event_id": self.event_id}
 
 

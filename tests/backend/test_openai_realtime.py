@@ -223,3 +223,21 @@ def test_a_manual_buffer_the_engine_times_out_is_committed(
         committed = [e for e in events if e["type"] == "input_audio_buffer.committed"]
         assert [c["item_id"] for c in committed] == [events[-1]["item_id"]]
     assert client.get("/api/stats").json()["finish_reasons"]["timeout"] == 1
+
+
+def test_a_dead_engine_is_a_server_error_event_not_a_dropped_session(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = client.app.state.context.engine  # type: ignore[attr-defined]
+
+    def dead(*args: object, **kwargs: object) -> int:
+        raise RuntimeError("the engine is not running: it failed with RuntimeError('x')")
+
+    monkeypatch.setattr(engine, "open_stream", dead)
+    with client.websocket_connect(URL) as ws:
+        ws.receive_json()
+        append(ws, synthetic_pcm(0.2, 24000))
+        error = ws.receive_json()["error"]
+        assert error["type"] == "server_error" and error["code"] == "internal", error
+        assert "not running" in error["message"]
+        ws.send_json({"type": "input_audio_buffer.clear"})
+        assert ws.receive_json()["type"] == "input_audio_buffer.cleared"

@@ -93,3 +93,27 @@ def test_full_speed_clients_are_slowed_by_backpressure_not_cut_by_the_keepalive(
         assert_clean_finish(result, [s["text"] for s in reference.segments],
                             f"full-speed client {index} (all: {closes})")
     assert server.stats()["server"]["num_flow_pauses"] >= FULL_SPEED_CLIENTS
+
+
+def test_deep_json_on_realtime_gets_an_error_event_and_the_session_goes_on(
+        checked_server: Callable[..., Any], random_model_dir: Path) -> None:
+    server = checked_server(random_model_dir, *server_flags(2))
+    url = f"ws://{server.address}/v1/realtime?intent=transcription"
+
+    async def session() -> tuple[list[dict[str, Any]], int | None]:
+        events = []
+        async with connect(url, open_timeout=30) as ws:
+            events.append(json.loads(await ws.recv()))  # session.created
+            await ws.send("[" * 1000 + "]" * 1000)
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+            await ws.send(json.dumps({"type": "session.update", "session": {
+                "type": "transcription", "audio": {"input": {"turn_detection": None}}}}))
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+        return events, ws.close_code
+
+    (created, error, updated), close_code = asyncio.run(session())
+    assert created["type"] == "session.created"
+    assert error["type"] == "error", error
+    assert "deeper than" in error["error"]["message"], error
+    assert updated["type"] == "session.updated", updated
+    assert close_code == 1000
