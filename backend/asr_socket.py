@@ -6,6 +6,10 @@ worker thread, so one big frame cannot stall every other connection; and it read
 the flow gate says its stream has enough audio queued: backpressure); the sender is the only task that writes to the socket: it sends each
 engine event (delivered from the engine thread through ``call_soon_threadsafe``) and the
 receiver's protocol errors, and closes the socket after the stream's last event.
+
+A protocol error ends the connection, except after the client's ``end``: then the stream's audio
+is all there, and a message the client sends on (audio after end, a second end) is refused with
+an error (the first one; later ones are dropped unanswered) while the final and done follow.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 import enum
 from collections.abc import MutableMapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -24,6 +29,7 @@ from backend.protocol import (
     EndRequest,
     ProtocolError,
     Session,
+    SessionState,
     StartRequest,
     close_code_for,
 )
@@ -45,7 +51,18 @@ class ReceiverExit(enum.Enum):
     HANDED_OVER = "handed_over"  # the sender finishes the connection (error queued or ended)
 
 
-Outgoing = StreamEvent | ProtocolError
+@dataclass(frozen=True)
+class Refusal:
+    """A message refused after ``end``: the error is sent, the connection goes on."""
+
+    error: ProtocolError
+
+    def to_json(self) -> dict[str, str]:
+        return {**self.error.to_json(),
+                "message": f"{self.error.message}; the stream's final and done follow"}
+
+
+Outgoing = StreamEvent | ProtocolError | Refusal
 OFF_LOOP_FRAME_BYTES = 16 * 1024  # 0.5 s of 16 kHz s16le: larger frames decode off the loop
 # What sending to / receiving from a socket whose client has gone away raises.
 _GONE = (WebSocketDisconnect, RuntimeError, OSError)
@@ -71,6 +88,7 @@ class AsrConnection:
         self.is_finished = False  # the engine freed the stream (terminal event seen)
         self._loop = asyncio.get_running_loop()
         self._outgoing: asyncio.Queue[Outgoing] = asyncio.Queue()
+        self._refused_after_end = False
 
     async def run(self) -> None:
         receiver = asyncio.create_task(self._receive_loop())
@@ -113,8 +131,16 @@ class AsrConnection:
             try:
                 await self._handle(message)
             except ProtocolError as error:
+                if self.session.state is SessionState.ENDED and self.stream_id is not None:
+                    self._refuse_after_end(error)  # the stream's final is not lost for it
+                    continue
                 self._outgoing.put_nowait(error)
                 return ReceiverExit.HANDED_OVER
+
+    def _refuse_after_end(self, error: ProtocolError) -> None:
+        if not self._refused_after_end:  # one answer: a flood after end queues nothing more
+            self._refused_after_end = True
+            self._outgoing.put_nowait(Refusal(error))
 
     async def _handle(self, message: MutableMapping[str, Any]) -> None:
         data = message.get("bytes")
@@ -157,6 +183,9 @@ class AsrConnection:
         with contextlib.suppress(*_GONE):
             while True:
                 item = await self._outgoing.get()
+                if isinstance(item, Refusal):
+                    await self.websocket.send_json(item.to_json())
+                    continue
                 if isinstance(item, ProtocolError):
                     await self._send_and_close(item.to_json(), item.close_code)
                     return

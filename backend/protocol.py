@@ -7,7 +7,9 @@ A connection is in one of three states; each client message either moves it alon
 
 Everything not on an arrow is refused: a second start, a start after audio, audio after end,
 JSON that is not an object or names an unknown type, oversized frames. Sample rates and PCM
-formats are checked with ``oasr.audio``'s own rules, the ones the engine applies.
+formats are checked with ``oasr.audio``'s own rules, the ones the engine applies. A refusal
+before ``end`` ends the connection; one after ``end`` does not cost the stream its final (the
+connection refuses the message and goes on, `backend.asr_socket`).
 """
 
 from __future__ import annotations
@@ -130,7 +132,8 @@ class Session:
                 "too_large",
                 f"audio frame of {len(data)} bytes; the limit is {self.max_frame_bytes}")
         if self.state is SessionState.ENDED:
-            raise ProtocolError("bad_request", "audio after end; open a new connection")
+            raise ProtocolError("bad_request", "audio after end is refused; open a new "
+                                "connection for more audio")
         self.num_audio_bytes += len(data)
         if self.state is SessionState.AWAITING_START:
             self.state = SessionState.STREAMING
@@ -157,7 +160,7 @@ class Session:
 
     def _end(self) -> EndRequest:
         if self.state is SessionState.ENDED:
-            raise ProtocolError("bad_request", "a second end")
+            raise ProtocolError("bad_request", "a second end is refused")
         if self.state is SessionState.AWAITING_START:
             raise ProtocolError("bad_request", "end before start or any audio")
         self.state = SessionState.ENDED

@@ -159,15 +159,31 @@ def test_malformed_or_unknown_messages_are_refused(client: TestClient, text: str
         assert_refused(ws, "bad_request", 1008)
 
 
-def test_audio_after_end_is_refused(make_client: Callable[..., TestClient]) -> None:
+def test_audio_after_end_is_refused_and_the_final_follows(
+        make_client: Callable[..., TestClient]) -> None:
     # backpressure off (30 s per socket): the server reads every frame as it comes
     client = make_client(max_socket_audio_s=30.0, max_queued_audio_s=30.0)
-    # The engine steps nothing until the trailing frame was refused, so the stream cannot end
-    # (and send its own done) before the server reads that frame, however loaded the machine.
-    with engine_held(client), client.websocket_connect("/ws/asr") as ws:
-        stream_file(ws, synthetic_pcm(2.0), {"type": "start"})
-        ws.send_bytes(synthetic_pcm(0.2))
-        assert "audio after end" in assert_refused(ws, "bad_request", 1008)
+    pcm = synthetic_pcm(2.0)
+    with client.websocket_connect("/ws/asr") as ws:
+        stream_file(ws, pcm, {"type": "start"})
+        clean, _ = collect(ws)
+    # The engine steps nothing until the trailing messages were refused, so the stream cannot
+    # end (and send its own done) before the server reads them, however loaded the machine.
+    with client.websocket_connect("/ws/asr") as ws:
+        with engine_held(client):
+            stream_file(ws, pcm, {"type": "start"})
+            ws.send_bytes(synthetic_pcm(0.2))
+            error = ws.receive_json()
+            ws.send_bytes(synthetic_pcm(0.2))  # refused too, unanswered: one error is enough
+            ws.send_json({"type": "end"})  # a second end: the same
+        messages, code = collect(ws)
+    assert error["type"] == "error" and error["code"] == "bad_request", error
+    assert "audio after end" in error["message"] and "final and done follow" in error["message"]
+    assert code == 1000 and messages[-1]["type"] == "done", messages
+    assert messages[-1]["finish_reason"] == "stop" and messages[-1]["segments"] >= 1
+    finals = [m for m in messages if m["type"] == "final"]
+    assert finals == [m for m in clean if m["type"] == "final"]  # what it would have been
+    assert not [m for m in messages if m["type"] == "error"], messages
     wait_until(lambda: pool_is_full(client), what="pool back to full")
 
 

@@ -117,3 +117,34 @@ def test_deep_json_on_realtime_gets_an_error_event_and_the_session_goes_on(
     assert "deeper than" in error["error"]["message"], error
     assert updated["type"] == "session.updated", updated
     assert close_code == 1000
+
+
+def test_audio_after_end_is_refused_and_the_final_kept(
+        checked_server: Callable[..., Any], random_model_dir: Path, clips: list[Clip],
+        tmp_path: Path) -> None:
+    server = checked_server(random_model_dir, *server_flags(2))
+    # 9 s sent at full speed: at `end` the engine still has seconds of audio to decode, so the
+    # extra frame, sent right behind `end`, reaches the server before the stream can finish
+    clip = joined_clip(clips, 0, 9.0, tmp_path / "clip.wav")
+    expected = [s["text"] for s in offline_results(random_model_dir, [clip], 16)[0].segments]
+
+    async def client() -> ClientResult:
+        result = ClientResult()
+        pcm = clip.pcm()
+        async with connect(server.ws_url, max_size=2**22, open_timeout=30) as ws:
+            receiver = asyncio.create_task(_collect(ws, result))
+            await ws.send(json.dumps({"type": "start"}))
+            for offset in range(0, len(pcm), 3200):
+                await ws.send(pcm[offset:offset + 3200])
+            await ws.send(json.dumps({"type": "end"}))
+            await ws.send(pcm[:3200])
+            await asyncio.wait_for(receiver, 60)
+        result.close_code = ws.close_code
+        return result
+
+    result = asyncio.run(client())
+    errors = result.errors
+    assert len(errors) == 1 and errors[0]["code"] == "bad_request", result.messages
+    assert "audio after end" in errors[0]["message"]
+    result.messages.remove(errors[0])
+    assert_clean_finish(result, expected, "the client that sent audio after end")
