@@ -92,6 +92,8 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
            "is refused 'busy'", SERVER, common=True, type=int, metavar="N"),
     _field("--max-upload-mb", "max_upload_bytes", "largest POST /v1/audio/transcriptions body, "
            "in MiB", SERVER, common=True, scale=MIB, type=float, metavar="MIB"),
+    _field("--max-upload-audio", "max_upload_audio_s", "longest audio an uploaded file may "
+           "hold, in seconds (413 beyond it)", SERVER, type=float, metavar="S"),
     _field("--log-level", "log_level", "the server's log level", SERVER, common=True,
            choices=LOG_LEVELS),
     _field("--replica", "replica", "this server's name in /metrics labels, stats and 'ready' "
@@ -125,6 +127,8 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
            FLOW, type=int, metavar="N"),
     _field("--header-timeout", "header_timeout_s", "seconds an HTTP connection has to send its "
            "request headers before it is closed", FLOW, type=float, metavar="S"),
+    _field("--ws-ping", "ws_ping_s", "seconds between websocket pings, and to answer one",
+           FLOW, type=float, metavar="S"),
     _field("--stats-send-timeout", "stats_send_timeout_s", "seconds a /ws/stats send may take "
            "before that viewer is dropped", FLOW, type=float, metavar="S"),
     _field("--stats-interval", "stats_interval_s", "seconds between /ws/stats pushes and "

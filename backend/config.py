@@ -77,7 +77,13 @@ class ServerConfig:
         stats_send_timeout_s: a ``/ws/stats`` viewer whose send does not complete within this
             is dropped (a viewer that never reads cannot hold its place).
         header_timeout_s: an HTTP connection that has not sent a request's headers within
-            this is closed (half-open requests).
+            this is closed (half-open requests); a request body gets the same time, plus
+            1 s for every ``limits.MIN_BODY_BYTES_PER_S`` bytes that arrive (slow bodies).
+        ws_ping_s: websockets are pinged every this many seconds and closed when a ping's pong
+            has not come back within this many seconds of the server reading the socket (time
+            the server holds off reading, backpressure, does not count).
+        max_upload_audio_s: longest audio a ``POST /v1/audio/transcriptions`` file may hold,
+            read from its header before anything is decoded (413 beyond it).
         drain_timeout_s: on SIGTERM / SIGINT, how long live streams may run on before they
             end with "timeout"; then the process exits.
         ready_headroom_streams: ``/readyz`` answers 200 only while this many more streams fit
@@ -108,6 +114,8 @@ class ServerConfig:
     max_queued_audio_s: float = 120.0
     stats_send_timeout_s: float = 5.0
     header_timeout_s: float = 10.0
+    ws_ping_s: float = 20.0
+    max_upload_audio_s: float = 3600.0
     drain_timeout_s: float = 30.0
     ready_headroom_streams: int = 1
     stuck_after_s: float = 60.0
@@ -173,10 +181,12 @@ class ServerConfig:
                 f"max_queued_audio_s={self.max_queued_audio_s}")
         if not math.isfinite(self.max_queued_audio_s):
             raise ValueError(f"max_queued_audio_s={self.max_queued_audio_s}; it must be finite")
-        for name in ("stats_send_timeout_s", "header_timeout_s", "stuck_after_s"):
+        for name in ("stats_send_timeout_s", "header_timeout_s", "stuck_after_s", "ws_ping_s"):
             value = getattr(self, name)
             if not 0.1 <= value <= 3600:
                 raise ValueError(f"{name}={value}; use 0.1..3600 seconds")
+        if not 1 <= self.max_upload_audio_s <= 86400:
+            raise ValueError(f"max_upload_audio_s={self.max_upload_audio_s}; use 1..86400 seconds")
         if not 0 <= self.drain_timeout_s <= 86400:
             raise ValueError(f"drain_timeout_s={self.drain_timeout_s}; use 0..86400 seconds")
         if not 0 <= self.ready_headroom_streams <= self.engine.max_batch_size:
