@@ -20,7 +20,7 @@ import torch
 from oasr.benchmarks.drivers import EngineDriver, bench_engine_config
 from oasr.benchmarks.workload import BenchModel, load_speech
 from oasr.cache import BlockPool
-from oasr.engine.runner.memory import bytes_per_kv_block
+from oasr.engine.runner.memory import bytes_per_kv_block, cache_config_for
 from oasr.engine.runner.streams import StreamResources
 
 HISTORY_SECONDS = 60.0  # the unlimited-history figure: a minute, or the model's position limit
@@ -60,9 +60,8 @@ def kv_bytes(bench: BenchModel, num_left_chunks: int = 4, device: str = "auto") 
     """The formula's numbers, and one real pool allocation to check them against."""
     config = bench_engine_config(2, 4, num_left_chunks, device=device)
     dev = config.resolve_device()
-    cache = config.build_cache_config(bench.family.kv_geometry(), dev,
-                                      config.resolve_dtype(dev, bench.family_name),
-                                      bench.chunk_size)
+    cache = cache_config_for(config, bench.family.kv_geometry(), dev,
+                             config.resolve_dtype(dev, bench.family_name), bench.chunk_size)
     element = torch.empty((), dtype=cache.dtype).element_size()
     per_frame = 2 * cache.num_layers * cache.n_kv_head * cache.head_dim * element
     per_block = bytes_per_kv_block(cache)
@@ -95,6 +94,9 @@ class TensorCensus:
         for obj in gc.get_objects():
             if issubclass(type(obj), torch.Tensor):  # type(): no lazy-attribute warnings
                 count += 1
+                if obj.is_mkldnn:  # oneDNN's packed weights: opaque, no storage to read
+                    storages.add((id(obj), obj.numel() * obj.element_size()))
+                    continue
                 storage = obj.untyped_storage()
                 storages.add((storage.data_ptr(), storage.nbytes()))
         return TensorCensus(count, frozenset(storages))

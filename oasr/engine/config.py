@@ -7,25 +7,19 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-from oasr.cache import CacheConfig
 from oasr.decoding import EndpointConfig, GpuDecoderConfig
 from oasr.engine.families.dtypes import DTYPE_NAMES, INT8, resolve_dtype
-from oasr.engine.second_pass.guard import FirstPassGuard
+from oasr.engine.live.finals import LIGHT_LOAD_STREAMS_PER_DECODER
 from oasr.engine.live.quiet_tail import QuietTail
 from oasr.engine.live.refine import RefineConfig
-from oasr.models import ConformerConfig
+from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
-
-if TYPE_CHECKING:
-    from oasr.engine.families.base import KVGeometry
 
 SECOND_PASS_FAST_BACKLOG = 2  # finals waiting beyond which a live server decodes them fast
 SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
-LIGHT_LOAD_STREAMS_PER_DECODER = 2  # a demo's load: live streams per second-pass process
 # The smallest chunk a deployment may ask for (encoder frames: 160 ms of Conformer output);
 # below it every chunk is mostly padding for the conv stem and the transcripts are noise.
 MIN_CHUNK_SIZE = 4
@@ -426,12 +420,3 @@ class EngineConfig:
     def resolve_chunk_size(self, model_default: int) -> int:
         """``chunk_size``, or the model's trained chunk when it is None."""
         return self.chunk_size if self.chunk_size is not None else model_default
-
-    def build_cache_config(self, geometry: KVGeometry | ConformerConfig, device: torch.device,
-                           dtype: torch.dtype, chunk_size: int | None = None,
-                           max_stream_frames: int | None = None) -> CacheConfig:
-        """The cache geometry for a model under this config, pool size included
-        (`oasr.engine.runner.memory.cache_config_for`, which says how)."""
-        from oasr.engine.runner.memory import cache_config_for
-
-        return cache_config_for(self, geometry, device, dtype, chunk_size, max_stream_frames)

@@ -27,10 +27,11 @@ from oasr.engine.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from oasr.engine.live.finals import FinalPublisher
-    from oasr.engine.live.refine import Refiner
-    from oasr.engine.scheduler import Scheduler
+    from collections.abc import Callable
+
+    from oasr.engine.live.policy import LivePolicy
     from oasr.engine.runner.streams import StreamResources
+    from oasr.engine.scheduler import Scheduler
 
 SNAPSHOT_INTERVAL_S = 0.1
 RTF_WINDOW_S = 5.0
@@ -41,12 +42,12 @@ class EngineStats:
     """Counters and timing of one engine; ``snapshot`` is what the stats API serves (None
     until the first ``refresh``)."""
 
-    def __init__(self, resources: StreamResources, finals: FinalPublisher,
-                 refiner: Refiner | None = None) -> None:
+    def __init__(self, resources: StreamResources, live: LivePolicy,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.resources = resources
-        self.finals = finals
-        self.refiner = refiner
-        self.started_at = time.monotonic()
+        self.live = live
+        self.clock = clock
+        self.started_at = clock()
         self.num_steps = 0
         self.num_busy_steps = 0
         self.num_refused = 0
@@ -86,7 +87,7 @@ class EngineStats:
                     requests: dict[int, Request], scheduler: Scheduler) -> None:
         """Account one step; refresh the snapshot when it is due."""
         self.num_steps += 1
-        now = time.monotonic()
+        now = self.clock()
         if batch_size:
             self.num_busy_steps += 1
             self.last_step_ms = seconds * 1e3
@@ -100,7 +101,7 @@ class EngineStats:
 
     def refresh(self, requests: dict[int, Request], scheduler: Scheduler) -> None:
         """Rebuild the snapshot now."""
-        now = time.monotonic()
+        now = self.clock()
         self._last_snapshot_at = now
         self._changed = False
         self.snapshot = self._build_snapshot(now, requests, scheduler)
@@ -170,7 +171,7 @@ class EngineStats:
             slot_owners=tuple(slot_owners))
 
     def _second_pass_entry(self, running: list[Request]) -> SecondPassSnapshot:
-        finals = self.finals
+        finals = self.live.finals
         done = finals.num_second_pass
         worker = finals.worker
         return SecondPassSnapshot(
@@ -201,10 +202,11 @@ class EngineStats:
         )
 
     def _refine_entry(self, running: list[Request]) -> RefineSnapshot | None:
-        refiner = self.refiner
+        refiner = self.live.refiner
         if refiner is None:
             return None
-        states = [r.refine for r in running if r.refine is not None]
+        streams = [self.live.streams[r.stream_id] for r in running]
+        states = [s.refine for s in streams if s.refine is not None]
         return RefineSnapshot(
             num_refining=sum(s.in_flight is not None for s in states),
             num_refined_streams=sum(s.num_refinements > 0 for s in states),
@@ -223,5 +225,5 @@ class EngineStats:
                         len(attention.stream_info(request.stream_id).block_ids)),
             audio_s=round(received_s, 2),
             lag_s=round(max(0.0, received_s - decoded_s), 2),
-            segment=request.segment,
+            segment=self.live.segment(request.stream_id),
         )

@@ -9,6 +9,8 @@ import numpy as np
 
 from oasr.engine import ASREngine, Done, EngineConfig, Final, StreamEvent
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.engine.live.state import LiveStream
+from oasr.engine.request import Request
 
 E = TypeVar("E", bound=StreamEvent)
 
@@ -33,6 +35,13 @@ class Collector:
 
     def finals(self, stream_id: int) -> list[str]:
         return [e.text for e in self.of_type(stream_id, Final)]
+
+
+def live_stream(stream_id: int = 1, sink=None) -> LiveStream:
+    """A stream's live-text state over a bare request (no features, no windower), for the
+    policy's unit tests: positions are set on ``stream.view``."""
+    request = Request(stream_id, sink or (lambda event: None), 0.0, None, None)  # type: ignore[arg-type]
+    return LiveStream(request)
 
 
 def run_until_idle(engine: ASREngine, max_steps: int = 10_000) -> None:

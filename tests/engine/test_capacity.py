@@ -13,9 +13,9 @@ import torch
 from oasr.cache import CacheConfig
 from oasr.decoding import GpuDecoderConfig
 from oasr.engine import ASREngine, EngineConfig
-from oasr.engine.runner.capacity import blocks_for_one_stream, check_pool_covers_slots
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.events import Done
+from oasr.engine.runner.capacity import blocks_for_one_stream, check_pool_covers_slots
 
 GEOMETRY = dict(num_layers=2, n_kv_head=2, head_dim=8, hidden_dim=16, kernel_size=3,
                 chunk_size=16, block_size_frames=16, device="cpu", dtype=torch.float32)

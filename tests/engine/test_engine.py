@@ -14,6 +14,7 @@ from engine_helpers import Collector, assert_pool_full, run_until_idle, stream_a
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, Error, Final, Partial, Ready
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
+from oasr.engine.runner.memory import cache_config_for
 from oasr.models import ConformerConfig
 
 
@@ -284,8 +285,8 @@ def test_engine_config_rejects_bad_values() -> None:
         EngineConfig(block_size_frames=8, chunk_size=16)
     # chunk_size None (the model's chunk): checked once the model's chunk is known
     with pytest.raises(ValueError, match="block_size_frames 8 < chunk_size 32"):
-        EngineConfig(block_size_frames=8).build_cache_config(
-            ConformerConfig(), torch.device("cpu"), torch.float32, chunk_size=32)
+        cache_config_for(EngineConfig(block_size_frames=8), ConformerConfig(),
+                         torch.device("cpu"), torch.float32, chunk_size=32)
     with pytest.raises(ValueError, match="max_batch_size must be >= 1"):
         EngineConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="device must be"):

@@ -8,6 +8,7 @@ from oasr.engine.runner.memory import (
     PoolDemand,
     available_memory_bytes,
     bytes_per_kv_block,
+    cache_config_for,
     derive_num_blocks,
     kv_pool_bytes,
 )
@@ -65,12 +66,12 @@ def test_derive_rejects_too_small_budget_and_bad_fraction():
 
 
 @pytest.mark.parametrize("left", [-1, 2])
-def test_build_cache_config_sizes_the_pool_before_it_builds_the_config(left):
+def test_cache_config_for_sizes_the_pool_before_it_builds_the_config(left):
     """The derived count is what the demand of the built config's own geometry derives."""
     geometry = KVGeometry(num_layers=3, n_kv_head=2, head_dim=8, hidden_dim=16, kernel_size=3)
     config = EngineConfig(max_batch_size=2, chunk_size=4, num_left_chunks=left,
                           max_blocks_per_seq=8, kv_memory_fraction=0.001)
-    cfg = config.build_cache_config(geometry, torch.device("cpu"), torch.float32)
+    cfg = cache_config_for(config, geometry, torch.device("cpu"), torch.float32)
     peak = cfg.peak_blocks_per_stream if cfg.has_eviction else None
     built = PoolDemand(bytes_per_kv_block(cfg), cfg.max_batch_size, cfg.max_blocks_per_seq, peak,
                        cfg.device)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_helpers import live_stream
 
 from oasr.audio import ChunkGeometry, FrameEnergy
-from oasr.decoding import EndpointConfig, Endpointer, Hypothesis
+from oasr.decoding import EndpointConfig, Endpointer, Hypothesis, StreamStep
 from oasr.decoding.decoder import FrameStats
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.live.quiet_tail import QuietTail
-from oasr.engine.request import Request, StreamStep
 from oasr.engine.live.segment_cuts import SegmentCuts
 
 SR = 16000
@@ -196,8 +196,8 @@ def test_between_chunks_the_pause_heard_says_when_speech_followed_it() -> None:
     # went_on); each check counts only when new audio arrived
     cuts = SegmentCuts(Endpointer(EndpointConfig.wenet_quiet_cut()), ChunkGeometry())
     cuts.quiet = QuietTail()
-    request = Request(1, lambda event: None, 0.0, None, None)  # type: ignore[arg-type]
-    request.num_frames_decoded = 20
+    request = live_stream()
+    request.view.num_frames_decoded = 20
     request.last_step = StreamStep(Hypothesis([5, 6], "5 6", 0.0, [3, 8]),
                                    FrameStats(20, 10, True))
     levels = [-20.0] * 10 + [-60.0] * 16

@@ -14,22 +14,21 @@ import numpy as np
 import pytest
 
 from oasr.decoding import Hypothesis
+from oasr.decoding.words import word_probabilities
 from oasr.engine.families.base import FrameTiming
-from oasr.engine.live.finals import FinalPublisher
-from oasr.engine.options import add_engine_arguments, engine_config_from_args
-from oasr.engine.live.refine import (
+from oasr.engine.live.agreement import (
     LocalAgreement,
-    RefineConfig,
     RefinedPartial,
-    Refiner,
     RefineState,
     compose,
     first_repeat,
     word_start_frames,
 )
-from oasr.engine.request import EarlyFinal
+from oasr.engine.live.finals import FinalPublisher
+from oasr.engine.live.refine import RefineConfig, Refiner
+from oasr.engine.live.state import EarlyFinal
+from oasr.engine.options import add_engine_arguments, engine_config_from_args
 from oasr.engine.second_pass.worker import RefineDone, RefineJob, SecondPassDone
-from oasr.decoding.words import word_probabilities
 from oasr.text.tokenizer import CharTokenizer
 
 UNITS = ["<blank>", "<unk>", "'", *"abcdefghijklmnopqrstuvwxyz", "\u2581", "<sos/eos>"]
@@ -322,7 +321,7 @@ def test_a_stream_at_a_pause_is_refined_first_and_before_its_interval() -> None:
         3: _stream(3, frames=68, requested=62, last_token=60),  # a pause already refined
         4: _stream(4, frames=64, requested=50, last_token=60),  # 0.16 s: not a pause yet
     }
-    refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
+    refiner.schedule(list(streams.values()), now=100.0, engine_busy_s=0.0)
     assert [job.stream_id for job in worker.jobs] == [2, 1]  # the pause first; 3, 4 not due
     assert worker.jobs[0].num_frames == 68
     assert [job.at_pause for job in worker.jobs] == [True, False]
@@ -336,7 +335,7 @@ def test_a_busy_second_pass_still_refines_a_stream_at_a_pause() -> None:
                       itertools.count(1).__next__)
     streams = {1: _stream(1, frames=90, requested=50, last_token=90),
                2: _stream(2, frames=68, requested=50, last_token=60)}
-    refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
+    refiner.schedule(list(streams.values()), now=100.0, engine_busy_s=0.0)
     assert [(job.stream_id, job.at_pause) for job in worker.jobs] == [(2, True)]
 
 
@@ -350,7 +349,7 @@ def test_a_stream_whose_early_final_decode_is_out_is_not_refined_beside_it() -> 
     streams = {1: _stream(1, frames=90, requested=50, last_token=70),  # at a pause
                2: _stream(2, frames=90, requested=50, last_token=70)}
     streams[1].early = EarlyFinal(job_id=5, tokens=(1, 2))
-    refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
+    refiner.schedule(list(streams.values()), now=100.0, engine_busy_s=0.0)
     assert [(job.stream_id, job.at_pause) for job in worker.jobs] == [(2, True)]
 
 
@@ -420,7 +419,7 @@ def test_a_refinement_carries_the_previous_segments_final() -> None:
                       itertools.count(1).__next__, context_of)
     streams = {1: _stream(1, frames=90, requested=50, last_token=90),
                2: _stream(2, frames=90, requested=50, last_token=90)}
-    refiner.schedule(streams, now=100.0, engine_busy_s=0.0)
+    refiner.schedule(list(streams.values()), now=100.0, engine_busy_s=0.0)
     first, second = sorted(worker.jobs, key=lambda job: job.stream_id)
     assert first.context == "Unless to be rather selfish." and first.context_samples == len(before)
     assert len(first.audio) == len(before) + 90 * 640 and first.num_frames == 90

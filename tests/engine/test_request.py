@@ -8,7 +8,8 @@ import pytest
 
 from oasr.audio import ChunkGeometry, ChunkWindower, StreamingFbank
 from oasr.decoding import Hypothesis
-from oasr.engine.request import EarlyFinal, Request, RequestStatus
+from oasr.engine.live.state import EarlyFinal
+from oasr.engine.request import Request, RequestStatus
 
 W, R, F = RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.FINISHED
 ALLOWED = {(W, R), (W, F), (R, F)}

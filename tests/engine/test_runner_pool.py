@@ -26,10 +26,10 @@ import pytest
 from test_second_pass_hold import child_scripted
 from test_second_pass_worker import _job, _voice
 
-from oasr.engine.second_pass.worker import RunnerPool, SecondPassDone, SecondPassWorker
 from oasr.engine.second_pass.jobs import Answer, RefineJob, SecondPassJob
 from oasr.engine.second_pass.loop import Command, LoopCounters
 from oasr.engine.second_pass.process import ProcessRunner, WhisperProcessSpec
+from oasr.engine.second_pass.worker import RunnerPool, SecondPassDone, SecondPassWorker
 
 RATE = 16_000
 

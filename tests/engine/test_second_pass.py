@@ -13,7 +13,7 @@ from engine_helpers import Collector, assert_pool_full, run_until_idle_with_fina
 from oasr.decoding import EndpointConfig, EndpointRule
 from oasr.engine import ASREngine, Done, EngineConfig, Final
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
-from oasr.engine.request import SegmentAudio
+from oasr.engine.live.state import SegmentAudio
 from oasr.text.wer import normalize_transcript, word_error_rate
 
 whisper = pytest.importorskip("oasr.models.whisper")
@@ -88,15 +88,15 @@ def test_abort_drops_pending_finals(config: EngineConfig, speech: list[np.ndarra
     engine.submit(AppendAudio(1, speech[2]))
     for _ in range(200):
         engine.step()
-        if engine.requests and engine.requests[1].pending_finals:
+        if engine.requests and engine.live.streams[1].pending_finals:
             break
-    assert engine.requests[1].pending_finals, "no segment reached the second pass"
+    assert engine.live.streams[1].pending_finals, "no segment reached the second pass"
     engine.submit(AbortStream(1))
     run_until_idle_with_finals(engine)
     assert isinstance(events.events[1][-1], Done)
     assert events.done(1).finish_reason == "abort"
     assert_pool_full(engine)
-    assert engine.finals.worker is not None
+    assert engine.live.finals.worker is not None
     engine.shutdown()
 
 

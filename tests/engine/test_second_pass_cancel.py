@@ -18,8 +18,8 @@ import pytest
 from test_second_pass_hold import _in_process
 from test_second_pass_worker import ScriptedDecoder, _job, _voice
 
-from oasr.engine.second_pass.worker import SecondPassDone, SecondPassWorker
 from oasr.engine.second_pass.process import WhisperProcessSpec, child_main
+from oasr.engine.second_pass.worker import SecondPassDone, SecondPassWorker
 
 LONG_DECODE_S = 10.0
 

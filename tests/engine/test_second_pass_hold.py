@@ -25,8 +25,8 @@ from test_second_pass_worker import ScriptedDecoder, _job, _voice
 
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
-from oasr.engine.second_pass.worker import SECOND_PASS_MAX_HOLD_S, SecondPassDone, SecondPassWorker
 from oasr.engine.second_pass.process import WhisperProcessSpec, child_main
+from oasr.engine.second_pass.worker import SECOND_PASS_MAX_HOLD_S, SecondPassDone, SecondPassWorker
 
 RATE = 16_000
 
@@ -104,7 +104,7 @@ class HoldRecorder:
 def _engine(engine_config: EngineConfig, yield_s: float | None) -> tuple[ASREngine, HoldRecorder]:
     engine = ASREngine(replace(engine_config, second_pass_yield_s=yield_s, early_final_s=0.0))
     recorder = HoldRecorder()
-    engine.finals.worker = recorder  # type: ignore[assignment]
+    engine.live.finals.worker = recorder  # type: ignore[assignment]
     return engine, recorder
 
 

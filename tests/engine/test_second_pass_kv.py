@@ -30,8 +30,8 @@ def test_fp8_decoder_kv_serves_whisper_finals(engine_config: EngineConfig,
                      quantization={"kv_cache": "fp8_e4m3"}, max_decode_slots=5,
                      decode_kv_budget_gib=0.5)
     engine = ASREngine(config)
-    assert engine.finals.worker is not None
-    decoder = engine.finals.worker.decoder
+    assert engine.live.finals.worker is not None
+    decoder = engine.live.finals.worker.decoder
     assert decoder.config.max_rows == 5 and decoder.manager.kv_cache == "fp8_e4m3"
     assert decoder.manager.pool.k_pool.dtype == FP8_DTYPE
     events = stream_all(engine, speech[0])
@@ -41,7 +41,7 @@ def test_fp8_decoder_kv_serves_whisper_finals(engine_config: EngineConfig,
     words = "the weather is nice today so we will walk to the park"
     assert word_error_rate(words, finals[0].text) <= 1 / len(words.split())
     assert_pool_full(engine)
-    engine.finals.worker.stop()
+    engine.live.finals.worker.stop()
 
 
 def test_a_budget_below_one_fallback_is_refused_at_construction(
@@ -56,10 +56,10 @@ def test_a_budget_below_one_fallback_is_refused_at_construction(
         ASREngine(config)
     fp8 = replace(config, quantization={"kv_cache": "fp8_e4m3"})
     engine = ASREngine(fp8)
-    assert engine.finals.worker is not None
-    pages = engine.finals.worker.decoder.manager.pool.num_blocks
+    assert engine.live.finals.worker is not None
+    pages = engine.live.finals.worker.decoder.manager.pool.num_blocks
     assert pages == int(0.1 * 2**30) // (16 * 2 * 4 * 6 * 68) == 2056  # 16 rows of 122
-    engine.finals.worker.stop()
+    engine.live.finals.worker.stop()
 
 
 def test_an_unservable_format_is_refused_at_construction(

@@ -139,9 +139,9 @@ def test_a_whisper_text_that_disagrees_with_the_first_pass_is_replaced(
     assert len(ctc_text.split()) >= 3, ctc_text
 
     engine = ASREngine(_config())
-    assert engine.finals.worker is not None
-    engine.finals.worker.stop()  # the real one: its thread must not outlive the test
-    engine.finals.worker = SecondPassWorker.on_thread(_HallucinatingWhisper(whisper_text), engine.submit,
+    assert engine.live.finals.worker is not None
+    engine.live.finals.worker.stop()  # the real one: its thread must not outlive the test
+    engine.live.finals.worker = SecondPassWorker.on_thread(_HallucinatingWhisper(whisper_text), engine.submit,
                                             max_backlog=16, guard=FirstPassGuard())
     events = stream_all(engine, audio)
     run_until_idle_with_finals(engine)

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from engine_helpers import Collector, run_until_idle_with_finals, stream_all
+from engine_helpers import Collector, live_stream, run_until_idle_with_finals, stream_all
 
 from oasr.audio import FrameEnergy
 from oasr.decoding import EndpointConfig, EndpointRule, Hypothesis
@@ -24,11 +24,12 @@ from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.events import Final, Partial
 from oasr.engine.families.base import FrameTiming
-from oasr.engine.second_pass.guard import FirstPassGuard, GuardVerdict
+from oasr.engine.live.agreement import RefineState
 from oasr.engine.live.finals import FinalPublisher, NoiseCut
 from oasr.engine.live.quiet_tail import QuietTail
-from oasr.engine.live.refine import RefineConfig, RefineState
-from oasr.engine.request import HeardPause, Request, SegmentAudio, SpokenContext
+from oasr.engine.live.refine import RefineConfig
+from oasr.engine.live.state import HeardPause, LiveStream, SegmentAudio, SpokenContext
+from oasr.engine.second_pass.guard import FirstPassGuard, GuardVerdict
 from oasr.engine.second_pass.worker import (
     RefineDone,
     RefineJob,
@@ -440,7 +441,7 @@ def _run_live_events(config: EngineConfig,
     events = Collector()
     engine.submit(OpenStream(1, events.sink(1)))
     piece = int(0.64 * RATE)
-    worker = engine.finals.worker
+    worker = engine.live.finals.worker
     assert worker is not None
     for start in range(0, len(audio), piece):
         engine.submit(AppendAudio(1, audio[start : start + piece]))
@@ -503,7 +504,7 @@ def _run_paced(config: EngineConfig, audio: np.ndarray, sent: list[float] | None
     engine.submit(OpenStream(1, lambda e: finals.append((sent[0], e))
                              if isinstance(e, Final) else None))
     piece = RATE // 10
-    worker = engine.finals.worker
+    worker = engine.live.finals.worker
     assert worker is not None
     for start in range(0, len(audio), piece):
         engine.submit(AppendAudio(1, audio[start : start + piece]))
@@ -611,8 +612,8 @@ class _QueueingWorker:
         self.aborted.append(job_id)
 
 
-def _open_request(seconds: float) -> Request:
-    request = Request(1, lambda event: None, 0.0, None, None)  # type: ignore[arg-type]
+def _open_request(seconds: float) -> LiveStream:
+    request = live_stream()
     request.audio = SegmentAudio(30 * RATE)
     request.audio.append(_voice(seconds))
     request.refine = RefineState()
@@ -624,14 +625,14 @@ def _hyp(tokens: list[int], last_frame: int) -> Hypothesis:
                       [last_frame - len(tokens) + 1 + i for i in range(len(tokens))])
 
 
-def _sentence_rules() -> tuple[_QueueingWorker, FinalPublisher, Request]:
+def _sentence_rules() -> tuple[_QueueingWorker, FinalPublisher, LiveStream]:
     """Early decodes from 0.2 s of pause, segments ended at 0.5 s when one ends a sentence;
     a 3 s segment decoded to frame 100."""
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2,  # type: ignore[arg-type]
                             sentence_s=0.5)
     request = _open_request(3.0)
-    request.offset = request.num_frames_decoded = 100
+    request.view.offset = request.view.num_frames_decoded = 100
     return worker, finals, request
 
 
@@ -639,7 +640,7 @@ def test_early_decodes_start_at_a_pause_and_are_dropped_when_the_speaker_goes_on
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
     request = _open_request(3.0)
-    request.offset = request.num_frames_decoded = 100
+    request.view.offset = request.view.num_frames_decoded = 100
     finals.start_early(request, _hyp([5, 6], 80))  # 0.38 s after the last token: too soon
     assert not worker.jobs
     # with the quiet audio after the chunk (SegmentCuts.in_quiet): 0.48 s, still too soon
@@ -655,7 +656,7 @@ def test_early_decodes_start_at_a_pause_and_are_dropped_when_the_speaker_goes_on
     (early,) = worker.jobs
     finals.start_early(request, _hyp([5, 6], 70))  # the same words: nothing new to start
     assert len(worker.jobs) == 1
-    request.offset = request.num_frames_decoded = 132  # the next chunk
+    request.view.offset = request.view.num_frames_decoded = 132  # the next chunk
     finals.start_early(request, _hyp([5, 6, 7], 120))  # the speaker went on: dropped
     assert worker.aborted == [early.job_id] and request.early is None
     finals.start_early(request, _hyp([5, 6, 7], 70))
@@ -673,15 +674,15 @@ def test_early_decodes_start_at_a_pause_and_are_dropped_when_the_speaker_goes_on
     assert (pending.prefix, pending.retry) == ((42,), retry.job_id)
 
 
-def _finals_of(request: Request) -> list[Final]:
+def _finals_of(request: LiveStream) -> list[Final]:
     """Make ``request`` collect its final events; the list they go to."""
     out: list[Final] = []
-    request.sink = lambda event: out.append(event) if isinstance(event, Final) else None
+    request.view.sink = lambda event: out.append(event) if isinstance(event, Final) else None
     return out
 
 
 def _early_then_commit(room: bool = True) -> tuple[
-        _QueueingWorker, FinalPublisher, Request, SecondPassJob, SecondPassJob | None, list[Final]]:
+        _QueueingWorker, FinalPublisher, LiveStream, SecondPassJob, SecondPassJob | None, list[Final]]:
     """A segment whose early decode is still running when its endpoint comes, a word (42)
     committed by a refinement meanwhile: the worker, the publisher, the request, the early
     job, its retry (None when the backlog had no ``room`` for it) and the finals published."""
@@ -689,7 +690,7 @@ def _early_then_commit(room: bool = True) -> tuple[
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
     request = _open_request(3.0)
     published = _finals_of(request)
-    request.offset = request.num_frames_decoded = 100
+    request.view.offset = request.view.num_frames_decoded = 100
     finals.start_early(request, _hyp([5, 6], 70))
     (early,) = worker.jobs
     request.refine.prefix_tokens = (42,)
@@ -724,8 +725,8 @@ def test_an_early_decode_without_the_committed_words_gives_way_to_its_retry(
     # decoding beside it, is the final; the next segment's final waits behind it, in order
     worker, finals, request, early, retry, published = _early_then_commit()
     assert retry is not None
-    request.segment_start_frame = request.num_frames_decoded
-    request.offset, request.num_frames_decoded = 50, 150
+    request.view.segment_start_frame = request.view.num_frames_decoded
+    request.view.offset, request.view.num_frames_decoded = 50, 150
     finals.publish(request, _hyp([8], 40), "endpoint")
     later = worker.jobs[-1]
     finals.on_second_pass(request, _answer(early, text, (41, 43) if text else ()))
@@ -772,7 +773,7 @@ def test_an_early_decode_starts_on_the_quiet_audio_after_a_chunk() -> None:
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
     request = _open_request(3.0)
-    request.offset = request.num_frames_decoded = 100
+    request.view.offset = request.view.num_frames_decoded = 100
     finals.start_early(request, _hyp([5, 6], 90))  # 0.18 s decoded after the last token
     assert not worker.jobs
     # + 0.32 s of quiet audio: the decode has it too (a word's soft end is not cut off)
@@ -788,11 +789,11 @@ def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> 
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2)  # type: ignore[arg-type]
 
-    def started() -> tuple[Request, SecondPassJob, list[Final]]:
+    def started() -> tuple[LiveStream, SecondPassJob, list[Final]]:
         """A segment decoded to frame 100 whose early decode started on the heard pause."""
         request = _open_request(3.0)
         published = _finals_of(request)
-        request.offset = request.num_frames_decoded = 100
+        request.view.offset = request.view.num_frames_decoded = 100
         finals.start_early(request, _hyp([5, 6], 99), heard=HeardPause(14, 110, 122))
         return request, worker.jobs[-1], published
 
@@ -809,7 +810,7 @@ def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> 
     # the next chunk decodes the word (a token before frame 110): the decode still holds, and
     # is the final of a segment that reaches past it
     request, early, published = started()
-    request.offset = request.num_frames_decoded = 132
+    request.view.offset = request.view.num_frames_decoded = 132
     finals.start_early(request, _hyp([5, 6, 7], 106))
     assert request.early is not None
     finals.on_second_pass(request, _answer(early, "Five, six, seven.", (11, 12, 13)))
@@ -818,13 +819,13 @@ def test_an_early_decode_starts_on_a_word_the_ctc_pass_has_not_decoded_yet() -> 
     # a token after it, in the quiet audio the decode was given (110-117: 122 less the
     # guard): the word's last letter written late, the decode still holds
     request, held, _ = started()
-    request.offset = request.num_frames_decoded = 132
+    request.view.offset = request.view.num_frames_decoded = 132
     finals.start_early(request, _hyp([5, 6, 7], 112))
     assert request.early is not None and request.early.job_id == held.job_id
     assert not worker.aborted
     # a token at the end of that audio or later: the speaker went on
     request, dropped, _ = started()
-    request.offset = request.num_frames_decoded = 132
+    request.view.offset = request.view.num_frames_decoded = 132
     finals.start_early(request, _hyp([5, 6, 7], 117))  # (and 0.28 s after it: a new one)
     assert worker.aborted == [dropped.job_id]
     assert request.early is not None and request.early.job_id == worker.jobs[-1].job_id
@@ -837,14 +838,14 @@ def test_the_pause_heard_on_after_an_early_decode_started_holds_late_letters_too
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2)  # type: ignore[arg-type]
 
-    def started(heard_on_to: int | None) -> tuple[Request, SecondPassJob]:
+    def started(heard_on_to: int | None) -> tuple[LiveStream, SecondPassJob]:
         request = _open_request(3.0)
-        request.offset = request.num_frames_decoded = 100
+        request.view.offset = request.view.num_frames_decoded = 100
         finals.start_early(request, _hyp([5, 6], 95), heard=HeardPause(10, 100, 110))
         if heard_on_to is not None:
             finals.start_early(request, _hyp([5, 6], 95),
                                heard=HeardPause(heard_on_to - 100, 100, heard_on_to))
-        request.offset = request.num_frames_decoded = 132
+        request.view.offset = request.view.num_frames_decoded = 132
         return request, worker.jobs[-1]
 
     request, early = started(heard_on_to=None)
@@ -871,7 +872,7 @@ def test_the_last_words_late_letters_after_its_final_are_no_final_of_their_own()
     quiet_to = 130 - finals.late_token_guard
 
     def after_a_sentence(heard: bool = True, rest: np.ndarray | None = None
-                         ) -> tuple[Request, list[Final]]:
+                         ) -> tuple[LiveStream, list[Final]]:
         """The first segment ended on its early decode; the second decoded to frame 150
         (4 s of voice, or 2 s and then ``rest``)."""
         request = _open_request(0.0)
@@ -879,7 +880,7 @@ def test_the_last_words_late_letters_after_its_final_are_no_final_of_their_own()
         for start in range(0, len(audio), RATE // 10):  # as a client sends it
             request.audio.append(audio[start: start + RATE // 10])
         published = _finals_of(request)
-        request.offset = request.num_frames_decoded = 100
+        request.view.offset = request.view.num_frames_decoded = 100
         if heard:
             finals.start_early(request, _hyp([5, 6], 95), heard=HeardPause(10, 100, 110))
             finals.start_early(request, _hyp([5, 6], 95), heard=HeardPause(30, 100, 130))
@@ -889,8 +890,8 @@ def test_the_last_words_late_letters_after_its_final_are_no_final_of_their_own()
         finals.publish(request, _hyp([5, 6], 95), "endpoint")
         assert [f.text for f in published] == ["For them."]
         finals.release_audio(request, 0)  # (as the engine does when a segment ends)
-        request.segment_start_frame = request.num_frames_decoded = 100
-        request.offset, request.num_frames_decoded = 50, 150
+        request.view.segment_start_frame = request.view.num_frames_decoded = 100
+        request.view.offset, request.view.num_frames_decoded = 50, 150
         return request, published
 
     request, published = after_a_sentence()
@@ -912,8 +913,8 @@ def test_the_last_words_late_letters_after_its_final_are_no_final_of_their_own()
     finals.release_audio(request, 100)
     finals.on_second_pass(request, _answer(job, "", ()))
     assert [f.text for f in published] == ["For them.", ""]
-    request.segment_start_frame = 150
-    request.offset, request.num_frames_decoded = 30, 180
+    request.view.segment_start_frame = 150
+    request.view.offset, request.view.num_frames_decoded = 30, 180
     text, audio = finals.known_context(request, 1)
     assert text == "For them." and len(audio) == 150 * 320
     # with nothing but silence after the pause, the final is "" without a decode
@@ -941,7 +942,7 @@ def test_a_word_heard_after_an_early_decodes_audio_drops_it() -> None:
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.2)  # type: ignore[arg-type]
     request = _open_request(3.0)
-    request.offset = request.num_frames_decoded = 100
+    request.view.offset = request.view.num_frames_decoded = 100
     finals.start_early(request, _hyp([5, 6], 80))
     (first,) = worker.jobs
     assert request.early is not None and request.early.heard_to == 100
@@ -976,7 +977,7 @@ def test_speech_heard_after_the_pause_drops_the_early_decode_before_the_next_chu
     assert len(worker.jobs) == 1  # no decode of a pause that is over
     # the next pause starts one as before
     worker.backlog = 0
-    request.offset = request.num_frames_decoded = 140
+    request.view.offset = request.view.num_frames_decoded = 140
     finals.start_early(request, _hyp([5, 6, 7], 125))
     assert len(worker.jobs) == 2 and request.early is not None
     # speech after a sentence's pause (0.5 s): the decode may still end the segment there
@@ -995,7 +996,7 @@ def test_an_early_decode_whose_own_words_were_committed_since_is_still_the_final
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
     for committed_since, used in (((11, 12), True), ((11, 42), False)):
         request = _open_request(3.0)
-        request.offset = request.num_frames_decoded = 100
+        request.view.offset = request.view.num_frames_decoded = 100
         request.refine.prefix_tokens = (11,)  # "five" committed before the pause
         finals.start_early(request, _hyp([5, 6], 70))
         early = worker.jobs[-1]
@@ -1014,7 +1015,7 @@ def test_an_early_decode_on_the_final_words_is_the_final() -> None:
     worker = _QueueingWorker()
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
     request = _open_request(3.0)
-    request.offset = request.num_frames_decoded = 100
+    request.view.offset = request.view.num_frames_decoded = 100
     finals.start_early(request, _hyp([5, 6], 70))
     (early,) = worker.jobs
     finals.on_second_pass(request, SecondPassDone(early.job_id, 1, "five six", 0.4))
@@ -1075,7 +1076,7 @@ def test_a_sentence_the_segment_before_left_unfinished_ends_in_fewer_words() -> 
 SENTENCE = "Ask what you can do for your country."
 
 
-def _sentence_then_noise() -> tuple[_QueueingWorker, FinalPublisher, Request, SecondPassJob]:
+def _sentence_then_noise() -> tuple[_QueueingWorker, FinalPublisher, LiveStream, SecondPassJob]:
     """A segment whose early decode (to frame 100) answered a sentence; the CTC pass then
     wrote a token (9) in the sound after it (applause), at frame 120 of 132 decoded: the decode
     is dropped but kept as the sentence's end, and a second one starts on the longer audio."""
@@ -1083,7 +1084,7 @@ def _sentence_then_noise() -> tuple[_QueueingWorker, FinalPublisher, Request, Se
     finals.start_early(request, _hyp([5, 6, 7], 84))
     (first,) = worker.jobs
     finals.on_second_pass(request, _answer(first, SENTENCE, (5, 6, 7)))
-    request.offset = request.num_frames_decoded = 132
+    request.view.offset = request.view.num_frames_decoded = 132
     finals.start_early(request, _hyp([5, 6, 7, 9], 120))
     assert request.sentence_heard is not None and request.sentence_heard.job_id == first.job_id
     assert len(worker.jobs) == 2 and not worker.aborted
@@ -1099,7 +1100,7 @@ def test_a_sentence_heard_again_over_noise_ends_the_segment_where_it_ended() -> 
     second = worker.jobs[1]
     assert finals.end_before_noise(request, 150) is None  # the second has not answered
     finals.on_second_pass(request, _answer(second, SENTENCE, (5, 6, 7)))
-    request.offset = request.num_frames_decoded = 170  # a chunk on since the second started
+    request.view.offset = request.view.num_frames_decoded = 170  # a chunk on since the second started
     assert finals.end_before_noise(request, 37) is None  # the stream no longer holds frame 132
     # the segment ends where the second started (a pause after every token it heard), its
     # final's tokens those before the first one's audio, its text the first one's answer
@@ -1107,7 +1108,7 @@ def test_a_sentence_heard_again_over_noise_ends_the_segment_where_it_ended() -> 
     assert request.early is not None and request.early.job_id == first.job_id
     assert request.sentence_heard is None
     # the engine ends the segment there (its later frames decoded again as the next one's)
-    request.num_frames_decoded = 132
+    request.view.num_frames_decoded = 132
     finals.publish(request, _hyp([5, 6, 7], 84), "endpoint")
     assert [f.text for f in published] == [SENTENCE] and len(worker.jobs) == 2
     assert (finals.num_early_used, finals.num_early_discarded) == (1, 1)
@@ -1141,7 +1142,7 @@ def test_a_sentence_end_is_kept_only_when_it_ends_a_sentence_and_heard_long_enou
     worker, finals, request = _sentence_rules()
     finals.start_early(request, _hyp([5, 6, 7], 84))
     finals.on_second_pass(request, _answer(worker.jobs[0], "Ask what you can", (5, 6)))
-    request.offset = request.num_frames_decoded = 132
+    request.view.offset = request.view.num_frames_decoded = 132
     finals.start_early(request, _hyp([5, 6, 7, 9], 120))
     assert request.sentence_heard is None and finals.num_early_discarded == 1
 
@@ -1181,7 +1182,7 @@ def test_the_decode_that_tests_the_noise_starts_at_a_pause_after_the_ctc_tokens(
         worker, finals, request = _sentence_rules()
         finals.start_early(request, _hyp([5, 6, 7], 84))
         finals.on_second_pass(request, _answer(worker.jobs[0], SENTENCE, (5, 6, 7)))
-        request.offset = request.num_frames_decoded = 140
+        request.view.offset = request.view.num_frames_decoded = 140
         finals.start_early(request, _hyp([5, 6, 7, 9], last_token))
         assert request.sentence_heard is not None
         assert (len(worker.jobs) == 2) is starts, last_token
@@ -1195,7 +1196,7 @@ def test_the_decode_that_tests_the_noise_starts_at_a_pause_after_the_ctc_tokens(
     # it answers the same, then a token drops it: the first stays the sentence's end (its
     # audio ends where the sentence did), and a third decode tests the noise
     finals.on_second_pass(request, _answer(second, SENTENCE, (5, 6, 7)))
-    request.offset = request.num_frames_decoded = 160
+    request.view.offset = request.view.num_frames_decoded = 160
     finals.start_early(request, _hyp([5, 6, 7, 9, 11], 145))
     assert request.sentence_heard is not None and request.sentence_heard.job_id == first.job_id
     assert len(worker.jobs) == 3 and finals.num_early_discarded == 1  # the second
@@ -1234,7 +1235,7 @@ def test_a_rejected_early_decode_starts_again_when_the_last_word_is_heard_whole(
                                                   rejected="distance"))
     finals.start_early(request, _hyp([5, 6], 88))  # the same words: the verdict stands
     assert len(worker.jobs) == 1 and request.early is not None
-    request.offset = request.num_frames_decoded = 110
+    request.view.offset = request.view.num_frames_decoded = 110
     later = _hyp([5, 6, 7], 89)  # the last word's late letter, in the pause
     finals.start_early(request, later)
     assert len(worker.jobs) == 2 and worker.jobs[1].ctc_text == "5 6 7"
@@ -1255,10 +1256,10 @@ def test_an_early_decode_outlives_a_new_ranking_of_the_words_it_heard() -> None:
     finals = FinalPublisher(worker, FrameTiming(0.02, 0), early_s=0.5)  # type: ignore[arg-type]
     for later, used in (([5, 9], 70), True), (([5, 6, 8], 104), False):
         request = _open_request(3.0)
-        request.offset = request.num_frames_decoded = 100
+        request.view.offset = request.view.num_frames_decoded = 100
         finals.start_early(request, _hyp([5, 6], 70))
         early = worker.jobs[-1]
-        request.offset = request.num_frames_decoded = 110
+        request.view.offset = request.view.num_frames_decoded = 110
         finals.start_early(request, _hyp(*later))  # the next chunk: kept only when used
         assert (request.early is not None) is used
         finals.on_second_pass(request, SecondPassDone(early.job_id, 1, "five six", 0.4))
@@ -1297,10 +1298,10 @@ def test_a_refinement_has_the_previous_segments_context_once_its_final_is_out(
                             light_context_s=10.0)
     request = _open_request(3.0)
     published = _finals_of(request)
-    request.offset = request.num_frames_decoded = 60
+    request.view.offset = request.view.num_frames_decoded = 60
     finals.publish(request, _hyp([5, 6], 50), "endpoint")  # segment 0: frames 0-60
-    request.segment_start_frame = 60
-    request.offset, request.num_frames_decoded = 40, 100
+    request.view.segment_start_frame = 60
+    request.view.offset, request.view.num_frames_decoded = 40, 100
     text, audio = finals.known_context(request, 1)
     assert (text, len(audio)) == ("", 0)  # its final is being decoded: no waiting for it
     (job,) = worker.jobs
@@ -1323,11 +1324,11 @@ def test_a_final_that_keeps_its_ctc_text_waits_for_the_segments_before_it() -> N
     finals = FinalPublisher(worker, FrameTiming(0.02, 0))  # type: ignore[arg-type]
     request = _open_request(4.0)
     published = _finals_of(request)
-    request.offset = request.num_frames_decoded = 100
+    request.view.offset = request.view.num_frames_decoded = 100
     finals.publish(request, _hyp([5, 6], 80), "endpoint")
     (first,) = worker.jobs
-    request.segment_start_frame = 100
-    request.offset, request.num_frames_decoded = 50, 150
+    request.view.segment_start_frame = 100
+    request.view.offset, request.view.num_frames_decoded = 50, 150
     worker.room = False
     finals.publish(request, _hyp([7, 8], 40), "endpoint")
     assert not published and finals.num_backlog_full == 1

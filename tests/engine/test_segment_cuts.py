@@ -4,28 +4,29 @@ before the limit, never before the audio of committed refined words."""
 from __future__ import annotations
 
 import numpy as np
+from engine_helpers import live_stream
 
 from oasr.audio import ChunkGeometry
 from oasr.decoding import EndpointConfig, EndpointDecision, Endpointer, Hypothesis
 from oasr.decoding.decoder import FrameStats, StreamStep
+from oasr.engine.live.agreement import RefineState
 from oasr.engine.live.quiet_tail import QuietTail
-from oasr.engine.live.refine import RefineState
-from oasr.engine.request import Request
 from oasr.engine.live.segment_cuts import SegmentCuts
+from oasr.engine.live.state import LiveStream
 
-SAMPLES_PER_FRAME = 320  # `Request.energy`'s frames
+SAMPLES_PER_FRAME = 320  # `LiveStream.energy`'s frames
 
 
-def _request(start: int, quiet: range, frames: int) -> Request:
+def _request(start: int, quiet: range, frames: int) -> LiveStream:
     """A stream whose segment began at absolute frame ``start``: speech-loud frames, but for
     a quiet breath over the absolute frames ``quiet``."""
-    request = Request(1, lambda event: None, 0.0, None, None)  # type: ignore[arg-type]
+    request = live_stream()
     rng = np.random.default_rng(0)
     audio = 0.3 * rng.standard_normal(frames * SAMPLES_PER_FRAME).astype(np.float32)
     for frame in quiet:
         audio[frame * SAMPLES_PER_FRAME:(frame + 1) * SAMPLES_PER_FRAME] *= 1e-3
     request.energy.append(audio)
-    request.segment_start_frame = start
+    request.view.segment_start_frame = start
     return request
 
 
@@ -98,7 +99,7 @@ def test_a_cut_before_a_word_the_refinement_heard_drops_its_prefix_and_draft() -
 def test_the_pause_after_the_last_word_is_heard_from_where_its_sound_ends() -> None:
     """The CTC token of a word's last letter comes before the word's sound ends: the pause
     the audio holds is counted from the sound's end, not from the token."""
-    endpointer = Endpointer(EndpointConfig(frame_shift_s=0.02))  # Request.energy's frames
+    endpointer = Endpointer(EndpointConfig(frame_shift_s=0.02))  # LiveStream.energy's frames
     cuts = SegmentCuts(endpointer, ChunkGeometry(chunk_size=32, subsampling=2),
                        QuietTail())
     # speech to absolute frame 130 (the last word's token at 118), then 20 frames of quiet

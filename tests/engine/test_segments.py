@@ -14,6 +14,7 @@ from oasr.audio import read_audio
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, Final, Partial
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
+from oasr.engine.live.policy import SegmentEnd
 
 SR = 16000
 SS = "real_sense_and_sensibility_01_austen_64kb-0{}.wav"
@@ -168,7 +169,7 @@ def test_a_segment_ended_before_noise_keeps_its_words_and_drops_the_tokens_after
             break
     whole = engine.resources.final_hypothesis(1)
     assert sum(t >= 100 for t in whole.timestamps) >= 3  # words after frame 100 to drop
-    engine._end_segment(request, "endpoint", 130, words_to=100)
+    engine._end_segment(request, SegmentEnd("test", cut_frame=130, words_to=100))
     (first,) = finals
     assert first.end <= 100 * 0.02 and first.text
     assert whole.text.startswith(first.text)

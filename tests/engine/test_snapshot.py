@@ -97,8 +97,8 @@ def test_refinement_adds_its_counts_beside_the_flag(engine_config: EngineConfig)
         rejected={"failed": 0, "length": 0, "distance": 0}, num_no_voice=0, num_no_speech=0,
         num_refinements=3, held=False, num_holds=0, num_expired=0, num_decoders=2,
         num_cancelled=0, num_context_retries=0)
-    engine.finals.worker = worker  # type: ignore[assignment]
-    engine.stats.refiner = types.SimpleNamespace(worker=worker, avg_interval_s=1.234)  # type: ignore[assignment]
+    engine.live.finals.worker = worker  # type: ignore[assignment]
+    engine.live.refiner = types.SimpleNamespace(worker=worker, avg_interval_s=1.234)  # type: ignore[assignment]
     engine.stats.refresh(engine.requests, engine.scheduler)
     snapshot = engine.latest_stats()
     assert snapshot.second_pass.enabled and snapshot.second_pass.refine is not None

@@ -17,7 +17,7 @@ def test_open_stream_with_its_own_silence_rule(engine_config: EngineConfig) -> N
     engine.submit(OpenStream(1, lambda event: None, endpoint_silence_s=0.4))
     engine.submit(OpenStream(2, lambda event: None))
     engine.step()
-    own, default = engine.requests[1].endpointer, engine.requests[2].endpointer
+    own, default = engine.live.endpointer(1), engine.live.endpointer(2)
     assert default is None
     assert own is not None and own.config.rule2 is not None
     assert own.config.rule2.min_trailing_silence_s == 0.4

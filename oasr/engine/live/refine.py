@@ -41,18 +41,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from oasr.engine.live.agreement import (
+    LocalAgreement,
+    RefinedPartial,
+    RefineState,
+    compose,
+    word_start_frames,
+)
+from oasr.engine.live.state import LiveStream
 from oasr.engine.second_pass.worker import RefineDone, RefineJob, SecondPassDone
-from oasr.decoding.words import ctc_word_times
-from oasr.text.wer import normalize_transcript
 
 if TYPE_CHECKING:
     from oasr.decoding import Hypothesis
-    from oasr.engine.request import Request
 
 
 @dataclass(frozen=True)
@@ -135,176 +140,6 @@ class RefineConfig:
 
 
 # the longest phrase (in words) looked for when a refinement repeats itself back to back
-MAX_REPEAT_WORDS = 8
-
-
-def _key(word: str) -> str:
-    return normalize_transcript(word) or word.lower()
-
-
-def first_repeat(keys: Sequence[str], after: int = 0) -> int:
-    """Where the first phrase that ``keys`` says back to back begins: two to
-    `MAX_REPEAT_WORDS` words said twice in a row, or one word three times; only repeats that
-    reach past ``after`` count. ``len(keys)`` when there is none.
-
-    Whisper copies a phrase it has just written when the next one starts alike ("It was the
-    epoch of belief, it was the epoch of incredulity" read as "It was the upper conceit. It
-    was the upper conceit."), and two refinements of a second more audio often make the same
-    copy; the final, decoding the whole segment with beam search, does not. Committed words
-    are forced into the final, so a copy must not become committed; a phrase a speaker truly
-    repeats then stays tentative until the final, which writes it as it hears it."""
-    n = len(keys)
-    for i in range(n):
-        for size in range(1, min(MAX_REPEAT_WORDS, (n - i) // 2) + 1):
-            copies = 3 if size == 1 else 2
-            end = i + copies * size
-            if end > n or end <= after:
-                continue
-            phrase = keys[i:i + size]
-            if all(keys[i + c * size: i + (c + 1) * size] == phrase for c in range(1, copies)):
-                return i
-    return n
-
-
-@dataclass
-class LocalAgreement:
-    """One segment's committed words (the invariant: ``committed`` only ever grows).
-
-    Attributes:
-        committed: the stable words, as first written.
-        latest: the newest refinement's words (it begins with ``committed``).
-        agreeing: refinements in a row that must agree on a word to commit it (2: the newest
-            and the one before it).
-        hold_words: an agreed word among the last this many words of the oldest agreeing
-            refinement is not committed yet: that decode heard it at the end of its audio.
-    """
-
-    committed: list[str] = field(default_factory=list)
-    latest: list[str] = field(default_factory=list)
-    agreeing: int = 2
-    hold_words: int = 0
-    # the last ``agreeing - 1`` refinements' words as compared (None: a word its decoder was
-    # unsure of, which agrees with nothing), oldest first
-    _history: list[list[str | None]] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.agreeing < 2 or self.hold_words < 0:
-            raise ValueError(f"LocalAgreement needs agreeing >= 2 and hold_words >= 0, got "
-                             f"{self.agreeing} and {self.hold_words}")
-
-    def update(self, words: Sequence[str], commit: bool = True,
-               sure: Sequence[bool] | None = None) -> bool:
-        """A new refinement's words (which begin with the committed ones): commit what it
-        and the ``agreeing - 1`` refinements before it agree on after the committed prefix,
-        up to the first phrase any of them repeats back to back (`first_repeat`), short of
-        the oldest one's last ``hold_words`` words, and up to a word one of them was not
-        ``sure`` of (per word; None: sure of all). Nothing is committed when not ``commit``:
-        the words only become the latest. False (and nothing changes) when the words do not
-        begin with the committed ones."""
-        words = list(words)
-        n = len(self.committed)
-        keys = [_key(w) for w in words]
-        if keys[:n] != [_key(w) for w in self.committed]:
-            return False  # not built on the committed prefix (a decode that failed to keep it)
-        compared = [k if sure is None or i >= len(sure) or sure[i] else None
-                    for i, k in enumerate(keys)]
-        agreed = n
-        if commit and len(self._history) >= self.agreeing - 1:
-            others = self._history[len(self._history) - self.agreeing + 1:]
-            limit = min(first_repeat([k or "" for k in ks], n) for ks in [compared, *others])
-            limit = min(limit, len(others[0]) - self.hold_words)
-            while (agreed < limit and compared[agreed] is not None
-                   and all(k[agreed] == compared[agreed] for k in others)):
-                agreed += 1
-        self.committed += words[n:agreed]
-        self.latest = words
-        self._history = [*self._history, compared][-(self.agreeing - 1):]
-        return True
-
-    @property
-    def tentative(self) -> list[str]:
-        return self.latest[len(self.committed):]
-
-    def reset(self) -> None:
-        self.committed.clear()
-        self.latest.clear()
-        self._history.clear()
-
-
-@dataclass
-class RefineState:
-    """A stream's refinement bookkeeping for its open segment (engine thread only).
-
-    Attributes:
-        agreement: the committed / tentative words.
-        prefix_tokens: Whisper tokens of ``agreement.committed`` (forced at the next decode).
-        draft_tokens: Whisper tokens of the newest decode's words after the committed ones
-            (``agreement.tentative``): the next refinement's greedy decode takes them where
-            each is its own choice, in its prompt's decoder call (`RefineJob.draft`).
-        in_flight: the job id of the refinement being decoded, or None.
-        refined_frames: segment-relative encoder frames the newest refinement saw.
-        requested_frames: ... the one in flight (or the newest) was asked for.
-        refined_at: monotonic time of the newest refinement's request (oldest goes first).
-        last_token_frame: segment-relative encoder frame after the newest CTC token.
-        num_refinements: refinements applied in this stream.
-    """
-
-    agreement: LocalAgreement = field(default_factory=LocalAgreement)
-    prefix_tokens: tuple[int, ...] = ()
-    draft_tokens: tuple[int, ...] = ()
-    in_flight: int | None = None
-    refined_frames: int = 0
-    requested_frames: int = 0
-    refined_at: float = 0.0
-    last_token_frame: int = 0
-    num_refinements: int = 0
-
-    def reset(self) -> None:
-        """A new segment: nothing refined or committed (a refinement in flight is stale)."""
-        self.agreement.reset()
-        self.prefix_tokens = self.draft_tokens = ()
-        self.in_flight = None
-        self.refined_frames = self.requested_frames = self.last_token_frame = 0
-
-
-@dataclass(frozen=True)
-class RefinedPartial:
-    """The three parts of a partial, each a space-joined run of words."""
-
-    stable: str
-    tentative: str
-    ctc: str
-
-    @property
-    def text(self) -> str:
-        return " ".join(part for part in (self.stable, self.tentative, self.ctc) if part)
-
-
-NO_WORDS = RefinedPartial("", "", "")  # what a segment shows before its first word
-
-
-def word_start_frames(tokenizer: Any, tokens: Sequence[int],
-                      timestamps: Sequence[int]) -> list[int]:
-    """The frame each word of a CTC hypothesis starts at (``oasr.decoding.words``' word times,
-    counted in frames)."""
-    return [int(start) for _, start, _ in ctc_word_times(tokenizer, tokens, timestamps, 0, 1.0)]
-
-
-def compose(state: RefineState | None, ctc_text: str, ctc_starts: Sequence[int],
-            lag_frames: int = 0) -> RefinedPartial:
-    """A partial from the refinement state and the current CTC hypothesis (its words and the
-    frame each starts at, segment-relative): the CTC words that start ``lag_frames`` or more
-    after the refined audio follow the refined ones."""
-    if state is None or not state.agreement.latest:
-        return RefinedPartial("", "", ctc_text)
-    words = ctc_text.split()
-    if len(words) == len(ctc_starts):
-        tail = [w for w, start in zip(words, ctc_starts, strict=True)
-                if start >= state.refined_frames + lag_frames]
-    else:  # the text's words and the tokens' words disagree (special units): no CTC tail
-        tail = []
-    return RefinedPartial(" ".join(state.agreement.committed),
-                          " ".join(state.agreement.tentative), " ".join(tail))
 
 
 class Refiner:
@@ -322,8 +157,8 @@ class Refiner:
 
     def __init__(self, config: RefineConfig, worker: Any, timing: Any, tokenizer: Any,
                  next_job_id: Callable[[], int],
-                 context_of: Callable[[Request, int], tuple[str, np.ndarray]] | None = None
-                 ) -> None:
+                 context_of: Callable[[LiveStream, int], tuple[str, np.ndarray]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         # the previous segment's final text and audio for a stream, with this many live
         # (`FinalPublisher.known_context`); None: refinements decode the segment alone
@@ -338,7 +173,7 @@ class Refiner:
         self._agree_frames = round(config.agree_gap_s / shift)
         self.num_refined_streams = 0  # streams that got a refinement in the last schedule
         self.avg_interval_s = 0.0  # seconds between a stream's refinements (moving average)
-        self._busy_mark = (time.monotonic(), 0.0, 0.0)  # (time, engine busy s, worker busy s)
+        self._busy_mark = (clock(), 0.0, 0.0)  # (time, engine busy s, worker busy s)
         self._busy_share = (0.0, 0.0)
 
     def new_state(self) -> RefineState:
@@ -346,26 +181,26 @@ class Refiner:
         return RefineState(agreement=LocalAgreement(agreeing=self.config.agreeing,
                                                     hold_words=self.config.hold_words))
 
-    def compose(self, request: Request, hypothesis: Hypothesis | None) -> RefinedPartial:
-        """The partial of ``request`` after a chunk: its CTC text is ``last_partial`` and
+    def compose(self, stream: LiveStream, hypothesis: Hypothesis | None) -> RefinedPartial:
+        """The partial of ``stream`` after a chunk: its CTC text is ``last_partial`` and
         ``hypothesis`` gives the words' times."""
         starts: list[int] = []
         if hypothesis is not None and self.tokenizer is not None:
             starts = word_start_frames(self.tokenizer, hypothesis.tokens, hypothesis.timestamps)
-        if hypothesis is not None and hypothesis.timestamps and request.refine is not None:
-            request.refine.last_token_frame = hypothesis.timestamps[-1] + 1
-        request.ctc_starts = starts
-        return self.parts(request)
+        if hypothesis is not None and hypothesis.timestamps and stream.refine is not None:
+            stream.refine.last_token_frame = hypothesis.timestamps[-1] + 1
+        stream.ctc_starts = starts
+        return self.parts(stream)
 
-    def parts(self, request: Request) -> RefinedPartial:
-        """The partial of ``request`` from its refinement and its latest CTC words."""
-        return compose(request.refine, request.last_partial, request.ctc_starts,
+    def parts(self, stream: LiveStream) -> RefinedPartial:
+        """The partial of ``stream`` from its refinement and its latest CTC words."""
+        return compose(stream.refine, stream.last_partial, stream.ctc_starts,
                        self._lag_frames)
 
-    def schedule(self, requests: dict[int, Request], now: float, engine_busy_s: float) -> None:
-        """Submit refinements for the streams due, those at a pause first, then the oldest
-        refined, within the budgets."""
-        live = [r for r in requests.values() if r.is_running and r.refine is not None]
+    def schedule(self, streams: Sequence[LiveStream], now: float, engine_busy_s: float) -> None:
+        """Submit refinements for the streams due (``streams``: every live one), those at a
+        pause first, then the oldest refined, within the budgets."""
+        live = [r for r in streams if r.is_running and r.refine is not None]
         if not live or len(live) > self.config.max_streams:
             return
         engine_share, worker_share = self._shares(now, engine_busy_s)
@@ -376,39 +211,39 @@ class Refiner:
         busy = bool(self.worker.backlog) or worker_share > self.config.worker_budget
         shift = self.timing.frame_shift_s
         due = []
-        for request in live:
-            state = request.refine
+        for stream in live:
+            state = stream.refine
             assert state is not None
-            frames = request.segment_frames
-            if (state.in_flight is not None or not request.last_partial
-                    or request.early is not None  # its answer refines the partial
+            frames = stream.segment_frames
+            if (state.in_flight is not None or not stream.last_partial
+                    or stream.early is not None  # its answer refines the partial
                     or frames * shift < self.config.min_audio_s):
                 continue
             at_pause = (state.requested_frames < state.last_token_frame
                         and frames - state.last_token_frame >= self._pause_frames)
             if at_pause or (not busy and (frames - state.requested_frames) * shift
                             >= self.config.interval_s):
-                due.append((not at_pause, state.refined_at, request, frames))
-        for later, _, request, frames in sorted(due, key=lambda d: d[:2]):
-            if not self._submit(request, frames, now, at_pause=not later,
-                                num_streams=len(requests)):
+                due.append((not at_pause, state.refined_at, stream, frames))
+        for later, _, stream, frames in sorted(due, key=lambda d: d[:2]):
+            if not self._submit(stream, frames, now, at_pause=not later,
+                                num_streams=len(streams)):
                 return
 
-    def _submit(self, request: Request, frames: int, now: float, at_pause: bool = False,
+    def _submit(self, stream: LiveStream, frames: int, now: float, at_pause: bool = False,
                 num_streams: int = 1) -> bool:
         per_frame = self.timing.samples_per_frame
-        start = request.segment_start_frame * per_frame
-        audio = request.audio.slice(start, start + frames * per_frame)
+        start = stream.segment_start_frame * per_frame
+        audio = stream.audio.slice(start, start + frames * per_frame)
         if audio is None or not audio.size:
             return True
-        state = request.refine
+        state = stream.refine
         assert state is not None
         context, context_audio = ("", audio[:0]) if self.context_of is None else (
-            self.context_of(request, num_streams))
-        job = RefineJob(self.next_job_id(), request.stream_id, request.segment,
+            self.context_of(stream, num_streams))
+        job = RefineJob(self.next_job_id(), stream.stream_id, stream.segment,
                         np.concatenate([context_audio, audio]), state.prefix_tokens, frames,
                         at_pause, context=context, context_samples=len(context_audio),
-                        draft=state.draft_tokens, ctc_text=request.last_partial)
+                        draft=state.draft_tokens, ctc_text=stream.last_partial)
         if not self.worker.try_submit_refine(job, self.config.max_in_flight):
             return False
         if state.refined_at:
@@ -416,10 +251,10 @@ class Refiner:
         state.in_flight, state.requested_frames, state.refined_at = job.job_id, frames, now
         return True
 
-    def apply(self, request: Request, done: RefineDone) -> bool:
-        """A refinement's result; True when the request's partial should be republished."""
-        state = request.refine
-        if state is None or state.in_flight != done.job_id or done.segment != request.segment:
+    def apply(self, stream: LiveStream, done: RefineDone) -> bool:
+        """A refinement's result; True when the stream's partial should be republished."""
+        state = stream.refine
+        if state is None or state.in_flight != done.job_id or done.segment != stream.segment:
             return False  # stale: the segment ended (its final is decoded on its own)
         state.in_flight = None
         if done.failed or done.num_frames < state.refined_frames:
@@ -430,12 +265,12 @@ class Refiner:
         state.num_refinements += 1
         return True
 
-    def apply_early(self, request: Request, done: SecondPassDone, num_frames: int) -> bool:
+    def apply_early(self, stream: LiveStream, done: SecondPassDone, num_frames: int) -> bool:
         """An early final decode's answer (``FinalPublisher.start_early``: the segment's audio
         up to ``num_frames`` at a pause, beam search on the whole window), taken as a
         refinement until the segment ends: the best text of the segment there is before its
         final. True when the partial should be republished."""
-        state = request.refine
+        state = stream.refine
         if state is None or not done.text or num_frames < state.refined_frames:
             return False
         return self._take(state, done.text, done.tokens, done.word_ends, num_frames)

@@ -19,12 +19,12 @@ from dataclasses import replace
 from oasr.audio import ChunkGeometry
 from oasr.decoding import EndpointDecision, Endpointer, Hypothesis, quietest_frame
 from oasr.engine.live.quiet_tail import QuietTail
-from oasr.engine.request import HeardPause, Request
+from oasr.engine.live.state import HeardPause, LiveStream
 
 
 class SegmentCuts:
     """Turns an `EndpointDecision` into the frame where the segment ends (stateless; the
-    energies live in each `Request`)."""
+    energies live in each `LiveStream`)."""
 
     def __init__(self, endpointer: Endpointer | None, geometry: ChunkGeometry,
                  quiet: QuietTail | None = None) -> None:
@@ -35,7 +35,7 @@ class SegmentCuts:
         self.max_rewind_frames = max(window, geometry.chunk_size) + geometry.chunk_size
         self.retain_feature_frames = self.max_rewind_frames * geometry.subsampling
 
-    def cut_frame(self, request: Request, decision: EndpointDecision) -> int:
+    def cut_frame(self, stream: LiveStream, decision: EndpointDecision) -> int:
         """Frames of the current segment that the ending segment keeps.
 
         A length cut looks no further back than the audio a refinement with committed words
@@ -44,54 +44,54 @@ class SegmentCuts:
         reaches the chunk's end, the segment ends there."""
         if not decision.is_length_cut or self.endpointer is None:
             return decision.cut_frame
-        start = request.segment_start_frame
+        start = stream.segment_start_frame
         end = start + decision.cut_frame
-        refine = request.refine
+        refine = stream.refine
         committed = refine.refined_frames if refine and refine.agreement.committed else 0
         lo = max(start + 1, end - self.endpointer.max_cut_window_frames, start + committed)
-        energy = request.energy.span(lo, end)
+        energy = stream.energy.span(lo, end)
         if len(energy) == 0:
             return decision.cut_frame
         return lo + quietest_frame(energy) - start + 1  # the segment keeps the quiet frame
 
     @staticmethod
-    def refined_before(request: Request, cut: int) -> bool:
+    def refined_before(stream: LiveStream, cut: int) -> bool:
         """Whether the newest refinement heard no word after ``cut`` of the segment's frames,
         so a segment ending there holds the audio of its refined words: the refinement heard
         no further than the cut, or heard only silence after it (no CTC token there: a
         sentence pause cut in its middle, the refinement made at that pause)."""
-        refine = request.refine
+        refine = stream.refine
         if refine is None or refine.refined_frames <= cut:
             return True
-        step = request.last_step
+        step = stream.last_step
         if step is None:
             return False
         return not any(cut <= frame < refine.refined_frames for frame in step.hypothesis.timestamps)
 
     @staticmethod
-    def forget_words_past(request: Request, cut: int) -> None:
+    def forget_words_past(stream: LiveStream, cut: int) -> None:
         """The segment ends after ``cut`` of its frames: when the newest refinement heard a
         word after the cut, its words may lie there, so the final is decoded without them,
         neither the committed ones forced nor the tentative ones as a draft."""
-        refine = request.refine
-        if refine is not None and not SegmentCuts.refined_before(request, cut):
+        refine = stream.refine
+        if refine is not None and not SegmentCuts.refined_before(stream, cut):
             refine.prefix_tokens = refine.draft_tokens = ()
 
-    def heard_pause(self, request: Request, hyp: Hypothesis | None) -> int:
+    def heard_pause(self, stream: LiveStream, hyp: Hypothesis | None) -> int:
         """The pause after the open segment's last word as its audio tells it, in frames: the
         quiet frames that end the audio received, after the sound of the word that holds
         ``hyp``'s last CTC token (`QuietTail.pause_after_speech` from that token on); 0 when
         the audio cannot tell (no quiet rules, no token, a pause not clearly quieter than
         the word). A CTC token comes before its word's sound ends (by up to a quarter of a
         second), so a pause counted from it is a breath's length too long."""
-        endpointer = request.endpointer or self.endpointer
+        endpointer = stream.endpointer or self.endpointer
         if self.quiet is None or endpointer is None or hyp is None or not hyp.timestamps:
             return 0
-        token = request.segment_start_frame + hyp.timestamps[-1]
-        return self.quiet.pause_after_speech(request.energy, token,
+        token = stream.segment_start_frame + hyp.timestamps[-1]
+        return self.quiet.pause_after_speech(stream.energy, token,
                                              endpointer.config.frame_shift_s)
 
-    def in_quiet(self, request: Request) -> tuple[EndpointDecision | None, HeardPause | None]:
+    def in_quiet(self, stream: LiveStream) -> tuple[EndpointDecision | None, HeardPause | None]:
         """Between chunks: the endpoint a silence rule decides when the quiet frames after
         the stream's last chunk count as silence (its cut within the decoded audio), and the
         pause heard so far (None when nothing new arrived or no pause is heard).
@@ -100,19 +100,19 @@ class SegmentCuts:
         audio), or, when the audio after the last chunk holds the end of a word the CTC pass
         has not decoded yet, it is the quiet after that word (`QuietTail.pause_after_speech`:
         an early final can start then, not a chunk later; no endpoint rule counts it)."""
-        step, endpointer = request.last_step, request.endpointer or self.endpointer
-        held = request.energy.num_frames
-        if (self.quiet is None or step is None or endpointer is None or request.input_ended
-                or held == request.quiet_checked_at or not step.stats.has_speech):
+        step, endpointer = stream.last_step, stream.endpointer or self.endpointer
+        held = stream.energy.num_frames
+        if (self.quiet is None or step is None or endpointer is None or stream.input_ended
+                or held == stream.quiet_checked_at or not step.stats.has_speech):
             return None, None
-        request.quiet_checked_at = held
-        stats, decoded_end = step.stats, request.num_frames_decoded
+        stream.quiet_checked_at = held
+        stats, decoded_end = step.stats, stream.num_frames_decoded
         shift = endpointer.config.frame_shift_s
-        run = self.quiet.quiet_run(request.energy, decoded_end,
+        run = self.quiet.quiet_run(stream.energy, decoded_end,
                                    stats.num_trailing_blank_frames, shift)
         quiet = run.frames
         if not quiet:
-            after = self.quiet.pause_after_speech(request.energy, decoded_end, shift)
+            after = self.quiet.pause_after_speech(stream.energy, decoded_end, shift)
             if not after:
                 return None, None
             spoken_to = held - after + max(1, self.quiet.skip_frames(shift))
@@ -124,8 +124,8 @@ class SegmentCuts:
                            went_on=run.went_on)
         if decision is None or not endpointer.is_silence_rule(decision.rule):
             return None, pause  # (a length cut's rule has no silence)
-        return replace(decision, cut_frame=min(decision.cut_frame, request.segment_frames)), pause
+        return replace(decision, cut_frame=min(decision.cut_frame, stream.segment_frames)), pause
 
-    def forget_old_energy(self, request: Request) -> None:
+    def forget_old_energy(self, stream: LiveStream) -> None:
         """Drop energies no cut can reach any more."""
-        request.energy.discard_before(request.num_frames_decoded - self.max_rewind_frames)
+        stream.energy.discard_before(stream.num_frames_decoded - self.max_rewind_frames)

@@ -39,11 +39,12 @@ from oasr.decoding import (
     Hypothesis,
 )
 from oasr.decoding.decoder import WORD_BOUNDARY
-from oasr.engine.runner.capacity import check_pool_covers_slots
 from oasr.engine.config import EngineConfig
-from oasr.engine.families.dtypes import slow_dtype_reason
 from oasr.engine.families.base import ModelFamily, family_for
+from oasr.engine.families.dtypes import slow_dtype_reason
+from oasr.engine.runner.capacity import check_pool_covers_slots
 from oasr.engine.runner.graphs import CudaGraphBackend
+from oasr.engine.runner.memory import cache_config_for
 from oasr.engine.runner.model_runner import ModelRunner, StepOutput
 from oasr.engine.runner.padding import StepPadding, WidthLadder
 from oasr.engine.runner.transducer import TransducerStreams
@@ -105,8 +106,8 @@ class StreamResources:
         limit = family.max_positions
         if limit is not None and chunk > limit:
             raise ValueError(f"chunk_size {chunk} exceeds the model's {limit} positions")
-        cache_config = config.build_cache_config(family.kv_geometry(), device, dtype, chunk,
-                                                  max_stream_frames=limit)
+        cache_config = cache_config_for(config, family.kv_geometry(), device, dtype, chunk,
+                                        max_stream_frames=limit)
         if family.paged_kv:
             check_pool_covers_slots(cache_config)
         lanes = 1 if config.resolve_pad_cohorts(device) else 0  # the padding lane (padding.py)

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from oasr.decoding.words import word_probabilities
 from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.engine.second_pass.jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
-from oasr.decoding.words import word_probabilities
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.text.sentences import as_context
 from oasr.text.wer import normalize_transcript

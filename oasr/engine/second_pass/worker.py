@@ -32,14 +32,13 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.engine.second_pass.jobs import (
     Answer,
@@ -54,42 +53,16 @@ from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
 if TYPE_CHECKING:
-    from oasr.engine.families.base import FrameTiming
-    from oasr.engine.request import Request
     from oasr.engine.second_pass.process import WhisperProcessSpec
 
 __all__ = ["MAX_SEGMENT_S", "RefineDone", "RefineJob", "SecondPassDone", "SecondPassJob",
-           "SecondPassWorker", "YieldRule", "second_pass_threads"]
+           "SecondPassWorker", "second_pass_threads"]
 
 logger = logging.getLogger(__name__)
 
 MAX_SEGMENT_S = 30.0  # Whisper's window: longer segments keep their CTC text
 # a final that has waited this long while the streaming step is behind keeps its CTC text
 SECOND_PASS_MAX_HOLD_S = 3.0
-
-
-@dataclass(frozen=True)
-class YieldRule:
-    """When the second pass waits for the streaming step (``EngineConfig.second_pass_yield_s``):
-    while some live stream has more than ``limit_samples`` of audio received and not decoded
-    (a chunk, the encoder's right context and the yield margin), the step is behind real time.
-    """
-
-    limit_samples: int
-    samples_per_frame: int
-
-    @classmethod
-    def of(cls, yield_s: float | None, chunk_size: int, timing: FrameTiming) -> YieldRule | None:
-        """The rule for ``chunk_size``-frame chunks; None (never wait) when ``yield_s`` is."""
-        if yield_s is None:
-            return None
-        chunk_s = chunk_size * timing.frame_shift_s
-        return cls(round((chunk_s + yield_s) * MODEL_SAMPLE_RATE) + timing.right_context_samples,
-                   timing.samples_per_frame)
-
-    def is_behind(self, requests: Iterable[Request]) -> bool:
-        return any(r.num_samples_received - r.num_frames_decoded * self.samples_per_frame
-                   > self.limit_samples for r in requests if r.is_running)
 
 
 def second_pass_threads(engine_threads: int) -> int:
