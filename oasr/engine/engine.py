@@ -373,7 +373,7 @@ def build_live_policy(config: EngineConfig, resources: StreamResources,
                                        config.second_pass_decode_config(), guard,
                                        config.num_threads, config.second_pass_fast_backlog,
                                        config.second_pass_process, config.second_pass_nice,
-                                       config.second_pass_processes)
+                                       config.second_pass_processes, clock)
     timing, tokenizer = resources.family.timing, resources.family.tokenizer
     finals = FinalPublisher(worker, timing, tokenizer, config.final_context_s,
                             config.early_final_s, config.resolved_light_load_streams,

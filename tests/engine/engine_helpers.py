@@ -37,6 +37,20 @@ class Collector:
         return [e.text for e in self.of_type(stream_id, Final)]
 
 
+class FakeClock:
+    """Monotonic seconds that move only when a test says (``advance``): timing logic is
+    tested without sleeping."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def live_stream(stream_id: int = 1, sink=None) -> LiveStream:
     """A stream's live-text state over a bare request (no features, no windower), for the
     policy's unit tests: positions are set on ``stream.view``."""

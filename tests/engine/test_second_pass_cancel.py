@@ -10,6 +10,7 @@ engine's process and in a process of its own.
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,11 +34,14 @@ class LongDecoder(ScriptedDecoder):
         self.cancelled: Callable[[int], bool] = lambda job_id: False  # the loop sets it
         self.num_cancelled = 0
         self.aborted: list[int] = []
+        self.in_long_step = threading.Event()  # set when a long step begins (this process)
 
     def step(self) -> list[object]:
         with self._lock:
             long = [j for j in self._pending if j not in self.released]
         deadline = time.monotonic() + LONG_DECODE_S
+        if long:
+            self.in_long_step.set()
         while long and time.monotonic() < deadline:
             if all(self.cancelled(j) for j in long):
                 self.num_cancelled += 1
@@ -62,11 +66,12 @@ def child_long(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step: 
     child_main(spec, commands, answers, may_step, _long)
 
 
-def _abort_the_long_decode(worker: SecondPassWorker, out: queue.Queue[SecondPassDone]) -> None:
-    """Job 1 decodes long; abort it 0.5 s in, submit job 2: 2 is answered long before the
-    long step would have ended."""
+def _abort_the_long_decode(worker: SecondPassWorker, out: queue.Queue[SecondPassDone],
+                           in_long_step: Callable[[], bool]) -> None:
+    """Job 1 decodes long; abort it once its long step began (``in_long_step`` waits for
+    that), submit job 2: 2 is answered long before the long step would have ended."""
     assert worker.try_submit(_job(1, _voice(0.5)))
-    time.sleep(0.5)  # the decoder is in its long step now
+    assert in_long_step(), "the long step did not begin"
     worker.abort(1)
     assert worker.try_submit(_job(2, _voice(0.5)))
     done = out.get(timeout=LONG_DECODE_S / 2)  # long before the long step would end
@@ -79,7 +84,7 @@ def test_an_aborted_decode_is_given_up_midway_on_a_thread() -> None:
     out: queue.Queue[SecondPassDone] = queue.Queue()
     worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8)
     assert decoder.cancelled(1) is False  # set by the loop: nothing aborted yet
-    _abort_the_long_decode(worker, out)
+    _abort_the_long_decode(worker, out, lambda: decoder.in_long_step.wait(5))
     assert decoder.num_cancelled == 1
     assert decoder.aborted == [1]  # the abort taken during the step is still handled after it
     assert decoder.submitted.keys() == {1, 2}
@@ -91,7 +96,9 @@ def test_an_aborted_decode_is_given_up_midway_on_a_thread() -> None:
 
 def test_an_aborted_decode_is_given_up_midway_in_a_process() -> None:
     worker, out = _in_process(child_long)
-    _abort_the_long_decode(worker, out)
+    # the child's decoder is spawned, out of reach of an event: the long step has begun
+    # once the child has taken the job and half a second has passed
+    _abort_the_long_decode(worker, out, lambda: time.sleep(0.5) is None)
     deadline = time.monotonic() + 5
     while worker.counters.num_cancelled != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -104,7 +111,7 @@ def test_a_stop_during_a_long_decode_ends_it() -> None:
     out: queue.Queue[SecondPassDone] = queue.Queue()
     worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8)
     assert worker.try_submit(_job(1, _voice(0.5)))
-    time.sleep(0.3)
+    assert decoder.in_long_step.wait(5)
     started = time.monotonic()
     worker.stop(timeout=LONG_DECODE_S)
     assert time.monotonic() - started < LONG_DECODE_S / 2

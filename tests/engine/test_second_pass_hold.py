@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from engine_helpers import FakeClock
 from test_second_pass_worker import ScriptedDecoder, _job, _voice
 
 from oasr.engine import ASREngine, EngineConfig
@@ -53,7 +54,9 @@ def test_a_held_worker_takes_jobs_but_does_not_step() -> None:
     worker.hold(True)
     decoder.release(1)
     assert worker.try_submit(_job(1, _voice(0.5)))
-    time.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while 1 not in decoder.submitted and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert 1 in decoder.submitted and decoder.num_steps == 0  # taken, not decoded
     with pytest.raises(queue.Empty):
         out.get(timeout=0.1)
@@ -66,12 +69,17 @@ def test_a_held_worker_takes_jobs_but_does_not_step() -> None:
 def test_a_final_held_too_long_keeps_its_ctc_text(monkeypatch: pytest.MonkeyPatch) -> None:
     decoder = CountingDecoder({1: "one", 2: "two"})
     out: queue.Queue[SecondPassDone] = queue.Queue()
-    worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8)
+    clock = FakeClock()
+    worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8, clock=clock)
     worker.hold(True)
-    old = replace(_job(1, _voice(0.5)), submitted_at=time.monotonic() - SECOND_PASS_MAX_HOLD_S - 1)
-    assert worker.try_submit(old)
-    assert worker.try_submit(replace(_job(2, _voice(0.5)), submitted_at=time.monotonic()))
-    worker.hold(True)  # the engine says so again after its next step
+    assert worker.try_submit(replace(_job(1, _voice(0.5)), submitted_at=clock()))
+    clock.advance(SECOND_PASS_MAX_HOLD_S - 1)
+    assert worker.try_submit(replace(_job(2, _voice(0.5)), submitted_at=clock()))
+    worker.hold(True)  # held again after the next step, before job 1 has waited its limit
+    with pytest.raises(queue.Empty):
+        out.get(timeout=0.1)
+    clock.advance(2)  # job 1 has waited past the limit, job 2 has not
+    worker.hold(True)
     expired = out.get(timeout=5)
     assert (expired.job_id, expired.text, expired.source) == (1, None, "ctc")
     assert worker.num_expired == 1 and worker.backlog == 1  # job 2 still waits
@@ -206,8 +214,10 @@ def test_a_process_goes_on_after_ctrl_c() -> None:
     # Ctrl-C in a terminal reaches the whole process group; the server drains on it and its
     # streams' finals still need Whisper
     worker, out = _in_process(child_scripted)
-    os.kill(worker._runner.process.pid, signal.SIGINT)  # type: ignore[attr-defined]
-    time.sleep(0.5)
+    process = worker._runner.process  # type: ignore[attr-defined]
+    os.kill(process.pid, signal.SIGINT)
+    process.join(0.5)  # a child that Ctrl-C ends would be gone by then
+    assert process.is_alive()
     assert worker.try_submit(_job(1, _voice(0.5)))
     assert out.get(timeout=20).text == "from the child"
     worker.stop()

