@@ -1,7 +1,8 @@
 """Achieved encoder GFLOP/s at a batch size, against this machine's measured matmul peak.
 
 FLOPs are counted by torch's ``FlopCounterMode`` on one real batched forward (matmuls, linear
-layers and convolutions: the operations that carry the arithmetic); the same forward is then
+layers and convolutions: the operations that carry the arithmetic; oneDNN's fused linears and
+the CPU flash attention through `EXTRA_FLOP_FORMULAS`); the same forward is then
 timed, alternating with the peak measurement (the best rate of large square matmuls in the
 model's dtype on the same device and thread count) so both see the same machine load.
 """
@@ -27,6 +28,28 @@ from oasr.benchmarks.history import speech_windows
 from oasr.benchmarks.workload import BenchModel
 from oasr.models.checkpoint import WHISPER_CTC
 from oasr.models.whisper_ctc import WhisperCtcConfig
+
+
+def _fused_linear_flops(*shapes: object, out_shape: tuple[int, ...], **_: object) -> int:
+    """``mkldnn::_linear_pointwise`` (and ``.binary``): X (..., K) by W (N, K) -> (..., N)."""
+    x_shape = shapes[0]
+    assert isinstance(x_shape, tuple | torch.Size)
+    return 2 * math.prod(out_shape) * int(x_shape[-1])
+
+
+def _cpu_flash_flops(q_shape: tuple[int, ...], k_shape: tuple[int, ...],
+                     v_shape: tuple[int, ...], *_: object, out_shape: object = None,
+                     **__: object) -> int:
+    """CPU flash attention, q (B, H, T, D) over k, v (B, H, L, D): Q K^T and P V."""
+    b, h, t, d = q_shape
+    return 2 * b * h * t * k_shape[2] * d + 2 * b * h * t * k_shape[2] * v_shape[3]
+
+
+# ops torch's FlopCounterMode has no formula for (it would count them as 0)
+EXTRA_FLOP_FORMULAS = {
+    torch.ops.mkldnn._linear_pointwise: _fused_linear_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_flops,
+}
 
 
 def whisper_ctc_flops(config: WhisperCtcConfig, chunk_frames: int, history_frames: int) -> int:
@@ -117,7 +140,7 @@ def measure_compute(bench: BenchModel, audio_dir: Path, num_streams: int, histor
         plan = driver.plan()
         runner.prepare(plan)
         saved = snapshot_states(driver.resources)
-        counter = FlopCounterMode(display=False)
+        counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS)
         with counter:
             runner.forward(plan)
         seconds, peak = math.inf, 0.0

@@ -63,7 +63,13 @@ def format_markdown(result: dict[str, Any]) -> str:
         ["max real-time streams (engine)", str(h["max_realtime_streams"]), ">= 200"],
         [f"paged per-chunk cost, chunk {late} / chunk 10 (left 4{limit})", _fmt(left4, 2),
          "<= 1.10 (at chunk 200)"],
-        ["encoder GFLOP/s / matmul peak", _fmt(h["gflops_fraction_of_peak"], 2), "-"],
+        ["encoder GFLOP/s / matmul peak", _fmt(h["gflops_fraction_of_peak"], 2), ">= 0.50"],
+        *([["real-time streams / compute ceiling "
+            f"({h['max_realtime_streams']} / {h['realtime_ceiling_streams']:,})",
+            _fmt(h["realtime_share_of_ceiling"], 2), ">= 0.45"]]
+          if h.get("realtime_share_of_ceiling") is not None else []),
+        *([["matrix multiplies' share of the step's op time", _fmt(h["gemm_share"], 2),
+            ">= 0.60"]] if h.get("gemm_share") is not None else []),
     ])
     out += ["Throughput (audio seconds per wall second; one chunk of every stream per step):", ""]
     out += _table(["streams", "engine (batched paged)", "dense loop (one at a time)", "speedup",
@@ -90,8 +96,12 @@ def format_markdown(result: dict[str, Any]) -> str:
                    for p in result["realtime_probes"]])
     out += _compute_table(result["compute"])
     out += _memory_tables(result)
-    if result.get("profile"):
-        out += _profile_table(result["profile"], family)
+    prof = result.get("profile")
+    if prof and prof.get("ops"):
+        out += ops_table(prof)
+    components = prof.get("components", prof if "ms" in prof else None) if prof else None
+    if components:
+        out += _profile_table(components, family)
     if result.get("frontends"):
         out += frontends_table(result["frontends"])
     if result.get("second_pass"):
@@ -133,6 +143,18 @@ PROFILE_LABELS = {
                     "attention": "model call / encoder blocks (attention + FFN)",
                     "paged_attention": "model call / blocks / paged_attention"},
 }
+
+
+def ops_table(prof: dict[str, Any]) -> list[str]:
+    """The per-op profile: each top op's share of the step's op CPU time."""
+    out = [f"Where a {prof['num_streams']}-stream step's time goes, by torch op "
+           f"({prof['dtype']}, torch.profiler over {prof['steps']} steps; ops "
+           f"{_fmt(prof['ops_ms'])} of {_fmt(prof['step_ms'])} ms per step, "
+           f"matrix multiplies {100 * prof['gemm_share']:.0f}% of the ops'):", ""]
+    return out + _table(["op", "share", "ms per step", "calls per step"],
+                        [[f"`{op['name']}`", f"{100 * op['share']:.1f}%",
+                          _fmt(op["ms_per_step"], 2), _fmt(op["calls_per_step"], 0)]
+                         for op in prof["ops"]])
 
 
 def _profile_table(prof: dict[str, Any], family: str) -> list[str]:
@@ -202,6 +224,8 @@ def _slot_runtime_tables(result: dict[str, Any]) -> list[str]:
     out += _table(["streams", "step ms", "real-time"],
                   [[str(p["num_streams"]), _fmt(p["step_ms"]), "yes" if p["is_realtime"] else "no"]
                    for p in result["realtime_probes"]])
+    if result.get("profile"):
+        out += ops_table(result["profile"])
     return out + [f"Not measured: {result['not_applicable']}.", ""]
 
 

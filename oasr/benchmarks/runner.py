@@ -1,8 +1,9 @@
 """``oasr bench``: every benchmark in one run on the same machine and model.
 
-``--quick`` runs the four headline measurements small enough to finish in about a minute;
-the full run adds every stream count, the dense and unlimited-history curves, the step
-profile, the frontends' cost, the second pass and the server load. ``--json`` prints one JSON
+``--quick`` runs the four headline measurements small enough to finish in about a minute,
+and the per-op profile of a 64-stream step; the full run adds every stream count, the dense
+and unlimited-history curves, the per-component step profile, the frontends' cost, the
+second pass and the server load. ``--json`` prints one JSON
 object on stdout (tables and progress go to stderr). Both encoder families are measured the
 same way; the family comes from the model (``--model``), or ``--family`` picks a bundled
 architecture (the bundled checkpoint when it is of that family, else seeded random weights).
@@ -25,11 +26,11 @@ from typing import Any
 
 import torch
 
-from oasr.benchmarks.compute import measure_compute
+from oasr.benchmarks.compute import ComputeResult, measure_compute
 from oasr.benchmarks.features import blas_threads, measure_frontends
 from oasr.benchmarks.history import history_checkpoints, measure_history
 from oasr.benchmarks.memory import check_steady_state, kv_bytes
-from oasr.benchmarks.profile import profile_engine_step
+from oasr.benchmarks.profile import profile_engine_step, profile_step_ops
 from oasr.benchmarks.report import format_markdown, machine_description
 from oasr.benchmarks.throughput import find_max_realtime_streams, measure_throughput
 from oasr.benchmarks.workload import (
@@ -215,13 +216,17 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
     compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 5, config.device)
     steady = check_steady_state(bench, audio_dir, min(16, biggest.num_streams),
                                 device=config.device)
+    n = min(HEADLINE_STREAMS, biggest.num_streams)
+    _log(f"per-op profile: {n} streams ({config.dtype})")
+    ops = profile_step_ops(speed, audio_dir, n, warmup=2, steps=2 if config.quick else 4,
+                           device=config.device, dtype=config.dtype)
     profile = frontends = None
     if not config.quick:
-        n = min(HEADLINE_STREAMS, biggest.num_streams)
         _log(f"profile: {n} streams")
         profile = profile_engine_step(bench, audio_dir, n, device=config.device)
         frontends = measure_frontends(audio_dir)
     headline_row = next((r for r in rows if r.num_streams == HEADLINE_STREAMS), biggest)
+    ceiling = realtime_ceiling(compute, bench.chunk_seconds)
     return {
         "headline": {
             "speedup_batched_vs_sequential": headline_row.speedup,
@@ -229,6 +234,9 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
             "max_realtime_streams": max_rt,
             **history.pop("headline"),
             "gflops_fraction_of_peak": compute.fraction_of_peak,
+            "realtime_ceiling_streams": ceiling,
+            "realtime_share_of_ceiling": max_rt / ceiling if ceiling else None,
+            "gemm_share": ops.gemm_share,
         },
         "throughput": [_record(r, "speedup") for r in rows],
         **history,
@@ -236,9 +244,18 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
         "compute": _record(compute, "gflops", "fraction_of_peak"),
         "kv_bytes": _record(kv_bytes(bench, device=config.device)),
         "steady_state": _record(steady, "allocates_no_cache_tensors"),
-        "profile": _record(profile, "shares") if profile is not None else None,
+        "profile": _record(ops) | {
+            "components": _record(profile, "shares") if profile is not None else None},
         "frontends": _record(frontends, "log_mel_vs_fbank") if frontends is not None else None,
     }
+
+
+def realtime_ceiling(compute: ComputeResult, chunk_seconds: float) -> int:
+    """Streams a step running at the matmul peak would serve in real time: the peak's GFLOP
+    per chunk of audio over one stream-chunk's GFLOP (the counted forward's, at its history).
+    What ``max_realtime_streams`` is measured against (its share of this ceiling)."""
+    per_stream_chunk = compute.gflop_per_step / compute.num_streams
+    return int(compute.peak_gflops * chunk_seconds / per_stream_chunk)
 
 
 def _slot_runtime_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path,
@@ -248,6 +265,10 @@ def _slot_runtime_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: 
     K/V bytes, the paged steady state, the FLOP count and profile of the paged step) do not
     apply: its per-stream state is fixed-size by construction, reported as state bytes."""
     biggest = max(rows, key=lambda r: r.num_streams)
+    n = min(HEADLINE_STREAMS, biggest.num_streams)
+    _log(f"per-op profile: {n} streams ({config.dtype})")
+    ops = profile_step_ops(bench, audio_dir, n, warmup=2, steps=2 if config.quick else 4,
+                           device=config.device, dtype=config.dtype)
     _log(f"real-time streams: search from {max(1, int(biggest.engine_rate * 0.9))}")
     max_rt, probes = find_max_realtime_streams(
         bench, audio_dir, max(1, int(biggest.engine_rate * 0.9)), warmup=2,
@@ -264,12 +285,15 @@ def _slot_runtime_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: 
             "max_realtime_streams": max_rt,
             "slot_state_bytes_per_stream_fp32": state_bytes,
             "num_state_tensors": len(specs),
+            "gemm_share": ops.gemm_share,
         },
         "throughput": [_record(r, "speedup") for r in rows],
         "history": [],
         "realtime_probes": [_record(p, "is_realtime") for p in probes],
-        "not_applicable": "history, compute, kv_bytes, steady_state, profile: paged-pool "
-                          "measurements; this family keeps no paged K/V (slot runtime)",
+        "profile": _record(ops) | {"components": None},
+        "not_applicable": "history, compute, kv_bytes, steady_state, the profile's components: "
+                          "paged-pool measurements; this family keeps no paged K/V (slot "
+                          "runtime)",
     }
 
 

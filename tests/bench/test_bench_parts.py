@@ -113,6 +113,30 @@ def test_step_profile_splits_the_step_into_its_parts(tiny: BenchModel, audio_dir
     assert ms["rest"] >= 0
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_op_profile_shares_the_step_among_its_ops(tiny_whisper: BenchModel, audio_dir: Path,
+                                                  dtype: str) -> None:
+    """The per-op profile lists the step's ops by share of its op time, and counts the matrix
+    multiplies of whichever path the dtype takes (aten's on float32; oneDNN's fused linears
+    on bfloat16 where the CPU multiplies it natively) as GEMMs."""
+    from oasr.benchmarks.profile import GEMM_OPS, profile_step_ops
+    from oasr.models.fused_linear import fusable
+
+    prof = profile_step_ops(tiny_whisper, audio_dir, num_streams=2, warmup=2, steps=2,
+                            device="cpu", dtype=dtype)
+    assert prof.dtype == dtype and prof.num_streams == 2 and prof.steps == 2
+    names = [op.name for op in prof.ops]
+    assert len(set(names)) == len(names)
+    assert all(op.calls_per_step > 0 and op.ms_per_step >= 0 for op in prof.ops)
+    assert sum(op.share for op in prof.ops) <= 1 + 1e-9
+    listed_gemm = sum(op.share for op in prof.ops if op.name in GEMM_OPS)
+    assert 0 < listed_gemm <= prof.gemm_share < 1
+    fused = dtype == "bfloat16" and fusable(torch.zeros(1, dtype=torch.bfloat16))
+    assert ("mkldnn::_linear_pointwise" if fused else "aten::addmm") in names
+    # the weights were packed in the warm-up (the first forward), not in the profiled steps
+    assert "mkldnn::_reorder_linear_weight" not in names
+
+
 def test_partial_latency_matches_in_order_and_counts_strangers() -> None:
     timeline = _Timeline()
     timeline.marks = [(1600, 10.0), (3200, 10.1), (4800, 10.2)]

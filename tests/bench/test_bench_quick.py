@@ -13,7 +13,8 @@ from oasr.cli import main
 HEADLINE_KEYS = {"speedup_batched_vs_sequential", "max_realtime_streams",
                  "paged_cost_ratio_chunk200_vs_chunk10_left4",
                  "paged_cost_ratio_late_vs_chunk10_left4", "history_late_chunk",
-                 "gflops_fraction_of_peak"}
+                 "gflops_fraction_of_peak", "realtime_ceiling_streams",
+                 "realtime_share_of_ceiling", "gemm_share"}
 
 
 @pytest.mark.parametrize(("family", "family_id", "late", "chunk_frames"), [
@@ -53,5 +54,18 @@ def test_quick_json_has_the_headline_keys(audio_dir: Path, tmp_path: Path,
     assert kv["bytes_per_block"] == kv["allocator_bytes_per_block"]
     assert kv["bytes_per_block"] == chunk_frames * kv["bytes_per_frame"]
     assert result["steady_state"]["allocates_no_cache_tensors"] is True
+    # the per-op profile of the step: top ops by share, the matrix multiplies' share
+    prof = result["profile"]
+    assert prof["num_streams"] == 2 and prof["components"] is None  # --quick: no cProfile
+    ops = prof["ops"]
+    assert 0 < len(ops) <= 12 and all(set(op) >= {"name", "share"} for op in ops)
+    shares = [op["share"] for op in ops]
+    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
+    assert 0 < prof["gemm_share"] < 1 and headline["gemm_share"] == prof["gemm_share"]
+    assert 0 < prof["ops_ms"] <= prof["step_ms"] * 1.05  # op time is part of the wall time
+    assert headline["realtime_ceiling_streams"] > 0
+    assert headline["realtime_share_of_ceiling"] == pytest.approx(
+        headline["max_realtime_streams"] / headline["realtime_ceiling_streams"])
     text = markdown.read_text()
     assert "| streams |" in text and f"chunk {late} / chunk 10" in text
+    assert "by torch op" in text and f"`{ops[0]['name']}`" in text
