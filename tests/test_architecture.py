@@ -1,4 +1,5 @@
-"""Layers import only downward: every import in ``oasr/`` and ``backend/``, read with `ast`.
+"""Layers import only downward, and no module imports itself back: every import in ``oasr/``
+and ``backend/``, read with `ast`.
 
 `TIERS` is the one place the allowed directions are written; docs/architecture.md ("Layers and
 allowed imports") draws the same table, and `test_the_docs_draw_these_tiers` keeps the two equal.
@@ -26,6 +27,14 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("oasr.text", "oasr.audio", "oasr.fmha"),
     ("oasr.lm", "oasr.cache"),
     ("oasr.decoding", "oasr.models"),
+    # the engine, bottom up: its events and the model families; the Whisper runtime (jobs,
+    # not streams); the live-text policy; the engine's config; the runner (one batched
+    # paged encoder call); the loop core on top (oasr.engine's own modules)
+    ("oasr.engine.events", "oasr.engine.families"),
+    ("oasr.engine.second_pass",),
+    ("oasr.engine.live",),
+    ("oasr.engine.config",),
+    ("oasr.engine.runner",),
     ("oasr.engine",),
     ("oasr.benchmarks",),
     ("oasr.cli", "oasr"),
@@ -121,6 +130,96 @@ def find_violations(root: Path) -> list[Violation]:
     return found
 
 
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the first-party modules it imports (anywhere in the file), for every module
+    under ``root``/oasr and ``root``/backend; a package's own name stands for its __init__."""
+    modules: dict[str, tuple[Path, bool]] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            modules[_module_name(path, root)[0]] = (path, path.name == "__init__.py")
+
+    def known(name: str) -> str | None:  # `from pkg.mod import Name`: the module pkg.mod
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_package) in modules.items():
+        targets: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(known(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = module.split(".") if is_package else module.split(".")[:-1]
+                    anchor = package[:len(package) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                # `from pkg import mod` imports the module pkg.mod
+                targets.update(known(f"{base}.{alias.name}") for alias in node.names)
+        graph[module] = {t for t in targets if t is not None and t != module
+                         and t.split(".")[0] in PACKAGES}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (each an import circle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_import_circle() -> None:
+    cycles = import_cycles(import_graph(REPO_ROOT))
+    assert not cycles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_circle_finder_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
+    files = {
+        "oasr/__init__.py": "",
+        "oasr/engine/__init__.py": "",
+        "oasr/engine/a.py": "from oasr.engine.b import B\n",
+        "oasr/engine/b.py": "def f():\n    from oasr.engine import c\n",  # lazy
+        "oasr/engine/c.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                             "    from oasr.engine.a import A\n"),  # types only
+        "oasr/engine/d.py": "from oasr.engine.a import A\n",  # below the circle, not in it
+        "backend/__init__.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert import_cycles(import_graph(tmp_path)) == [
+        ["oasr.engine.a", "oasr.engine.b", "oasr.engine.c"]]
+
+
 def test_layers_import_only_downward() -> None:
     violations = [v for v in find_violations(REPO_ROOT)
                   if (v.path, v.target_layer) not in PENDING_EXCEPTIONS]
@@ -162,7 +261,7 @@ def test_the_checker_finds_upward_sideways_lazy_and_type_checking_imports(tmp_pa
         (tmp_path / name).write_text(text)
     found = [str(v) for v in find_violations(tmp_path)]
     assert found == [
-        "oasr/cache/bad.py:7: oasr.cache imports oasr.engine.config (oasr.engine, upward)",
+        "oasr/cache/bad.py:7: oasr.cache imports oasr.engine.config (oasr.engine.config, upward)",
         "oasr/cache/bad.py:8: oasr.cache imports oasr.lm (oasr.lm, sideways)",
         "oasr/cache/bad.py:10: oasr.cache imports oasr.decoding (oasr.decoding, upward)",
         "oasr/cache/bad.py:12: oasr.cache imports backend.app (backend, upward)",

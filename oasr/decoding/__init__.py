@@ -1,7 +1,7 @@
 """CTC decoding: the batched streaming decoder and endpointing (tokenizers from `oasr.text`)."""
 
-from oasr.decoding.config import GpuDecoderConfig, Hypothesis
-from oasr.decoding.decoder import FrameStats, GpuStreamingDecoder, StreamStep
+from oasr.decoding.config import DecoderConfig, Hypothesis
+from oasr.decoding.decoder import FrameStats, GpuDecoderConfig, GpuStreamingDecoder, StreamStep
 from oasr.decoding.endpoint import (
     Endpoint,
     EndpointConfig,
@@ -30,6 +30,7 @@ __all__ = [
     "EndpointRule",
     "Endpointer",
     "FrameStats",
+    "DecoderConfig",
     "GpuDecoderConfig",
     "GpuStreamingDecoder",
     "Hypothesis",

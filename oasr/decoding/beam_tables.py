@@ -4,21 +4,45 @@ Built once per chunk so that a frame is a fixed, small set of tensor operations
 (`oasr.decoding.search`): `ScoreLayout`, index tables of where each hypothesis and candidate
 sits in the frame's score tensors; `candidate_tables`, everything the frames need that does
 not depend on the search (candidate tokens and log-probs, each token's candidate column), one
-`CandidateFrame` per frame; `FrameBuffers`, the score tensors every frame overwrites in place.
+`CandidateFrame` per frame, from the chunk's `ChunkFrames`; `FrameBuffers`, the score tensors every frame overwrites in place.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from oasr.decoding.config import GpuDecoderConfig
+from oasr.decoding.config import DecoderConfig
 from oasr.decoding.state import NEG_INF
 
-if TYPE_CHECKING:  # search.py imports this module; the chunk is only annotated here
-    from oasr.decoding.search import ChunkFrames
+
+@dataclass(frozen=True)
+class ChunkFrames:
+    """One chunk of log-probs prepared for searching.
+
+    Attributes:
+        log_probs: (B, T, V) float32, blank penalty applied.
+        valid: (B, T) bool, False on the padding frames past a row's length.
+        num_valid: (B,) int64 valid frames per row.
+        frame_index: (B, T) int64 frame number of each frame counted from the row's reset.
+        argmax: (B, T) int64 best token per frame.
+        max_log_prob: (B, T) float32 its log-prob.
+        top_log_probs, top_tokens: (B, T, C + 1) the frame's best C + 1 tokens, blank
+            included, best first (C = ``config.num_candidates``); None for greedy search.
+        all_valid: host bool, True when no row has padding (lets the search skip masking);
+            known without a device sync only when ``lengths`` is None or a CPU tensor.
+    """
+
+    log_probs: torch.Tensor
+    valid: torch.Tensor
+    num_valid: torch.Tensor
+    frame_index: torch.Tensor
+    argmax: torch.Tensor
+    max_log_prob: torch.Tensor
+    all_valid: bool
+    top_log_probs: torch.Tensor | None = None
+    top_tokens: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +108,7 @@ class CandidateFrame:
     slot: torch.Tensor
 
 
-def candidate_tables(chunk: ChunkFrames, config: GpuDecoderConfig) -> list[CandidateFrame]:
+def candidate_tables(chunk: ChunkFrames, config: DecoderConfig) -> list[CandidateFrame]:
     """Everything the frames of ``chunk`` need that does not depend on the search, computed
     for all frames at once (see `CandidateFrame`)."""
     lp = chunk.log_probs  # (B, T, V)

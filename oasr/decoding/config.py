@@ -5,13 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import torch
-
-    from oasr.decoding.decoder import GpuStreamingDecoder
-    from oasr.text.tokenizer import Tokenizer
+from typing import Any
 
 # The fusion weights a decoder uses when its config leaves them None and its LM files carry
 # no tuned values (the char LM's were tuned for the bundled Whisper-CTC model).
@@ -20,8 +14,9 @@ FUSION_FALLBACKS = {"lm_weight": 1.0, "lm_unit_bonus": 2.0, "word_lm_weight": 0.
 
 
 @dataclass(frozen=True)
-class GpuDecoderConfig:
-    """How `GpuStreamingDecoder` searches CTC log-probs.
+class DecoderConfig:
+    """How `GpuStreamingDecoder` searches CTC log-probs (the settings; `GpuDecoderConfig` is
+    the same with the factory that builds its decoder).
 
     Attributes:
         beam_size: hypotheses kept per stream. 1 is greedy search (argmax, collapse repeats,
@@ -103,25 +98,13 @@ class GpuDecoderConfig:
                 f"initial_token_capacity must be >= 1, got {self.initial_token_capacity}"
             )
 
-    def resolved(self, tuned: Mapping[str, float] | None = None) -> GpuDecoderConfig:
+    def resolved(self, tuned: Mapping[str, float] | None = None) -> DecoderConfig:
         """This config with every None fusion weight set: from ``tuned`` (an LM's tuned
         values), else `FUSION_FALLBACKS`."""
         tuned = tuned or {}
         values: dict[str, Any] = {name: tuned.get(name, fallback) for name, fallback in FUSION_FALLBACKS.items()
                   if getattr(self, name) is None}
         return replace(self, **values) if values else self
-
-    def build_decoder(self, tokenizer: Tokenizer | None = None,
-                      device: torch.device | str | None = None) -> GpuStreamingDecoder:
-        """A `GpuStreamingDecoder` running this config.
-
-        The factory `oasr.cache.CtcStateCacheManager` calls when it is handed a config (the
-        specification's ``CtcStateCacheManager(GpuDecoderConfig(beam_size=10))``): the cache
-        layer sits below decoding and never imports it, so the config builds its own decoder.
-        """
-        from oasr.decoding.decoder import GpuStreamingDecoder
-
-        return GpuStreamingDecoder(self, tokenizer, device)
 
     @property
     def is_greedy(self) -> bool:

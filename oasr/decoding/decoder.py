@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from oasr.decoding.config import GpuDecoderConfig, Hypothesis
+from oasr.decoding.config import DecoderConfig, Hypothesis
 from oasr.decoding.lm_fusion import LmFusion
 from oasr.decoding.partial_text import PartialTexts
 from oasr.decoding.search import beam_chunk, greedy_chunk, prepare_chunk, update_frame_stats
@@ -73,6 +73,24 @@ def _cols(buffer: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(part, (0, width - part.shape[-1]))
 
 
+
+@dataclass(frozen=True)
+class GpuDecoderConfig(DecoderConfig):
+    """A `DecoderConfig` that builds its own decoder (`build_decoder`).
+
+    The settings live in `DecoderConfig` so the search modules can read them without the
+    decoder; the factory lives here, beside the decoder it builds. `oasr.cache`'s
+    `CtcStateCacheManager` calls it when it is handed a config (``CtcStateCacheManager(
+    GpuDecoderConfig(beam_size=10))``): the cache layer sits below decoding and never
+    imports it.
+    """
+
+    def build_decoder(self, tokenizer: Tokenizer | None = None,
+                      device: torch.device | str | None = None) -> GpuStreamingDecoder:
+        """A `GpuStreamingDecoder` running this config."""
+        return GpuStreamingDecoder(self, tokenizer, device)
+
+
 class GpuStreamingDecoder:
     """Decodes CTC log-probs chunk by chunk for many streams at once, on any torch device.
 
@@ -99,7 +117,7 @@ class GpuStreamingDecoder:
 
     def __init__(
         self,
-        config: GpuDecoderConfig | None = None,
+        config: DecoderConfig | None = None,
         tokenizer: Tokenizer | None = None,
         device: torch.device | str | None = None,
         lm: CharNgramLm | DecoderLm | None = None,
@@ -135,7 +153,7 @@ class GpuStreamingDecoder:
         self._texts = PartialTexts()  # each stream's last partial text, extended as it grows
 
     @property
-    def config(self) -> GpuDecoderConfig:
+    def config(self) -> DecoderConfig:
         return self._config
 
     @property

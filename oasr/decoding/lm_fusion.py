@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from oasr.decoding.config import GpuDecoderConfig
+from oasr.decoding.config import DecoderConfig
 from oasr.decoding.state import DecoderState
 
 if TYPE_CHECKING:
@@ -48,10 +48,10 @@ class LmFusion:
     closer_ids: torch.Tensor | None = None
 
     @classmethod
-    def build(cls, both: DecoderLm, config: GpuDecoderConfig, device: torch.device,
+    def build(cls, both: DecoderLm, config: DecoderConfig, device: torch.device,
               boundary_id: int | None) -> LmFusion:
         """Tables of ``both`` on ``device`` with ``config``'s weights (a config already
-        `GpuDecoderConfig.resolved` against ``both.fusion_defaults``, as the decoder holds)."""
+        `DecoderConfig.resolved` against ``both.fusion_defaults``, as the decoder holds)."""
         assert config.lm_weight is not None and config.lm_unit_bonus is not None
         assert config.word_lm_weight is not None and config.word_oov_penalty is not None
         vocab = len(both.units)

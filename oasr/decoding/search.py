@@ -20,8 +20,14 @@ from dataclasses import dataclass
 
 import torch
 
-from oasr.decoding.beam_tables import CandidateFrame, FrameBuffers, ScoreLayout, candidate_tables
-from oasr.decoding.config import GpuDecoderConfig
+from oasr.decoding.beam_tables import (
+    CandidateFrame,
+    ChunkFrames,
+    FrameBuffers,
+    ScoreLayout,
+    candidate_tables,
+)
+from oasr.decoding.config import DecoderConfig
 from oasr.decoding.lm_fusion import LmFusion
 from oasr.decoding.state import (
     HASH_MULTIPLIER,
@@ -32,39 +38,11 @@ from oasr.decoding.state import (
 )
 
 
-@dataclass(frozen=True)
-class ChunkFrames:
-    """One chunk of log-probs prepared for searching.
-
-    Attributes:
-        log_probs: (B, T, V) float32, blank penalty applied.
-        valid: (B, T) bool, False on the padding frames past a row's length.
-        num_valid: (B,) int64 valid frames per row.
-        frame_index: (B, T) int64 frame number of each frame counted from the row's reset.
-        argmax: (B, T) int64 best token per frame.
-        max_log_prob: (B, T) float32 its log-prob.
-        top_log_probs, top_tokens: (B, T, C + 1) the frame's best C + 1 tokens, blank
-            included, best first (C = ``config.num_candidates``); None for greedy search.
-        all_valid: host bool, True when no row has padding (lets the search skip masking);
-            known without a device sync only when ``lengths`` is None or a CPU tensor.
-    """
-
-    log_probs: torch.Tensor
-    valid: torch.Tensor
-    num_valid: torch.Tensor
-    frame_index: torch.Tensor
-    argmax: torch.Tensor
-    max_log_prob: torch.Tensor
-    all_valid: bool
-    top_log_probs: torch.Tensor | None = None
-    top_tokens: torch.Tensor | None = None
-
-
 def prepare_chunk(
     log_probs: torch.Tensor,
     lengths: torch.Tensor | None,
     state: DecoderState,
-    config: GpuDecoderConfig,
+    config: DecoderConfig,
 ) -> ChunkFrames:
     """Validate and prepare ``log_probs`` (B, T, V) with optional ``lengths`` (B,)."""
     if log_probs.dim() != 3:
@@ -365,7 +343,7 @@ def _apply_backtrace(
 _FLOAT_FIELDS = ("log_pb", "log_pnb", "lm_score")
 
 
-def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: GpuDecoderConfig,
+def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: DecoderConfig,
                fusion: LmFusion | None = None) -> None:
     """CTC prefix beam search over one chunk for every row of ``state`` (``fusion``: an LM
     to fuse into the ranking, see `beam_frame`)."""

@@ -26,18 +26,14 @@ from torch import Tensor, nn
 
 from oasr.audio import (
     MODEL_SAMPLE_RATE,
-    BufferedFeatures,
     ChunkGeometry,
     FeatureSource,
-    StreamingFbank,
 )
-from oasr.cache import CacheConfig, CnnCacheManager, SlotStateCache, SlotStateView
-from oasr.cache.cnn_cache import CNN_STATE
+from oasr.cache import CacheConfig, SlotStateCache, SlotStateView
 from oasr.fmha import PagedKVCache
-from oasr.models import AsrModel
 
 if TYPE_CHECKING:
-    from oasr.models.whisper_ctc.model import WhisperCtcModel
+    pass
 
 FEATURE_SHIFT_S = 0.01  # both families' feature frames: a 160-sample hop at 16 kHz
 
@@ -178,153 +174,3 @@ class ModelFamily(ABC):
         Returns:
             (B, T', V) CTC log-probabilities (float32), rows padded to the longest chunk.
         """
-
-
-class ConformerFamily(ModelFamily):
-    """WeNet-compatible Conformer-CTC (`AsrModel`): fbank windows, a per-layer conv cache."""
-
-    name = "conformer_ctc"
-    model: AsrModel
-    # the CTC head (31 outputs: cheap, and it ranks the tokens), the position projection
-    # (applied once to the sinusoid table and cached; the attention reads its weight) and the
-    # conv2d stem's output Linear (the stem stays float: it reads its dtype off that layer)
-    float_linears = ("ctc.ctc_lo", "linear_pos", "embed.out.0")
-    offset_sized_positions = True  # the relative table has max_offset + T rows
-
-    @property
-    def timing(self) -> FrameTiming:
-        # encoder frame j reads fbank frames 4j .. 4j + 6: 6 frames (+ a window) past its own
-        return FrameTiming(frame_shift_s=0.04, right_context_samples=400)
-
-    @property
-    def default_chunk_size(self) -> int:
-        return 16
-
-    @property
-    def max_positions(self) -> int | None:
-        return None
-
-    @property
-    def vocab_size(self) -> int:
-        return self.model.config.vocab_size
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.model.tokenizer
-
-    def kv_geometry(self) -> KVGeometry:
-        cfg = self.model.config
-        return KVGeometry(num_layers=cfg.num_blocks, n_kv_head=cfg.attention_heads,
-                          head_dim=cfg.output_size // cfg.attention_heads,
-                          hidden_dim=cfg.output_size, kernel_size=cfg.cnn_module_kernel)
-
-    def chunk_geometry(self, chunk_size: int) -> ChunkGeometry:
-        return ChunkGeometry(chunk_size=chunk_size)
-
-    def new_features(self) -> FeatureSource:
-        return StreamingFbank()
-
-    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
-        return CnnCacheManager(cache_config, pad_lanes)
-
-    def forward_chunk(self, batch: ChunkBatch) -> Tensor:
-        view = batch.states[CNN_STATE]
-        ys, _, new_cnn = self.model.encoder.forward_chunk_paged(
-            batch.feats, batch.feat_lens, batch.offsets, batch.caches, view.gather(),
-            max_offset=batch.max_offset)
-        view.scatter(new_cnn)  # (L, B, k-1, D)
-        return self.model.ctc_log_probs(ys)  # (B, T', V)
-
-
-class WhisperCtcFamily(ModelFamily):
-    """Whisper-encoder CTC (`WhisperCtcModel`): causal log-mel, plain chunks of 2 * chunk
-    frames, conv-stem tails as declared state, absolute positions up to ``max_positions``."""
-
-    name = "whisper_ctc"
-    model: WhisperCtcModel
-    float_linears = ("ctc",)  # the CTC head: 384 x 31, 0.2% of the FLOPs, ranks the tokens
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__(model)
-        from oasr.models.bundled import BUNDLED_UNITS
-        from oasr.text.tokenizer import CharTokenizer
-
-        self._tokenizer = CharTokenizer(list(getattr(self.model, "units", BUNDLED_UNITS)))
-
-    @property
-    def timing(self) -> FrameTiming:
-        # encoder frame j reads log-mel frames 2j, 2j + 1; frame i ends at sample 160 i + 200
-        return FrameTiming(frame_shift_s=self.model.config.frame_shift_s, right_context_samples=40)
-
-    @property
-    def default_chunk_size(self) -> int:
-        return int(self.model.config.chunk_frames)
-
-    @property
-    def max_positions(self) -> int | None:
-        return int(self.model.config.max_positions)
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.model.config.vocab_size)
-
-    @property
-    def tokenizer(self) -> Any:
-        return self._tokenizer
-
-    def kv_geometry(self) -> KVGeometry:
-        cfg = self.model.config
-        return KVGeometry(num_layers=cfg.layers, n_kv_head=cfg.heads,
-                          head_dim=cfg.head_dim, hidden_dim=cfg.width, kernel_size=3)
-
-    def chunk_geometry(self, chunk_size: int) -> ChunkGeometry:
-        # 2 frames per encoder frame, no overlap: right_context 1 makes the window 2 * chunk
-        return ChunkGeometry(chunk_size=chunk_size, subsampling=self.model.config.subsampling,
-                             right_context=1)
-
-    def new_features(self) -> FeatureSource:
-        from oasr.models.whisper_ctc.frontend import CausalLogMel
-
-        return BufferedFeatures(CausalLogMel(self.model.config.n_mels), self.model.config.n_mels)
-
-    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
-        from oasr.models.whisper_ctc.streaming import whisper_ctc_state_specs
-
-        return SlotStateCache(whisper_ctc_state_specs(self.model.config),
-                              cache_config.max_batch_size, cache_config.device, cache_config.dtype,
-                              pad_lanes)
-
-    def forward_chunk(self, batch: ChunkBatch) -> Tensor:
-        from oasr.models.whisper_ctc.streaming import CONV1_STATE, CONV2_STATE, forward_chunk_paged
-
-        conv1, conv2 = batch.states[CONV1_STATE], batch.states[CONV2_STATE]
-        out = forward_chunk_paged(self.model, batch.feats, batch.feat_lens, batch.offsets,
-                                  batch.caches, conv1.gather(), conv2.gather(), batch.max_offset)
-        conv1.scatter(out.conv1_state)  # (B, 2, n_mels)
-        conv2.scatter(out.conv2_state)  # (B, 2, width)
-        return out.log_probs
-
-
-def family_for(model: nn.Module) -> ModelFamily:
-    """The family adapter of a loaded model.
-
-    Raises:
-        TypeError: a model of no known family.
-    """
-    if isinstance(model, AsrModel):
-        return ConformerFamily(model)
-    from oasr.models.whisper_ctc.model import WhisperCtcModel
-
-    if isinstance(model, WhisperCtcModel):
-        return WhisperCtcFamily(model)
-    from oasr.models.zipformer.model import ZipformerModel
-
-    if isinstance(model, ZipformerModel):
-        from oasr.engine.families.zipformer import ZipformerFamily
-
-        return ZipformerFamily(model)
-    raise TypeError(
-        f"no model family serves {type(model).__name__}: expected an AsrModel (Conformer-CTC), "
-        "a WhisperCtcModel or a ZipformerModel"
-    )
-

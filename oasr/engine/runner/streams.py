@@ -40,7 +40,7 @@ from oasr.decoding import (
 )
 from oasr.decoding.decoder import WORD_BOUNDARY
 from oasr.engine.config import EngineConfig
-from oasr.engine.families.base import ModelFamily, family_for
+from oasr.engine.families import ModelFamily, family_for
 from oasr.engine.families.dtypes import slow_dtype_reason
 from oasr.engine.runner.capacity import check_pool_covers_slots
 from oasr.engine.runner.graphs import CudaGraphBackend

@@ -1,0 +1,87 @@
+"""The Whisper-CTC family: a Whisper encoder fine-tuned as a chunk-causal streaming CTC encoder."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor, nn
+
+from oasr.audio import (
+    BufferedFeatures,
+    ChunkGeometry,
+    FeatureSource,
+)
+from oasr.cache import CacheConfig, SlotStateCache
+from oasr.engine.families.base import ChunkBatch, FrameTiming, KVGeometry, ModelFamily
+
+if TYPE_CHECKING:
+    from oasr.models.whisper_ctc.model import WhisperCtcModel
+
+
+class WhisperCtcFamily(ModelFamily):
+    """Whisper-encoder CTC (`WhisperCtcModel`): causal log-mel, plain chunks of 2 * chunk
+    frames, conv-stem tails as declared state, absolute positions up to ``max_positions``."""
+
+    name = "whisper_ctc"
+    model: WhisperCtcModel
+    float_linears = ("ctc",)  # the CTC head: 384 x 31, 0.2% of the FLOPs, ranks the tokens
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        from oasr.models.bundled import BUNDLED_UNITS
+        from oasr.text.tokenizer import CharTokenizer
+
+        self._tokenizer = CharTokenizer(list(getattr(self.model, "units", BUNDLED_UNITS)))
+
+    @property
+    def timing(self) -> FrameTiming:
+        # encoder frame j reads log-mel frames 2j, 2j + 1; frame i ends at sample 160 i + 200
+        return FrameTiming(frame_shift_s=self.model.config.frame_shift_s, right_context_samples=40)
+
+    @property
+    def default_chunk_size(self) -> int:
+        return int(self.model.config.chunk_frames)
+
+    @property
+    def max_positions(self) -> int | None:
+        return int(self.model.config.max_positions)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def kv_geometry(self) -> KVGeometry:
+        cfg = self.model.config
+        return KVGeometry(num_layers=cfg.layers, n_kv_head=cfg.heads,
+                          head_dim=cfg.head_dim, hidden_dim=cfg.width, kernel_size=3)
+
+    def chunk_geometry(self, chunk_size: int) -> ChunkGeometry:
+        # 2 frames per encoder frame, no overlap: right_context 1 makes the window 2 * chunk
+        return ChunkGeometry(chunk_size=chunk_size, subsampling=self.model.config.subsampling,
+                             right_context=1)
+
+    def new_features(self) -> FeatureSource:
+        from oasr.models.whisper_ctc.frontend import CausalLogMel
+
+        return BufferedFeatures(CausalLogMel(self.model.config.n_mels), self.model.config.n_mels)
+
+    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
+        from oasr.models.whisper_ctc.streaming import whisper_ctc_state_specs
+
+        return SlotStateCache(whisper_ctc_state_specs(self.model.config),
+                              cache_config.max_batch_size, cache_config.device, cache_config.dtype,
+                              pad_lanes)
+
+    def forward_chunk(self, batch: ChunkBatch) -> Tensor:
+        from oasr.models.whisper_ctc.streaming import CONV1_STATE, CONV2_STATE, forward_chunk_paged
+
+        conv1, conv2 = batch.states[CONV1_STATE], batch.states[CONV2_STATE]
+        out = forward_chunk_paged(self.model, batch.feats, batch.feat_lens, batch.offsets,
+                                  batch.caches, conv1.gather(), conv2.gather(), batch.max_offset)
+        conv1.scatter(out.conv1_state)  # (B, 2, n_mels)
+        conv2.scatter(out.conv2_state)  # (B, 2, width)
+        return out.log_probs
