@@ -33,8 +33,8 @@ from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import ASREngine, EngineConfig, configure_process
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
-from oasr.engine.offline import FileResult
 from oasr.engine.live.quiet_tail import QuietTail
+from oasr.engine.offline import FileResult
 
 PIECE_S = 0.1  # what a browser or bench/live_text.py sends at a time
 CONTEXT_S = 10.0  # --final-context's value in the variants with context

@@ -38,11 +38,11 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.benchmarks.workload import DEVSET_DIR
+from oasr.decoding.words import word_probabilities
 from oasr.engine import EngineConfig, configure_process
 from oasr.engine.families.base import FrameTiming
 from oasr.engine.live.refine import RefineConfig, Refiner
 from oasr.engine.second_pass.jobs import RefineDone
-from oasr.decoding.words import word_probabilities
 from oasr.models.whisper import load_whisper
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.text.wer import ErrorCounts, edit_distance, normalize_transcript

@@ -38,14 +38,13 @@ from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import configure_process
 from oasr.engine.config import SECOND_PASS_BEAM_SIZE, EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.engine.offline import transcribe_files
 from oasr.engine.options import OFFLINE_FINAL_CONTEXT_S
+from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.models.whisper import default_model_dir, load_whisper
 from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.models.whisper.transcriber import WhisperDecodeConfig, without_safeguards
 from oasr.text.wer import ErrorCounts, normalize_transcript
-
 
 
 @dataclass
