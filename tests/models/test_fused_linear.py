@@ -102,3 +102,25 @@ def test_conv_as_linear_equals_conv1d(dtype: torch.dtype, stride: int) -> None:
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=2e-2)
     torch.testing.assert_close(got.view(3, outputs, 7).float(), want.float(), **tol)
     assert conv_weight_as_linear(conv) is conv_weight_as_linear(conv)
+
+
+@needs_bf16
+def test_prepack_packs_every_weight_the_chunk_step_multiplies_by() -> None:
+    """After `prepack` a bfloat16 chunk step reorders no weight (the first live chunk does not
+    pay for it); float32 packs nothing."""
+    from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel
+    from oasr.models.whisper_ctc.streaming import prepack
+
+    config = WhisperCtcConfig(n_mels=8, width=16, heads=2, layers=2, max_positions=64,
+                              vocab_size=30, chunk_frames=4)
+    model = WhisperCtcModel(config).eval()
+    assert prepack(model) == 0
+    model = model.bfloat16()
+    assert prepack(model) == 4 * config.layers + 2
+    before = {slot: entry[2] for slot, entry in fused_linear._PACKED.items()}
+    assert prepack(model) == 4 * config.layers + 2
+    assert all(fused_linear._PACKED[slot][2] is packed for slot, packed in before.items())
+    # what the chunk step will look up is what was packed
+    for weight in [model.blocks[0].qkv.weight, model.blocks[1].ffn.down.weight,
+                   conv_weight_as_linear(model.conv1), conv_weight_as_linear(model.conv2)]:
+        assert id(weight) in before

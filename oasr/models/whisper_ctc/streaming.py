@@ -23,7 +23,13 @@ from torch import Tensor
 
 from oasr.cache.state_spec import StreamStateSpec
 from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
-from oasr.models.fused_linear import conv_weight_as_linear, linear, linear_weights
+from oasr.models.fused_linear import (
+    conv_weight_as_linear,
+    fusable,
+    linear,
+    linear_weights,
+    packed_weight,
+)
 from oasr.models.whisper_ctc.config import WhisperCtcConfig
 from oasr.models.whisper_ctc.model import CONV_CONTEXT
 
@@ -98,6 +104,27 @@ def forward_chunk_paged(
     for block, cache in zip(model.blocks, caches, strict=True):
         x = _block_paged(block, x, lengths, cache)  # type: ignore[arg-type]
     return WhisperChunkOutput(model.ctc_log_probs(x), lengths, new_conv1, new_conv2)
+
+
+def prepack(model: WhisperCtcModel) -> int:
+    """Reorder every weight the fused chunk step multiplies by (`oasr.models.fused_linear`)
+    now, so the first chunk served does not: the blocks' QKV, out, FFN up and down, and both
+    stem convs. Call after the model has its serving dtype and device; a no-op where the
+    step does not fuse (float32, CUDA). Returns the weights packed."""
+    layers: list[torch.nn.Module] = []
+    for block in model.blocks:
+        layers += [block.qkv, block.out, block.ffn.up, block.ffn.down]  # type: ignore[union-attr]
+    count = 0
+    with torch.no_grad():
+        for layer in layers:
+            if isinstance(layer, torch.nn.Linear) and fusable(layer.weight):
+                packed_weight(layer.weight)
+                count += 1
+        for conv in (model.conv1, model.conv2):
+            if fusable(conv.weight):
+                packed_weight(conv_weight_as_linear(conv))
+                count += 1
+    return count
 
 
 def conv_stem(
