@@ -8,8 +8,9 @@ HTTP requests.
   ``max_socket_s`` seconds queued and not decoded, or all streams together more than
   ``max_total_s``, it does not read, so uvicorn stops reading the socket and TCP pushes back
   on the client: a flood costs the flooder, not everyone's latency and memory.
-- `header_timeout_protocol`: uvicorn's HTTP protocol with a deadline for a request's headers,
-  so half-open requests do not hold connections.
+- `request_timeout_protocol`: uvicorn's HTTP protocol with a deadline for a request's headers
+  and one for its body (`BodyDeadline`), so half-open and trickled requests do not hold
+  connections.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 FLOW_POLL_S = 0.02  # how often a paused socket looks at its queue again
+# A request body must keep arriving at this rate, on average, after the header timeout's grace
+MIN_BODY_BYTES_PER_S = 1000
+_TIMEOUT_BODY = b"the request body came too slowly\n"
+REQUEST_TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
+                            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+                            % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
 
 
 class JsonTooDeep(ValueError):
@@ -118,19 +125,55 @@ class AudioFlowGate:
         self._queued.pop(stream_id, None)
 
 
-def header_timeout_protocol(base: type[asyncio.Protocol], timeout_s: float) -> type:
-    """``base`` (uvicorn's HTTP protocol class) closing connections that have not completed a
-    request's headers ``timeout_s`` seconds after they connected.
+class BodyDeadline:
+    """When a request's body must be complete: ``timeout_s`` after its headers, plus 1 s for
+    every ``min_bytes_per_s`` bytes of it received. A client on any real link finishes long
+    before; one trickling a few bytes a second runs out at about ``timeout_s``.
 
-    uvicorn times out idle keep-alive connections but not a request whose headers never
-    finish; a production deployment also sits behind HAProxy (``timeout http-request``).
+    ``clock`` is any monotonic clock in seconds (the event loop's ``time`` in the server).
     """
 
-    class HeaderTimeoutProtocol(base):  # type: ignore[misc, valid-type]
+    def __init__(self, timeout_s: float, clock: Callable[[], float],
+                 min_bytes_per_s: float = MIN_BODY_BYTES_PER_S) -> None:
+        self.timeout_s = timeout_s
+        self.min_bytes_per_s = min_bytes_per_s
+        self.num_bytes = 0
+        self._clock = clock
+        self._started = clock()
+
+    def received(self, num_bytes: int) -> None:
+        self.num_bytes += num_bytes
+
+    def seconds_left(self) -> float:
+        allowed = self.timeout_s + self.num_bytes / self.min_bytes_per_s
+        return self._started + allowed - self._clock()
+
+
+def _body_pending(cycle: Any) -> bool:
+    """A request (uvicorn's ``RequestResponseCycle``) still receiving its body."""
+    return (cycle is not None and cycle.more_body and not cycle.response_complete
+            and not cycle.disconnected)
+
+
+def request_timeout_protocol(base: type[asyncio.Protocol], timeout_s: float) -> type:
+    """``base`` (uvicorn's HTTP protocol class) closing connections whose request is too slow:
+    headers not complete ``timeout_s`` seconds after the connection was made, or a body not
+    complete by its `BodyDeadline` (answered 408 when no response has started).
+
+    uvicorn times out idle keep-alive connections but neither a request whose headers never
+    finish nor a body that never does; a production deployment also sits behind HAProxy
+    (``timeout http-request``).
+    """
+
+    class RequestTimeoutProtocol(base):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
+            self._loop_time = asyncio.get_running_loop().time
             self._header_deadline = asyncio.get_running_loop().call_later(
                 timeout_s, self._on_header_deadline)
+            self._body_cycle: Any = None  # the request (cycle) whose body the deadline is for
+            self._body_deadline: BodyDeadline | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
 
         def _on_header_deadline(self) -> None:
             transport = self.transport
@@ -138,9 +181,45 @@ def header_timeout_protocol(base: type[asyncio.Protocol], timeout_s: float) -> t
                     and transport.get_protocol() is self):  # not upgraded to a websocket
                 transport.close()  # no request started: a half-open request
 
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.transport.is_closing() or self.transport.get_protocol() is not self:
+                return  # closed, or upgraded to a websocket
+            cycle = getattr(self, "cycle", None)
+            if not _body_pending(cycle):
+                return
+            if cycle is self._body_cycle and self._body_deadline is not None:
+                self._body_deadline.received(len(data))
+                return
+            self._body_cycle = cycle  # a new request's headers are complete: its body's turn
+            self._body_deadline = BodyDeadline(timeout_s, self._loop_time)
+            self._arm_body_timer(timeout_s)
+
+        def _arm_body_timer(self, delay_s: float) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+            self._body_timer = asyncio.get_running_loop().call_later(
+                delay_s, self._on_body_deadline)
+
+        def _on_body_deadline(self) -> None:
+            self._body_timer = None
+            cycle, deadline = self._body_cycle, self._body_deadline
+            if (cycle is None or deadline is None or cycle is not getattr(self, "cycle", None)
+                    or not _body_pending(cycle) or self.transport.is_closing()):
+                return  # the body came (or the request is over)
+            left = deadline.seconds_left()
+            if left > 0:
+                self._arm_body_timer(left)
+                return
+            if not self._body_cycle.response_started:
+                self.transport.write(REQUEST_TIMEOUT_RESPONSE)
+            self.transport.close()  # the app's receive() now says http.disconnect
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._header_deadline.cancel()
+            if self._body_timer is not None:
+                self._body_timer.cancel()
             super().connection_lost(exc)
 
-    HeaderTimeoutProtocol.__name__ = f"HeaderTimeout{base.__name__}"
-    return HeaderTimeoutProtocol
+    RequestTimeoutProtocol.__name__ = f"RequestTimeout{base.__name__}"
+    return RequestTimeoutProtocol

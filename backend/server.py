@@ -21,7 +21,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from backend.app import AppContext, create_app
 from backend.config import ServerConfig
 from backend.keepalive import BackpressureKeepaliveProtocol
-from backend.limits import header_timeout_protocol
+from backend.limits import request_timeout_protocol
 from oasr.engine import EngineThread, configure_process
 from oasr.engine.events import FinishReason
 
@@ -39,7 +39,8 @@ def build_uvicorn_config(config: ServerConfig,
     """The uvicorn configuration serving ``create_app(config, engine)``.
 
     HTTP timeouts: a connection must complete a request's headers within
-    ``config.header_timeout_s`` (uvicorn has no such limit of its own), an idle keep-alive
+    ``config.header_timeout_s`` and its body as long after them, plus 1 s per
+    ``MIN_BODY_BYTES_PER_S`` bytes received (uvicorn has no such limits), an idle keep-alive
     connection is closed after 5 s (uvicorn's ``timeout_keep_alive``), websockets are pinged
     every ``config.ws_ping_s`` and closed when a ping goes unanswered for as long while the
     server reads the socket (`backend.keepalive`: backpressure does not count).
@@ -48,7 +49,7 @@ def build_uvicorn_config(config: ServerConfig,
         create_app(config, engine),
         host=config.host,
         port=config.port,
-        http=header_timeout_protocol(AutoHTTPProtocol, config.header_timeout_s),
+        http=request_timeout_protocol(AutoHTTPProtocol, config.header_timeout_s),
         ws=BackpressureKeepaliveProtocol,
         ws_max_size=TRANSPORT_SIZE_FACTOR * max(config.max_frame_bytes, config.max_text_bytes),
         ws_ping_interval=config.ws_ping_s,

@@ -1,4 +1,4 @@
-"""``backend.limits``: JSON depth before parsing, and the audio flow gate."""
+"""``backend.limits``: JSON depth before parsing, the audio flow gate, the body deadline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from backend.limits import AudioFlowGate, JsonTooDeep, json_depth_exceeds, loads_bounded
+from backend.limits import (
+    AudioFlowGate,
+    BodyDeadline,
+    JsonTooDeep,
+    json_depth_exceeds,
+    loads_bounded,
+)
 
 
 @pytest.mark.parametrize(("text", "depth"), [
@@ -84,3 +90,31 @@ def test_flow_gate_never_holds_a_stream_below_its_next_chunk() -> None:
 def test_flow_gate_limits_are_checked() -> None:
     with pytest.raises(ValueError, match="max_socket_s"):
         AudioFlowGate(lambda sid: 0.0, max_socket_s=10.0, max_total_s=5.0)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_body_gets_the_timeout_plus_a_second_per_thousand_bytes() -> None:
+    clock = FakeClock()
+    deadline = BodyDeadline(2.0, clock, min_bytes_per_s=1000)
+    assert deadline.seconds_left() == pytest.approx(2.0)
+    clock.now += 1.5
+    deadline.received(3000)  # 3 s more
+    assert deadline.seconds_left() == pytest.approx(3.5)
+
+
+def test_a_body_at_any_real_rate_never_runs_out_and_a_trickle_does() -> None:
+    clock = FakeClock()
+    upload, trickle = (BodyDeadline(1.0, clock, 1000), BodyDeadline(1.0, clock, 1000))
+    for _ in range(600):  # a minute in 0.1 s steps
+        clock.now += 0.1
+        upload.received(200)  # 2 KB/s: a slow phone link
+        trickle.received(1)  # 10 bytes/s
+        assert upload.seconds_left() > 0
+    assert trickle.seconds_left() < 0
