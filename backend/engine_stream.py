@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TypeGuard
 
 import numpy as np
@@ -25,10 +26,12 @@ class EngineStream:
     aborted; ``close`` is safe to call more than once.
     """
 
+    events: asyncio.Queue[StreamEvent | Exception]
+
     def __init__(self, engine: EngineThread, sample_rate: int, fmt: str,
                  endpoint_silence_s: float | None = None) -> None:
         self.engine = engine
-        self.events: asyncio.Queue[StreamEvent] = asyncio.Queue()
+        self.events = asyncio.Queue()
         self.is_finished = False
         self._loop = asyncio.get_running_loop()
         self.stream_id = engine.open_stream(sample_rate, fmt, self._sink,
@@ -39,7 +42,14 @@ class EngineStream:
             self._loop.call_soon_threadsafe(self.events.put_nowait, event)
 
     async def next_event(self) -> StreamEvent:
+        """The stream's next event.
+
+        Raises:
+            Exception: the error `fail` handed over (the stream is aborted).
+        """
         event = await self.events.get()
+        if isinstance(event, Exception):
+            raise event
         if event.is_terminal:
             self.is_finished = True
         return event
@@ -65,33 +75,49 @@ class EngineStream:
             self.engine.abort_stream(self.stream_id)
             self.is_finished = True
 
+    def fail(self, error: Exception) -> None:
+        """Abort the stream and raise ``error`` to whoever awaits its next event (the audio
+        turned out bad further into a file)."""
+        self.close()
+        self.events.put_nowait(error)
+
     def decoded_seconds(self) -> float:
         """Seconds of this stream's audio the engine has decoded (0 while it waits)."""
         entry = self.engine.stats().streams.entry(self.stream_id)
         return 0.0 if entry is None else entry.decoded_s
 
 
-async def feed_paced(stream: EngineStream, samples: np.ndarray, sample_rate: int,
-                     max_ahead_s: float, piece_s: float = 1.0) -> None:
-    """Feed float32 ``samples`` in pieces, never more than ``max_ahead_s`` ahead of decoding
-    (the engine refuses a stream with too much undecoded audio), then end the stream."""
-    piece = max(1, int(piece_s * sample_rate))
+async def feed_blocks(stream: EngineStream, read_block: Callable[[], np.ndarray],
+                      sample_rate: int, max_ahead_s: float) -> None:
+    """Feed float32 blocks from ``read_block`` (called on a worker thread, with the feed: a
+    decode or a resample never holds the event loop; empty at the end), never more than
+    ``max_ahead_s`` ahead of decoding (the engine refuses a stream with too much undecoded
+    audio), then end the stream. Returns early once the stream is finished.
+
+    Raises:
+        Exception: what ``read_block`` raised, or ValueError for audio the engine refuses;
+            the stream is left to the caller (``close`` aborts it).
+    """
     fed_s = 0.0
-    for start in range(0, len(samples), piece):
+
+    def next_block() -> float:
+        """Read and feed one block on this worker thread; its seconds (0: the end)."""
+        block = read_block()
+        if block.size and not stream.feed(np.ascontiguousarray(block, dtype="<f4").tobytes()):
+            return -1.0  # the engine already ended the stream
+        return block.size / sample_rate
+
+    while not stream.is_finished:
         while fed_s - stream.decoded_seconds() > max_ahead_s and not stream.is_finished:
             await asyncio.sleep(PACE_POLL_S)
         if stream.is_finished:
             return
-        chunk = np.ascontiguousarray(samples[start:start + piece], dtype="<f4")
-        try:
-            if not stream.feed(chunk.tobytes()):
-                return
-        except ValueError:  # checked before feeding; if it still happens, free the stream
-            stream.close()
-            raise
-        fed_s += len(chunk) / sample_rate
-        await asyncio.sleep(0)
-    stream.end()
+        seconds = await asyncio.to_thread(next_block)
+        if seconds <= 0:
+            break
+        fed_s += seconds
+    if not stream.is_finished:
+        stream.end()
 
 
 def is_busy(event: StreamEvent) -> TypeGuard[Error]:

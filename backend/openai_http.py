@@ -1,9 +1,12 @@
 """OpenAI's HTTP transcription API: ``POST /v1/audio/transcriptions`` and ``GET /v1/models``.
 
 An uploaded file becomes one stream of the same engine the live sockets use (its own slot,
-batched with them): decoded and resampled to 16 kHz by ``oasr.audio.read_audio`` (as ``oasr
-transcribe`` does), fed a little ahead of decoding, and answered once the stream's ``done``
-has followed its last final, so every segment carries the second pass's text when it ran.
+batched with them): its header is checked first (`backend.upload_audio`: sample rate, and
+duration against ``--max-upload-audio``), then it is decoded a block at a time on a worker
+thread and fed at its own rate, a little ahead of decoding (the engine stream resamples it as
+it does a live client's); the answer comes once the stream's ``done`` has followed its last
+final, so every segment carries the second pass's text when it ran. A client that leaves
+before its answer cancels the request: its stream is aborted at once (`ClientWatch`).
 
 Accepted and documented as such: ``model`` (any name), ``prompt`` (ignored),
 ``temperature`` (0..1, ignored: decoding is greedy), ``language`` (``en`` only: the served
@@ -15,24 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import tempfile
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import numpy as np
+from starlette.background import BackgroundTask
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive
 
 from backend import openai_formats as fmt
 from backend.auth import openai_error
-from backend.engine_stream import EngineStream, feed_paced, is_busy
-from oasr.audio import MODEL_SAMPLE_RATE, read_audio
+from backend.engine_stream import EngineStream, feed_blocks, is_busy
+from backend.upload_audio import UploadAudio, UploadRefused
 from oasr.engine import EngineThread
 from oasr.engine.events import Done, Error, Final
 
@@ -40,6 +41,9 @@ FORM_FIELDS = frozenset({"file", "model", "language", "prompt", "response_format
                          "temperature", "timestamp_granularities[]", "stream"})
 MAX_AHEAD_S = 10.0  # audio fed ahead of decoding; well under the engine's pending limit
 ENGLISH = ("en", "english")
+CLIENT_CLOSED_REQUEST = 499  # the status a request whose client left "gets" (nobody reads it)
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class BadRequest(Exception):
@@ -86,6 +90,60 @@ def limited_receive(receive: Receive, limit: int) -> Receive:
     return wrapped
 
 
+class ClientLeft(Exception):
+    """The client closed its connection before its answer."""
+
+
+class ClientWatch:
+    """Notices a client leaving once its request body has been read.
+
+    From then on uvicorn's ``receive()`` only answers ``http.disconnect``, when the connection
+    closes (or the response is complete); `run` cancels the work it was given then.
+    """
+
+    def __init__(self, receive: Receive) -> None:
+        self.left = asyncio.Event()
+        self._task = asyncio.create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.left.set()
+
+    async def run(self, work: Awaitable[T]) -> T:
+        """``work``'s result; cancels it and raises `ClientLeft` if the client leaves first."""
+        task = asyncio.ensure_future(work)
+        left = asyncio.ensure_future(self.left.wait())
+        try:
+            await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+            if not task.done():
+                task.cancel()  # its finally blocks abort the stream
+        if task.done() and not task.cancelled():
+            return task.result()
+        await asyncio.wait({task})  # let the cancelled work clean up
+        raise ClientLeft
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+class Upload:
+    """The parsed form and its opened audio; `close` (idempotent) frees both, the decoder first
+    (it waits for a block still being read on a worker thread)."""
+
+    def __init__(self, form: FormData) -> None:
+        self.form = form
+        self.audio: UploadAudio | None = None
+
+    async def close(self) -> None:
+        audio, self.audio = self.audio, None
+        if audio is not None:
+            await asyncio.to_thread(audio.close)
+        await self.form.close()
+
+
 async def transcriptions(request: Request) -> Response:
     context = request.app.state.context
     limit = context.config.max_upload_bytes
@@ -95,14 +153,34 @@ async def transcriptions(request: Request) -> Response:
             raise too_large(limit)
         limited = Request(request.scope, limited_receive(request.receive, limit))
         try:
-            async with limited.form(max_files=1, max_fields=len(FORM_FIELDS) + 4) as form:
-                params = parse_params(form)
-                samples = await asyncio.to_thread(decode_upload, form.get("file"))
+            form = await limited.form(max_files=1, max_fields=len(FORM_FIELDS) + 4)
         except HTTPException as exc:
             raise BadRequest(f"the multipart form could not be read: {exc.detail}") from None
-        if context.engine is None or not context.is_ready:
-            raise BadRequest("the engine is not ready yet", status=503, code="not_ready")
-        return await _answer(context.engine, samples, params)
+        except ClientDisconnect:  # not an error of ours: nothing to answer, nothing to log
+            logger.info("POST /v1/audio/transcriptions: the client left during its upload")
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        upload = Upload(form)
+        owned = False  # a streamed answer closes the upload when its stream ends
+        try:
+            params = parse_params(form)
+            upload.audio = await asyncio.to_thread(
+                open_upload, form.get("file"), context.config.max_upload_audio_s)
+            if context.engine is None or not context.is_ready:
+                raise BadRequest("the engine is not ready yet", status=503, code="not_ready")
+            watch = ClientWatch(request.receive)
+            try:
+                response = await watch.run(_answer(context.engine, upload, params))
+            except ClientLeft:
+                logger.info("POST /v1/audio/transcriptions: the client left; its stream was "
+                            "aborted")
+                return Response(status_code=CLIENT_CLOSED_REQUEST)
+            finally:
+                watch.stop()
+            owned = isinstance(response, StreamingResponse)
+            return response
+        finally:
+            if not owned:
+                await upload.close()
     except BadRequest as error:
         return error.response()
 
@@ -150,49 +228,64 @@ def parse_params(form: FormData) -> TranscriptionParams:
                                granularities)
 
 
-def decode_upload(upload: object) -> np.ndarray:
-    """The uploaded file as 16 kHz mono float32 (runs in a worker thread).
+def open_upload(upload: object, max_duration_s: float) -> UploadAudio:
+    """The uploaded file, opened and checked from its header (runs in a worker thread).
 
     Raises:
-        BadRequest: no file, an empty file, or one libsndfile cannot decode.
+        BadRequest: no file, an empty file, one libsndfile cannot decode, a sample rate out of
+            range (400) or more than ``max_duration_s`` of audio (413).
     """
     if not isinstance(upload, UploadFile):
         raise BadRequest("'file' is required: the audio as a multipart file", param="file")
-    data = upload.file.read()
     name = upload.filename or "upload"
-    if not data:
+    if not upload.size:
         raise BadRequest(f"the file {name!r} is empty (0 bytes)", param="file")
-    suffix = Path(name).suffix[:16]
-    with tempfile.NamedTemporaryFile(suffix=suffix, delete=False) as tmp:
-        tmp.write(data)
+    upload.file.seek(0)
     try:
-        samples = read_audio(tmp.name)
-    except ValueError as exc:
-        raise BadRequest(f"the file {name!r} is not audio oasr can decode (wav, flac, ogg, "
-                         f"mp3 and what else libsndfile reads): {exc}", param="file") from None
-    finally:
-        os.unlink(tmp.name)
-    if not np.isfinite(samples).all():
-        raise BadRequest(f"the file {name!r} holds NaN or infinite samples", param="file")
-    return samples
+        return UploadAudio.open(upload.file, name, max_duration_s)
+    except UploadRefused as refused:
+        raise _bad_file(refused) from None
 
 
-async def _answer(engine: EngineThread, samples: np.ndarray,
-                  params: TranscriptionParams) -> Response:
-    stream = EngineStream(engine, MODEL_SAMPLE_RATE, "f32le")
-    first = await stream.next_event()  # ready, or busy when no slot freed in time
-    if is_busy(first):
-        raise BadRequest(f"the server is busy: {first.message}; retry later", status=503,
-                         code="busy")
-    feeder = asyncio.create_task(feed_paced(stream, samples, MODEL_SAMPLE_RATE, MAX_AHEAD_S))
-    duration_s = len(samples) / MODEL_SAMPLE_RATE
-    if params.stream:
-        return StreamingResponse(_sse(stream, feeder), media_type="text/event-stream")
+def _bad_file(refused: UploadRefused) -> BadRequest:
+    return BadRequest(refused.message, param="file", status=refused.status, code=refused.code)
+
+
+async def _answer(engine: EngineThread, upload: Upload, params: TranscriptionParams) -> Response:
+    audio = upload.audio
+    assert audio is not None
+    stream = EngineStream(engine, audio.sample_rate, "f32le")
+    feeder: asyncio.Task[None] | None = None
     try:
+        first = await stream.next_event()  # ready, or busy when no slot freed in time
+        if is_busy(first):
+            raise BadRequest(f"the server is busy: {first.message}; retry later", status=503,
+                             code="busy")
+        feeder = asyncio.create_task(_feed(stream, audio))
+        if params.stream:
+            async def finish() -> None:  # after the stream's last event, or if it never ran
+                await _finish(stream, feeder)
+                await upload.close()
+
+            return StreamingResponse(_sse(stream, finish), media_type="text/event-stream",
+                                     background=BackgroundTask(finish))
         segments = [s async for s in _segments(stream)]
-    finally:
+    except BaseException:
         await _finish(stream, feeder)
-    return _format(segments, duration_s, params)
+        raise
+    await _finish(stream, feeder)
+    return _format(segments, audio.duration_s, params)
+
+
+async def _feed(stream: EngineStream, audio: UploadAudio) -> None:
+    """Feed the file; bad audio further in fails the stream with the client's 400."""
+    try:
+        await feed_blocks(stream, audio.read_block, audio.sample_rate, MAX_AHEAD_S)
+    except UploadRefused as refused:
+        stream.fail(_bad_file(refused))
+    except ValueError as exc:  # samples the engine refuses (float PCM beyond +-2.0)
+        stream.fail(BadRequest(f"the file {audio.name!r} holds audio oasr cannot use: {exc}",
+                               param="file"))
 
 
 async def _segments(stream: EngineStream) -> AsyncIterator[fmt.Segment]:
@@ -209,7 +302,7 @@ async def _segments(stream: EngineStream) -> AsyncIterator[fmt.Segment]:
                 return
 
 
-async def _sse(stream: EngineStream, feeder: asyncio.Task[None]) -> AsyncIterator[bytes]:
+async def _sse(stream: EngineStream, finish: Any) -> AsyncIterator[bytes]:
     texts: list[str] = []
     try:
         async for segment in _segments(stream):
@@ -219,16 +312,19 @@ async def _sse(stream: EngineStream, feeder: asyncio.Task[None]) -> AsyncIterato
                 texts.append(segment.text)
         yield fmt.sse(fmt.done_event(" ".join(texts)))
     except BadRequest as error:
-        yield fmt.sse(openai_error(error.message, "server_error", error.code))
+        error_type = "invalid_request_error" if error.status < 500 else "server_error"
+        yield fmt.sse(openai_error(error.message, error_type, error.code, error.param))
     finally:
-        await _finish(stream, feeder)
+        await finish()
 
 
-async def _finish(stream: EngineStream, feeder: asyncio.Task[None]) -> None:
+async def _finish(stream: EngineStream, feeder: asyncio.Task[None] | None) -> None:
+    """Abort the stream unless it finished, and stop feeding it (idempotent)."""
     stream.close()
-    feeder.cancel()
-    with contextlib.suppress(asyncio.CancelledError, ValueError):  # ValueError: stream closed
-        await feeder
+    if feeder is not None:
+        feeder.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await feeder
 
 
 def _format(segments: list[fmt.Segment], duration_s: float,

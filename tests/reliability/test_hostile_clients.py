@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import tempfile
+import time
+import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,11 @@ from ws_clients import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
+BOMB_S = 600  # ten minutes of 192 kHz stereo silence: 0.43 MiB of FLAC, 0.9 GB of float32
+MAX_RSS_GROWTH = 300 * 2**20
+# uploads of many minutes: the default bounded history (old chunks evicted), not server_flags'
+# unlimited history whose per-stream ceiling would end a stream with "length" after 10 s
+UPLOAD_FLAGS = ("--max-batch-size", "2", "--max-wait", "30")
 FULL_SPEED_CLIENTS = 8
 FULL_SPEED_CLIP_S = 30.0
 FULL_SPEED_BLOCKS = 64  # 41 s per stream: a 30 s clip ends "stop", not "length"
@@ -148,3 +158,180 @@ def test_audio_after_end_is_refused_and_the_final_kept(
     assert "audio after end" in errors[0]["message"]
     result.messages.remove(errors[0])
     assert_clean_finish(result, expected, "the client that sent audio after end")
+
+
+def trickle_until_closed(address: str, head: bytes, byte_every_s: float,
+                         give_up_s: float) -> tuple[float | None, bytes]:
+    """Send ``head``, then one body byte every ``byte_every_s``. Returns the seconds until the
+    server closed the connection (None: still open after ``give_up_s``) and what it sent."""
+    host, port = address.split(":")
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head)
+        sock.settimeout(byte_every_s)
+        began = time.monotonic()
+        while time.monotonic() - began < give_up_s:
+            try:
+                sock.sendall(b"x")
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                continue  # nothing from the server yet: the next byte
+            except (BrokenPipeError, ConnectionResetError):
+                return time.monotonic() - began, received
+            if not chunk:
+                return time.monotonic() - began, received
+            received += chunk
+        return None, received
+
+
+def test_a_trickled_body_is_closed_within_the_header_timeout(
+        checked_server: Callable[..., Any], random_model_dir: Path) -> None:
+    server = checked_server(random_model_dir, *server_flags(2, extra=("--header-timeout", "1")))
+    # a well-formed multipart upload whose file part then comes at 10 bytes a second
+    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {server.address}\r\n"
+            "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n"
+            "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+            ).encode()
+    closed_after, response = trickle_until_closed(server.address, head, 0.1, give_up_s=10.0)
+    assert closed_after is not None, f"a body sent at 10 bytes/s was never timed out: {response}"
+    # 1 s for the body, plus 1 s per 1,000 bytes received (a few dozen here)
+    assert closed_after < 3.0, closed_after
+    assert response.startswith(b"HTTP/1.1 408 "), response
+    assert server.is_healthy()
+
+
+def peak_rss_bytes(server: Any) -> int:
+    """The server process's peak resident memory so far (Linux ``VmHWM``)."""
+    for line in Path(f"/proc/{server.process.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM")
+
+
+def multipart(file_bytes: bytes, filename: str) -> tuple[str, bytes]:
+    """A transcription request's multipart body: (content type, body)."""
+    boundary = uuid.uuid4().hex
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            ).encode() + file_bytes + f"\r\n--{boundary}--\r\n".encode()
+    return f"multipart/form-data; boundary={boundary}", body
+
+
+def transcribe(server: Any, file_bytes: bytes, filename: str) -> tuple[int, dict[str, Any]]:
+    content_type, body = multipart(file_bytes, filename)
+    request = urllib.request.Request(f"{server.url}v1/audio/transcriptions", data=body,
+                                     headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.fixture(scope="module")
+def bomb(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A FLAC of BOMB_S seconds of 192 kHz stereo silence, written a second at a time."""
+    path = tmp_path_factory.mktemp("bomb") / "bomb.flac"
+    with soundfile.SoundFile(str(path), "w", 192000, 2, subtype="PCM_16", format="FLAC") as out:
+        second = np.zeros((192000, 2), dtype=np.int16)
+        for _ in range(BOMB_S):
+            out.write(second)
+    data = path.read_bytes()
+    assert len(data) < 2**20, len(data)
+    return data
+
+
+def test_a_decompression_bomb_over_the_duration_limit_is_refused_from_its_header(
+        checked_server: Callable[..., Any], random_model_dir: Path, bomb: bytes) -> None:
+    server = checked_server(random_model_dir, *server_flags(2, extra=("--max-upload-audio", "60")))
+    peak = peak_rss_bytes(server)
+    status, body = transcribe(server, bomb, "bomb.flac")
+    assert status == 413, body
+    assert body["error"]["param"] == "file" and body["error"]["code"] == "audio_too_long"
+    assert "600.0 s of audio; the limit is 60 s" in body["error"]["message"], body
+    assert peak_rss_bytes(server) - peak < MAX_RSS_GROWTH
+    assert server.stats()["streams"]["active"] == 0
+
+
+def test_a_decompression_bomb_under_the_limit_is_decoded_a_block_at_a_time(
+        checked_server: Callable[..., Any], random_model_dir: Path, bomb: bytes) -> None:
+    server = checked_server(random_model_dir, *UPLOAD_FLAGS)  # 3,600 s of audio allowed
+    peak = peak_rss_bytes(server)
+    status, body = transcribe(server, bomb, "bomb.flac")
+    growth = peak_rss_bytes(server) - peak
+    assert status == 200, body
+    assert body["usage"] == {"type": "duration", "seconds": float(BOMB_S)}
+    assert server.stats()["finish_reasons"]["stop"] == 1  # all of it went through the engine
+    # decoded whole it was 0.9 GB of float32 samples (+1.36 GB of peak RSS)
+    assert growth < MAX_RSS_GROWTH, f"peak RSS grew {growth / 2**20:.0f} MiB"
+
+
+@pytest.fixture(scope="module")
+def long_upload(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """20 minutes of faint 16 kHz noise as FLAC (16 MiB): minutes of engine work."""
+    path = tmp_path_factory.mktemp("long") / "long.flac"
+    rng = np.random.default_rng(0)
+    with soundfile.SoundFile(str(path), "w", 16000, 1, subtype="PCM_16", format="FLAC") as out:
+        for _ in range(20 * 60):
+            out.write((rng.standard_normal(16000) * 30).astype(np.int16))
+    return path.read_bytes()
+
+
+def wait_for_stats(server: Any, predicate: Callable[[dict[str, Any]], bool], what: str,
+                   timeout_s: float) -> float:
+    """Poll the server's stats until ``predicate``; the seconds it took."""
+    began = time.monotonic()
+    while not predicate(server.stats()):
+        assert time.monotonic() - began < timeout_s, f"{what} not within {timeout_s} s"
+        time.sleep(0.05)
+    return time.monotonic() - began
+
+
+def test_an_upload_whose_client_left_is_cancelled_within_2_s(
+        checked_server: Callable[..., Any], random_model_dir: Path, long_upload: bytes) -> None:
+    server = checked_server(random_model_dir, *UPLOAD_FLAGS, "--max-upload-mb", "64")
+    content_type, body = multipart(long_upload, "long.flac")
+    host, port = server.address.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall((f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {server.address}\r\n"
+                      f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+                      ).encode() + body)
+        wait_for_stats(server, lambda s: s["streams"]["active"] == 1, "the upload's stream", 30)
+        time.sleep(1.0)  # decoding
+    # the client gave up: its stream must end, not decode the rest of 20 minutes
+    waited = wait_for_stats(server, lambda s: s["streams"]["active"] == 0,
+                            "the abandoned stream's end", 30)
+    assert waited < 2.0, waited
+    assert server.stats()["finish_reasons"]["abort"] == 1
+    assert "the client left; its stream was aborted" in server.log_path.read_text()
+
+
+def test_an_undecodable_upload_is_400_naming_the_file_not_a_server_path(
+        checked_server: Callable[..., Any], random_model_dir: Path) -> None:
+    server = checked_server(random_model_dir, *server_flags(2))
+    status, body = transcribe(server, b"this is not audio at all" * 10, "notes.wav")
+    assert status == 400, body
+    message = body["error"]["message"]
+    assert "'notes.wav' is not audio oasr can decode" in message, message
+    assert tempfile.gettempdir() not in message and "/tmp" not in message, message
+
+
+def test_a_client_leaving_mid_upload_is_no_error_in_the_log(
+        checked_server: Callable[..., Any], random_model_dir: Path, clips: list[Clip]) -> None:
+    server = checked_server(random_model_dir, *server_flags(2))
+    host, port = server.address.split(":")
+    content_type, body = multipart(clips[0].samples.tobytes() * 10, "speech.wav")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall((f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {server.address}\r\n"
+                      f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+                      ).encode() + body[:len(body) // 2])
+        time.sleep(0.5)  # the server has read what there is and waits for the rest
+    wait_for_stats(server, lambda s: True, "stats", 5)
+    log = server.log_path.read_text()
+    deadline = time.monotonic() + 10
+    while "the client left during its upload" not in log:
+        assert time.monotonic() < deadline, log[-3000:]
+        time.sleep(0.1)
+        log = server.log_path.read_text()
+    assert "ERROR" not in log and "Traceback" not in log, log[-3000:]
