@@ -62,7 +62,7 @@ export class TranscriptView {
   /** Turn a segment into a finished line: its times, its words and, if any, who decoded it. */
   final({ segment, text, start, end, source }) {
     const line = this.line(segment);
-    if (!text) {  // the second pass heard no speech in this segment
+    if (!/[\p{L}\p{N}]/u.test(text ?? "")) {  // no words: the second pass heard no speech here
       line.remove();
       this.lines.delete(segment);
       return;

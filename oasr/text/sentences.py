@@ -17,6 +17,12 @@ CLOSERS = "\"')]}\u201d\u2019"  # closing quotes and brackets after a sentence's
 TITLES = frozenset({"mr.", "mrs.", "ms.", "dr.", "st.", "prof.", "mt.", "jr.", "sr."})
 
 
+def has_words(text: str) -> bool:
+    """Whether ``text`` holds a word: a letter or a digit (Whisper answers "." or "..." for a
+    cough or a breath it does not call silence)."""
+    return any(char.isalnum() for char in text)
+
+
 def ends_sentence(text: str, min_words: int = 1) -> bool:
     """Whether ``text`` ends a sentence: it holds at least ``min_words`` words and its last
     one ends with ".", "?" or "!" (closing quotes or brackets after it aside), not with an

@@ -27,7 +27,7 @@ from oasr.engine.second_pass.worker import (
     SecondPassJob,
     SecondPassWorker,
 )
-from oasr.text.sentences import ends_sentence, unfinished_words
+from oasr.text.sentences import ends_sentence, has_words, unfinished_words
 
 # a demo's load: live streams per second-pass process (`EngineConfig.resolved_light_load_streams`)
 LIGHT_LOAD_STREAMS_PER_DECODER = 2
@@ -601,6 +601,8 @@ class FinalPublisher:
         return self.num_by_source["ctc"]
 
     def _emit(self, stream: LiveStream, event: Final, start_frame: int) -> None:
+        if event.text and not has_words(event.text):
+            event = replace(event, text="")  # punctuation alone is no final: the segment is empty
         last = stream.last_final
         if event.text:
             stream.last_final = SpokenContext(event.segment, start_frame, event.text)

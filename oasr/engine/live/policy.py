@@ -39,6 +39,20 @@ SENTENCE_END_RULE = "sentence"
 # ... a segment ended where its sentence did, the CTC tokens after it no words
 # (`FinalPublisher.end_before_noise`)
 SENTENCE_BEFORE_NOISE_RULE = "sentence_before_noise"
+# the letters a segment's only word needs before its first partial is shown (`is_sure_start`)
+FIRST_WORD_MIN_CHARS = 3
+
+
+def is_sure_start(parts: RefinedPartial) -> bool:
+    """Whether a segment's first partial may be shown: refined words, or CTC text of two
+    words or more (the first one finished), or one word of `FIRST_WORD_MIN_CHARS` letters or
+    more. The first chunk of a segment often ends inside its first word, and the CTC pass's
+    guess at it ("a" for "It was ...") would stand on the page for a chunk."""
+    if parts.stable or parts.tentative:
+        return True
+    words = parts.ctc.split()
+    return len(words) >= 2 or (
+        len(words) == 1 and sum(char.isalnum() for char in words[0]) >= FIRST_WORD_MIN_CHARS)
 
 
 @dataclass(frozen=True)
@@ -303,6 +317,8 @@ class LivePolicy:
         partial at a segment's start, with refinements or without)."""
         if parts == stream.last_parts:
             return
+        if stream.last_parts == NO_WORDS and not is_sure_start(parts):
+            return  # a segment's first partial waits for words, not a first letter's guess
         stream.last_parts = parts
         end = stream.num_frames_decoded * self.timing.frame_shift_s
         stream.emit(Partial(stream.stream_id, stream.segment, parts.text, end,
