@@ -31,7 +31,7 @@ from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
 from oasr.engine.engine import ASREngine
 from oasr.engine.events import Error, StreamEvent
-from oasr.engine.families.base import family_for
+from oasr.engine.families import family_for
 from oasr.engine.runner.model_runner import BatchPlan
 from oasr.engine.runner.streams import StreamResources
 from oasr.engine.runner.transducer import TransducerStreams

@@ -28,7 +28,7 @@ from oasr.audio import (
     split_windows,
 )
 from oasr.audio.energy import ENERGY_FLOOR_DB
-from oasr.engine.families.base import ModelFamily, family_for
+from oasr.engine.families import ModelFamily, family_for
 from oasr.models import AsrModel, ConformerConfig, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
 from oasr.models.checkpoint import CONFORMER_CTC, DEFAULT_MODEL_DIR, WHISPER_CTC, model_family_of

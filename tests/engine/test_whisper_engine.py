@@ -22,7 +22,7 @@ from engine_helpers import Collector, assert_pool_full, run_until_idle, stream_a
 
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
-from oasr.engine.families.base import WhisperCtcFamily
+from oasr.engine.families import WhisperCtcFamily
 from oasr.engine.runner.model_runner import BatchPlan, StepOutput
 from oasr.models import load_model
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, save_whisper_ctc
