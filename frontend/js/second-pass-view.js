@@ -66,6 +66,7 @@ export class SecondPassView {
       chip("rejected by the guard", pass.num_rejected, "rejected"),
       chip("backlog full", pass.num_backlog_full, "backlog_full"),
       chip("waited too long (streams behind)", pass.num_expired ?? 0, "expired"),
+      chip("gave way to a live stream", pass.num_evicted ?? 0, "evicted"),
       chip("early decodes cut short", pass.num_decodes_cancelled ?? 0, "cancelled"),
       // Whisper ended right after the previous segment's text: decoded again without it
       chip("redone without the previous text", pass.num_context_retries ?? 0, "context_retries"),

@@ -173,7 +173,7 @@ class ASREngine:
         if request.input_ended:
             return
         request.pending_audio.append(command.samples)
-        self.live.on_audio(request.stream_id, command.samples)
+        self.live.on_audio(request.stream_id, command.samples, now)
         request.num_samples_received += len(command.samples)
         request.last_audio_at = now
         pending_s = (request.num_pending_samples / MODEL_SAMPLE_RATE

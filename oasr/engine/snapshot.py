@@ -129,6 +129,9 @@ class SecondPassSnapshot:
     held: bool = False  # waiting now: the streaming step is behind (second_pass_yield_s)
     num_holds: int = 0  # times it was made to wait
     num_expired: int = 0  # finals given up while it waited (they keep their CTC text)
+    # finals whose place in a full backlog a paced or less-served stream's final took (they
+    # keep their CTC text)
+    num_evicted: int = 0
     num_decoders: int = 1  # decoding processes working side by side (second_pass_processes)
     num_decodes_cancelled: int = 0  # decodes given up midway: all their jobs were aborted
     # decodes redone on their segment's audio alone: Whisper ended right after the context

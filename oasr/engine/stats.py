@@ -195,6 +195,7 @@ class EngineStats:
             held=worker.held if worker is not None else False,
             num_holds=worker.num_holds if worker is not None else 0,
             num_expired=worker.num_expired if worker is not None else 0,
+            num_evicted=worker.num_evicted if worker is not None else 0,
             num_decoders=worker.num_decoders if worker is not None else 0,
             num_decodes_cancelled=worker.num_cancelled if worker is not None else 0,
             num_context_retries=worker.num_context_retries if worker is not None else 0,

@@ -97,7 +97,8 @@ class HoldRecorder:
     """Stands in for the worker: records what the engine asks of it."""
 
     backlog = num_temperature_fallbacks = num_with_context = num_no_voice = num_no_speech = 0
-    num_holds = num_expired = num_refinements = num_cancelled = num_context_retries = 0
+    num_holds = num_expired = num_evicted = num_refinements = num_cancelled = 0
+    num_context_retries = 0
     num_decoders = 1
     held = False
     no_speech = None
@@ -109,8 +110,10 @@ class HoldRecorder:
         self.calls.append(held)
 
 
-def _engine(engine_config: EngineConfig, yield_s: float | None) -> tuple[ASREngine, HoldRecorder]:
-    engine = ASREngine(replace(engine_config, second_pass_yield_s=yield_s, early_final_s=0.0))
+def _engine(engine_config: EngineConfig, yield_s: float | None,
+            clock: FakeClock | None = None) -> tuple[ASREngine, HoldRecorder]:
+    engine = ASREngine(replace(engine_config, second_pass_yield_s=yield_s, early_final_s=0.0),
+                       clock=clock or FakeClock())
     recorder = HoldRecorder()
     engine.live.finals.worker = recorder  # type: ignore[assignment]
     return engine, recorder
@@ -122,18 +125,36 @@ def _open(engine: ASREngine, stream_id: int) -> None:
 
 def test_the_engine_holds_the_second_pass_while_a_stream_is_behind(
         engine_config: EngineConfig, speech: list[np.ndarray]) -> None:
-    engine, recorder = _engine(engine_config, 0.25)
+    clock = FakeClock()
+    engine, recorder = _engine(engine_config, 0.25, clock)
     _open(engine, 1)
     engine.step()
-    engine.submit(AppendAudio(1, speech[0][: 3 * RATE]))  # 3 s at once: seconds behind
+    # a live speaker's first 0.1 s, then 2.9 s more over 3 s of wall time that the engine
+    # did not step through: it is seconds behind
+    engine.submit(AppendAudio(1, speech[0][: RATE // 10]))
+    engine.step()
+    clock.advance(3.0)
+    engine.submit(AppendAudio(1, speech[0][RATE // 10: 3 * RATE]))
     engine.step()
     assert recorder.calls[-1] is True
     for _ in range(50):  # decode it chunk by chunk until caught up
         engine.step()
     assert recorder.calls[-1] is False
+    clock.advance(0.5)
     engine.submit(AppendAudio(1, speech[0][3 * RATE: 3 * RATE + RATE // 2]))  # half a chunk
     engine.step()
     assert recorder.calls[-1] is False  # within a chunk: on time
+
+
+def test_a_stream_sending_faster_than_real_time_does_not_hold_the_second_pass(
+        engine_config: EngineConfig, speech: list[np.ndarray]) -> None:
+    # 3 s of audio in no wall time (a file streamed at full speed): its backlog is its own
+    engine, recorder = _engine(engine_config, 0.25)
+    _open(engine, 1)
+    engine.step()
+    engine.submit(AppendAudio(1, speech[0][: 3 * RATE]))
+    engine.step()
+    assert recorder.calls[-1] is False
 
 
 def test_offline_never_holds_the_second_pass(engine_config: EngineConfig,

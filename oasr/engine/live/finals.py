@@ -436,7 +436,7 @@ class FinalPublisher:
                              np.concatenate([context_audio, audio]), self.clock(),
                              hyp.text, prefix, context=context,
                              context_samples=len(context_audio), context_job=context_job,
-                             draft=draft)
+                             draft=draft, paced=stream.is_paced(self.clock()))
 
     def _words(self, hyp: Hypothesis, base: int) -> tuple[WordTime, ...]:
         if self.tokenizer is None or not hasattr(self.tokenizer, "raw_text"):

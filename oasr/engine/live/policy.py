@@ -96,9 +96,13 @@ class YieldRule:
         return cls(round((chunk_s + yield_s) * MODEL_SAMPLE_RATE) + timing.right_context_samples,
                    timing.samples_per_frame)
 
-    def is_behind(self, streams: Iterable[StreamView]) -> bool:
+    def is_behind(self, streams: Iterable[LiveStream], now: float) -> bool:
+        """Whether a running paced stream (`LiveStream.is_paced`) has more audio waiting
+        than the limit. A stream sending faster than real time always has: its backlog is
+        its own (backpressure slows it), not the step falling behind."""
         return any(s.num_samples_received - s.num_frames_decoded * self.samples_per_frame
-                   > self.limit_samples for s in streams if s.is_running)
+                   > self.limit_samples and s.is_paced(now)
+                   for s in streams if s.is_running)
 
 
 class LivePolicy:
@@ -148,9 +152,12 @@ class LivePolicy:
             stream.refine = self.refiner.new_state()
         self.streams[view.stream_id] = stream
 
-    def on_audio(self, stream_id: int, samples: np.ndarray) -> None:
-        """Audio received (16 kHz): its energies, and the samples the second pass may need."""
+    def on_audio(self, stream_id: int, samples: np.ndarray, now: float) -> None:
+        """Audio received (16 kHz) at ``now``: its energies, the samples the second pass may
+        need, and the stream's pace (`LiveStream.is_paced`)."""
         stream = self.streams[stream_id]
+        if stream.first_audio_at is None:
+            stream.first_audio_at = now
         stream.energy.append(samples)
         if self.finals.worker is not None:
             stream.audio.append(samples)
@@ -332,7 +339,7 @@ class LivePolicy:
         refinements due."""
         worker = self.finals.worker
         if worker is not None and self.yield_rule is not None:
-            worker.hold(self.yield_rule.is_behind(views.values()))
+            worker.hold(self.yield_rule.is_behind([self.streams[s] for s in views], now))
         if self.refiner is not None:
             self.refiner.schedule([self.streams[s] for s in views], now, engine_busy_s)
 

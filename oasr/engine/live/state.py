@@ -15,13 +15,17 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from oasr.audio import FrameEnergy
+from oasr.audio import MODEL_SAMPLE_RATE, FrameEnergy
 from oasr.decoding import Endpointer, Hypothesis, StreamStep
 from oasr.engine.events import Final, StreamEvent
 from oasr.engine.live.agreement import NO_WORDS, RefinedPartial, RefineState
 
 if TYPE_CHECKING:
     from oasr.engine.second_pass.worker import SecondPassDone
+
+# audio a stream may have sent ahead of the wall time since its first audio and still count
+# as paced (a live speaker): a client's frames (up to a second each) and network bursts
+PACE_MARGIN_S = 2.0
 
 
 class StreamView(Protocol):
@@ -214,6 +218,16 @@ class LiveStream:
     last_step: StreamStep | None = None
     quiet_checked_at: int = 0
     num_pause_frames: int = 0  # the pause after the open segment's last word, last measured
+    first_audio_at: float | None = None  # monotonic time its first audio arrived
+
+    def is_paced(self, now: float) -> bool:
+        """Whether the stream sends at real-time pace, as a live speaker does: the audio
+        received so far is at most `PACE_MARGIN_S` ahead of the wall time since its first
+        audio (a file streamed at full speed, or an upload, runs far ahead)."""
+        if self.first_audio_at is None:
+            return True
+        ahead_s = self.num_samples_received / MODEL_SAMPLE_RATE - (now - self.first_audio_at)
+        return ahead_s <= PACE_MARGIN_S
 
     # -- the loop's positions, read-only here ---------------------------------------------
     @property

@@ -29,6 +29,9 @@ class SecondPassJob:
         draft: Whisper tokens after ``prefix`` that the newest refinement decoded (its
             tentative words): a greedy decode of a busy server's final takes them where each
             is its own choice (`RefineJob.draft`); the beam search does not use them.
+        paced: its stream sends at real-time pace (a live speaker); False for one sending
+            faster (a file streamed at full speed, an upload): a paced stream's finals are
+            decoded first and find room in a full backlog, at a faster stream's expense.
     """
 
     job_id: int
@@ -43,6 +46,7 @@ class SecondPassJob:
     context_job: int | None = None
     context_tokens: tuple[int, ...] = ()
     draft: tuple[int, ...] = ()
+    paced: bool = True
 
 
 @dataclass(frozen=True)

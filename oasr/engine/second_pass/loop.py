@@ -146,7 +146,10 @@ class SecondPassLoop:
         # open segments (stream, segment) whose refinement Whisper ended at the context: their
         # next refinements are decoded alone at once (greedy ends there again), oldest first
         self._refined_alone: dict[tuple[int, int], None] = {}
-        self._num_taken = 0
+        # finals of streams sending faster than real time (`SecondPassJob.paced` False),
+        # handed to the decoder only while no paced stream's final waits for a row
+        self._unpaced: deque[SecondPassJob] = deque()
+        self._num_taken = self._num_paced_taken = 0
         # commands taken while the decoder stepped (handled after the step, in order), the
         # job ids they abort, and whether they stop the loop
         self._get: Callable[[bool], Command] | None = None
@@ -164,6 +167,7 @@ class SecondPassLoop:
         it while its streams are behind); commands are still taken while it is withheld."""
         self._get = get
         while True:
+            self._release_unpaced()
             block = not self.decoder.has_work()  # type: ignore[attr-defined]
             if not self._take_commands(get, block):
                 return
@@ -207,7 +211,19 @@ class SecondPassLoop:
     def num_finals(self) -> int:
         """Finals on this side: decoding, waiting for their context, or taken to start."""
         active = sum(isinstance(job, SecondPassJob) for job in self._active.values())
-        return active + len(self._deferred) + self._num_taken
+        return active + len(self._deferred) + len(self._unpaced) + self._num_taken
+
+    def _num_paced_finals(self) -> int:
+        """Paced streams' finals on this side (decoding or waiting for their context)."""
+        jobs = [*self._active.values(), *self._deferred.values()]
+        return (sum(isinstance(job, SecondPassJob) and job.paced for job in jobs)
+                + self._num_paced_taken)
+
+    def _release_unpaced(self) -> None:
+        """Hand the decoder the next final of a faster stream while no final waits for a
+        row (a paced stream's final waits behind at most one of them)."""
+        while self._unpaced and not getattr(self.decoder, "num_urgent", 0):
+            self._start(self._unpaced.popleft(), queue_unpaced=False)
 
     def is_aborted(self, job_id: int) -> bool:
         """Whether ``job_id`` has been aborted (or the loop stopped) since the commands were
@@ -240,6 +256,8 @@ class SecondPassLoop:
                 break
             block = False
         self._num_taken = sum(isinstance(item, SecondPassJob) for item in taken)
+        self._num_paced_taken = sum(isinstance(item, SecondPassJob) and item.paced
+                                    for item in taken)
         for item in taken:
             if item is None:
                 return False
@@ -253,6 +271,7 @@ class SecondPassLoop:
                     self._start_refine(item)
             else:
                 self._num_taken -= 1
+                self._num_paced_taken -= item.paced
                 self._take_final(item)
         return True
 
@@ -274,6 +293,7 @@ class SecondPassLoop:
 
     def _abort(self, job_id: int) -> None:
         self._before_alone.pop(job_id, None)
+        self._unpaced = deque(job for job in self._unpaced if job.job_id != job_id)
         job = self._active.pop(job_id, None)
         if job is not None:
             self.decoder.abort(job_id)  # type: ignore[attr-defined]
@@ -283,11 +303,18 @@ class SecondPassLoop:
         if job_id in self._deferred:  # the next segment goes on without this one's text
             self._start(replace(self._deferred.pop(job_id), context_job=None))
 
-    def _start(self, job: SecondPassJob) -> None:
-        """Hand a final's job to the decoder, with its context's tokens forced first."""
-        # under backlog the finals are decoded fast (greedy, the segment's window) so
-        # the second pass keeps up and leaves the streaming step its CPU
-        fast = self.fast_backlog is not None and self.num_finals + 1 > self.fast_backlog
+    def _start(self, job: SecondPassJob, queue_unpaced: bool = True) -> None:
+        """Hand a final's job to the decoder, with its context's tokens forced first; a
+        faster stream's final waits its turn behind the paced streams' (`_release_unpaced`)."""
+        if queue_unpaced and not job.paced:
+            self._unpaced.append(job)
+            self._release_unpaced()
+            return
+        # under backlog the finals are decoded fast (greedy, the segment's window) so the
+        # second pass keeps up and leaves the streaming step its CPU; faster streams' finals
+        # waiting their turn do not make a paced stream's final fast
+        waiting = self.num_finals if not job.paced else self._num_paced_finals()
+        fast = self.fast_backlog is not None and waiting + 1 > self.fast_backlog
         job = self._with_context(job)
         if job.context_tokens:
             self.counters.num_with_context += 1

@@ -253,6 +253,7 @@ class SecondPassWorker:
         self.held = False  # the engine withholds decoder steps while its streams are behind
         self.num_holds = 0  # times it did
         self.num_expired = 0  # finals given up while it did (they keep their CTC text)
+        self.num_evicted = 0  # finals whose place in a full backlog another stream's took
         self._runner = start(self._answered, self._on_lost)
 
     @classmethod
@@ -425,15 +426,47 @@ class SecondPassWorker:
         return True
 
     def try_submit(self, job: SecondPassJob) -> bool:
-        """Queue a final's job unless the backlog is full (then the caller keeps its CTC
-        text)."""
+        """Queue a final's job; False when the backlog is full and the job may not take
+        another's place (then the caller keeps its CTC text).
+
+        A full backlog is shared by stream, not by arrival: a paced stream's final (a live
+        speaker's, `SecondPassJob.paced`) takes the place of the newest final of the faster
+        stream with the most finals queued; a faster stream's final takes the place of the
+        newest final of a faster stream with at least two more queued than it has. The final
+        whose place is taken is answered at once with its CTC text (``num_evicted``), so one
+        client sending at full speed costs others none of their finals."""
+        evicted = None
         with self._lock:
-            if self._lost or self._num_finals >= self.max_backlog:
+            if self._lost:
                 return False
+            if self._num_finals >= self.max_backlog:
+                evicted = self._place_for(job)
+                if evicted is None:
+                    return False
+                self._forget(evicted.job_id)
             self._outstanding[job.job_id] = job
             self._num_finals += 1
+        if evicted is not None:
+            self._runner.put(evicted.job_id)  # aborted on the decoding side
+            self.num_evicted += 1
+            self.deliver(SecondPassDone(evicted.job_id, evicted.stream_id, None,
+                                        self.clock() - evicted.submitted_at, "ctc"))
         self._runner.put(job)
         return True
+
+    def _place_for(self, job: SecondPassJob) -> SecondPassJob | None:
+        """The queued final ``job`` may take the place of in a full backlog, or None (see
+        `try_submit`; the lock is held)."""
+        queued: dict[int, list[SecondPassJob]] = {}
+        for other in self._outstanding.values():
+            if isinstance(other, SecondPassJob) and not other.paced:
+                queued.setdefault(other.stream_id, []).append(other)
+        if not queued:
+            return None
+        stream = max(queued, key=lambda s: (len(queued[s]), s))
+        if not job.paced and len(queued[stream]) < len(queued.get(job.stream_id, ())) + 2:
+            return None
+        return max(queued[stream], key=lambda other: other.job_id)  # its newest
 
     def abort(self, job_id: int) -> None:
         """Drop a job whose stream vanished; no answer will be delivered for it (unless it
