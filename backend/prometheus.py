@@ -101,6 +101,11 @@ class _SnapshotCollector(Collector):
                 "oasr_second_pass_expired",
                 "Finals that kept their CTC text because the second pass waited too long",
                 value=second.num_expired)
+            yield CounterMetricFamily(
+                "oasr_second_pass_evicted",
+                "Finals that kept their CTC text: a paced or less-served stream's final took "
+                "their place in a full backlog",
+                value=second.num_evicted)
 
 
 class ServerMetrics:
