@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 FLOW_POLL_S = 0.02  # how often a paused socket looks at its queue again
@@ -77,7 +77,8 @@ class AudioFlowGate:
     """
 
     def __init__(self, queued_s: Callable[[int], float], max_socket_s: float,
-                 max_total_s: float, floor_s: Callable[[], float] = lambda: 1.0) -> None:
+                 max_total_s: float, floor_s: Callable[[], float] = lambda: 1.0,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         if not 0 < max_socket_s <= max_total_s:
             raise ValueError(f"need 0 < max_socket_s ({max_socket_s}) <= max_total_s "
                              f"({max_total_s})")
@@ -88,6 +89,7 @@ class AudioFlowGate:
         self._floor_s = floor_s
         self.max_socket_s = max_socket_s
         self.max_total_s = max_total_s
+        self._sleep = sleep  # between two looks at a paused socket's queue (tests count them)
         self._queued: dict[int, float] = {}
         self.num_pauses = 0  # times a socket had to wait (for the stats)
 
@@ -118,7 +120,7 @@ class AudioFlowGate:
             return
         self.num_pauses += 1
         while self._must_wait(stream_id):
-            await asyncio.sleep(FLOW_POLL_S)
+            await self._sleep(FLOW_POLL_S)
 
     def forget(self, stream_id: int) -> None:
         """The connection is gone: its stream no longer counts against the budget."""

@@ -33,13 +33,32 @@ def test_loads_bounded_refuses_deep_json_and_parses_the_rest() -> None:
         loads_bounded("{", 8)
 
 
+class Polls:
+    """The flow gate's sleep between two looks at a queue: counts the looks, waits no time."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self, seconds: float) -> None:
+        self.count += 1
+        await asyncio.sleep(0)
+
+    async def at_least(self, count: int, waiter: asyncio.Task[None]) -> None:
+        """Return once the gate has looked ``count`` more times, or ``waiter`` is done."""
+        target = self.count + count
+        while self.count < target and not waiter.done():
+            await asyncio.sleep(0)
+
+
 def test_flow_gate_pauses_a_socket_over_its_limit_until_the_engine_catches_up() -> None:
     queued = {1: 6.0, 2: 0.0}
-    gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=5.0, max_total_s=8.0)
+    polls = Polls()
+    gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=5.0, max_total_s=8.0,
+                         sleep=polls)
 
     async def scenario() -> None:
         waiter = asyncio.create_task(gate.wait_for_room(1))
-        await asyncio.sleep(0.1)
+        await polls.at_least(5, waiter)
         assert not waiter.done()  # 6 s queued > 5 s: not reading
         await gate.wait_for_room(2)  # another socket with nothing queued is not held up
         queued[1] = 4.0
@@ -51,12 +70,14 @@ def test_flow_gate_pauses_a_socket_over_its_limit_until_the_engine_catches_up() 
 
 def test_flow_gate_holds_sockets_with_audio_queued_while_over_the_global_budget() -> None:
     queued = {1: 4.0, 2: 4.5, 3: 0.9}
-    gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=5.0, max_total_s=8.0)
+    polls = Polls()
+    gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=5.0, max_total_s=8.0,
+                         sleep=polls)
 
     async def scenario() -> None:
         await gate.wait_for_room(1)  # 4 s alone: under both limits
         waiter = asyncio.create_task(gate.wait_for_room(2))  # 8.5 s in all > 8 s
-        await asyncio.sleep(0.1)
+        await polls.at_least(5, waiter)
         assert not waiter.done()
         # under a chunk's worth queued (the 1 s floor) may always send: the engine may need
         # more audio before it can decode anything of that stream
@@ -72,14 +93,16 @@ def test_flow_gate_holds_sockets_with_audio_queued_while_over_the_global_budget(
 
 def test_flow_gate_never_holds_a_stream_below_its_next_chunk() -> None:
     queued = {1: 1.2}
+    polls = Polls()
     gate = AudioFlowGate(lambda sid: queued[sid], max_socket_s=0.5, max_total_s=0.5,
-                         floor_s=lambda: 1.28)  # two 640 ms chunks
+                         floor_s=lambda: 1.28, sleep=polls)  # two 640 ms chunks
 
     async def scenario() -> None:
         await asyncio.wait_for(gate.wait_for_room(1), 0.5)  # over both limits, under the floor
+        assert polls.count == 0
         queued[1] = 1.5
         waiter = asyncio.create_task(gate.wait_for_room(1))
-        await asyncio.sleep(0.1)
+        await polls.at_least(5, waiter)
         assert not waiter.done()
         queued[1] = 1.0
         await asyncio.wait_for(waiter, 1.0)
