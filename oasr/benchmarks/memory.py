@@ -66,7 +66,7 @@ def kv_bytes(bench: BenchModel, num_left_chunks: int = 4, device: str = "auto") 
     per_frame = 2 * cache.num_layers * cache.n_kv_head * cache.head_dim * element
     per_block = bytes_per_kv_block(cache)
     pool = BlockPool(cache)
-    measured = (pool.k_pool.nbytes + pool.v_pool.nbytes) // pool.num_physical_blocks
+    measured = pool.nbytes // pool.num_physical_blocks
     held_blocks = (cache.max_logical_blocks or 0) + 1
     window_frames = cache.chunk_size * (num_left_chunks + 1)
     history_frames = round(HISTORY_SECONDS / bench.frame_seconds)
@@ -148,7 +148,8 @@ class SteadyStateCheck:
 def _cache_tensors(resources: StreamResources) -> list[tuple[int, tuple[int, ...]]]:
     pool, attention = resources.pool, resources.attention
     paged = [] if pool is None or attention is None else [
-        pool.k_pool, pool.v_pool, attention.block_table, attention.cache_seqlens]
+        *(t for layer in range(pool.config.num_layers) for t in pool.get_kv_view(layer)),
+        attention.block_table, attention.cache_seqlens]
     tensors = [*paged, *resources.states.buffers.values()]
     return [(t.data_ptr(), tuple(t.shape)) for t in tensors]
 

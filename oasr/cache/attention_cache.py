@@ -45,7 +45,7 @@ class AttentionCacheManager(DenseModeMixin):
         if not isinstance(pad_lanes, int) or pad_lanes < 0:
             raise ValueError(f"pad_lanes must be an int >= 0, got {pad_lanes!r}")
         expected = (config.num_layers, config.block_size_frames, config.n_kv_head, config.head_dim)
-        actual = (pool.k_pool.size(0), *pool.k_pool.shape[2:])
+        actual = (pool.config.num_layers, *pool.block_shape)
         if expected != actual or pool.num_blocks != config.max_num_blocks:
             raise ValueError(
                 f"pool geometry (layers, block, heads, dim)={actual}, {pool.num_blocks} blocks "

@@ -18,7 +18,10 @@ from oasr.cache.types import CacheConfig
 class BlockPool:
     """Preallocated K and V storage for every layer, handed out one block id at a time.
 
-    ``k_pool`` and ``v_pool`` have shape
+    The storage is private: ``get_kv_view(layer)`` and ``get_kv_block_view(layer, block_id)``
+    are the only ways to its tensors (the attention managers and the models read and write
+    through them), so a subclass may store K/V differently by overriding these two and
+    ``zero_blocks``. As built here, K and V are each one tensor of shape
     (num_layers, max_num_blocks + scratch_blocks, block_size_frames, n_kv_head, head_dim).
     Ids ``[0, max_num_blocks)`` are allocatable; ids ``[max_num_blocks, num_physical_blocks)``
     are scratch blocks: never on the free list and refused by ``free``. Padding rows of a batch
@@ -70,14 +73,20 @@ class BlockPool:
             return len(self._free)
 
     @property
-    def k_pool(self) -> torch.Tensor:
-        """(num_layers, num_physical_blocks, block_size_frames, n_kv_head, head_dim) keys."""
-        return self._k_pool
+    def block_shape(self) -> tuple[int, int, int]:
+        """One block of one layer: (block_size_frames, n_kv_head, head_dim)."""
+        cfg = self.config
+        return (cfg.block_size_frames, cfg.n_kv_head, cfg.head_dim)
 
     @property
-    def v_pool(self) -> torch.Tensor:
-        """(num_layers, num_physical_blocks, block_size_frames, n_kv_head, head_dim) values."""
-        return self._v_pool
+    def dtype(self) -> torch.dtype:
+        """Element type of K and V."""
+        return self.config.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of K and V together, every layer and physical block."""
+        return self._k_pool.nbytes + self._v_pool.nbytes
 
     def allocate(self, n: int) -> list[int]:
         """Take ``n`` block ids off the head of the free list.

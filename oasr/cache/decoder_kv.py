@@ -121,7 +121,8 @@ class DecoderKVCacheManager:
         self.k_scales: torch.Tensor | None = None
         self.v_scales: torch.Tensor | None = None
         if kv_cache == "fp8_e4m3":
-            shape = pool.k_pool.shape[:-1]  # (layers, physical blocks, page, H_kv)
+            shape = (cfg.num_layers, pool.num_physical_blocks, *pool.block_shape[:-1])
+            # (layers, physical blocks, page, H_kv): one scale per stored frame and head
             self.k_scales = torch.zeros(shape, dtype=torch.float32, device=cfg.device)
             self.v_scales = torch.zeros(shape, dtype=torch.float32, device=cfg.device)
 

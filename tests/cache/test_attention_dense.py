@@ -3,6 +3,7 @@
 import pytest
 import torch
 from cache_helpers import assert_drained
+from support.pool_views import pool_k
 
 from oasr.cache import AttentionCacheManager, BlockPool
 from oasr.fmha import write_chunk_kv
@@ -60,7 +61,7 @@ def test_dense_chunks_smaller_than_blocks_straddle(make_config):
     assert att.stream_info(1).block_ids == (0, 1, 2)
     assert torch.equal(att.get_stacked_cache(1), torch.cat(chunks, dim=2))
     k = torch.cat(chunks, dim=2)[..., :4].permute(0, 2, 1, 3)  # (L, 9, H, D)
-    assert torch.equal(pool.k_pool[:, 1], k[:, 4:8])  # frames 4..7 in logical block 1
+    assert torch.equal(pool_k(pool)[:, 1], k[:, 4:8])  # frames 4..7 in logical block 1
     assert_drained(att, pool)
 
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from cache_helpers import assert_drained
+from support.pool_views import fill_blocks, pool_k, pool_v
 
 from oasr.cache import AttentionCacheManager, BlockPool
 from oasr.fmha import write_chunk_kv
@@ -41,8 +42,8 @@ def test_padded_batch_and_padding_writes_only_scratch(make_config):
     k[2:] = 5.0  # the padding rows
     for cache in caches:
         write_chunk_kv(cache, k, k)
-    assert torch.all(pool.k_pool[:, 12] == 5.0)
-    assert not pool.k_pool[:, :12].any() and not pool.v_pool[:, :12].any()
+    assert torch.all(pool_k(pool)[:, 12] == 5.0)
+    assert not pool_k(pool)[:, :12].any() and not pool_v(pool)[:, :12].any()
     with pytest.raises(ValueError, match="no pad lanes"):
         build(make_config, pad_lanes=0, scratch=0)[0].batch_slot_list([], pad_to=1)
 
@@ -71,14 +72,13 @@ def test_scratch_and_pad_lane_never_handed_out(make_config):
 
 def test_prefill_hands_a_zeroed_window(make_config):
     att, pool = build(make_config, num_left_chunks=2, prefill_kv_window=True)
-    pool.k_pool.fill_(float("nan"))
-    pool.v_pool.fill_(float("nan"))
+    fill_blocks(pool, float("nan"))
     att.allocate_stream(1)
     info = att.stream_info(1)
     assert info.block_ids == (0, 1) and info.num_cached_frames == 8
-    assert not pool.k_pool[:, [0, 1]].isnan().any() and not pool.k_pool[:, [0, 1]].any()
-    assert not pool.v_pool[:, [0, 1]].any()
-    assert pool.k_pool[:, 2].isnan().all()  # only the window is zeroed
+    assert not pool_k(pool)[:, [0, 1]].isnan().any() and not pool_k(pool)[:, [0, 1]].any()
+    assert not pool_v(pool)[:, [0, 1]].any()
+    assert pool_k(pool)[:, 2].isnan().all()  # only the window is zeroed
     assert att.cache_seqlens.tolist() == [8, 0, 0, 8]  # pad lane starts at the same length
     assert torch.equal(att.get_stacked_cache(1), torch.zeros(2, 2, 8, 8))
 
@@ -107,11 +107,11 @@ def test_reset_re_prefills_a_zeroed_window(make_config):
     for _ in range(2):
         att.prepare_chunk(1)
         att.commit_chunk_paged(1, 4)
-    pool.k_pool[:, list(range(12))] = 1.0
+    fill_blocks(pool, 1.0, list(range(12)))
     att.reset_stream(1)
     info = att.stream_info(1)
     assert info.num_cached_frames == 8 and len(info.block_ids) == 2
-    assert not pool.k_pool[:, list(info.block_ids)].any()
+    assert not pool_k(pool)[:, list(info.block_ids)].any()
     assert att.slot_of(1) == 0
     assert_drained(att, pool)
 

@@ -235,7 +235,7 @@ def test_cached_frames_and_batched_caches(make_config):
     assert c.block_table.tolist() == [row(att, 6), row(att, 4), row(att, 5)]
     assert c.cache_seqlens.tolist() == [3, 6, 0]
     assert c.host_seqlen == 6 and c.block_size == 4
-    assert c.k_cache.data_ptr() == pool.k_pool[1].data_ptr()
+    assert c.k_cache.data_ptr() == pool.get_kv_view(1)[0].data_ptr()
     assert c.v_cache.shape == (12, 4, 2, 4)
     bt, cs = att.get_paged_state_views(4)
     assert bt.shape == (1, 8) and cs.tolist() == [6]

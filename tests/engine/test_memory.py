@@ -23,7 +23,7 @@ TINY = dict(num_layers=3, n_kv_head=2, head_dim=8, hidden_dim=16, kernel_size=3,
 def test_formula_matches_a_real_pool_allocation(dtype, scratch):
     cfg = CacheConfig(**TINY, dtype=dtype)
     pool = BlockPool(cfg, scratch_blocks=scratch)
-    allocated = pool.k_pool.untyped_storage().nbytes() + pool.v_pool.untyped_storage().nbytes()
+    allocated = sum(t.untyped_storage().nbytes() for t in pool.get_kv_view(0))
     assert kv_pool_bytes(cfg, scratch) == allocated
     assert bytes_per_kv_block(cfg) * (10 + scratch) == allocated
     one_block = sum(t.nbytes for t in pool.get_kv_block_view(0, 0)) * cfg.num_layers

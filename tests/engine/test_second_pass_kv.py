@@ -33,7 +33,7 @@ def test_fp8_decoder_kv_serves_whisper_finals(engine_config: EngineConfig,
     assert engine.live.finals.worker is not None
     decoder = engine.live.finals.worker.decoder
     assert decoder.config.max_rows == 5 and decoder.manager.kv_cache == "fp8_e4m3"
-    assert decoder.manager.pool.k_pool.dtype == FP8_DTYPE
+    assert decoder.manager.pool.dtype == FP8_DTYPE
     events = stream_all(engine, speech[0])
     run_until_idle_with_finals(engine)
     finals = events.of_type(1, Final)

@@ -62,15 +62,15 @@ def test_the_formula_is_what_the_pool_allocates(tmp_path: Path, kv_cache: str | 
                                     WhisperDecodeConfig(kv_cache=kv_cache, max_new_tokens=12,
                                                         block_size=4, max_rows=3))
     pool = manager.pool
-    allocated = pool.k_pool.nbytes + pool.v_pool.nbytes
+    allocated = pool.nbytes
     if kv_cache:
-        assert pool.k_pool.dtype == FP8_DTYPE
+        assert pool.dtype == FP8_DTYPE
         assert manager.k_scales is not None and manager.v_scales is not None
         allocated += manager.k_scales.nbytes + manager.v_scales.nbytes
     per_token = decoder_kv_bytes_per_token(TINY.n_text_layer, TINY.n_text_head,
                                            TINY.text_head_dim, torch.float32, kv_cache)
     assert pool.num_blocks == 3 * ROW_PAGES
-    assert allocated == per_token * 4 * pool.k_pool.size(1)
+    assert allocated == per_token * 4 * pool.num_physical_blocks
 
 
 def test_a_budget_buys_more_pages_in_fp8(tmp_path: Path) -> None:

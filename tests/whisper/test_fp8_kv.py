@@ -20,7 +20,7 @@ def test_fp8_paged_equals_fp8_dense_and_stays_close_to_full_precision(reuse_cros
     full = forced_logits(model, DecoderKv(cross, 16), forced)
     dense8 = forced_logits(model, DecoderKv(cross, 16, "fp8_e4m3"), forced)
     mgr = tiny_manager(max_num_blocks=40, block_size=4, fp8=True)
-    assert mgr.pool.k_pool.dtype == FP8_DTYPE and mgr.k_scales is not None
+    assert mgr.pool.dtype == FP8_DTYPE and mgr.k_scales is not None
     for row in range(3):
         mgr.allocate_row(row, 16)
     mgr.build_cross_kv([0, 1, 2], cross)

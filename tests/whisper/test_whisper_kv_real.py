@@ -62,7 +62,7 @@ def test_fp8_paged_matches_fp8_dense(checkpoint: WhisperCheckpoint, devset_encod
     transcriber = WhisperTranscriber(
         checkpoint, WhisperDecodeConfig(max_rows=2, kv_cache="fp8_e4m3", max_new_tokens=64))
     assert transcriber.manager is not None
-    assert transcriber.manager.pool.k_pool.dtype == torch.float8_e4m3fn
+    assert transcriber.manager.pool.dtype == torch.float8_e4m3fn
     paged = [list(r.tokens) for r in transcriber.decode_encoded(devset_encoded[rows])]
     assert paged == dense_greedy(checkpoint, devset_encoded[rows], kv_cache="fp8_e4m3")
     assert transcriber.manager.pool.num_free_blocks == transcriber.manager.pool.num_blocks

@@ -41,8 +41,10 @@ def write_dense_frames(
         pos = start + t
         block, offset = block_ids[pos // bs], pos % bs
         n = min(bs - offset, total - t)
-        pool.k_pool[:, block, offset : offset + n].copy_(k[:, t : t + n])  # (L, n, H, D)
-        pool.v_pool[:, block, offset : offset + n].copy_(v[:, t : t + n])
+        for layer in range(pool.config.num_layers):
+            kb, vb = pool.get_kv_block_view(layer, block)  # (block_size, H, D) each
+            kb[offset : offset + n].copy_(k[layer, t : t + n])  # (n, H, D)
+            vb[offset : offset + n].copy_(v[layer, t : t + n])
         t += n
 
 
@@ -55,9 +57,13 @@ def gather_dense(pool: BlockPool, block_ids: Sequence[int], num_frames: int) -> 
     if num_frames == 0 or not block_ids:
         shape = (cfg.num_layers, cfg.n_kv_head, 0, cfg.kv_last_dim)
         return torch.zeros(shape, dtype=cfg.dtype, device=cfg.device)
-    k = torch.cat([pool.k_pool[:, b] for b in block_ids], dim=1)[:, :num_frames]  # (L, T, H, D)
-    v = torch.cat([pool.v_pool[:, b] for b in block_ids], dim=1)[:, :num_frames]  # (L, T, H, D)
-    return torch.cat([k, v], dim=-1).permute(0, 2, 1, 3).contiguous()  # (L, H, T, 2D)
+    layers = []
+    for layer in range(cfg.num_layers):
+        views = [pool.get_kv_block_view(layer, b) for b in block_ids]  # (block_size, H, D) pairs
+        k = torch.cat([kb for kb, _ in views])[:num_frames]  # (T, H, D)
+        v = torch.cat([vb for _, vb in views])[:num_frames]  # (T, H, D)
+        layers.append(torch.cat([k, v], dim=-1))  # (T, H, 2D)
+    return torch.stack(layers).permute(0, 2, 1, 3).contiguous()  # (L, H, T, 2D)
 
 
 class _PagedManager(Protocol):

@@ -134,7 +134,7 @@ class StreamResources:
             " + int8 linears" if int8 else "",
             cache_config.max_batch_size,
             chunk, 0 if pool is None else cache_config.max_num_blocks,
-            cache_config.block_size_frames, 0.0 if pool is None else pool.k_pool.nbytes * 2 / 2**20,
+            cache_config.block_size_frames, 0.0 if pool is None else pool.nbytes / 2**20,
             cache_config.max_stream_frames,
             config.decoder.beam_size,
             "none" if lm is None else (f"{lm!r}, weight {decoder.config.lm_weight}, "
