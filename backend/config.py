@@ -20,11 +20,13 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 def default_engine_config() -> EngineConfig:
     """The engine a server runs when none is given: the commands' engine
     (`oasr.engine.options.command_engine_config`: EngineConfig's defaults with the Whisper
-    second pass and 8 chunks of history), with a live client's idle timeout (15 s) and the
-    second pass in processes of its own, below the streaming step's CPU priority: two where
-    the machine has two cores or more, else one."""
+    second pass and 8 chunks of history), with a live client's idle timeout (15 s), the
+    second pass in processes of its own, below the streaming step's CPU priority (two where
+    the machine has two cores or more, else one), and admission by latency: new streams are
+    admitted while the running ones need at most 0.8 of the engine's time."""
     return command_engine_config(idle_timeout_s=15.0, second_pass_process=True,
-                                 second_pass_processes=min(2, os.cpu_count() or 1))
+                                 second_pass_processes=min(2, os.cpu_count() or 1),
+                                 admission_budget=0.8)
 
 
 def default_frontend_dir() -> Path:

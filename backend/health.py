@@ -51,9 +51,12 @@ def readiness(engine: EngineThread | None, draining: bool,
         return Verdict(False, "the engine is not running")
     if headroom == 0:
         return Verdict(True, "ready")
-    free_slots = snapshot.streams.num_free_slots
-    if free_slots < headroom:
-        return Verdict(False, f"{free_slots} free stream slots (need {headroom})")
+    streams = snapshot.streams
+    if streams.num_free_slots < headroom:
+        return Verdict(False, f"{streams.num_free_slots} free stream slots (need {headroom})")
+    if streams.num_admissible < headroom:  # slots free, but the step's cost is the limit
+        return Verdict(False, f"{streams.active} streams use the step's real-time capacity "
+                       f"(admission by latency; need room for {headroom})")
     pool = snapshot.pool
     if pool.kind == "slots":  # a slot-runtime family: its state does not grow
         return Verdict(True, "ready")

@@ -25,6 +25,7 @@ const panel = new PoolPanel(document.getElementById("pool"));
 const FINISH_EXPLANATIONS = {
   length: "this stream reached the engine's per-stream length limit",
   timeout: "no audio arrived for too long, or the session reached its maximum length",
+  abandoned: "the connection dropped and the page did not come back within the resume window",
   error: "the engine failed on this stream (the server log says why)",
 };
 

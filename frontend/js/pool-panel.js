@@ -12,7 +12,7 @@ import { PoolGrid } from "./pool-grid.js";
 import { PoolOverview } from "./pool-overview.js";
 import { SecondPassView } from "./second-pass-view.js";
 
-const FINISH_REASONS = ["stop", "length", "timeout", "abort", "error"];
+const FINISH_REASONS = ["stop", "length", "timeout", "abort", "abandoned", "error"];
 
 function fmt(value, digits = 1) {
   return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "-";

@@ -38,6 +38,23 @@ class AbortStream:
 
 
 @dataclass(frozen=True)
+class SuspendStream:
+    """The stream's client went away and may come back (a dropped socket): the stream keeps
+    its slot, caches and decoder state, is exempt from the idle and audio-rate timeouts, and
+    ends "abandoned" unless resumed within ``window_s`` seconds."""
+
+    stream_id: int
+    window_s: float
+
+
+@dataclass(frozen=True)
+class ResumeStream:
+    """The suspended stream's client is back: the timeouts apply again from now."""
+
+    stream_id: int
+
+
+@dataclass(frozen=True)
 class FinishAll:
     """End every stream now with ``reason`` (each gets its final and done): a drain's deadline."""
 
@@ -45,4 +62,5 @@ class FinishAll:
     message: str = ""
 
 
-Command = OpenStream | AppendAudio | EndStream | AbortStream | FinishAll | SecondPassDone | RefineDone
+Command = (OpenStream | AppendAudio | EndStream | AbortStream | SuspendStream | ResumeStream
+           | FinishAll | SecondPassDone | RefineDone)

@@ -181,6 +181,12 @@ class EngineConfig:
         pad_cohorts: pad every cohort up to the next ladder width with pad-lane rows (they
             write only into a scratch block and a pad row; their outputs are dropped). Default
             None: as ``cuda_graphs``; True on CPU runs the padded path without graphs.
+        admission_budget: admission by latency (`oasr.engine.admission`): a waiting stream is
+            admitted only while the streams running and it would need at most this share of
+            the engine thread's time (the step's measured cost per second of audio times the
+            streams), so the streams already admitted stay real time; beyond it new streams
+            wait and are refused "busy" as when the slots are full. A fraction in (0, 1];
+            default None: slots alone bound admission.
     """
 
     model: str | None = None
@@ -228,6 +234,7 @@ class EngineConfig:
     audio_rate_window_s: float = 10.0
     cuda_graphs: str = "off"  # "auto" once bench/gpu_check.sh has passed on a device
     pad_cohorts: bool | None = None
+    admission_budget: float | None = None
 
     def __post_init__(self) -> None:
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
@@ -303,6 +310,9 @@ class EngineConfig:
         if not 0.0 <= self.min_audio_rate < 1.0:
             raise ValueError(f"min_audio_rate must be in [0, 1) (a fraction of real time), "
                              f"got {self.min_audio_rate}")
+        if self.admission_budget is not None and not 0.0 < self.admission_budget <= 1.0:
+            raise ValueError(f"admission_budget must be in (0, 1] (a share of the engine's "
+                             f"time) or None, got {self.admission_budget}")
         if not (math.isfinite(self.audio_rate_window_s) and self.audio_rate_window_s >= 1.0):
             raise ValueError(
                 f"audio_rate_window_s must be a finite number >= 1 s, got {self.audio_rate_window_s}")

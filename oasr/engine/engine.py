@@ -20,8 +20,20 @@ import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower
-from oasr.engine.commands import AbortStream, AppendAudio, Command, EndStream, FinishAll, OpenStream
+from oasr.engine.admission import StepCost
+from oasr.engine.commands import (
+    AbortStream,
+    AppendAudio,
+    Command,
+    EndStream,
+    FinishAll,
+    OpenStream,
+    ResumeStream,
+    SuspendStream,
+)
 from oasr.engine.config import EngineConfig
 from oasr.engine.events import BUSY, Done, Error, FinishReason, Ready
 from oasr.engine.families.base import FEATURE_SHIFT_S
@@ -42,6 +54,8 @@ from oasr.engine.stats import EngineStats
 logger = logging.getLogger(__name__)
 
 MAX_LENGTH_REASON = "max_length"  # a segment ended at the model's position limit
+BUSY_RETRY_S = 5.0  # the retry hint of a "busy" refusal, seconds
+CALIBRATION_AUDIO_S = 2.0  # audio each calibration stream decodes (`ASREngine.calibrate`)
 Clock = Callable[[], float]
 
 
@@ -73,6 +87,11 @@ class ASREngine:
         self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
         self.live = build_live_policy(config, self.resources, self.submit, clock)
         self.stats = EngineStats(self.resources, self.live, clock)
+        self.admission = None
+        if config.admission_budget is not None:
+            self.admission = StepCost(lambda: self.stats.recent_load(self.clock()),
+                                      config.admission_budget)
+        self.stats.admission = self.admission
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self.stats.refresh(self.requests, self.scheduler)
@@ -108,13 +127,16 @@ class ASREngine:
         now = self.clock()
         self._apply_commands(now)
         self._extract_features()
-        plan = self.scheduler.schedule(self.requests, self.resources.num_free_slots, now)
+        plan = self.scheduler.schedule(self.requests, self._num_admissible(), now)
         for stream_id in plan.admit:
             self._admit(stream_id, now)
         for stream_id in plan.refuse:
             self._refuse_busy(stream_id)
         for stream_id in plan.timed_out:
             self._finish(stream_id, FinishReason.TIMEOUT, plan.timeout_messages.get(stream_id, ""))
+        for stream_id in plan.abandoned:
+            self._finish(stream_id, FinishReason.ABANDONED,
+                         "the client did not come back within the resume window")
         for stream_id in plan.finish:
             self._finish(stream_id, FinishReason.STOP)
         for stream_id in plan.run:
@@ -146,6 +168,10 @@ class ASREngine:
             case FinishAll():
                 for stream_id in list(self.requests):
                     self._finish(stream_id, command.reason, command.message)
+            case SuspendStream() | ResumeStream():
+                request = self.requests.get(command.stream_id)
+                if request is not None:
+                    self._suspend_or_resume(request, command, now)
             case AppendAudio() | EndStream() | AbortStream():
                 request = self.requests.get(command.stream_id)
                 if request is None:
@@ -195,7 +221,29 @@ class ASREngine:
                 logger.exception("feature extraction failed for stream %d", stream_id)
                 self._fail(stream_id, "bad_audio", f"feature extraction failed: {exc}")
 
+    def _suspend_or_resume(self, request: Request, command: SuspendStream | ResumeStream,
+                           now: float) -> None:
+        """A suspended stream keeps everything and waits for its client (no idle or rate
+        rule judges it); resumed, both rules start afresh from now."""
+        if isinstance(command, SuspendStream):
+            request.suspended_until = now + command.window_s
+        elif request.suspended_until is not None:
+            request.suspended_until = None
+            request.last_audio_at = now
+            request.rate_window_start = now
+            request.rate_window_samples = request.num_samples_received
+        self.stats.mark_changed()
+
     # -- admission and endings -----------------------------------------------------------------
+    def _num_admissible(self) -> int:
+        """Waiting streams that may be admitted this step: the free slots, and, with
+        admission by latency, no more than the step's cost allows beside those running."""
+        free = self.resources.num_free_slots
+        if self.admission is None:
+            return free
+        running = sum(r.is_running for r in self.requests.values())
+        return min(free, self.admission.room(running))
+
     def _admit(self, stream_id: int, now: float) -> None:
         request = self.requests[stream_id]
         request.slot = self.resources.open_stream(stream_id)
@@ -209,9 +257,14 @@ class ASREngine:
         request.transition(RequestStatus.FINISHED)
         self.live.close(stream_id)
         self.stats.count_refusal()
-        request.emit(Error(
-            stream_id, BUSY,
-            f"all {self.config.max_batch_size} stream slots are busy; try again later"))
+        if self.resources.num_free_slots > 0:  # slots free: the step's cost is the limit
+            running = sum(r.is_running for r in self.requests.values())
+            message = (f"the server is at its real-time capacity ({running} streams on this "
+                       f"machine); try again in {BUSY_RETRY_S:g} s")
+        else:
+            message = (f"all {self.config.max_batch_size} stream slots are busy; try again in "
+                       f"{BUSY_RETRY_S:g} s")
+        request.emit(Error(stream_id, BUSY, message, retry_after_s=BUSY_RETRY_S))
 
     def _stop_at_capacity(self, stream_id: int) -> bool:
         if not self.resources.at_capacity(stream_id):
@@ -268,6 +321,44 @@ class ASREngine:
             del self.draining[request.stream_id]
             self._emit_done(request)
 
+    def calibrate(self, num_streams: int | None = None,
+                  seconds: float = CALIBRATION_AUDIO_S) -> float:
+        """Measure the step's cost before serving: ``num_streams`` (default: up to 8, within
+        the slots) streams of ``seconds`` of faint noise each, stepped together as live
+        streams would be; the engine seconds per audio second it took seeds admission by
+        latency (`StepCost.seed`) until real steps measure it. The streams leave nothing
+        behind: their slots and blocks are free again and the stats start afresh.
+
+        Returns:
+            The measured cost, engine seconds per second of one stream's audio.
+        Raises:
+            RuntimeError: streams are live (calibrate before serving).
+        """
+        if not self.is_idle:
+            raise RuntimeError("calibrate before serving: streams are live")
+        count = num_streams or min(8, self.config.max_batch_size)
+        noise = (1e-3 * np.random.default_rng(0).standard_normal(
+            int(seconds * MODEL_SAMPLE_RATE))).astype(np.float32)
+        ids = [-(i + 1) for i in range(count)]  # never a client's id (those count from 1)
+        for stream_id in ids:
+            self.submit(OpenStream(stream_id, lambda event: None))
+            self.submit(AppendAudio(stream_id, noise))
+            self.submit(EndStream(stream_id))
+        busy = 0.0
+        while True:
+            started = time.perf_counter()
+            self.step()
+            busy += time.perf_counter() - started
+            if self.is_idle and self._commands.empty():
+                break
+        cost = busy / (count * seconds)
+        self.stats = EngineStats(self.resources, self.live, self.clock)
+        self.stats.admission = self.admission
+        self.stats.refresh(self.requests, self.scheduler)
+        if self.admission is not None:
+            self.admission.seed = cost
+        return cost
+
     def shutdown(self) -> None:
         """Abort every stream (server shutdown) and stop the second pass."""
         self._apply_commands(self.clock())
@@ -299,11 +390,14 @@ class ASREngine:
         endpointers = [self.live.endpointer(s) for s in plan.stream_ids]
         results = self.resources.decode(plan.stream_ids, output, endpointers)
         now = self.clock()
+        per_frame = self.family.timing.samples_per_frame
         for stream_id, window, result in zip(plan.stream_ids, plan.windows, results, strict=True):
             request = self.requests[stream_id]
             request.offset += window.num_output_frames
             request.num_frames_decoded += window.num_output_frames
             request.last_decoded_at = now
+            behind = request.num_samples_received - request.num_frames_decoded * per_frame
+            self.stats.observe_lag(max(0, behind) / MODEL_SAMPLE_RATE)
             end = self.live.after_chunk(stream_id, result.text, result.hypothesis, result.stats,
                                         result.endpoint, window.is_last, len(self.requests))
             if end is not None:

@@ -21,6 +21,7 @@ class FinishReason(str, enum.Enum):
     LENGTH = "length"  # the stream reached the per-stream capacity ceiling
     TIMEOUT = "timeout"  # idle too long, or the maximum session length
     ABORT = "abort"  # the client vanished
+    ABANDONED = "abandoned"  # suspended (its client's socket dropped) and never resumed
     ERROR = "error"  # this stream failed; the others go on
 
 
@@ -63,13 +64,14 @@ class Partial:
     stable: str = ""
     tentative: str = ""
     ctc: str = ""
+    lag_ms: int = 0  # audio received and not decoded yet when it was sent, in milliseconds
 
     is_terminal: ClassVar[bool] = False
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.TYPE, "segment": self.segment, "text": self.text,
                 "stable": self.stable, "tentative": self.tentative, "ctc": self.ctc,
-                "end": round(self.end, 3)}
+                "end": round(self.end, 3), "lag_ms": self.lag_ms}
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class Error:
     stream_id: int
     code: str
     message: str
+    retry_after_s: float | None = None  # a ``busy`` refusal: when trying again may succeed
 
     @property
     def is_terminal(self) -> bool:
@@ -138,7 +141,10 @@ class Error:
         return self.code == BUSY
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "code": self.code, "message": self.message}
+        error: dict[str, Any] = {"type": self.TYPE, "code": self.code, "message": self.message}
+        if self.retry_after_s is not None:
+            error["retry_after_s"] = self.retry_after_s
+        return error
 
 
 StreamEvent = Ready | Partial | Final | Done | Error

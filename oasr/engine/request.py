@@ -65,6 +65,8 @@ class Request:
     # the audio-rate window (Scheduler): when it began and the samples received by then
     rate_window_start: float | None = None
     rate_window_samples: int = 0
+    # suspended (its client away, `SuspendStream`): the monotonic time it ends "abandoned"
+    suspended_until: float | None = None
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""
@@ -81,6 +83,10 @@ class Request:
     @property
     def is_running(self) -> bool:
         return self.status is RequestStatus.RUNNING
+
+    @property
+    def is_suspended(self) -> bool:
+        return self.suspended_until is not None
 
     @property
     def segment_frames(self) -> int:

@@ -22,6 +22,7 @@ class SchedulerOutput:
         admit: waiting streams that get a slot now (oldest first).
         refuse: waiting streams that waited ``max_wait_time_s`` for a slot (busy).
         timed_out: running or waiting streams past the idle timeout or the session limit.
+        abandoned: suspended streams whose client did not come back within the window.
         finish: running streams whose input ended and whose every window was decoded.
         run: running streams with an encoder window ready (the step's cohort).
         timeout_messages: why each of ``timed_out`` timed out, for its client.
@@ -30,13 +31,15 @@ class SchedulerOutput:
     admit: list[int] = field(default_factory=list)
     refuse: list[int] = field(default_factory=list)
     timed_out: list[int] = field(default_factory=list)
+    abandoned: list[int] = field(default_factory=list)
     finish: list[int] = field(default_factory=list)
     run: list[int] = field(default_factory=list)
     timeout_messages: dict[int, str] = field(default_factory=dict)
 
     @property
     def is_empty(self) -> bool:
-        return not (self.admit or self.refuse or self.timed_out or self.finish or self.run)
+        return not (self.admit or self.refuse or self.timed_out or self.abandoned
+                    or self.finish or self.run)
 
 
 class Scheduler:
@@ -66,7 +69,9 @@ class Scheduler:
 
     def schedule(self, requests: dict[int, Request], num_free_slots: int,
                  now: float) -> SchedulerOutput:
-        """Decide this step's admissions, refusals, timeouts, finishes and cohort."""
+        """Decide this step's admissions, refusals, timeouts, finishes and cohort;
+        ``num_free_slots``: how many waiting streams may be admitted (slots free, within the
+        step's cost budget: `oasr.engine.admission`)."""
         out = SchedulerOutput()
         self._expire(requests, now, out)
         if num_free_slots > 0 and self.waiting:
@@ -77,7 +82,7 @@ class Scheduler:
             if now - requests[stream_id].created_at >= self.config.max_wait_time_s:
                 self.waiting.remove(stream_id)
                 out.refuse.append(stream_id)
-        expired = set(out.timed_out)
+        expired = set(out.timed_out) | set(out.abandoned)
         for stream_id, request in requests.items():
             if request.status is not RequestStatus.RUNNING or stream_id in expired:
                 continue
@@ -101,7 +106,14 @@ class Scheduler:
     def _expire(self, requests: dict[int, Request], now: float, out: SchedulerOutput) -> None:
         cfg = self.config
         for stream_id, request in requests.items():
-            if request.is_finished or request.input_ended:
+            if request.is_finished:
+                continue
+            if request.suspended_until is not None:  # its client is away: no idle rules
+                if now >= request.suspended_until:
+                    out.abandoned.append(stream_id)
+                    self.remove(stream_id)
+                continue
+            if request.input_ended:
                 continue
             # idle: neither audio in nor a chunk decoded (a stream whose backlog the engine is
             # still working through, its socket paused by backpressure, is not idle)

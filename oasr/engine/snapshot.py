@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+# upper bounds of the partial-lag histogram's buckets, seconds (`StreamsSnapshot.lag_counts`)
+LAG_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
 
 @dataclass(frozen=True)
 class PoolSnapshot:
@@ -66,6 +69,16 @@ class StreamsSnapshot:
     waiting: int
     max_batch_size: int
     entries: tuple[StreamEntry, ...]
+    suspended: int = 0  # running streams whose client is away (`SuspendStream`)
+    # streams that may be admitted now: free slots, within the step's cost budget
+    # (`oasr.engine.admission`); None: slots alone decide
+    admissible: int | None = None
+    # the engine seconds one second of a stream's audio costs (`StepCost.per_audio_s`)
+    cost_per_audio_s: float | None = None
+    # partials' lag (audio received and not decoded): counts per bucket of
+    # `LAG_BUCKETS_S` (the last: above every bucket), and their sum in seconds
+    lag_counts: tuple[int, ...] = ()
+    lag_sum_s: float = 0.0
 
     def entry(self, stream_id: int) -> StreamEntry | None:
         """The running stream's entry; None when it is not running."""
@@ -76,9 +89,21 @@ class StreamsSnapshot:
         """Slots neither running nor promised to a waiting stream."""
         return self.max_batch_size - self.active - self.waiting
 
+    @property
+    def num_admissible(self) -> int:
+        """Streams that may be admitted now: the free slots, and within the step's cost."""
+        if self.admissible is None:
+            return self.num_free_slots
+        return max(0, min(self.num_free_slots, self.admissible - self.waiting))
+
     def to_json(self) -> dict[str, Any]:
         return {"active": self.active, "waiting": self.waiting,
-                "max_batch_size": self.max_batch_size,
+                "max_batch_size": self.max_batch_size, "suspended": self.suspended,
+                "admissible": self.num_admissible,
+                "cost_per_audio_s": (None if self.cost_per_audio_s is None
+                                     else round(self.cost_per_audio_s, 4)),
+                "lag": {"buckets_s": list(LAG_BUCKETS_S), "counts": list(self.lag_counts),
+                        "sum_s": round(self.lag_sum_s, 3)},
                 "list": [asdict(entry) for entry in self.entries]}
 
 

@@ -7,6 +7,7 @@ other threads always see a consistent, frozen one without a lock.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import itertools
 import time
@@ -16,6 +17,7 @@ from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.events import FinishReason
 from oasr.engine.request import Request, RequestStatus
 from oasr.engine.snapshot import (
+    LAG_BUCKETS_S,
     EngineSnapshot,
     ModelSnapshot,
     PoolSnapshot,
@@ -29,12 +31,14 @@ from oasr.engine.snapshot import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from oasr.engine.admission import StepCost
     from oasr.engine.live.policy import LivePolicy
     from oasr.engine.runner.streams import StreamResources
     from oasr.engine.scheduler import Scheduler
 
 SNAPSHOT_INTERVAL_S = 0.1
 RTF_WINDOW_S = 5.0
+LOAD_WINDOW_S = 10.0  # the steps admission by latency measures its cost on
 NUM_RECENT_STEPS = 64  # batch widths of the last busy steps in the snapshot (the panel's chart)
 
 
@@ -47,7 +51,10 @@ class EngineStats:
         self.resources = resources
         self.live = live
         self.clock = clock
+        self.admission: StepCost | None = None  # admission by latency, when the engine has it
         self.started_at = clock()
+        self.lag_counts = [0] * (len(LAG_BUCKETS_S) + 1)  # partials' lag, by bucket
+        self.lag_sum_s = 0.0
         self.num_steps = 0
         self.num_busy_steps = 0
         self.num_refused = 0
@@ -112,6 +119,22 @@ class EngineStats:
         audio = sum(a for _, a in recent)
         return sum(s for s, _ in recent) / audio if audio > 0 else 0.0
 
+    def recent_load(self, now: float, window_s: float = LOAD_WINDOW_S) -> tuple[float, float]:
+        """(busy seconds, audio seconds decoded) of the busy steps in the last ``window_s``
+        (`oasr.engine.admission.StepCost` reads its cost off them)."""
+        busy = audio = 0.0
+        for t, seconds, audio_s, _ in reversed(self.step_history):
+            if now - t > window_s:
+                break
+            busy += seconds
+            audio += audio_s
+        return busy, audio
+
+    def observe_lag(self, lag_s: float) -> None:
+        """A chunk was decoded with ``lag_s`` of the stream's audio received after it."""
+        self.lag_counts[bisect.bisect_left(LAG_BUCKETS_S, lag_s)] += 1
+        self.lag_sum_s += lag_s
+
     def recent_batch_sizes(self) -> list[int]:
         """Streams in each of the last ``NUM_RECENT_STEPS`` busy steps, oldest first."""
         start = max(0, len(self.step_history) - NUM_RECENT_STEPS)
@@ -122,12 +145,17 @@ class EngineStats:
         res = self.resources
         cfg = res.cache_config
         running = [r for r in requests.values() if r.status is RequestStatus.RUNNING]
+        admission = self.admission
         return EngineSnapshot(
             pool=self._pool_entry(),
             streams=StreamsSnapshot(
                 active=len(running), waiting=len(scheduler.waiting),
                 max_batch_size=cfg.max_batch_size,
-                entries=tuple(self._stream_entry(r) for r in running)),
+                entries=tuple(self._stream_entry(r) for r in running),
+                suspended=sum(r.is_suspended for r in running),
+                admissible=None if admission is None else admission.room(len(running)),
+                cost_per_audio_s=None if admission is None else admission.per_audio_s,
+                lag_counts=tuple(self.lag_counts), lag_sum_s=self.lag_sum_s),
             num_evictions=0 if res.attention is None else res.attention.num_evictions,
             finish_reasons=dict(self.finish_reasons),
             num_refused=self.num_refused,

@@ -21,7 +21,15 @@ from oasr.audio import (
     decode_pcm,
     validate_sample_rate,
 )
-from oasr.engine.commands import AbortStream, AppendAudio, EndStream, FinishAll, OpenStream
+from oasr.engine.commands import (
+    AbortStream,
+    AppendAudio,
+    EndStream,
+    FinishAll,
+    OpenStream,
+    ResumeStream,
+    SuspendStream,
+)
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.events import Done, Error, FinishReason, StreamEvent
@@ -52,8 +60,13 @@ class EngineThread:
     KeyError and `end_stream` / `abort_stream` do nothing.
     """
 
-    def __init__(self, config: EngineConfig | None = None, engine: ASREngine | None = None):
+    def __init__(self, config: EngineConfig | None = None, engine: ASREngine | None = None,
+                 calibrate: bool = False):
+        """``calibrate``: measure the step's cost (`ASREngine.calibrate`) on the thread before
+        the loop serves; not ready until then."""
         self.engine = engine if engine is not None else ASREngine(config or EngineConfig())
+        self._calibrate = calibrate
+        self._serving = threading.Event()  # the loop is past its calibration
         self._inputs: dict[int, _StreamInput] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -81,8 +94,9 @@ class EngineThread:
 
     @property
     def ready(self) -> bool:
-        """True while the loop runs and has not died."""
-        return self.is_alive() and self.error is None and not self._stop.is_set()
+        """True while the loop serves (calibrated, when asked to be) and has not died."""
+        return (self.is_alive() and self.error is None and not self._stop.is_set()
+                and self._serving.is_set())
 
     def is_stuck(self, after_s: float) -> bool:
         """True when the loop is alive but has not come round for ``after_s`` seconds (a step
@@ -91,6 +105,10 @@ class EngineThread:
 
     def _run(self) -> None:
         try:
+            if self._calibrate:
+                cost = self.engine.calibrate()
+                logger.info("the step costs %.3f s per second of a stream's audio", cost)
+            self._serving.set()
             while not self._stop.is_set():
                 self.last_beat = time.monotonic()
                 if not self.engine.step():
@@ -178,6 +196,16 @@ class EngineThread:
         decoded = 0 if request is None else (
             request.num_frames_decoded * self.engine.family.timing.samples_per_frame)
         return max(0, stream.num_samples_fed - decoded) / MODEL_SAMPLE_RATE
+
+    def suspend_stream(self, stream_id: int, window_s: float) -> None:
+        """The stream's client went away and may come back: keep the stream (its slot,
+        caches, decoder state) for ``window_s`` seconds; it ends "abandoned" unless
+        `resume_stream` comes first. Its events still go to its sink meanwhile."""
+        self.engine.submit(SuspendStream(stream_id, window_s))
+
+    def resume_stream(self, stream_id: int) -> None:
+        """The suspended stream's client is back."""
+        self.engine.submit(ResumeStream(stream_id))
 
     def finish_all(self, reason: FinishReason, message: str = "") -> None:
         """End every live stream at the next step with ``reason`` (its final, then done)."""

@@ -46,7 +46,8 @@ def test_api_stats_snapshot(client: TestClient) -> None:
     assert pool["num_blocks"] == 16 and pool["num_free_blocks"] == 16
     assert pool["owners"] == [None] * 16
     assert snapshot["streams"]["max_batch_size"] == 2
-    assert set(snapshot["finish_reasons"]) == {"stop", "length", "timeout", "abort", "error"}
+    assert set(snapshot["finish_reasons"]) == {"stop", "length", "timeout", "abort", "error",
+                                               "abandoned"}
     assert snapshot["server"] == {
         "connections": 0, "max_connections": 64, "realtime_connections": 0, "stats_viewers": 0,
         "replica": "", "draining": False, "drain_seconds_left": None, "queued_audio_s": 0.0,

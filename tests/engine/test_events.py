@@ -12,9 +12,9 @@ from oasr.engine.events import BUSY, Done, Error, Final, Partial, Ready, StreamE
 @pytest.mark.parametrize(("event", "wire"), [
     (Ready(3, chunk_ms=640),
      {"type": "ready", "stream_id": 3, "sample_rate": 16000, "chunk_ms": 640}),
-    (Partial(3, 1, "hello wor", 2.34567, stable="hello", tentative="", ctc="wor"),
+    (Partial(3, 1, "hello wor", 2.34567, stable="hello", tentative="", ctc="wor", lag_ms=120),
      {"type": "partial", "segment": 1, "text": "hello wor", "stable": "hello", "tentative": "",
-      "ctc": "wor", "end": 2.346}),
+      "ctc": "wor", "end": 2.346, "lag_ms": 120}),
     (Final(3, 1, "hello world", 0.12345, 2.5, "endpoint", "whisper",
            (("hello", 0.1, 0.5), ("world", 0.6, 2.5)), 3.64),
      {"type": "final", "segment": 1, "text": "hello world", "start": 0.123, "end": 2.5,

@@ -21,6 +21,7 @@ from oasr.engine.snapshot import EngineSnapshot, PoolSnapshot
 RECORDED_KEYS = {
     "endpoints", "endpoints_between_chunks", "finish_reasons", "finish_reasons.abort", "finish_reasons.error",
     "finish_reasons.length", "finish_reasons.stop", "finish_reasons.timeout",
+    "finish_reasons.abandoned",
     "model", "model.chunk_ms", "model.device", "model.family", "model.name",
     "model.num_left_chunks", "num_evictions", "num_refused",
     "pool", "pool.block_size_frames", "pool.kind", "pool.num_blocks", "pool.num_free_blocks",
@@ -44,7 +45,9 @@ RECORDED_KEYS = {
     "streams", "streams.active", "streams.list", "streams.list[].audio_s",
     "streams.list[].lag_s", "streams.list[].num_blocks", "streams.list[].segment",
     "streams.list[].slot", "streams.list[].stream_id", "streams.max_batch_size",
-    "streams.waiting", "total_audio_s", "uptime_s",
+    "streams.waiting", "streams.suspended", "streams.admissible", "streams.cost_per_audio_s",
+    "streams.lag", "streams.lag.buckets_s", "streams.lag.counts", "streams.lag.sum_s",
+    "total_audio_s", "uptime_s",
 }
 REFINE_KEYS = {"second_pass.num_refined_streams", "second_pass.num_refinements",
                "second_pass.num_refining", "second_pass.refine_interval_s"}

@@ -328,8 +328,10 @@ class LivePolicy:
             return  # a segment's first partial waits for words, not a first letter's guess
         stream.last_parts = parts
         end = stream.num_frames_decoded * self.timing.frame_shift_s
+        behind = stream.num_samples_received - stream.num_frames_decoded * self.timing.samples_per_frame
         stream.emit(Partial(stream.stream_id, stream.segment, parts.text, end,
-                            stable=parts.stable, tentative=parts.tentative, ctc=parts.ctc))
+                            stable=parts.stable, tentative=parts.tentative, ctc=parts.ctc,
+                            lag_ms=max(0, behind) * 1000 // MODEL_SAMPLE_RATE))
 
     # -- once per step --------------------------------------------------------------------------
     def after_step(self, views: Mapping[int, StreamView], now: float,

@@ -1,0 +1,154 @@
+"""What keeps a live session alive and what admits it: each partial's lag, streams suspended
+while their client is away (resumed, or ended "abandoned"), and admission by the step's
+measured cost (`oasr.engine.admission`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from engine_helpers import FakeClock, assert_pool_full
+
+from oasr.engine import ASREngine, EngineConfig
+from oasr.engine.admission import MIN_MEASURED_AUDIO_S, StepCost
+from oasr.engine.commands import AppendAudio, EndStream, OpenStream, ResumeStream, SuspendStream
+from oasr.engine.events import BUSY, Done, Error, Partial, Ready, StreamEvent
+
+RATE = 16_000
+
+
+def _open(engine: ASREngine, stream_id: int) -> list[StreamEvent]:
+    events: list[StreamEvent] = []
+    engine.submit(OpenStream(stream_id, events.append))
+    return events
+
+
+def test_a_partial_says_how_far_behind_its_stream_is(engine_config: EngineConfig,
+                                                      speech: list[np.ndarray]) -> None:
+    engine = ASREngine(engine_config)
+    events = _open(engine, 1)
+    engine.submit(AppendAudio(1, speech[2][: 6 * RATE]))  # 6 s at once, one chunk a step
+    for _ in range(4):
+        engine.step()
+    lags = [e.lag_ms for e in events if isinstance(e, Partial)]
+    assert lags, events
+    decoded_ms = [round(e.end * 1000) for e in events if isinstance(e, Partial)]
+    for lag, end in zip(lags, decoded_ms, strict=True):
+        assert abs(lag - (6000 - end)) <= 30  # what was received less what was decoded
+    assert lags == sorted(lags, reverse=True) and lags[0] > 3000
+    assert Partial(1, 0, "x", 1.0, lag_ms=250).to_json()["lag_ms"] == 250
+    snapshot = engine.latest_stats()
+    engine.stats.refresh(engine.requests, engine.scheduler)
+    lag = engine.latest_stats().streams.to_json()["lag"]
+    assert sum(lag["counts"]) >= len(lags) and lag["sum_s"] > 3 * len(lags)
+    assert snapshot is not None
+
+
+def test_a_suspended_stream_outlives_the_idle_timeout_and_goes_on_when_resumed(
+        engine_config: EngineConfig, speech: list[np.ndarray]) -> None:
+    clock = FakeClock()
+    engine = ASREngine(replace(engine_config, idle_timeout_s=5.0, audio_rate_window_s=2.0),
+                       clock=clock)
+    events = _open(engine, 1)
+    engine.submit(AppendAudio(1, speech[0][: RATE]))
+    for _ in range(5):
+        engine.step()
+    engine.submit(SuspendStream(1, window_s=30.0))
+    engine.step()
+    assert engine.latest_stats().streams.suspended == 1
+    clock.advance(20.0)  # four idle timeouts, no audio, no rate
+    engine.step()
+    assert not any(isinstance(e, Done) for e in events)
+    engine.submit(ResumeStream(1))
+    engine.submit(AppendAudio(1, speech[0][RATE: 2 * RATE]))
+    engine.step()
+    clock.advance(1.0)  # resumed: the rules judge it from now, not from before the gap
+    engine.submit(EndStream(1))
+    for _ in range(20):
+        engine.step()
+    assert [e.finish_reason for e in events if isinstance(e, Done)] == ["stop"]
+
+
+def test_a_stream_not_resumed_within_its_window_ends_abandoned(
+        engine_config: EngineConfig, speech: list[np.ndarray]) -> None:
+    clock = FakeClock()
+    engine = ASREngine(engine_config, clock=clock)
+    events = _open(engine, 1)
+    engine.submit(AppendAudio(1, speech[0][: RATE]))
+    engine.step()
+    engine.submit(SuspendStream(1, window_s=5.0))
+    engine.step()
+    clock.advance(4.9)
+    engine.step()
+    assert not any(isinstance(e, Done) for e in events)
+    clock.advance(0.2)
+    engine.step()
+    (done,) = [e for e in events if isinstance(e, Done)]
+    assert done.finish_reason == "abandoned" and "resume window" in done.message
+    assert engine.latest_stats().finish_reasons["abandoned"] == 1
+    assert_pool_full(engine)
+
+
+def test_step_cost_admits_while_the_streams_fit_the_budget() -> None:
+    recent = [(0.0, 0.0)]
+    cost = StepCost(lambda: recent[0], budget=0.8)
+    assert cost.per_audio_s is None and cost.room(100) > 1000  # unknown: slots decide
+    cost.seed = 0.1  # 0.1 s of step per second of audio: 8 streams fit in 0.8
+    assert cost.room(0) == 8 and cost.room(7) == 1 and not cost.can_admit(8)
+    recent[0] = (1.0, MIN_MEASURED_AUDIO_S)  # measured: 0.2 s per audio second
+    assert cost.per_audio_s == pytest.approx(1.0 / MIN_MEASURED_AUDIO_S)
+    assert cost.room(0) == 4 and cost.room(5) == 0
+    with pytest.raises(ValueError, match="admission budget"):
+        StepCost(lambda: (0.0, 0.0), budget=1.5)
+
+
+def test_streams_beyond_the_cost_budget_wait_then_are_refused_with_a_hint(
+        engine_config: EngineConfig) -> None:
+    clock = FakeClock()
+    config = replace(engine_config, max_batch_size=4, admission_budget=0.5, max_wait_time_s=2.0)
+    engine = ASREngine(config, clock=clock)
+    assert engine.admission is not None
+    engine.admission.seed = 0.2  # two streams' audio take 0.4 of the engine: a third would not fit
+    events = {sid: _open(engine, sid) for sid in (1, 2, 3)}
+    engine.step()
+    assert [any(isinstance(e, Ready) for e in events[s]) for s in (1, 2, 3)] == [True, True, False]
+    assert engine.latest_stats().streams.num_admissible == 0
+    clock.advance(2.5)
+    engine.step()
+    (refused,) = [e for e in events[3] if isinstance(e, Error)]
+    assert refused.code == BUSY and refused.retry_after_s == 5.0
+    assert "real-time capacity" in refused.message and refused.to_json()["retry_after_s"] == 5.0
+
+
+def test_calibration_measures_the_step_and_leaves_nothing_behind(
+        engine_config: EngineConfig) -> None:
+    engine = ASREngine(replace(engine_config, admission_budget=0.8))
+    cost = engine.calibrate(num_streams=2, seconds=1.0)
+    assert 0 < cost < math.inf
+    assert engine.admission is not None and engine.admission.seed == cost
+    assert engine.is_idle and engine.stats.finish_reasons["stop"] == 0
+    assert_pool_full(engine)
+    events = _open(engine, 1)
+    engine.step()
+    assert any(isinstance(e, Ready) for e in events)
+    _open(engine, 2)
+    with pytest.raises(RuntimeError, match="calibrate before serving"):
+        engine.calibrate()
+
+
+def test_an_engine_thread_serves_once_calibrated(engine_config: EngineConfig) -> None:
+    from oasr.engine import EngineThread
+
+    thread = EngineThread(replace(engine_config, admission_budget=0.8), calibrate=True)
+    assert thread.engine.admission is not None and thread.engine.admission.seed is None
+    thread.start()
+    try:
+        deadline = 60
+        while not thread.ready and deadline > 0:
+            thread._serving.wait(0.1)
+            deadline -= 0.1
+        assert thread.ready and thread.engine.admission.seed is not None
+    finally:
+        thread.stop()
