@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from oasr.decoding.config import DecoderConfig, Hypothesis
+from oasr.decoding.context import ContextBatch, ContextGraph, ContextStore
 from oasr.decoding.lm_fusion import LmFusion
 from oasr.decoding.partial_text import PartialTexts
 from oasr.decoding.search import beam_chunk, greedy_chunk, prepare_chunk, update_frame_stats
@@ -112,7 +113,8 @@ class GpuStreamingDecoder:
 
     With a char LM (beam search only) hypotheses rank by acoustic + fused LM score (see
     `oasr.decoding.lm_fusion`); `finalize_stream` also scores the sentence end, and the
-    hypotheses' ``score`` is that fused score.
+    hypotheses' ``score`` is that fused score. A state's hotwords (`set_context`, beam search
+    only) join the fused score the same way (`oasr.decoding.context`).
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class GpuStreamingDecoder:
         self._rows = StateRows(cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id,
                                self.device)
         self._texts = PartialTexts()  # each stream's last partial text, extended as it grows
+        self._contexts: ContextStore | None = None  # the states' hotword graphs (set_context)
 
     @property
     def config(self) -> DecoderConfig:
@@ -190,6 +193,47 @@ class GpuStreamingDecoder:
         """
         if state.pool_row is not None:
             self._rows.release(state)
+        if state.context is not None and self._contexts is not None:
+            self._contexts.remove(state.context)
+            state.context = None
+
+    def set_context(self, state: DecoderState, graph: ContextGraph | None) -> None:
+        """Search ``state``'s rows with hotword ``graph`` from the next chunk on (None: none).
+
+        The partial credit of a match in progress under the old graph is taken back, and
+        each hypothesis starts the new graph at a word start when its prefix is empty or
+        ends with the word-boundary unit, else inside a word. The graph stays through
+        `reset_state`, until `free_state` or another call here.
+
+        Raises:
+            ValueError: greedy search (hotwords need beam search), or a graph built for
+                another vocabulary.
+        """
+        if graph is not None and self._config.is_greedy:
+            raise ValueError("hotwords need beam search: set beam_size > 1")
+        if self._contexts is None:
+            if graph is None:
+                return
+            self._contexts = ContextStore(graph.vocab_size, self.device)
+        old = state.context
+        if graph is not None:
+            self._contexts.add(graph)
+        if old is not None:
+            pending = old.tables(self.device)["pending"]
+            state.lm_score.sub_(pending[state.ctx_state])
+            self._contexts.remove(old)
+        state.context = graph
+        start = torch.zeros_like(state.ctx_state)
+        if graph is not None and graph.boundary_id is not None:
+            at_word = (state.prefix_len == 0) | (state.last_token == graph.boundary_id)
+            start = torch.where(at_word, start, 1)  # 1: inside a word (`context.MID_WORD`)
+        state.ctx_state.copy_(start)
+
+    def _context_batch(self, states: Sequence[DecoderState]) -> ContextBatch | None:
+        """The hotword graphs of the rows of ``states`` (None when none has any)."""
+        if self._contexts is None or not self._contexts.in_use:
+            return None
+        return self._contexts.batch([s.context for s in states for _ in range(s.batch_size)])
 
     def _owned_state(self, batch: int) -> DecoderState:
         """A fresh ``batch``-row state that owns its tensors (not a row of the storage)."""
@@ -205,6 +249,7 @@ class GpuStreamingDecoder:
             if self._rows.holds(state):
                 self._rows.detach(state)
             fresh = self._owned_state(batch)
+            fresh.context = state.context  # hotwords outlive a reset
             for name in TENSOR_FIELDS + HOST_FIELDS:
                 setattr(state, name, getattr(fresh, name))
             return
@@ -222,6 +267,36 @@ class GpuStreamingDecoder:
                 host and lets the search skip padding masks when every row is full.
         """
         self.decode_streams(log_probs, [state], lengths)
+
+    def checkpoint(self, states: Sequence[DecoderState]) -> Callable[[], None]:
+        """A way back for ``states``: calling the result puts them as they are now.
+
+        The engine takes one before a cohort's decode, so a chunk that fails after its search
+        (reading the partials back, deciding endpoints) leaves every stream's decoder state
+        as it was before the chunk. States that are rows of the storage are copied with one
+        gather per field (the columns a search can change: up to their length bound); others
+        are cloned.
+        """
+        states = list(states)
+        bounds = [s.max_len_bound for s in states]
+        rows = self._rows.rows_of(states)
+        if rows is not None:
+            index = self._rows.index(rows)
+            saved = self._rows.gather(index, max(bounds, default=0))
+
+            def restore() -> None:
+                self._rows.scatter(index, saved)
+                for state, bound in zip(states, bounds, strict=True):
+                    state.max_len_bound = bound
+            return restore
+        copies = [{n: getattr(s, n).clone() for n in TENSOR_FIELDS} for s in states]
+
+        def restore_owned() -> None:
+            for state, fields_, bound in zip(states, copies, bounds, strict=True):
+                for name, value in fields_.items():
+                    setattr(state, name, value)
+                state.max_len_bound = bound
+        return restore_owned
 
     def decode_streams(
         self,
@@ -250,7 +325,7 @@ class GpuStreamingDecoder:
         index = self._rows.index(rows)  # (B,)
         self._rows.ensure_capacity(states, index, log_probs.shape[1])
         work = self._rows.gather(index, max(s.max_len_bound for s in states))
-        self._search(log_probs, work, lengths)
+        self._search(log_probs, work, lengths, self._context_batch(states))
         self._rows.scatter(index, work)
         for state in states:
             state.max_len_bound = work.max_len_bound
@@ -259,20 +334,23 @@ class GpuStreamingDecoder:
         self, log_probs: torch.Tensor, states: list[DecoderState], lengths: torch.Tensor | None
     ) -> None:
         """`decode_streams` for states that are not all rows of the storage."""
+        context = self._context_batch(states)
         if len(states) == 1:
-            self._search(log_probs, states[0], lengths)
+            self._search(log_probs, states[0], lengths, context)
             return
         stacked = stack_states(states)
-        self._search(log_probs, stacked, lengths)
+        self._search(log_probs, stacked, lengths, context)
         split_into(stacked, states)
         for state in states:
             if self._rows.holds(state):
                 self._rows.write_back(state)
 
     def _search(
-        self, log_probs: torch.Tensor, state: DecoderState, lengths: torch.Tensor | None
+        self, log_probs: torch.Tensor, state: DecoderState, lengths: torch.Tensor | None,
+        context: ContextBatch | None = None,
     ) -> None:
-        """One chunk of search on a state that owns its tensors (or a gathered work state)."""
+        """One chunk of search on a state that owns its tensors (or a gathered work state);
+        ``context``: its rows' hotword graphs."""
         chunk = prepare_chunk(log_probs, lengths, state, self._config)
         if log_probs.shape[1] == 0:
             return
@@ -280,7 +358,7 @@ class GpuStreamingDecoder:
         if self._config.is_greedy:
             greedy_chunk(chunk, state, self._config.blank_id)
         else:
-            beam_chunk(chunk, state, self._config, self._fusion)
+            beam_chunk(chunk, state, self._config, self._fusion, context)
         update_frame_stats(chunk, state, self._config.blank_id)
         state.max_len_bound += log_probs.shape[1]
 
@@ -321,7 +399,7 @@ class GpuStreamingDecoder:
         self._check_row(states, row)
         read = self._stacked_rows(states, row)
         total = torch.logaddexp(read("log_pb"), read("log_pnb"))  # (N, K) float32
-        if self._fusion is not None:
+        if self._fusion is not None or (self._contexts is not None and self._contexts.in_use):
             total = total + read("lm_score")
         best = total.argmax(dim=1, keepdim=True)  # (N, 1)
         width = max(1, max(s.max_len_bound for s in states))
@@ -358,6 +436,11 @@ class GpuStreamingDecoder:
         if self._fusion is not None:
             total_t = total_t + state.lm_score[row] + self._fusion.end_scores(
                 state.lm_state[row], state.word_state[row], state.prev_word[row])
+        elif self._contexts is not None and self._contexts.in_use:
+            total_t = total_t + state.lm_score[row]
+        if state.context is not None:  # a hotword at the end is complete, a partial one not
+            end_gains = state.context.tables(self.device)["end_gains"]
+            total_t = total_t + end_gains[state.ctx_state[row]]
         total = total_t.cpu().tolist()
         lengths = state.prefix_len[row].cpu().tolist()
         tokens = state.tokens[row].cpu().tolist()

@@ -10,7 +10,7 @@ once per chunk (`candidate_tables`); index tables of the score layout once per c
 (`ScoreLayout`); score tensors are written in place into per-chunk buffers (`FrameBuffers`;
 these three live in `oasr.decoding.beam_tables`); corrections that touch one entry per
 hypothesis are (B, K) scatters into per-hypothesis blocks with a scratch column instead of
-(B, K, C) masks; the six integer fields travel packed (`pack_ints`), so one gather and one
+(B, K, C) masks; the seven integer fields travel packed (`pack_ints`), so one gather and one
 select carry them all forward.
 """
 
@@ -28,6 +28,7 @@ from oasr.decoding.beam_tables import (
     candidate_tables,
 )
 from oasr.decoding.config import DecoderConfig
+from oasr.decoding.context import ContextBatch
 from oasr.decoding.lm_fusion import LmFusion
 from oasr.decoding.state import (
     HASH_MULTIPLIER,
@@ -212,13 +213,14 @@ def _extension_scores(state: DecoderState, frame: CandidateFrame, layout: ScoreL
     return ext.scatter_(1, dup, NEG_INF)
 
 
-# The integer (B, K) fields, searched packed as one (B, 6, K) tensor whose rows the state's
+# The integer (B, K) fields, searched packed as one (B, 7, K) tensor whose rows the state's
 # fields are views of: one gather and one select per frame carry all of them forward.
-INT_FIELDS = ("prefix_len", "last_token", "prefix_hash", "lm_state", "word_state", "prev_word")
+INT_FIELDS = ("prefix_len", "last_token", "prefix_hash", "lm_state", "word_state", "prev_word",
+              "ctx_state")
 
 
 def pack_ints(state: DecoderState) -> torch.Tensor:
-    """(B, 6, K) the state's `INT_FIELDS` stacked; the state's fields become its row views."""
+    """(B, 7, K) the state's `INT_FIELDS` stacked; the state's fields become its row views."""
     ints = torch.stack([getattr(state, name) for name in INT_FIELDS], dim=1)
     _point_ints(state, ints)
     return ints
@@ -236,15 +238,17 @@ def beam_frame(
     layout: ScoreLayout,
     buffers: FrameBuffers,
     fusion: LmFusion | None = None,
+    context: ContextBatch | None = None,
 ) -> tuple[FrameChoice, torch.Tensor]:
     """One frame of CTC prefix beam search on every row; updates the (B, K) score fields.
 
     Args:
-        ints: (B, 6, K) the state's `INT_FIELDS`, packed (`pack_ints`).
+        ints: (B, 7, K) the state's `INT_FIELDS`, packed (`pack_ints`).
         frame: the frame's log-probs and candidate tokens (see `candidate_tables`).
         layout, buffers: `ScoreLayout` and `FrameBuffers` of the state's beam width and the
             frame's candidates.
         fusion: an LM to rank by acoustic + fused LM score (the stored scores stay acoustic).
+        context: the rows' hotword graphs: their gains join the fused score (``lm_score``).
     Returns:
         the frame's choice and the new packed ints (the state's fields are its views).
     """
@@ -262,8 +266,17 @@ def beam_frame(
     ext = _extension_scores(state, frame, layout, buffers, total, last_slot, children)
     ext_blocks = buffers.ext_blocks[:, :, :num_cand]  # (B, K, C)
     lm_ext = buffers.lm_ext
-    if fusion is not None and lm_ext is not None:  # ranking only: stored scores stay acoustic
-        fusion.extension_scores(state, frame.tokens, out=lm_ext)
+    fused = (fusion is not None or context is not None) and lm_ext is not None
+    ctx_next = None
+    if fused:  # ranking only: stored scores stay acoustic
+        assert lm_ext is not None
+        if fusion is not None:
+            fusion.extension_scores(state, frame.tokens, out=lm_ext)
+        else:
+            lm_ext.copy_(state.lm_score.unsqueeze(2).expand_as(lm_ext))
+        if context is not None:
+            ctx_gain, ctx_next = context.step(state.ctx_state, frame.tokens)
+            lm_ext.add_(ctx_gain)
         torch.add(torch.logaddexp(stay_pb, stay_pnb), state.lm_score, out=buffers.stay)
         torch.add(ext_blocks, lm_ext, out=buffers.moves)
     else:
@@ -274,17 +287,23 @@ def beam_frame(
     parent = torch.take(layout.parent, index)
     token = frame.tokens.gather(1, torch.take(layout.column, index))
     slot = torch.take(layout.slot, index)  # the chosen extension's position in ``ext``
-    if fusion is not None and lm_ext is not None:
+    moved = None
+    if fused:
+        assert lm_ext is not None
         moved = torch.take(layout.moved, index)
         state.lm_score = torch.where(is_ext, lm_ext.view(lm_ext.shape[0], -1).gather(1, moved),
                                      state.lm_score.gather(1, parent))
     state.log_pb = torch.where(is_ext, NEG_INF, stay_pb.gather(1, parent))
     state.log_pnb = torch.where(is_ext, ext.gather(1, slot), stay_pnb.gather(1, parent))
-    inherited = ints.gather(2, parent.unsqueeze(1).expand(-1, ints.shape[1], -1))  # (B, 6, K)
-    p_len, _, p_hash, p_lm, p_word, p_prev = inherited.unbind(1)
+    inherited = ints.gather(2, parent.unsqueeze(1).expand(-1, ints.shape[1], -1))  # (B, 7, K)
+    p_len, _, p_hash, p_lm, p_word, p_prev, p_ctx = inherited.unbind(1)
     extended = [p_len + 1, token, hash_append(p_hash, token)]
     extended += fusion.extended_states(p_lm, p_word, p_prev, token) if fusion is not None \
         else [p_lm, p_word, p_prev]
+    if ctx_next is not None and moved is not None:
+        extended.append(ctx_next.view(ctx_next.shape[0], -1).gather(1, moved))
+    else:
+        extended.append(p_ctx)
     ints = torch.where(is_ext.unsqueeze(1), torch.stack(extended, dim=1), inherited)
     _point_ints(state, ints)
     return FrameChoice(parent=parent, is_extension=is_ext, token=token), ints
@@ -344,23 +363,23 @@ _FLOAT_FIELDS = ("log_pb", "log_pnb", "lm_score")
 
 
 def beam_chunk(chunk: ChunkFrames, state: DecoderState, config: DecoderConfig,
-               fusion: LmFusion | None = None) -> None:
+               fusion: LmFusion | None = None, context: ContextBatch | None = None) -> None:
     """CTC prefix beam search over one chunk for every row of ``state`` (``fusion``: an LM
-    to fuse into the ranking, see `beam_frame`)."""
+    to fuse into the ranking; ``context``: the rows' hotword graphs; see `beam_frame`)."""
     frames = candidate_tables(chunk, config)
     if not frames:
         return
     num_cand = frames[0].tokens.shape[1]
     layout = ScoreLayout.build(state.beam_size, num_cand, state.device)
     buffers = FrameBuffers.build(state.batch_size, state.beam_size, num_cand,
-                                 fusion is not None, state.device)
+                                 fusion is not None or context is not None, state.device)
     start_len = state.prefix_len
     ints = pack_ints(state)
     choices = []
     for t, frame in enumerate(frames):
         before = {} if chunk.all_valid else {n: getattr(state, n) for n in _FLOAT_FIELDS}
         before_ints = ints
-        choice, ints = beam_frame(state, ints, frame, layout, buffers, fusion)
+        choice, ints = beam_frame(state, ints, frame, layout, buffers, fusion, context)
         if before:
             choice, ints = _keep_padded_rows(state, {**before, "ints": before_ints}, ints,
                                              choice, chunk.valid[:, t])

@@ -34,7 +34,7 @@ class DecoderState:
     rather than by comparing token buffers, which keeps the per-frame work O(K^2) per row; a
     false match needs a 64-bit hash collision between two prefixes.
 
-    After a beam search the six integer (B, K) fields are row views of one packed (B, 6, K)
+    After a beam search the seven integer (B, K) fields are row views of one packed (B, 7, K)
     tensor (`oasr.decoding.search.pack_ints`): disjoint, so writing one never touches another,
     but not contiguous.
 
@@ -58,10 +58,15 @@ class DecoderState:
             words; stays 0 without a word LM). Its scores are part of ``lm_score``.
         prev_word: (B, K) int64 the code of the prefix's last closed word for a word bigram
             (0 = sentence start; see `oasr.lm.bigram`; stays 0 without one).
+        ctx_state: (B, K) int64 the state of the row's hotword graph after the prefix
+            (`oasr.decoding.context.ContextGraph`; 0 = a word start; stays 0 without one).
+            Its gains are part of ``lm_score``.
         max_len_bound: host int, upper bound of ``prefix_len``.
         pool_row: the row of a `StateRows` storage this state's tensors are views of (a
             batch-1 state made by `GpuStreamingDecoder.create_state`); None for a state that
             owns its tensors.
+        context: the hotword graph its rows are searched with (`GpuStreamingDecoder.
+            set_context`); None: none.
     """
 
     log_pb: torch.Tensor
@@ -79,8 +84,10 @@ class DecoderState:
     lm_score: torch.Tensor
     word_state: torch.Tensor
     prev_word: torch.Tensor
+    ctx_state: torch.Tensor
     max_len_bound: int = 0
     pool_row: int | None = field(default=None, compare=False)
+    context: Any = field(default=None, compare=False)
 
     @property
     def batch_size(self) -> int:
@@ -99,7 +106,7 @@ class DecoderState:
         return self.log_pb.device
 
 
-HOST_FIELDS = ("max_len_bound", "pool_row")
+HOST_FIELDS = ("max_len_bound", "pool_row", "context")
 TENSOR_FIELDS = tuple(f.name for f in fields(DecoderState) if f.name not in HOST_FIELDS)
 
 
@@ -130,6 +137,7 @@ def new_state(
         lm_score=full(bk, 0.0, torch.float32),
         word_state=full(bk, 0, torch.int64),
         prev_word=full(bk, 0, torch.int64),
+        ctx_state=full(bk, 0, torch.int64),
     )
     state.log_pb[:, 0].fill_(0.0)
     return state
@@ -152,6 +160,7 @@ def reset_in_place(state: DecoderState, blank_id: int) -> None:
     state.lm_score.zero_()
     state.word_state.zero_()
     state.prev_word.zero_()
+    state.ctx_state.zero_()
     state.max_len_bound = 0
 
 
