@@ -87,6 +87,16 @@ def _from_import_target(base: str, name: str) -> str:
     return submodule if layer_of(submodule) not in (None, layer_of(base)) else base
 
 
+def _from_base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module a ``from X import ...`` in ``module`` names as X (relative ones resolved)."""
+    base = node.module or ""
+    if node.level:
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        anchor = package[:len(package) - node.level + 1]
+        base = ".".join([*anchor, *([base] if base else [])])
+    return base
+
+
 def _imported_modules(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
     """(line, first-party module) for every import anywhere in ``tree`` (functions and
     TYPE_CHECKING blocks included); relative imports resolved against ``module``."""
@@ -94,11 +104,7 @@ def _imported_modules(tree: ast.AST, module: str, is_package: bool) -> Iterator[
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                package = module.split(".") if is_package else module.split(".")[:-1]
-                anchor = package[:len(package) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
+            base = _from_base(node, module, is_package)
             # `from oasr import cache` imports the subpackage: its own layer decides
             names = [_from_import_target(base, alias.name) for alias in node.names]
         else:
@@ -150,11 +156,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets.update(known(alias.name) for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    package = module.split(".") if is_package else module.split(".")[:-1]
-                    anchor = package[:len(package) - node.level + 1]
-                    base = ".".join([*anchor, *([base] if base else [])])
+                base = _from_base(node, module, is_package)
                 # `from pkg import mod` imports the module pkg.mod
                 targets.update(known(f"{base}.{alias.name}") for alias in node.names)
         graph[module] = {t for t in targets if t is not None and t != module
