@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -11,16 +11,21 @@ from oasr.cache.state_spec import StreamStateSpec
 
 
 class SlotStateView:
-    """One spec's rows for one batch: ``gather`` reads them, ``scatter`` writes them in place.
+    """One spec's rows for one batch: ``gather`` reads them, ``scatter`` writes them.
 
     ``gather()`` has the stored layout with the slot axis narrowed to the batch's B rows, e.g.
-    (B, *shape) for ``slot_axis=0``; ``scatter(new)`` takes the same shape.
+    (B, *shape) for ``slot_axis=0``; ``scatter(new)`` takes the same shape. A view made with
+    ``staged`` (a dict) does not write the buffer: ``scatter`` puts ``new`` in
+    ``staged[spec.name]``, and the caller writes it later with `SlotStateCache.write_rows`,
+    once the whole chunk has succeeded (the engine's step commits state only then).
     """
 
-    def __init__(self, spec: StreamStateSpec, buffer: torch.Tensor, slots: torch.Tensor) -> None:
+    def __init__(self, spec: StreamStateSpec, buffer: torch.Tensor, slots: torch.Tensor,
+                 staged: dict[str, torch.Tensor] | None = None) -> None:
         self.spec = spec
         self.buffer = buffer
         self.slots = slots
+        self.staged = staged
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
@@ -31,7 +36,8 @@ class SlotStateView:
         return self.buffer.index_select(self.spec.slot_axis, self.slots)
 
     def scatter(self, new: torch.Tensor) -> None:
-        """Write the batch's rows back (in place, no allocation in the buffer).
+        """Write the batch's rows back (in place, no allocation in the buffer), or stage them
+        (a view made with ``staged``: nothing is written).
 
         Raises:
             ValueError: ``new`` is not ``batch_shape``.
@@ -41,6 +47,9 @@ class SlotStateView:
                 f"state {self.spec.name!r}: scatter got shape {tuple(new.shape)}, expected "
                 f"{self.batch_shape}"
             )
+        if self.staged is not None:
+            self.staged[self.spec.name] = new
+            return
         self.buffer.index_copy_(self.spec.slot_axis, self.slots, new.to(self.buffer.dtype))
 
 
@@ -148,6 +157,32 @@ class SlotStateCache:
         slots = slots_to_device(self.batch_slot_list(stream_ids, pad_to), self.device)
         return self.views_for_slots(slots)
 
-    def views_for_slots(self, slots: torch.Tensor) -> dict[str, SlotStateView]:
-        """A gather/scatter view per spec for rows given as a (B,) int64 device slots tensor."""
-        return {name: SlotStateView(spec, self.buffers[name], slots) for name, spec in self.specs.items()}
+    def views_for_slots(
+        self, slots: torch.Tensor, staged: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, SlotStateView]:
+        """A gather/scatter view per spec for rows given as a (B,) int64 device slots tensor;
+        with ``staged``, their scatters fill that dict instead of writing (see
+        `SlotStateView`)."""
+        return {name: SlotStateView(spec, self.buffers[name], slots, staged)
+                for name, spec in self.specs.items()}
+
+    def write_rows(self, slots: torch.Tensor, values: Mapping[str, torch.Tensor],
+                   rows: torch.Tensor | None = None) -> None:
+        """Write staged state into the buffers: row ``rows[i]`` of each ``values[name]`` (on the
+        spec's slot axis) into slot ``slots[i]``.
+
+        Args:
+            slots: (N,) int64 device slots to write.
+            values: per spec name, a batch's new state in the stored layout with B >= N rows on
+                the slot axis (what a staged view's ``scatter`` was given).
+            rows: (N,) int64 device rows of ``values`` to take; None takes rows 0..N-1.
+        Raises:
+            KeyError: a name that is not declared. ValueError: a wrong shape.
+        """
+        for name, value in values.items():
+            spec = self._spec(name)
+            if rows is not None:
+                value = value.index_select(spec.slot_axis, rows)
+            elif value.size(spec.slot_axis) != slots.numel():
+                value = value.narrow(spec.slot_axis, 0, slots.numel())
+            SlotStateView(spec, self.buffers[name], slots).scatter(value)

@@ -42,9 +42,9 @@ from oasr.engine.live.policy import LivePolicy, SegmentEnd, YieldRule
 from oasr.engine.live.refine import Refiner
 from oasr.engine.live.segment_cuts import SegmentCuts
 from oasr.engine.request import Request, RequestStatus
-from oasr.engine.runner.isolation import forward_isolating_failures, prepare_or_stop
-from oasr.engine.runner.model_runner import BatchPlan
-from oasr.engine.runner.streams import StreamResources
+from oasr.engine.runner.isolation import prepare_or_stop, step_isolating_failures
+from oasr.engine.runner.model_runner import BatchPlan, StepOutput
+from oasr.engine.runner.streams import ChunkResult, StreamResources
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.second_pass.jobs import Answer
 from oasr.engine.second_pass.worker import RefineDone, SecondPassDone, SecondPassWorker
@@ -383,12 +383,10 @@ class ASREngine:
         plan = prepare_or_stop(runner, plan, self._stop_starved)
         if not plan.stream_ids:
             return 0.0
-        plan, output = forward_isolating_failures(runner, plan, self._fail_forward)
+        # encode, decode, then commit: a row whose chunk fails keeps its state as before
+        plan, results = step_isolating_failures(runner, plan, self._decode, self._fail_forward)
         if not plan.stream_ids:
             return 0.0
-        runner.commit(plan)
-        endpointers = [self.live.endpointer(s) for s in plan.stream_ids]
-        results = self.resources.decode(plan.stream_ids, output, endpointers)
         now = self.clock()
         per_frame = self.family.timing.samples_per_frame
         for stream_id, window, result in zip(plan.stream_ids, plan.windows, results, strict=True):
@@ -403,6 +401,10 @@ class ASREngine:
             if end is not None:
                 self._end_segment(request, end)
         return sum(plan.num_output_frames) * self.family.timing.frame_shift_s
+
+    def _decode(self, plan: BatchPlan, output: StepOutput) -> list[ChunkResult]:
+        endpointers = [self.live.endpointer(s) for s in plan.stream_ids]
+        return self.resources.decode(plan.stream_ids, output, endpointers)
 
     def _stop_starved(self, stream_id: int) -> None:
         """No blocks for this stream's chunk: it ends "length", its transcript so far final."""

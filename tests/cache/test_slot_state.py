@@ -104,3 +104,29 @@ def test_stream_errors_and_caller_slots():
             call(9)
     cache.free_stream(1)
     assert cache.stream_ids == [] and cache.allocate_stream(4) == 0
+
+
+def test_staged_views_write_nothing_until_their_rows_are_written():
+    """The engine's step scatters into staged views; only the rows whose chunk succeeded are
+    written afterwards (`write_rows`), any of the batch's rows into any slots."""
+    cache = SlotStateCache(specs()[:2], 3, "cpu", torch.float32, pad_lanes=1)
+    for sid in (10, 11, 12):
+        cache.allocate_stream(sid)
+    before = {n: b.clone() for n, b in cache.buffers.items()}
+    staged: dict[str, torch.Tensor] = {}
+    views = cache.views_for_slots(torch.tensor([0, 1, 2, 3]), staged)  # 3 streams + pad lane
+    new_tail = torch.arange(4 * 6, dtype=torch.float32).view(4, 2, 3) + 1
+    new_conv = torch.ones(4, 4, 2, 5)
+    views["tail"].scatter(new_tail)
+    views["conv"].scatter(new_conv)
+    assert all(torch.equal(cache.buffers[n], before[n]) for n in before)  # nothing written
+    assert set(staged) == {"tail", "conv"}
+    with pytest.raises(ValueError, match="expected"):
+        views["tail"].scatter(new_tail[:2])
+    cache.write_rows(torch.tensor([2, 0]), staged, rows=torch.tensor([2, 0]))  # rows 0 and 2 only
+    assert torch.equal(cache.buffers["tail"][[0, 2]], new_tail[[0, 2]])
+    assert torch.equal(cache.buffers["tail"][[1, 3]], before["tail"][[1, 3]])
+    assert torch.equal(cache.buffers["conv"][:, [0, 2]], new_conv[:, [0, 2]])
+    assert not cache.buffers["conv"][:, 1].any()
+    cache.write_rows(torch.tensor([1]), {"tail": new_tail[1:2]})  # rows 0..N-1 by default
+    assert torch.equal(cache.buffers["tail"][1], new_tail[1])

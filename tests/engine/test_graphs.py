@@ -19,7 +19,7 @@ import torch
 from test_padding import _run
 
 from oasr.engine import ASREngine, EngineConfig
-from oasr.engine.runner.graphs import StepGraphs
+from oasr.engine.runner.graphs import StepGraphs, StepOut, copy_step_out
 from oasr.engine.runner.padding import StepShape
 from oasr.engine.runner.staging import StepInputs
 
@@ -30,9 +30,9 @@ class RecordingBackend:
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[tuple[str, int]] = []
         self.fail = fail
-        self._runs: list[tuple[Callable[[], torch.Tensor], torch.Tensor]] = []
+        self._runs: list[tuple[Callable[[], StepOut], StepOut]] = []
 
-    def capture(self, run: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor]:
+    def capture(self, run: Callable[[], StepOut]) -> tuple[Any, StepOut]:
         if self.fail:
             raise RuntimeError("capture refused")
         out = run()
@@ -42,7 +42,7 @@ class RecordingBackend:
 
     def replay(self, handle: Any) -> None:
         run, out = self._runs[handle]
-        out.copy_(run())
+        copy_step_out(out, run())
         self.calls.append(("replay", handle))
 
 
@@ -58,10 +58,11 @@ def _pad_inputs(shape: StepShape) -> StepInputs:
     return _inputs(shape.width, shape.frames, [PAD_SLOT] * shape.width, 0.0)
 
 
-def _toy_step(seen: list[list[int]]) -> Callable[[StepInputs, StepShape], torch.Tensor]:
-    def step(inputs: StepInputs, shape: StepShape) -> torch.Tensor:
+def _toy_step(seen: list[list[int]]) -> Callable[[StepInputs, StepShape], StepOut]:
+    def step(inputs: StepInputs, shape: StepShape) -> StepOut:
         seen.append(inputs.slots.tolist())
-        return inputs.feats.sum(-1) + inputs.slots[:, None] * shape.max_offset  # (W, T)
+        staged = {"toy": inputs.slots[:, None] * 2.0}  # (W, 1): a row's staged state
+        return inputs.feats.sum(-1) + inputs.slots[:, None] * shape.max_offset, staged  # (W, T)
     return step
 
 
@@ -70,18 +71,20 @@ def test_one_capture_per_shape_on_pad_inputs_then_replays() -> None:
     backend = RecordingBackend()
     graphs = StepGraphs(_toy_step(seen), backend, _pad_inputs)
     shape = StepShape(width=2, frames=4, host_seqlen=0, max_offset=10)
-    first = graphs.run(_inputs(2, 4, [0, PAD_SLOT], 1.0), shape)
-    second = graphs.run(_inputs(2, 4, [3, 1], 2.0), shape)
+    first, _ = graphs.run(_inputs(2, 4, [0, PAD_SLOT], 1.0), shape)
+    second, second_state = graphs.run(_inputs(2, 4, [3, 1], 2.0), shape)
     assert backend.calls == [("capture", 0), ("replay", 0), ("replay", 0)]
     assert seen[0] == [PAD_SLOT, PAD_SLOT]  # the capture ran on the padding lane only
     assert graphs.captured_shapes == [shape] and graphs.num_replays == 2
     torch.testing.assert_close(first, torch.tensor([[3.0] * 4, [3.0 + 90] * 4]))
     torch.testing.assert_close(second, torch.tensor([[6.0 + 30] * 4, [6.0 + 10] * 4]))
+    torch.testing.assert_close(second_state["toy"], torch.tensor([[6.0], [2.0]]))
     static = graphs._graphs[shape]
     assert static.inputs.slots.tolist() == [3, 1]  # inputs were copied into the static buffers
-    assert second.data_ptr() != static.output.data_ptr()  # the caller gets a copy
+    assert second.data_ptr() != static.output[0].data_ptr()  # the caller gets a copy
+    assert second_state["toy"].data_ptr() != static.output[1]["toy"].data_ptr()
     second.zero_()
-    assert static.output.abs().sum() > 0
+    assert static.output[0].abs().sum() > 0
 
 
 def test_shapes_past_the_limit_and_failed_captures_run_eagerly() -> None:
@@ -90,12 +93,13 @@ def test_shapes_past_the_limit_and_failed_captures_run_eagerly() -> None:
     graphs = StepGraphs(_toy_step(seen), backend, _pad_inputs, max_graphs=1)
     a, b = StepShape(1, 4, 0, 0), StepShape(2, 4, 0, 0)
     graphs.run(_inputs(1, 4, [0], 1.0), a)
-    out = graphs.run(_inputs(2, 4, [0, 1], 1.0), b)
+    out, _ = graphs.run(_inputs(2, 4, [0, 1], 1.0), b)
     assert graphs.captured_shapes == [a] and graphs.num_eager == 1
     torch.testing.assert_close(out, torch.full((2, 4), 3.0))
     failing = StepGraphs(_toy_step(seen), RecordingBackend(fail=True), _pad_inputs)
     for _ in range(2):
-        torch.testing.assert_close(failing.run(_inputs(1, 4, [0], 1.0), a), torch.full((1, 4), 3.0))
+        torch.testing.assert_close(failing.run(_inputs(1, 4, [0], 1.0), a)[0],
+                                   torch.full((1, 4), 3.0))
     assert failing.captured_shapes == [] and failing.num_eager == 2  # not retried
 
 

@@ -1,11 +1,12 @@
 """Captured chunk steps: one graph per step shape, replayed over static buffers.
 
 `StepGraphs` owns, per `StepShape` it has captured, the static input tensors the graph reads
-and the static output it writes. A step copies its inputs into the static inputs, replays,
-and returns a copy of the static output. Capture runs the step on inputs that address only
-the padding lane (every row a pad-lane slot), so warming up and recording a width while
-streams are live advances none of them: the captured kernels write K/V into the scratch
-block and state into the pad row until a replay's slots say otherwise.
+and the static output it writes (the log-probs and the staged fixed-extent state). A step
+copies its inputs into the static inputs, replays, and returns a copy of the static output.
+Capture runs the step on inputs that address only the padding lane (every row a pad-lane
+slot), so warming up and recording a width while streams are live advances none of them: the
+captured kernels write K/V into the scratch block until a replay's slots say otherwise, and
+state is never written by the step at all (the runner writes the staged rows after it).
 
 The capture and replay primitives are a `GraphBackend`: `CudaGraphBackend` records a
 ``torch.cuda.CUDAGraph`` (CUDA only); tests inject a double that records the calls.
@@ -26,13 +27,29 @@ from oasr.engine.runner.staging import StepInputs
 
 logger = logging.getLogger(__name__)
 
-StepFn = Callable[[StepInputs, StepShape], torch.Tensor]
+# What a step returns: its (W, T', V) output, and the new fixed-extent state it staged (per
+# spec name, the batch's rows in the stored layout; `ModelRunner` writes it once the chunk
+# succeeded). A graph's static output is the same structure.
+StepOut = tuple[torch.Tensor, dict[str, torch.Tensor]]
+StepFn = Callable[[StepInputs, StepShape], StepOut]
+
+
+def clone_step_out(out: StepOut) -> StepOut:
+    """A copy of a step's output and staged state that the caller owns."""
+    return out[0].clone(), {name: t.clone() for name, t in out[1].items()}
+
+
+def copy_step_out(dst: StepOut, src: StepOut) -> None:
+    """Copy ``src`` into ``dst`` (same structure and shapes), in place."""
+    dst[0].copy_(src[0])
+    for name, t in dst[1].items():
+        t.copy_(src[1][name])
 
 
 class GraphBackend(Protocol):
     """Records a step once and replays it."""
 
-    def capture(self, run: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor]:
+    def capture(self, run: Callable[[], StepOut]) -> tuple[Any, StepOut]:
         """Record ``run``; returns (a handle for `replay`, the static output it writes)."""
         ...
 
@@ -57,7 +74,7 @@ class CudaGraphBackend:
         self.warmup = warmup
         self._pool: Any = None
 
-    def capture(self, run: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor]:
+    def capture(self, run: Callable[[], StepOut]) -> tuple[Any, StepOut]:
         current = torch.cuda.current_stream(self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(current)
@@ -79,7 +96,7 @@ class CudaGraphBackend:
 class _Captured:
     handle: Any
     inputs: StepInputs  # static: replays read these
-    output: torch.Tensor  # static: replays write this
+    output: StepOut  # static: replays write these
 
 
 class StepGraphs:
@@ -109,12 +126,13 @@ class StepGraphs:
     def captured_shapes(self) -> list[StepShape]:
         return list(self._graphs)
 
-    def run(self, inputs: StepInputs, shape: StepShape) -> torch.Tensor:
+    def run(self, inputs: StepInputs, shape: StepShape) -> StepOut:
         """The step's output for ``inputs`` (whose shapes are ``shape``'s): replayed when
         ``shape`` is captured (capturing it first when there is room), else eager.
 
         Returns:
-            (width, T', V) a tensor the caller owns (not the static output).
+            (width, T', V) and the staged state, tensors the caller owns (not the static
+            output).
         """
         captured = self._graphs.get(shape)
         if captured is None and self._can_capture(shape):
@@ -142,7 +160,7 @@ class StepGraphs:
         logger.info("captured the step of %s (%d graphs)", shape, len(self._graphs))
         return captured
 
-    def replay(self, captured: _Captured, inputs: StepInputs) -> torch.Tensor:
+    def replay(self, captured: _Captured, inputs: StepInputs) -> StepOut:
         for static, given in zip(captured.inputs.tensors(), inputs.tensors(), strict=True):
             if static.shape != given.shape:
                 raise ValueError(f"replay input of shape {tuple(given.shape)} for a graph "
@@ -150,4 +168,4 @@ class StepGraphs:
             static.copy_(given, non_blocking=True)
         self.backend.replay(captured.handle)
         self.num_replays += 1
-        return captured.output.clone()
+        return clone_step_out(captured.output)

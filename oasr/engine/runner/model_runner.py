@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from oasr.audio import FeatureWindow
 from oasr.cache import AttentionCacheManager, SlotStateCache
+from oasr.cache.slots import slots_to_device
 from oasr.engine.families.base import ChunkBatch, ModelFamily
-from oasr.engine.runner.graphs import GraphBackend, StepGraphs
+from oasr.engine.runner.graphs import GraphBackend, StepGraphs, StepOut
 from oasr.engine.runner.padding import StepPadding, StepShape
 from oasr.engine.runner.staging import StepInputs, StepStaging
 
@@ -47,19 +48,33 @@ class BatchPlan:
 
 @dataclass(frozen=True)
 class StepOutput:
-    """The encoder's answer for a cohort.
+    """The encoder's answer for a cohort, and the state it would leave behind.
 
     Attributes:
         log_probs: (B, T', V) CTC log-probabilities, rows padded to the longest chunk.
         lengths: (B,) valid frames of each row (host list, known without a device sync).
+        staged: the new fixed-extent state of the step's rows, per spec name, in the stored
+            layout with the step's W >= B rows on the spec's slot axis. Not yet written:
+            `ModelRunner.commit` writes it once the chunk succeeded.
+        staged_rows: (B,) the row of ``staged`` that belongs to each of this output's rows;
+            None for rows 0..B-1.
     """
 
     log_probs: torch.Tensor
     lengths: list[int]
+    staged: dict[str, torch.Tensor] = field(default_factory=dict)
+    staged_rows: tuple[int, ...] | None = None
+
+    def select(self, rows: list[int]) -> StepOutput:
+        """The output of the given rows, in that order (their staged state with them)."""
+        mine = self.staged_rows if self.staged_rows is not None else range(len(self.lengths))
+        return StepOutput(self.log_probs[rows], [self.lengths[i] for i in rows], self.staged,
+                          tuple(mine[i] for i in rows))
 
     @staticmethod
     def concat(outputs: list[StepOutput]) -> StepOutput:
-        """Rows of several outputs as one, padded to the longest chunk."""
+        """Rows of several outputs as one, padded to the longest chunk (log-probs and
+        lengths only: each output's staged state belongs to its own step)."""
         if not outputs:
             return StepOutput(torch.zeros(0, 0, 0), [])
         longest = max(o.log_probs.size(1) for o in outputs)
@@ -73,8 +88,11 @@ class ModelRunner:
     The model is reached only through its `ModelFamily`, so the same runner serves the
     Conformer and Whisper-CTC. The three phases are separate so the engine can isolate a
     failing stream: `prepare` allocates each row's block once; `forward` may be retried on
-    sub-cohorts without allocating again; `commit` records the frames of the rows that
-    succeeded.
+    sub-cohorts without allocating again, and changes no stream's state (its K/V lands past
+    each row's committed frames, its fixed-extent state is staged in the output); `commit`
+    makes a row's chunk part of its history (K/V frames counted, eviction, state written),
+    only for the rows whose whole chunk, decoding included, succeeded
+    (`oasr.engine.runner.isolation.step_isolating_failures`).
 
     With ``padding`` (`oasr.engine.runner.padding`) a cohort runs at the next width of a ladder, its
     extra rows on the padding lane (they write only into the pool's scratch block and the
@@ -94,6 +112,7 @@ class ModelRunner:
         self.padding = padding
         self.graphs: StepGraphs | None = None
         self.staging: StepStaging | None = None
+        self._latest: tuple[list[int], StepOutput] | None = None  # the last forward's output
         if padding is not None and not self._pad_lane_slots:
             raise ValueError("padded steps need a pad lane: build the caches with pad_lanes=1")
 
@@ -120,8 +139,9 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, plan: BatchPlan) -> StepOutput:
-        """Run the encoder and CTC head on the cohort's windows in one call; the rows' new
-        fixed-extent state is written back only when the call succeeds."""
+        """Run the encoder and CTC head on the cohort's windows in one call. Nothing a
+        stream holds changes: the chunk's K/V lands past each row's committed frames and the
+        rows' new fixed-extent state comes back staged in the output (`commit` writes both)."""
         shape = self.step_shape(plan)
         slots = self._slot_list(plan.stream_ids, shape.width)
         staging = self._staging_for(shape.frames, plan.windows[0].feats.shape[1])
@@ -129,10 +149,12 @@ class ModelRunner:
         if self.attention is not None:
             self.attention.flush_tables()  # a replay reads the tables without flushing them
         if self.graphs is not None:
-            log_probs = self.graphs.run(inputs, shape)  # (W, T', V)
+            log_probs, staged = self.graphs.run(inputs, shape)  # (W, T', V)
         else:
-            log_probs = self.run_step(inputs, shape)
-        return StepOutput(log_probs[: len(plan.stream_ids)], plan.num_output_frames)
+            log_probs, staged = self.run_step(inputs, shape)
+        output = StepOutput(log_probs[: len(plan.stream_ids)], plan.num_output_frames, staged)
+        self._latest = (list(plan.stream_ids), output)
+        return output
 
     def step_shape(self, plan: BatchPlan) -> StepShape:
         """The cohort's shape: exact, or padded up (`StepPadding.shape`)."""
@@ -144,13 +166,15 @@ class ModelRunner:
         return StepShape(len(plan.stream_ids), max(w.num_frames for w in plan.windows), held,
                          max(plan.offsets))
 
-    def run_step(self, inputs: StepInputs, shape: StepShape) -> torch.Tensor:
-        """The eager step (what a graph records): paged views and state views of the rows in
-        ``inputs.slots``, one family forward.
+    def run_step(self, inputs: StepInputs, shape: StepShape) -> StepOut:
+        """The eager step (what a graph records): paged views and staged state views of the
+        rows in ``inputs.slots``, one family forward.
 
         Returns:
-            (W, T', V) the family's output, pad rows included.
+            (W, T', V) the family's output, pad rows included, and the state its forward
+            scattered, per spec name (W rows on each slot axis), not yet written.
         """
+        staged: dict[str, torch.Tensor] = {}
         batch = ChunkBatch(
             feats=inputs.feats.to(self.dtype),  # (W, T, F)
             feat_lens=inputs.feat_lens,
@@ -158,9 +182,9 @@ class ModelRunner:
             max_offset=shape.max_offset,
             caches=([] if self.attention is None
                     else self.attention.paged_caches_for_slots(inputs.slots, shape.host_seqlen)),
-            states=self.states.views_for_slots(inputs.slots),
+            states=self.states.views_for_slots(inputs.slots, staged),
         )
-        return self.family.forward_chunk(batch)
+        return self.family.forward_chunk(batch), staged
 
     def pad_inputs(self, shape: StepShape) -> StepInputs:
         """Inputs of ``shape`` whose every row is the padding lane (a capture's static inputs)."""
@@ -174,8 +198,36 @@ class ModelRunner:
             slots=torch.full((width,), self._pad_lane_slots[0], dtype=torch.int64, device=device),
         )
 
-    def commit(self, plan: BatchPlan) -> None:
-        """Record each row's new frames (eviction happens here)."""
+    def commit(self, plan: BatchPlan, output: StepOutput | None = None) -> None:
+        """Make the rows' chunk part of their streams: write their staged fixed-extent state
+        and count their new K/V frames (eviction happens here).
+
+        Args:
+            plan: the rows to commit (all of ``output``'s rows, in its order).
+            output: what `forward` returned for exactly these rows (``select`` it for a
+                sub-cohort); None: the latest `forward`'s, which must have been of ``plan``.
+        Raises:
+            RuntimeError: ``output`` None and the latest forward ran other streams.
+            ValueError: ``output`` has another number of rows than ``plan``.
+        """
+        if output is None:
+            if self._latest is None or self._latest[0] != list(plan.stream_ids):
+                raise RuntimeError(
+                    f"commit of streams {plan.stream_ids} without their output: the latest "
+                    f"forward ran {None if self._latest is None else self._latest[0]}; pass "
+                    "the StepOutput of these rows")
+            output = self._latest[1]
+        self._latest = None  # a step keeps no tensor past its commit
+        if len(output.lengths) != len(plan.stream_ids):
+            raise ValueError(f"commit of {len(plan.stream_ids)} rows with an output of "
+                             f"{len(output.lengths)}")
+        if output.staged and plan.stream_ids:
+            slots = slots_to_device(plan.slots, self.device)
+            rows = None
+            if output.staged_rows is not None and list(output.staged_rows) != list(
+                    range(len(plan.slots))):
+                rows = slots_to_device(output.staged_rows, self.device)
+            self.states.write_rows(slots, output.staged, rows)
         if self.attention is None:
             return
         for stream_id, frames in zip(plan.stream_ids, plan.num_output_frames, strict=True):

@@ -246,23 +246,36 @@ class StreamResources:
             endpointers: per stream, its own endpoint rules; None entries (or None) use the
                 engine's.
         Returns each stream's current best text and the endpoint rule that fired, if any.
+        Raises whatever decoding raises, with every stream's decoder state as before the call
+        (the step commits a chunk only once all of it succeeded).
         """
         own = endpointers if endpointers is not None else [None] * len(stream_ids)
         rules = [e if e is not None else self.endpointer for e in own]
         if self.transducer is not None:
+            restore = self.transducer.checkpoint(stream_ids)
             results = self.transducer.decode(stream_ids, output.log_probs, output.lengths)
-            return [ChunkResult(r.hypothesis.text, _decide(e, r.stats, r.hypothesis),
-                                r.hypothesis, r.stats) for r, e in zip(results, rules, strict=True)]
+            try:
+                return [ChunkResult(r.hypothesis.text, _decide(e, r.stats, r.hypothesis),
+                                    r.hypothesis, r.stats)
+                        for r, e in zip(results, rules, strict=True)]
+            except BaseException:
+                restore()
+                raise
         decoder = self.ctc.decoder
         states = [self.ctc.get_state(s) for s in stream_ids]
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         if output.log_probs.is_cuda:  # the search uploads it when rows differ in length
             lengths = lengths.pin_memory()
-        decoder.decode_streams(output.log_probs.float(), states, lengths)  # one search
-        steps = decoder.partials(states)  # one read-back
-        return [ChunkResult(step.hypothesis.text, _decide(e, step.stats, step.hypothesis),
-                            step.hypothesis, step.stats)
-                for step, e in zip(steps, rules, strict=True)]
+        restore = decoder.checkpoint(states)
+        try:
+            decoder.decode_streams(output.log_probs.float(), states, lengths)  # one search
+            steps = decoder.partials(states)  # one read-back
+            return [ChunkResult(step.hypothesis.text, _decide(e, step.stats, step.hypothesis),
+                                step.hypothesis, step.stats)
+                    for step, e in zip(steps, rules, strict=True)]
+        except BaseException:
+            restore()
+            raise
 
     def final_hypothesis(self, stream_id: int, num_frames: int | None = None) -> Hypothesis:
         """The best hypothesis of the stream's current segment; with ``num_frames``, only its

@@ -9,6 +9,7 @@ hypothesis: a frame is silence when it emitted nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch import Tensor
@@ -78,13 +79,32 @@ class TransducerStreams:
         Args:
             frames: (B, T, joiner_dim) joiner-projected encoder frames, rows in ``stream_ids``
                 order; lengths: valid frames per row.
+
+        Raises whatever the search raises, with every state as it was before the call (a
+        chunk is committed only when all of it succeeded).
         """
         states = [self._states[self._check(s)] for s in stream_ids]
-        if self.beam == 1:
-            self.model.greedy_step(frames, lengths, states)  # type: ignore[arg-type]
-        else:
-            self.model.beam_step(frames, lengths, states, self.beam)  # type: ignore[arg-type]
-        return [TransducerStep(self._hypothesis(s), self._stats(s)) for s in states]
+        restore = self.checkpoint(stream_ids)
+        try:
+            if self.beam == 1:
+                self.model.greedy_step(frames, lengths, states)  # type: ignore[arg-type]
+            else:
+                self.model.beam_step(frames, lengths, states, self.beam)  # type: ignore[arg-type]
+            return [TransducerStep(self._hypothesis(s), self._stats(s)) for s in states]
+        except BaseException:
+            restore()
+            raise
+
+    def checkpoint(self, stream_ids: list[int]) -> Callable[[], None]:
+        """A way back for the streams' hypotheses: calling the result puts them as they are
+        now (cheap: a greedy search only appends, a beam search replaces its dict)."""
+        states = [self._states[self._check(s)] for s in stream_ids]
+        marks = [_mark(s) for s in states]
+
+        def restore() -> None:
+            for state, mark in zip(states, marks, strict=True):
+                _rewind(state, mark)
+        return restore
 
     def final_hypothesis(self, stream_id: int) -> Hypothesis:
         return self._hypothesis(self._states[self._check(stream_id)])
@@ -106,6 +126,23 @@ class TransducerStreams:
         if stream_id not in self._states:
             raise KeyError(f"stream {stream_id} has no transducer state")
         return stream_id
+
+
+def _mark(state: SearchState) -> tuple[object, ...]:
+    """What `_rewind` needs to put ``state`` back: a greedy search only appends to its
+    lists, and a beam search replaces its hypothesis dict, so lengths and the dict suffice."""
+    if isinstance(state, BeamState):
+        return (state.hyps, state.num_frames)
+    return (len(state.context), len(state.tokens), len(state.frames), state.num_frames)
+
+
+def _rewind(state: SearchState, mark: tuple[object, ...]) -> None:
+    if isinstance(state, BeamState):
+        state.hyps, state.num_frames = mark  # type: ignore[assignment]
+        return
+    num_context, num_tokens, num_frames, consumed = mark
+    del state.context[num_context:], state.tokens[num_tokens:], state.frames[num_frames:]  # type: ignore[misc]
+    state.num_frames = consumed  # type: ignore[assignment]
 
 
 def _best(state: SearchState) -> tuple[list[int], list[int], float]:
