@@ -123,7 +123,25 @@ class GpuStreamingDecoder:
         tokenizer: Tokenizer | None = None,
         device: torch.device | str | None = None,
         lm: CharNgramLm | DecoderLm | None = None,
+        rows: int | None = None,
+        max_segment_frames: int | None = None,
     ) -> None:
+        """
+        Args:
+            rows: batch-1 states this decoder holds at once (the engine's stream slots). With
+                ``max_segment_frames``, their storage is allocated here for good: rows
+                ``0 .. rows - 1``, never grown. None: 8 rows that grow as states are made.
+            max_segment_frames: the most frames a state decodes between resets (at most one
+                token each): its token buffers, allocated here, never grow, and a state that
+                would pass it is an error (`RuntimeError`). None: buffers of
+                ``initial_token_capacity`` that double when full.
+        Raises:
+            ValueError: ``rows`` or ``max_segment_frames`` below 1; a tokenizer or LM whose
+                blank id is not the config's; an LM with greedy search.
+        """
+        for name, value in (("rows", rows), ("max_segment_frames", max_segment_frames)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"GpuStreamingDecoder {name} must be an int >= 1, got {value!r}")
         self._config = config if config is not None else GpuDecoderConfig()
         self.tokenizer = tokenizer
         if device is None:
@@ -150,8 +168,10 @@ class GpuStreamingDecoder:
             boundary = units.index(WORD_BOUNDARY) if WORD_BOUNDARY in units else None
             self._fusion = LmFusion.build(lm, cfg, self.device, boundary)
         cfg = self._config
-        self._rows = StateRows(cfg.beam_size, cfg.initial_token_capacity, cfg.blank_id,
-                               self.device)
+        fixed = max_segment_frames is not None
+        self._rows = StateRows(
+            cfg.beam_size, max_segment_frames + 1 if fixed else cfg.initial_token_capacity,
+            cfg.blank_id, self.device, num_rows=rows or 8, fixed=fixed)
         self._texts = PartialTexts()  # each stream's last partial text, extended as it grows
         self._contexts: ContextStore | None = None  # the states' hotword graphs (set_context)
 
@@ -268,21 +288,23 @@ class GpuStreamingDecoder:
         """
         self.decode_streams(log_probs, [state], lengths)
 
-    def checkpoint(self, states: Sequence[DecoderState]) -> Callable[[], None]:
+    def checkpoint(self, states: Sequence[DecoderState],
+                   num_frames: int | None = None) -> Callable[[], None]:
         """A way back for ``states``: calling the result puts them as they are now.
 
         The engine takes one before a cohort's decode, so a chunk that fails after its search
         (reading the partials back, deciding endpoints) leaves every stream's decoder state
         as it was before the chunk. States that are rows of the storage are copied with one
-        gather per field (the columns a search can change: up to their length bound); others
-        are cloned.
+        gather per field (of the token buffers, the columns a search of ``num_frames`` frames
+        can change; None: all of them); others are cloned.
         """
         states = list(states)
         bounds = [s.max_len_bound for s in states]
         rows = self._rows.rows_of(states)
         if rows is not None:
             index = self._rows.index(rows)
-            saved = self._rows.gather(index, max(bounds, default=0))
+            width = None if num_frames is None else max(bounds, default=0) + num_frames + 1
+            saved = self._rows.gather(index, max(bounds, default=0), width)
 
             def restore() -> None:
                 self._rows.scatter(index, saved)
@@ -324,7 +346,9 @@ class GpuStreamingDecoder:
             raise ValueError(f"log_probs must be (B, T, V), got shape {tuple(log_probs.shape)}")
         index = self._rows.index(rows)  # (B,)
         self._rows.ensure_capacity(states, index, log_probs.shape[1])
-        work = self._rows.gather(index, max(s.max_len_bound for s in states))
+        bound = max(s.max_len_bound for s in states)
+        # only the columns this chunk can touch: the prefixes, one per frame, a scratch one
+        work = self._rows.gather(index, bound, bound + log_probs.shape[1] + 1)
         self._search(log_probs, work, lengths, self._context_batch(states))
         self._rows.scatter(index, work)
         for state in states:

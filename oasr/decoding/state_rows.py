@@ -10,6 +10,11 @@ searches, and writes them back with one ``index_copy_`` per field, whatever B is
 Rows are addressed by the caller: the engine passes a stream's slot, so a stream's decoder
 row is its slot (the same row as its block-table and conv-cache rows), and frees it
 explicitly on the engine thread when the stream closes.
+
+The engine builds the storage ``fixed``: a row per slot and token buffers for the longest
+segment it lets a stream decode, allocated once, so admitting a stream or growing its
+hypotheses never reallocates or copies a live row. A storage built without ``fixed`` (a
+decoder used on its own) starts small and grows.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from oasr.decoding.state import (
     reset_in_place,
 )
 
+TOKEN_FIELDS = ("tokens", "token_frames")  # (rows, K, capacity): the fields with a token axis
+
 
 class StateRows:
     """Row storage behind the batch-1 states of one decoder.
@@ -40,10 +47,19 @@ class StateRows:
     """
 
     def __init__(self, beam_size: int, capacity: int, blank_id: int, device: torch.device,
-                 num_rows: int = 8) -> None:
+                 num_rows: int = 8, fixed: bool = False) -> None:
+        """
+        Args:
+            capacity: token columns of each hypothesis (the longest prefix plus one scratch
+                column).
+            num_rows: rows allocated now.
+            fixed: never grow: a row past ``num_rows`` or a prefix past ``capacity - 1``
+                tokens is an error instead of a reallocation.
+        """
         self.beam_size = beam_size
         self.blank_id = blank_id
         self.device = device
+        self.fixed = fixed
         self.storage = new_state(num_rows, beam_size, capacity, blank_id, device)
         self._states: dict[int, DecoderState] = {}
         self._index_cache: tuple[tuple[int, ...], torch.Tensor] | None = None
@@ -61,11 +77,12 @@ class StateRows:
         return self.storage.capacity
 
     def attach(self, row: int | None = None) -> DecoderState:
-        """A fresh batch-1 state living in ``row`` (None: the lowest row not attached); the
-        storage grows to hold the row.
+        """A fresh batch-1 state living in ``row`` (None: the lowest row not attached); a
+        storage that is not ``fixed`` grows to hold the row.
 
         Raises:
-            ValueError: ``row`` negative or already attached to a state.
+            ValueError: ``row`` negative or already attached to a state; a ``fixed`` storage
+                with no such row (or, for None, no free row).
         """
         if row is None:
             row = next(r for r in range(self.num_rows + 1) if r not in self._states)
@@ -74,6 +91,10 @@ class StateRows:
         elif row in self._states:
             raise ValueError(f"decoder row {row} is already held by a live state")
         if row >= self.num_rows:
+            if self.fixed:
+                raise ValueError(
+                    f"decoder row {row} is past the {self.num_rows} rows this decoder was "
+                    f"built with (one per stream slot); build it with rows={row + 1} or more")
             self._grow_rows(max(2 * self.num_rows, row + 1))
         state = DecoderState(**self._views(row), pool_row=row)
         reset_in_place(state, self.blank_id)
@@ -130,6 +151,10 @@ class StateRows:
         assert row is not None, "write_back of a state this storage does not hold"
         values = {n: getattr(state, n) for n in TENSOR_FIELDS}
         if values["tokens"].shape[-1] > self.capacity:
+            if self.fixed:
+                raise RuntimeError(
+                    f"a decoder state of {values['tokens'].shape[-1]} token columns does not "
+                    f"fit this decoder's {self.capacity} (max_segment_frames)")
             self._grow_capacity(values["tokens"].shape[-1])
         for name, value in values.items():
             view = getattr(self.storage, name)[row : row + 1]
@@ -153,6 +178,9 @@ class StateRows:
 
         Reads the rows' exact prefix lengths back (a device sync) only when the host bounds
         say they may not fit.
+
+        Raises:
+            RuntimeError: a ``fixed`` storage whose buffers cannot hold them.
         """
         if max(s.max_len_bound for s in states) + num_new_frames + 1 <= self.capacity:
             return
@@ -161,19 +189,39 @@ class StateRows:
             state.max_len_bound = int(length)
         needed = max(lengths) + num_new_frames + 1
         if needed > self.capacity:
+            if self.fixed:
+                raise RuntimeError(
+                    f"a decoder state would reach {needed - 1} tokens ({max(lengths)} held and "
+                    f"{num_new_frames} new frames), past the {self.capacity - 1} this decoder "
+                    f"was built for (max_segment_frames): reset the stream before, or build "
+                    f"the decoder with max_segment_frames >= {needed - 1}")
             self._grow_capacity(max(needed, 2 * self.capacity))
 
-    def gather(self, index: torch.Tensor, max_len_bound: int) -> DecoderState:
-        """A B-row working state holding copies of the rows ``index`` (B,)."""
-        parts: dict[str, Any] = {
-            n: getattr(self.storage, n).index_select(0, index) for n in TENSOR_FIELDS
-        }
+    def gather(self, index: torch.Tensor, max_len_bound: int,
+               width: int | None = None) -> DecoderState:
+        """A B-row working state holding copies of the rows ``index`` (B,).
+
+        Args:
+            width: token columns to copy (the prefixes' bound, the chunk's frames and a
+                scratch column are all a search touches); None: all ``capacity``.
+        """
+        cols = self.capacity if width is None else min(width, self.capacity)
+        parts: dict[str, Any] = {}
+        for name in TENSOR_FIELDS:
+            field_ = getattr(self.storage, name)
+            if name in TOKEN_FIELDS:
+                field_ = field_[..., :cols]
+            parts[name] = field_.index_select(0, index)
         return DecoderState(**parts, max_len_bound=max_len_bound)
 
     def scatter(self, index: torch.Tensor, work: DecoderState) -> None:
-        """Write a working state's rows back to rows ``index`` (in place: views stay valid)."""
+        """Write a working state's rows back to rows ``index`` (in place: views stay valid);
+        its token buffers into their first ``work.capacity`` columns."""
         for name in TENSOR_FIELDS:
-            getattr(self.storage, name).index_copy_(0, index, getattr(work, name))
+            field_ = getattr(self.storage, name)
+            if name in TOKEN_FIELDS:
+                field_ = field_[..., : work.capacity]
+            field_.index_copy_(0, index, getattr(work, name))
 
     def _row_of(self, state: DecoderState) -> int | None:
         """The state's row, or None for a state that owns its tensors.

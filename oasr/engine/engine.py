@@ -425,8 +425,10 @@ class ASREngine:
 
     def _reset_at_position_limit(self, request: Request) -> None:
         """End the segment before a chunk would pass the model's last position (Whisper-CTC:
-        1500 frames = 30 s); the stream goes on from position 0 with no audio lost."""
-        limit = self.family.max_positions
+        1500 frames = 30 s) or the frames its decoder was built for
+        (`StreamResources.max_segment_frames`); the stream goes on from position 0 with no
+        audio lost."""
+        limit = self.resources.max_segment_frames or self.family.max_positions
         if limit is None or request.offset + self.resources.chunk_size <= limit:
             return
         self._end_segment(request, SegmentEnd(MAX_LENGTH_REASON, reason=MAX_LENGTH_REASON))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +76,9 @@ class StreamResources:
     runner: ModelRunner
     endpointer: Endpointer | None
     transducer: TransducerStreams | None = None
+    # the most encoder frames one segment decodes: the engine ends a segment before a chunk
+    # would pass it (`segment_frame_limit`; None: the K/V ceiling ends the stream first)
+    max_segment_frames: int | None = None
 
     @classmethod
     def build(cls, config: EngineConfig, model: nn.Module | None = None) -> StreamResources:
@@ -115,7 +119,12 @@ class StreamResources:
         attention = None if pool is None else AttentionCacheManager(pool, cache_config, lanes)
         states = family.build_states(cache_config, lanes)
         lm = _decoder_lm(config, family.tokenizer, device)
-        decoder = GpuStreamingDecoder(config.decoder, family.tokenizer, device=device, lm=lm)
+        max_segment = segment_frame_limit(config, family, cache_config)
+        # the decoder's rows (one per slot) and token buffers, allocated now for good
+        decoder = GpuStreamingDecoder(
+            config.decoder, family.tokenizer, device=device, lm=lm,
+            rows=cache_config.max_batch_size,
+            max_segment_frames=decoded_frame_limit(max_segment, family, cache_config))
         ctc = CtcStateCacheManager(decoder)
         runner = ModelRunner(family, attention, states, device, dtype,
                              _step_padding(family, cache_config) if lanes else None)
@@ -142,7 +151,8 @@ class StreamResources:
             "" if transducer is None else " (transducer: 1 = greedy, else modified beam search)",
         )
         return cls(config, family, cache_config, pool, attention, states,
-                   StreamSlotPool(cache_config.max_batch_size), ctc, runner, endpointer, transducer)
+                   StreamSlotPool(cache_config.max_batch_size), ctc, runner, endpointer, transducer,
+                   max_segment)
 
     @property
     def model(self) -> nn.Module:
@@ -266,7 +276,7 @@ class StreamResources:
         lengths = torch.tensor(output.lengths, dtype=torch.int64)  # host: no device sync
         if output.log_probs.is_cuda:  # the search uploads it when rows differ in length
             lengths = lengths.pin_memory()
-        restore = decoder.checkpoint(states)
+        restore = decoder.checkpoint(states, output.log_probs.shape[1])
         try:
             decoder.decode_streams(output.log_probs.float(), states, lengths)  # one search
             steps = decoder.partials(states)  # one read-back
@@ -297,6 +307,47 @@ class StreamResources:
         text = tokenizer.decode(tokens) if tokenizer is not None else ""
         return dataclasses.replace(hyp, tokens=tokens, text=text,
                                    timestamps=hyp.timestamps[:keep])
+
+
+# A segment's ceiling where neither the model, the K/V history nor a length rule sets one
+DEFAULT_MAX_SEGMENT_S = 60.0
+
+
+def segment_frame_limit(config: EngineConfig, family: ModelFamily,
+                        cache_config: CacheConfig) -> int | None:
+    """The most encoder frames one segment of a stream decodes before the engine ends it
+    (reason ``max_length``), or None where the stream's K/V ceiling ends the stream first.
+
+    The smallest of the model's position limit and the endpointer's length rules (rule 3: no
+    silence or speech condition) plus two chunks (a rule is decided after a chunk, so a
+    segment it ends is at most one chunk longer). Without either: None for a stream with
+    unlimited history (it finishes ``length`` at ``max_stream_frames``), else
+    `DEFAULT_MAX_SEGMENT_S`.
+    """
+    chunk = cache_config.chunk_size
+    shift = family.timing.frame_shift_s
+    limits = []
+    if family.max_positions is not None:
+        limits.append(family.max_positions)
+    for _, rule in config.endpoint.rules() if config.endpoint is not None else ():
+        if rule.min_trailing_silence_s == 0 and not rule.must_contain_speech:  # a length rule
+            limits.append(math.ceil(rule.min_utterance_length_s / shift) + 2 * chunk)
+    if limits:
+        return max(min(limits), chunk)
+    if family.paged_kv and not cache_config.has_eviction:
+        return None
+    return math.ceil(DEFAULT_MAX_SEGMENT_S / shift)
+
+
+def decoded_frame_limit(segment_limit: int | None, family: ModelFamily,
+                        cache_config: CacheConfig) -> int:
+    """The most frames a stream's decoder state holds between resets (what its token buffers
+    are allocated for): the segment limit, or the K/V ceiling of a stream with unlimited
+    history, whichever comes first."""
+    limits = [] if segment_limit is None else [segment_limit]
+    if family.paged_kv and not cache_config.has_eviction:
+        limits.append(cache_config.max_stream_frames)
+    return min(limits)
 
 
 def _decide(endpointer: Endpointer | None, stats: FrameStats,
