@@ -24,7 +24,7 @@ from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
 from oasr.engine.families import WhisperCtcFamily
 from oasr.engine.runner.model_runner import BatchPlan, StepOutput
-from oasr.models import load_model
+from oasr.models import fused_linear, load_model
 from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, save_whisper_ctc
 
 CHUNK = 8  # encoder frames per chunk (160 ms): many chunks from short audio
@@ -103,6 +103,25 @@ def test_load_model_picks_the_family(whisper_dir: Path) -> None:
     assert engine.latest_stats().model.chunk_ms == CHUNK * 20
     with pytest.raises(TypeError, match="no Conformer conv cache"):
         _ = engine.resources.cnn
+
+
+@pytest.mark.skipif(not fused_linear.fusable(torch.zeros(1, dtype=torch.bfloat16)),
+                    reason="this CPU does not multiply bfloat16 natively (nothing to prepack)")
+def test_a_bfloat16_engine_packs_its_weights_before_the_first_chunk(whisper_dir: Path) -> None:
+    """Built in bfloat16, the engine's model has every fused weight packed already: the first
+    chunk reorders none (the cache holds the same packed tensors after it)."""
+    engine = ASREngine(_config(whisper_dir, dtype="bfloat16"))
+    model = engine.resources.model
+    weights = [layer.weight for block in model.blocks
+               for layer in (block.qkv, block.out, block.ffn.up, block.ffn.down)]
+    weights += [fused_linear.conv_weight_as_linear(c) for c in (model.conv1, model.conv2)]
+    packed = {id(w): fused_linear._PACKED[id(w)][2] for w in weights}  # KeyError: not packed
+    events = Collector()
+    engine.submit(OpenStream(1, events.sink(1)))
+    engine.submit(AppendAudio(1, np.zeros(16000, dtype=np.float32)))
+    engine.submit(EndStream(1))
+    run_until_idle(engine)
+    assert all(fused_linear._PACKED[id(w)][2] is packed[id(w)] for w in weights)
 
 
 def test_batched_streams_equal_each_stream_alone(whisper_dir: Path,

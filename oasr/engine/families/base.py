@@ -166,6 +166,12 @@ class ModelFamily(ABC):
         return quantize_linears(self.model, skip=lambda name, _: any(
             name == k or name.endswith("." + k) for k in keep))
 
+    def prepare_for_serving(self) -> int:
+        """Work the first chunk would otherwise do, done once the model has its serving dtype
+        and device (and int8 layers, if any): the family's weight layouts for its fused
+        kernels. Returns the weights prepared (0: nothing to do, the default)."""
+        return 0
+
     @abstractmethod
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
         """Encode one chunk of every row, write K/V into the pool and the new state into

@@ -76,6 +76,13 @@ class WhisperCtcFamily(ModelFamily):
                               cache_config.max_batch_size, cache_config.device, cache_config.dtype,
                               pad_lanes)
 
+    def prepare_for_serving(self) -> int:
+        """Pack the chunk step's fused bfloat16 weights now (`streaming.prepack`), so the first
+        live chunk does not reorder them (~9 ms at 64 streams); none in float32 or on CUDA."""
+        from oasr.models.whisper_ctc.streaming import prepack
+
+        return prepack(self.model)
+
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
         from oasr.models.whisper_ctc.streaming import CONV1_STATE, CONV2_STATE, forward_chunk_paged
 

@@ -106,6 +106,7 @@ class StreamResources:
         family = family_for(model)
         if int8:
             family.quantize_int8()
+        family.prepare_for_serving()  # after the cast and int8: what the first chunk would do
         chunk = config.resolve_chunk_size(family.default_chunk_size)
         limit = family.max_positions
         if limit is not None and chunk > limit:
