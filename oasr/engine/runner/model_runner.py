@@ -176,7 +176,7 @@ class ModelRunner:
         """
         staged: dict[str, torch.Tensor] = {}
         batch = ChunkBatch(
-            feats=inputs.feats.to(self.dtype),  # (W, T, F)
+            feats=inputs.feats.to(self.dtype),  # (W, T, F), staged in the dtype: no copy
             feat_lens=inputs.feat_lens,
             offsets=inputs.offsets,
             max_offset=shape.max_offset,
@@ -250,6 +250,6 @@ class ModelRunner:
         rows = self.states.num_rows
         if staging is None or frames > staging.max_frames or feat_dim != staging.feat_dim:
             window = 0 if self.padding is None else self.padding.window_frames
-            staging = StepStaging(rows, max(frames, window), feat_dim, self.device)
+            staging = StepStaging(rows, max(frames, window), feat_dim, self.device, self.dtype)
             self.staging = staging
         return staging

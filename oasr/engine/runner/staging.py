@@ -44,30 +44,34 @@ class StepStaging:
 
     The index vectors of a width-W step are packed as ``[feat_lens | offsets | slots]`` in the
     first 3W entries of one int64 buffer and the features in the first W*T*F entries of one
-    float32 buffer, so each upload is one contiguous copy whatever W and T are. On CUDA the
-    host buffers are pinned and the copies asynchronous; an event recorded after them guards
-    the host buffers, so the next step refills them only once the copies have read them (by
-    then the step's decoder read-back has long waited for them).
+    float32 buffer, so each upload is one contiguous copy whatever W and T are. The device
+    feature buffer is in the model's compute ``dtype``: the upload's one copy also casts (no
+    per-step cast into a freshly allocated tensor; on CPU in float32 host and device buffer
+    are one). On CUDA the host buffers are pinned and the copies asynchronous; an event
+    recorded after them guards the host buffers, so the next step refills them only once the
+    copies have read them (by then the step's decoder read-back has long waited for them).
 
     Invariant: the tensors of a returned `StepInputs` are views of the device buffers, valid
     until the next `upload`.
     """
 
-    def __init__(self, max_rows: int, max_frames: int, feat_dim: int, device: torch.device) -> None:
+    def __init__(self, max_rows: int, max_frames: int, feat_dim: int, device: torch.device,
+                 dtype: torch.dtype = torch.float32) -> None:
         if min(max_rows, max_frames, feat_dim) < 1:
             raise ValueError(f"staging sizes must be >= 1, got rows {max_rows}, frames "
                              f"{max_frames}, dim {feat_dim}")
-        self.device = device
+        self.device, self.dtype = device, dtype
         self.max_rows, self.max_frames, self.feat_dim = max_rows, max_frames, feat_dim
         pinned = device.type == "cuda"
         self._host_feats = torch.zeros(max_rows * max_frames * feat_dim, pin_memory=pinned)
         self._host_index = torch.zeros(NUM_INDEX_VECTORS * max_rows, dtype=torch.int64,
                                        pin_memory=pinned)
+        self._device_feats = self._host_feats
+        if pinned or dtype != self._host_feats.dtype:
+            self._device_feats = torch.zeros_like(self._host_feats, device=device, dtype=dtype)
+        self._device_index = self._host_index
         if pinned:
-            self._device_feats = torch.zeros_like(self._host_feats, device=device)
             self._device_index = torch.zeros_like(self._host_index, device=device)
-        else:
-            self._device_feats, self._device_index = self._host_feats, self._host_index
         self._copied: torch.cuda.Event | None = None
         self.num_uploads = 0
 
@@ -81,7 +85,7 @@ class StepStaging:
             slots: every row's slot, pad-lane slots after the real rows'.
             frames: T, the padded window length.
         Returns:
-            `StepInputs` of width ``len(slots)``; pad rows get zero features counted as
+            `StepInputs` of width ``len(slots)``, features in ``dtype``; pad rows get zero features counted as
             ``frames`` valid frames (a full chunk of silence: finite, and written only into
             the pad lane) and offset 0.
         Raises:
