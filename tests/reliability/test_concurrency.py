@@ -64,8 +64,9 @@ def test_32_realtime_clients_every_transcript_right(server: Any, clips: list[Cli
     assert peak_active >= NUM_CLIENTS // 2, f"only {peak_active} streams ever ran at once"
     after = server.wait_until_idle()["finish_reasons"]
     assert after["stop"] - before["stop"] == NUM_CLIENTS
-    assert {k: after[k] - before[k] for k in after if k != "stop"} == {
-        "length": 0, "timeout": 0, "abort": 0, "error": 0}
+    others = {k: after[k] - before[k] for k in after if k != "stop"}
+    assert {"length", "timeout", "abort", "error"} <= others.keys() and not any(
+        others.values()), others  # every stream ended "stop", none any other way
 
 
 def test_disconnect_storm_leaves_other_streams_and_the_pool_intact(
