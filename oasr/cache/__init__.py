@@ -14,7 +14,7 @@ from oasr.cache.ctc_state import (
     StreamingDecoder,
 )
 from oasr.cache.reference.context import StreamContext
-from oasr.cache.slot_state import SlotStateCache, SlotStateView
+from oasr.cache.slot_state import HeldState, SlotStateCache, SlotStateView, StateView
 from oasr.cache.slots import StreamSlotPool
 from oasr.cache.state_spec import StreamStateSpec
 from oasr.cache.types import CacheConfig, default_device
@@ -26,8 +26,10 @@ __all__ = [
     "CnnCacheManager",
     "CtcStateCacheManager",
     "DecoderFactory",
+    "HeldState",
     "SlotStateCache",
     "SlotStateView",
+    "StateView",
     "StreamContext",
     "StreamHandle",
     "StreamKVInfo",

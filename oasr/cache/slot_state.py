@@ -3,11 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import torch
 
 from oasr.cache.slots import SlotBindings, padded_slot_list, slots_to_device
 from oasr.cache.state_spec import StreamStateSpec
+
+
+class StateView(Protocol):
+    """What a chunk forward reads and writes one declared state through (spec section 10.1:
+    ``cached = states[name].gather(); ...; states[name].scatter(new)``)."""
+
+    def gather(self) -> torch.Tensor:
+        """The batch's rows, the spec's stored layout with B rows on its slot axis."""
+        ...
+
+    def scatter(self, new: torch.Tensor) -> None:
+        """The batch's new rows, the same shape."""
+        ...
+
+
+class HeldState:
+    """A `StateView` over a tensor its caller holds: ``gather`` returns it, ``scatter`` keeps
+    the new one in ``value``. For entry points that take and return a batch's state as plain
+    tensors (the specification's per-stream examples), outside any `SlotStateCache`."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+
+    def gather(self) -> torch.Tensor:
+        return self.value
+
+    def scatter(self, new: torch.Tensor) -> None:
+        self.value = new
 
 
 class SlotStateView:

@@ -9,9 +9,14 @@ Three forwards with one set of weights:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor, nn
 
+from oasr.cache.cnn_cache import CNN_STATE
+from oasr.cache.slot_state import HeldState, StateView
+from oasr.cache.state_spec import StreamStateSpec
 from oasr.fmha import PagedKVCache, gather_length
 from oasr.models.cmvn import GlobalCMVN
 from oasr.models.config import ConformerConfig
@@ -146,15 +151,30 @@ class ConformerEncoder(nn.Module):
             new_cnn.append(layer_cnn.unsqueeze(0))
         return self._finish(xs), torch.cat(new_att, dim=0), torch.cat(new_cnn, dim=0)
 
+    @property
+    def streaming_state_specs(self) -> tuple[StreamStateSpec, ...]:
+        """The fixed-extent per-stream state `forward_chunk_paged` reads by name from
+        ``states`` (spec section 10.1): ``"cnn"``, every block's depthwise-conv left context,
+        (num_blocks, kernel - 1, D) per stream with the stream on axis 1; none without a conv
+        module. The engine allocates, zeroes, gathers, scatters and resets what is declared
+        here; a subclass that declares more reads them the same way."""
+        cfg = self.config
+        if not cfg.use_cnn_module:
+            return ()
+        shape = (cfg.num_blocks, cfg.cnn_cache_frames, cfg.output_size)
+        return (StreamStateSpec(CNN_STATE, shape, slot_axis=1),)
+
     def forward_chunk_paged(
         self,
         xs: Tensor,
         xs_lens: Tensor,
         offsets: Tensor,
         att_caches: list[PagedKVCache],
-        cnn_cache: Tensor,
+        cnn_cache: Tensor | None = None,
         max_offset: int | None = None,
         cache_t1: Tensor | None = None,
+        *,
+        states: Mapping[str, StateView] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One chunk of B streams, each at its own offset and cached length, in one call.
 
@@ -169,21 +189,32 @@ class ConformerEncoder(nn.Module):
             att_caches: one PagedKVCache per block; key j of row b sits at absolute position
                 ``offsets[b] - cache_seqlens[b] + j``.
             cnn_cache: (num_blocks, B, kernel - 1, D) conv state (slot layout); an empty tensor
-                means zeros (fresh streams).
+                means zeros (fresh streams). Not with ``states``.
             max_offset: host-side ``offsets.max()`` if the caller knows it (avoids a sync).
             cache_t1: (B,) int frames of history each row holds (``cached_frames``); None reads
                 them from ``att_caches[0].cache_seqlens``, which is the same tensor's value.
+            states: the declared state (`streaming_state_specs`) by name, one gather/scatter
+                view each (the engine's): the conv state is gathered from ``states["cnn"]``
+                and the new one scattered back into it.
         Returns:
             ys (B, T', D) (rows past ``ys_lens`` are padding), ys_lens (B,),
             new_cnn_cache (num_blocks, B, kernel - 1, D).
+        Raises:
+            ValueError: both or neither of ``cnn_cache`` and ``states``, a wrong cache shape
+                or count.
         """
         self._require_streamable()
+        if (cnn_cache is None) == (states is None):
+            raise ValueError("pass the conv state as cnn_cache (a tensor) or in states (views "
+                             "by name), not both or neither")
+        view = HeldState(cnn_cache) if cnn_cache is not None else states.get(CNN_STATE)  # type: ignore[union-attr]
         if len(att_caches) != len(self.encoders):
             raise ValueError(f"got {len(att_caches)} PagedKVCaches for {len(self.encoders)} blocks")
         ys_lens = self.embed.output_lengths(xs_lens.to(xs.device))  # (B,)
         xs = self._front(xs)  # (B, T', D)
         b, t, d = xs.shape
-        cnn_cache = self._slot_cnn_cache(cnn_cache, b, xs)
+        cnn_cache = self._slot_cnn_cache(view.gather() if view is not None else xs.new_zeros(0),
+                                         b, xs)
         top = int(offsets.max()) if max_offset is None else int(max_offset)
         pe = self.embed.pos_enc.table(top + t)  # (N, D)
         key_positions = self._key_positions(
@@ -196,7 +227,10 @@ class ConformerEncoder(nn.Module):
                 xs, ys_lens, att_caches[i], table, key_positions, cnn_cache[i]
             )
             new_cnn.append(layer_cnn)
-        return self._finish(xs), ys_lens, torch.stack(new_cnn, dim=0)
+        new = torch.stack(new_cnn, dim=0)  # (num_blocks, B, kernel - 1, D)
+        if view is not None:
+            view.scatter(new)
+        return self._finish(xs), ys_lens, new
 
     @staticmethod
     def _key_positions(

@@ -11,14 +11,23 @@ The engine serves two streaming CTC encoder families through one interface, `Mod
 | positions | relative, unlimited | absolute, ``max_positions`` (1500 = 30 s) |
 
 Both keep their self-attention K/V in the same paged pool. A third family, icefall's Zipformer
-(`oasr.engine.families.zipformer`), keeps none (``paged_kv = False``): its whole cache is
-declared slot state (the slot runtime). A family holds the model; it keeps no stream state
-(the cache layer does).
+(`oasr.engine.families.zipformer`), keeps none (its model's ``streaming_kind = "slot"``): its
+whole cache is declared slot state (the slot runtime). A family holds the model; it keeps no
+stream state (the cache layer does).
+
+Fixed-extent state is the model's to declare (spec section 10.1): the streaming encoder
+(`ModelFamily.streaming_encoder`) lists its `StreamStateSpec`s (``streaming_state_specs``;
+a slot-runtime model ``slot_state_specs``), its chunk forward reads and writes them by name
+from the ``states`` views the family passes through, and `ModelFamily.build_states` makes
+one `SlotStateCache` of whatever it declares. A persistent state is written at admission
+from the encoder's ``stream_conditioning(stream_id)`` (`oasr.engine.runner.streams`). Adding
+a state changes the model only: no family adapter, no engine code.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +38,14 @@ from oasr.audio import (
     ChunkGeometry,
     FeatureSource,
 )
-from oasr.cache import CacheConfig, SlotStateCache, SlotStateView
+from oasr.cache import CacheConfig, SlotStateCache, SlotStateView, StreamStateSpec
 from oasr.fmha import PagedKVCache
 
 if TYPE_CHECKING:
     pass
 
 FEATURE_SHIFT_S = 0.01  # both families' feature frames: a 160-sample hop at 16 kHz
+STREAMING_KINDS = ("paged", "slot")  # a model's ``streaming_kind``: which runtime serves it
 
 
 @dataclass(frozen=True)
@@ -101,9 +111,6 @@ class ModelFamily(ABC):
     specs, the batched paged chunk forward, frame timing and the position limit."""
 
     name: str = ""
-    # False: the family's whole per-stream cache is declared slot state (the slot runtime,
-    # `oasr.engine.families.zipformer`); the engine builds no block pool for it
-    paged_kv: bool = True
     # what forward_chunk returns and which decoder reads it: "ctc" (log-probs, the CTC decoder)
     # or "transducer" (joiner-projected encoder frames, `oasr.engine.runner.transducer`)
     decoding: str = "ctc"
@@ -115,6 +122,49 @@ class ModelFamily(ABC):
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
+        kind = self.streaming_kind
+        if kind not in STREAMING_KINDS:
+            raise ValueError(f"{type(self.streaming_encoder).__name__}.streaming_kind is "
+                             f"{kind!r}; the engine runs {' or '.join(STREAMING_KINDS)}")
+
+    @property
+    def streaming_encoder(self) -> Any:
+        """The module that declares the per-stream state and whose chunk forward reads it
+        (the model itself unless a family says otherwise)."""
+        return self.model
+
+    @property
+    def streaming_kind(self) -> str:
+        """``"paged"`` (self-attention K/V in the shared block pool, plus declared
+        fixed-extent state) or ``"slot"`` (every per-stream tensor is declared slot state: the
+        slot runtime, no block pool): the encoder's ``streaming_kind``, else ``"paged"``."""
+        return str(getattr(self.streaming_encoder, "streaming_kind", "paged"))
+
+    @property
+    def paged_kv(self) -> bool:
+        """Whether the engine builds a K/V block pool for this family (``"paged"``)."""
+        return self.streaming_kind == "paged"
+
+    def state_specs(self) -> tuple[StreamStateSpec, ...]:
+        """The encoder's declared fixed-extent state: ``slot_state_specs`` for the slot
+        runtime, else ``streaming_state_specs`` (none when it declares nothing)."""
+        encoder = self.streaming_encoder
+        name = "slot_state_specs" if self.streaming_kind == "slot" else "streaming_state_specs"
+        return tuple(getattr(encoder, name, ()))
+
+    @property
+    def conditions_streams(self) -> bool:
+        """Whether the encoder gives each stream values for its persistent states
+        (``stream_conditioning``)."""
+        return callable(getattr(self.streaming_encoder, "stream_conditioning", None))
+
+    def stream_conditioning(self, stream_id: int) -> Mapping[str, float]:
+        """The values of the stream's persistent states (the encoder's
+        ``stream_conditioning(stream_id)``), written into its slot at admission; none when
+        the encoder gives none."""
+        if not self.conditions_streams:
+            return {}
+        return dict(self.streaming_encoder.stream_conditioning(stream_id))
 
     @property
     @abstractmethod
@@ -149,10 +199,12 @@ class ModelFamily(ABC):
     def new_features(self) -> FeatureSource:
         """A fresh feature extractor for one stream."""
 
-    @abstractmethod
     def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
-        """The slot-addressed fixed-extent state of every stream (zeroed slots), plus
-        ``pad_lanes`` rows that padded steps write instead of a stream's."""
+        """The slot-addressed fixed-extent state of every stream (zeroed slots): one tensor per
+        declared spec (`state_specs`), ``max_batch_size`` slots plus ``pad_lanes`` rows that
+        padded steps address instead of a stream's."""
+        return SlotStateCache(self.state_specs(), cache_config.max_batch_size,
+                              cache_config.device, cache_config.dtype, pad_lanes)
 
     def quantize_int8(self) -> list[str]:
         """Swap the model's Linear layers for `Int8Linear` in place, except ``float_linears``.
@@ -174,8 +226,10 @@ class ModelFamily(ABC):
 
     @abstractmethod
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
-        """Encode one chunk of every row, write K/V into the pool and the new state into
-        ``batch.states`` (only once the forward succeeded).
+        """Encode one chunk of every row, write K/V into the pool and scatter the new state
+        into ``batch.states`` (the runner's views stage it: it becomes the streams' only when
+        the whole chunk succeeded). ``batch.states`` goes to the encoder as it is: the encoder
+        reads its declared states by name.
 
         Returns:
             (B, T', V) CTC log-probabilities (float32), rows padded to the longest chunk.

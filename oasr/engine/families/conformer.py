@@ -11,14 +11,13 @@ from oasr.audio import (
     FeatureSource,
     StreamingFbank,
 )
-from oasr.cache import CacheConfig, CnnCacheManager, SlotStateCache
-from oasr.cache.cnn_cache import CNN_STATE
 from oasr.engine.families.base import ChunkBatch, FrameTiming, KVGeometry, ModelFamily
 from oasr.models import AsrModel
 
 
 class ConformerFamily(ModelFamily):
-    """WeNet-compatible Conformer-CTC (`AsrModel`): fbank windows, a per-layer conv cache."""
+    """WeNet-compatible Conformer-CTC (`AsrModel`): fbank windows; the encoder declares its
+    state (the per-layer conv cache, ``ConformerEncoder.streaming_state_specs``)."""
 
     name = "conformer_ctc"
     model: AsrModel
@@ -27,6 +26,10 @@ class ConformerFamily(ModelFamily):
     # conv2d stem's output Linear (the stem stays float: it reads its dtype off that layer)
     float_linears = ("ctc.ctc_lo", "linear_pos", "embed.out.0")
     offset_sized_positions = True  # the relative table has max_offset + T rows
+
+    @property
+    def streaming_encoder(self) -> Any:
+        return self.model.encoder
 
     @property
     def timing(self) -> FrameTiming:
@@ -61,13 +64,8 @@ class ConformerFamily(ModelFamily):
     def new_features(self) -> FeatureSource:
         return StreamingFbank()
 
-    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
-        return CnnCacheManager(cache_config, pad_lanes)
-
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
-        view = batch.states[CNN_STATE]
-        ys, _, new_cnn = self.model.encoder.forward_chunk_paged(
-            batch.feats, batch.feat_lens, batch.offsets, batch.caches, view.gather(),
-            max_offset=batch.max_offset)
-        view.scatter(new_cnn)  # (L, B, k-1, D)
+        ys, _, _ = self.model.encoder.forward_chunk_paged(
+            batch.feats, batch.feat_lens, batch.offsets, batch.caches,
+            max_offset=batch.max_offset, states=batch.states)  # reads / scatters by name
         return self.model.ctc_log_probs(ys)  # (B, T', V)

@@ -11,7 +11,6 @@ from oasr.audio import (
     ChunkGeometry,
     FeatureSource,
 )
-from oasr.cache import CacheConfig, SlotStateCache
 from oasr.engine.families.base import ChunkBatch, FrameTiming, KVGeometry, ModelFamily
 
 if TYPE_CHECKING:
@@ -69,13 +68,6 @@ class WhisperCtcFamily(ModelFamily):
 
         return BufferedFeatures(CausalLogMel(self.model.config.n_mels), self.model.config.n_mels)
 
-    def build_states(self, cache_config: CacheConfig, pad_lanes: int = 0) -> SlotStateCache:
-        from oasr.models.whisper_ctc.streaming import whisper_ctc_state_specs
-
-        return SlotStateCache(whisper_ctc_state_specs(self.model.config),
-                              cache_config.max_batch_size, cache_config.device, cache_config.dtype,
-                              pad_lanes)
-
     def prepare_for_serving(self) -> int:
         """Pack the chunk step's fused bfloat16 weights now (`streaming.prepack`), so the first
         live chunk does not reorder them (~9 ms at 64 streams); none in float32 or on CUDA."""
@@ -84,11 +76,8 @@ class WhisperCtcFamily(ModelFamily):
         return prepack(self.model)
 
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
-        from oasr.models.whisper_ctc.streaming import CONV1_STATE, CONV2_STATE, forward_chunk_paged
+        from oasr.models.whisper_ctc.streaming import forward_chunk_states
 
-        conv1, conv2 = batch.states[CONV1_STATE], batch.states[CONV2_STATE]
-        out = forward_chunk_paged(self.model, batch.feats, batch.feat_lens, batch.offsets,
-                                  batch.caches, conv1.gather(), conv2.gather(), batch.max_offset)
-        conv1.scatter(out.conv1_state)  # (B, 2, n_mels)
-        conv2.scatter(out.conv2_state)  # (B, 2, width)
+        out = forward_chunk_states(self.model, batch.feats, batch.feat_lens, batch.offsets,
+                                   batch.caches, batch.states, batch.max_offset)  # by name
         return out.log_probs

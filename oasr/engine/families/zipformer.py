@@ -1,11 +1,13 @@
-"""The icefall Zipformer family: oasr's slot runtime (cache-manager spec §10.4).
+"""The icefall Zipformer family: oasr's slot runtime (spec section 10.4).
 
 A Zipformer's whole per-stream cache is fixed-extent (per layer a rolling key / nonlin /
 value window and two conv tails, the ConvNeXt's 3 frames, a processed-length counter), so it
-keeps no paged K/V at all: every tensor is a declared `StreamStateSpec` in one
-`SlotStateCache` (one row per stream slot, plus a pad lane), and a step gathers the cohort's
-rows, runs one batched ``streaming_step`` for streams at any offsets and scatters the new
-rows back. Decoding is greedy transducer search (or the CTC head of a CTC-only model).
+keeps no paged K/V at all: the model says ``streaming_kind = "slot"``, and every tensor is a
+`StreamStateSpec` of its ``slot_state_specs`` (derived from its own
+``get_streaming_init_states`` on the meta device) in one `SlotStateCache` (one row per stream
+slot, plus a pad lane); a step gathers the cohort's rows, runs one batched ``streaming_step``
+for streams at any offsets and scatters the new rows back. Decoding is greedy transducer
+search (or the CTC head of a CTC-only model).
 
 | | Zipformer (icefall) |
 |---|---|
@@ -42,7 +44,6 @@ class ZipformerFamily(ModelFamily):
     """
 
     name = "zipformer"
-    paged_kv = False
     model: ZipformerModel
     float_linears = ("ctc_proj", "joiner.output_linear", "joiner.encoder_proj",
                      "joiner.decoder_proj")
@@ -85,8 +86,8 @@ class ZipformerFamily(ModelFamily):
         return self._tokenizer
 
     def kv_geometry(self) -> KVGeometry:
-        """Nominal: the family keeps no paged K/V (``paged_kv = False``); the engine builds no
-        block pool for it. The widths only size the cache config's bookkeeping."""
+        """Nominal: the family keeps no paged K/V (``streaming_kind = "slot"``); the engine
+        builds no block pool for it. The widths only size the cache config's bookkeeping."""
         cfg = self.model.config
         return KVGeometry(num_layers=1, n_kv_head=1, head_dim=1,
                           hidden_dim=cfg.encoder_dim[0], kernel_size=cfg.cnn_module_kernel[0])
@@ -107,10 +108,9 @@ class ZipformerFamily(ModelFamily):
         return icefall_features()
 
     def build_states(self, cache_config: CacheConfig, pad_lanes: int = 1) -> SlotStateCache:
-        """Every declared tensor, one row per slot plus (at least) one pad lane."""
-        return SlotStateCache(self.model.state_specs(), cache_config.max_batch_size,
-                              cache_config.device, cache_config.dtype,
-                              pad_lanes=max(1, pad_lanes))
+        """Every declared tensor (``slot_state_specs``), one row per slot plus (at least) one
+        pad lane."""
+        return super().build_states(cache_config, max(1, pad_lanes))
 
     def forward_chunk(self, batch: ChunkBatch) -> Tensor:
         """One batched streaming step over the cohort's slot rows.

@@ -5,7 +5,9 @@ model family's fixed-extent state, its decoder row) so the engine can open, rese
 stream in one call and its step reads as policy, not bookkeeping. The slot comes from one
 ``StreamSlotPool`` owned here and is passed to every manager, so a stream is the same row in the
 block table, the state cache and the decoder's storage. A family without paged K/V
-(``paged_kv = False``: the Zipformer's slot runtime) gets no block pool.
+(``streaming_kind = "slot"``: the Zipformer's slot runtime) gets no block pool. The state
+cache holds whatever the model's encoder declares; its persistent states are written here at
+admission, from the model's ``stream_conditioning``, and kept through resets.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -24,7 +27,6 @@ from oasr.cache import (
     AttentionCacheManager,
     BlockPool,
     CacheConfig,
-    CnnCacheManager,
     CtcStateCacheManager,
     SlotStateCache,
     StreamSlotPool,
@@ -76,6 +78,10 @@ class StreamResources:
     runner: ModelRunner
     endpointer: Endpointer | None
     transducer: TransducerStreams | None = None
+    # this runtime writes a model's persistent (per-request) states at admission, from the
+    # model's stream_conditioning (`open_stream`); a runtime that cannot is refused such a
+    # model at construction (`check_encoder_conditioning`)
+    carries_encoder_conditioning: ClassVar[bool] = True
     # the most encoder frames one segment decodes: the engine ends a segment before a chunk
     # would pass it (`segment_frame_limit`; None: the K/V ceiling ends the stream first)
     max_segment_frames: int | None = None
@@ -119,6 +125,7 @@ class StreamResources:
         pool = BlockPool(cache_config, scratch_blocks=lanes) if family.paged_kv else None
         attention = None if pool is None else AttentionCacheManager(pool, cache_config, lanes)
         states = family.build_states(cache_config, lanes)
+        check_encoder_conditioning(family, states, cls.carries_encoder_conditioning)
         lm = _decoder_lm(config, family.tokenizer, device)
         max_segment = segment_frame_limit(config, family, cache_config)
         # the decoder's rows (one per slot) and token buffers, allocated now for good
@@ -160,19 +167,6 @@ class StreamResources:
         return self.family.model
 
     @property
-    def cnn(self) -> CnnCacheManager:
-        """The Conformer's conv cache (its family's state cache).
-
-        Raises:
-            TypeError: the model is not a Conformer (its state has other names).
-        """
-        if not isinstance(self.states, CnnCacheManager):
-            raise TypeError(
-                f"a {self.family.name} model has no Conformer conv cache; its fixed-extent state "
-                f"is {sorted(self.states.specs)} in StreamResources.states")
-        return self.states
-
-    @property
     def chunk_size(self) -> int:
         """Encoder frames per chunk (the config's, or the model's trained chunk)."""
         return self.cache_config.chunk_size
@@ -197,6 +191,7 @@ class StreamResources:
             if self.attention is not None:
                 self.attention.allocate_stream(stream_id, slot)
             self.states.allocate_stream(stream_id, slot)
+            self._write_conditioning(stream_id)
             if self.transducer is not None:
                 self.transducer.allocate_stream(stream_id)
             else:
@@ -206,6 +201,23 @@ class StreamResources:
             self.slots.free(slot)
             raise
         return slot
+
+    def _write_conditioning(self, stream_id: int) -> None:
+        """The stream's persistent states (zeroed by the allocation) get the values the
+        model's ``stream_conditioning`` gives for it; a reset keeps them.
+
+        Raises:
+            ValueError: values for states that are not declared persistent, or none for one
+                that is.
+        """
+        values = self.family.stream_conditioning(stream_id)
+        persistent = {n for n, spec in self.states.specs.items() if spec.persistent}
+        if set(values) != persistent:
+            raise ValueError(
+                f"stream_conditioning({stream_id}) gave {sorted(values)}; the model declares "
+                f"{sorted(persistent)} persistent: give exactly one value for each")
+        for name, value in values.items():
+            self.states.fill_slot(stream_id, name, value)
 
     def close_stream(self, stream_id: int) -> None:
         """Return the stream's blocks, state rows, decoder state and slot to their pools."""
@@ -308,6 +320,32 @@ class StreamResources:
         text = tokenizer.decode(tokens) if tokenizer is not None else ""
         return dataclasses.replace(hyp, tokens=tokens, text=text,
                                    timestamps=hyp.timestamps[:keep])
+
+
+def check_encoder_conditioning(family: ModelFamily, states: SlotStateCache,
+                               carries: bool) -> None:
+    """Refuse a model with persistent states (values per request, written at admission)
+    where they cannot be written: by a runtime that does not carry encoder conditioning, or
+    for a model that gives no values (``stream_conditioning``).
+
+    Raises:
+        ValueError: naming the states and what to change.
+    """
+    persistent = sorted(n for n, spec in states.specs.items() if spec.persistent)
+    if not persistent:
+        return
+    encoder = type(family.streaming_encoder).__name__
+    if not carries:
+        raise ValueError(
+            f"{encoder} declares persistent states {persistent}, written per stream at "
+            "admission from its stream_conditioning, and this runtime cannot write them "
+            "(carries_encoder_conditioning is False): serve the model with a runtime that "
+            "does (StreamResources), or declare the states persistent=False")
+    if not family.conditions_streams:
+        raise ValueError(
+            f"{encoder} declares persistent states {persistent} but has no "
+            f"stream_conditioning(stream_id) giving their values: add it to {encoder}, or "
+            "declare the states persistent=False")
 
 
 # A segment's ceiling where neither the model, the K/V history nor a length rule sets one

@@ -13,10 +13,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from oasr.cache.state_spec import StreamStateSpec
 from oasr.models.whisper.model import EncoderBlock
 from oasr.models.whisper_ctc.config import WhisperCtcConfig
 
 CONV_CONTEXT = 2  # left frames each conv needs (kernel 3, no right context)
+CONV1_STATE = "conv1"
+CONV2_STATE = "conv2"
+
+
+def whisper_ctc_state_specs(config: WhisperCtcConfig) -> tuple[StreamStateSpec, ...]:
+    """The conv stem's fixed-extent per-stream state: conv1's and conv2's left context,
+    (2, n_mels) and (2, width) per stream, the stream on axis 0."""
+    return (
+        StreamStateSpec(CONV1_STATE, (CONV_CONTEXT, config.n_mels), slot_axis=0),
+        StreamStateSpec(CONV2_STATE, (CONV_CONTEXT, config.width), slot_axis=0),
+    )
 
 
 class WhisperCtcBlock(EncoderBlock):
@@ -75,6 +87,12 @@ class WhisperCtcModel(nn.Module):
         )
         self.norm = nn.LayerNorm(config.width)
         self.ctc = nn.Linear(config.width, config.vocab_size)
+
+    @property
+    def streaming_state_specs(self) -> tuple[StreamStateSpec, ...]:
+        """The state the chunk forward reads by name (spec section 10.1,
+        `oasr.models.whisper_ctc.streaming.forward_chunk_states`): the conv-stem tails."""
+        return whisper_ctc_state_specs(self.config)
 
     def conv_stem(self, mel: torch.Tensor) -> torch.Tensor:
         """(B, T, n_mels) log-mel, T even -> (B, T // 2, width) with zero left context."""

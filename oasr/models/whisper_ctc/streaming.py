@@ -14,6 +14,7 @@ State per stream (zeros at the start and after a reset, the padding the full for
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from oasr.cache.state_spec import StreamStateSpec
+from oasr.cache.slot_state import StateView
 from oasr.fmha import PagedKVCache, paged_attention, write_chunk_kv
 from oasr.models.fused_linear import (
     conv_weight_as_linear,
@@ -31,22 +32,19 @@ from oasr.models.fused_linear import (
     packed_weight,
 )
 from oasr.models.whisper_ctc.config import WhisperCtcConfig
-from oasr.models.whisper_ctc.model import CONV_CONTEXT
+from oasr.models.whisper_ctc.model import (
+    CONV1_STATE,
+    CONV2_STATE,
+    CONV_CONTEXT,
+    whisper_ctc_state_specs,
+)
 
 if TYPE_CHECKING:
     from oasr.models.whisper_ctc.model import WhisperCtcBlock, WhisperCtcModel
 
-CONV1_STATE = "conv1"
-CONV2_STATE = "conv2"
 SUBSAMPLING = WhisperCtcConfig.subsampling  # log-mel frames per encoder frame
-
-
-def whisper_ctc_state_specs(config: WhisperCtcConfig) -> tuple[StreamStateSpec, ...]:
-    """The conv stem's fixed-extent per-stream state: conv1's and conv2's left context."""
-    return (
-        StreamStateSpec(CONV1_STATE, (CONV_CONTEXT, config.n_mels), slot_axis=0),
-        StreamStateSpec(CONV2_STATE, (CONV_CONTEXT, config.width), slot_axis=0),
-    )
+__all__ = ["CONV1_STATE", "CONV2_STATE", "WhisperChunkOutput", "conv_stem",
+           "forward_chunk_paged", "forward_chunk_states", "prepack", "whisper_ctc_state_specs"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +102,32 @@ def forward_chunk_paged(
     for block, cache in zip(model.blocks, caches, strict=True):
         x = _block_paged(block, x, lengths, cache)  # type: ignore[arg-type]
     return WhisperChunkOutput(model.ctc_log_probs(x), lengths, new_conv1, new_conv2)
+
+
+def forward_chunk_states(
+    model: WhisperCtcModel,
+    mel: Tensor,
+    mel_lens: Tensor,
+    offsets: Tensor,
+    caches: list[PagedKVCache],
+    states: Mapping[str, StateView],
+    max_offset: int | None = None,
+) -> WhisperChunkOutput:
+    """`forward_chunk_paged` with the declared state (``model.streaming_state_specs``) read
+    and written by name (spec section 10.1): the conv-stem tails are gathered from
+    ``states["conv1"]`` / ``states["conv2"]`` and the new ones scattered back.
+
+    Args:
+        states: one gather/scatter view per declared state (the engine's).
+    Returns:
+        `WhisperChunkOutput`.
+    """
+    conv1, conv2 = states[CONV1_STATE], states[CONV2_STATE]
+    out = forward_chunk_paged(model, mel, mel_lens, offsets, caches, conv1.gather(),
+                              conv2.gather(), max_offset)
+    conv1.scatter(out.conv1_state)  # (B, 2, n_mels)
+    conv2.scatter(out.conv2_state)  # (B, 2, width)
+    return out
 
 
 def prepack(model: WhisperCtcModel) -> int:

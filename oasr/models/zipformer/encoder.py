@@ -91,6 +91,27 @@ class ZipformerEncoderLayer(nn.Module):
         x = x + self.feed_forward3(x)
         return self.bypass(orig, self.norm(x))
 
+    def init_state(self, left: int, batch: int, device: torch.device | str,
+                   dtype: torch.dtype) -> LayerState:
+        """The zero cache of ``batch`` streams with ``left`` frames of left context, shaped by
+        this layer's own modules (icefall's layout: see `LayerState`)."""
+        attn = self.self_attn_weights
+        key = attn.num_heads * attn.query_head_dim
+        conv1 = self.conv_module1.depthwise_conv
+        conv2 = self.conv_module2.depthwise_conv
+
+        def zeros(*shape: int) -> Tensor:
+            return torch.zeros(shape, device=device, dtype=dtype)
+
+        return LayerState(
+            cached_key=zeros(left, batch, key),
+            cached_nonlin_attn=zeros(1, batch, left, self.nonlin_attention.hidden),
+            cached_val1=zeros(left, batch, self.self_attn1.in_proj.out_features),
+            cached_val2=zeros(left, batch, self.self_attn2.in_proj.out_features),
+            cached_conv1=zeros(batch, conv1.causal_conv.in_channels, conv1.kernel_size // 2),
+            cached_conv2=zeros(batch, conv2.causal_conv.in_channels, conv2.kernel_size // 2),
+        )
+
     def streaming_forward(self, x: Tensor, state: LayerState,
                           pad_mask: Tensor) -> tuple[Tensor, LayerState]:
         """One chunk after the cached left context.
@@ -165,6 +186,13 @@ class ZipformerStack(nn.Module):
         x = x.repeat_interleave(self.ds, dim=0)[: orig.shape[0]]  # (T, B, C)
         return self.out_combiner(orig, x)
 
+    def init_states(self, left: int, batch: int, device: torch.device | str,
+                    dtype: torch.dtype) -> list[LayerState]:
+        """Each layer's zero cache for ``left`` frames of 50 Hz left context (``left // ds``
+        at this stack's rate)."""
+        return [layer.init_state(left // self.ds, batch, device, dtype)  # type: ignore[operator]
+                for layer in self.layers]
+
     def streaming_forward(self, x: Tensor, states: list[LayerState],
                           pad_mask: Tensor) -> tuple[Tensor, list[LayerState]]:
         """x: (T, B, C) one chunk at 50 Hz; states: one per layer; pad_mask (B, left + T) at
@@ -210,6 +238,14 @@ class ZipformerEncoder(nn.Module):
             x = stack(fit_channels(x, dim), pad_mask, attn_mask, chunk)
             outputs.append(x)
         return simple_downsample(self._assemble(outputs), self.downsample_output_bias)
+
+    def get_streaming_init_states(self, batch: int, device: torch.device | str,
+                                  dtype: torch.dtype) -> list[list[LayerState]]:
+        """The zero caches of ``batch`` streams, [stack][layer], each shaped by its layer's
+        modules at the config's left context (icefall's ``get_init_states`` of the encoder)."""
+        left = self.cfg.left_context_frames
+        return [stack.init_states(left, batch, device, dtype)  # type: ignore[operator]
+                for stack in self.stacks]
 
     def streaming_forward(self, x: Tensor, states: list[list[LayerState]],
                           pad_mask: Tensor) -> tuple[Tensor, list[list[LayerState]]]:

@@ -89,6 +89,12 @@ class Conv2dSubsampling(nn.Module):
         """feats: (B, T, F); lens: (B,) -> (B, (T - 7) // 2, dim), (B,) lengths."""
         return self._project(self.convnext(self._convs(feats))), (lens - 7) // 2
 
+    def init_state(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> Tensor:
+        """The ConvNeXt's zero cache of ``batch`` streams: (B, 128, 3, width)."""
+        channels = self.convnext.depthwise_conv.in_channels
+        return torch.zeros(batch, channels, CONVNEXT_CONTEXT, self.width, device=device,
+                           dtype=dtype)
+
     def streaming_forward(self, window: Tensor, lens: Tensor,
                           cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """One window of 2 * chunk + 13 fbank frames.

@@ -24,11 +24,11 @@ from oasr.models.zipformer.states import (
     EMBED_STATE,
     PROCESSED_STATE,
     from_icefall_list,
-    init_states,
     layer_states,
     named_layer_states,
+    specs_from_init_states,
+    streaming_init_states,
     to_icefall_list,
-    zipformer_state_specs,
 )
 from oasr.models.zipformer.transducer import GreedyState, Joiner, StatelessDecoder, greedy_steps
 
@@ -80,14 +80,46 @@ class ZipformerModel(nn.Module):
         return out.transpose(0, 1), (lens + 1) // 2  # (N, T', C)
 
     # -- streaming -------------------------------------------------------------------------------
+    # the engine serves this model on the slot runtime: every per-stream tensor is declared
+    # (`slot_state_specs`), no paged K/V
+    streaming_kind = "slot"
+
+    def get_streaming_init_states(self, batch_size: int = 1,
+                                  device: torch.device | str | None = None,
+                                  dtype: torch.dtype | None = None) -> dict[str, Tensor]:
+        """The zero state of ``batch_size`` streams by name, in icefall's order, each tensor
+        shaped by the module that reads it (`states.streaming_init_states`); the model's
+        device and dtype unless given (``processed_lens`` is int32)."""
+        p = next(self.parameters())
+        return streaming_init_states(self.encoder, self.encoder_embed, batch_size,
+                                     device or p.device, dtype or p.dtype)
+
+    @property
+    def slot_state_specs(self) -> tuple[StreamStateSpec, ...]:
+        """One spec per per-stream tensor, in icefall's state-list order, derived from
+        `get_streaming_init_states` run on the meta device (`states.specs_from_init_states`):
+        the slot runtime allocates exactly what the modules read.
+
+        Raises:
+            ValueError: a full-context model (no streaming state).
+        """
+        if not self.config.is_streaming:
+            raise ValueError("a full-context Zipformer (chunk_size -1) has no streaming state: "
+                             "load it with chunk_size > 0 to stream")
+        specs = self.__dict__.get("_slot_state_specs")
+        if specs is None:
+            specs = tuple(specs_from_init_states(
+                lambda batch: self.get_streaming_init_states(batch, "meta", torch.float32)))
+            self.__dict__["_slot_state_specs"] = specs
+        return specs
+
     def state_specs(self) -> list[StreamStateSpec]:
-        """One spec per per-stream tensor, in icefall's state-list order."""
-        return zipformer_state_specs(self.config)
+        """`slot_state_specs` as a list."""
+        return list(self.slot_state_specs)
 
     def init_states(self, batch_size: int, device: torch.device | str | None = None) -> dict[str, Tensor]:
         """Zeroed named states for ``batch_size`` streams."""
-        p = next(self.parameters())
-        return init_states(self.state_specs(), batch_size, device or p.device, p.dtype)
+        return self.get_streaming_init_states(batch_size, device)
 
     def get_init_states(self, batch_size: int = 1,
                         device: torch.device | str | None = None) -> list[Tensor]:

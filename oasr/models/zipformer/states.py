@@ -6,20 +6,22 @@ ConvNeXt's 3 cached frames) and ``processed_lens`` (50 Hz frames seen since the 
 Each tensor keeps icefall's layout, the stream on icefall's batch axis (the spec's
 ``slot_axis``), so a gathered batch is exactly the tensor icefall's ``streaming_forward`` takes,
 and the spec order is icefall's flat state list order (``get_init_states``) - the one place
-that order is used.
+that order is used. The specs are derived from the modules' own zero states
+(`streaming_init_states`, run on the meta device), so their order, shapes and batch axes
+cannot drift from what the model reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
 from oasr.cache.state_spec import StreamStateSpec
 from oasr.models.zipformer.config import ZipformerConfig
-from oasr.models.zipformer.encoder import LAYER_STATE_NAMES, LayerState
-from oasr.models.zipformer.frontend import CONVNEXT_CONTEXT, LAYER3_CHANNELS, front_end_width
+from oasr.models.zipformer.encoder import LAYER_STATE_NAMES, LayerState, ZipformerEncoder
+from oasr.models.zipformer.frontend import Conv2dSubsampling
 
 EMBED_STATE = "embed_left_pad"
 PROCESSED_STATE = "processed_lens"
@@ -29,8 +31,44 @@ def layer_state_name(layer: int, name: str) -> str:
     return f"layer{layer}.{name}"
 
 
+def streaming_init_states(encoder: ZipformerEncoder, embed: Conv2dSubsampling, batch_size: int,
+                          device: torch.device | str, dtype: torch.dtype) -> dict[str, Tensor]:
+    """The zero state of ``batch_size`` streams by name, in icefall's state-list order, each
+    tensor shaped by the module that reads it (the encoder layers' caches, the ConvNeXt's) and
+    ``processed_lens`` (int32): icefall's ``get_init_states``, named."""
+    named = named_layer_states(encoder.get_streaming_init_states(batch_size, device, dtype))
+    named[EMBED_STATE] = embed.init_state(batch_size, device, dtype)
+    named[PROCESSED_STATE] = torch.zeros(batch_size, dtype=torch.int32, device=device)
+    return named
+
+
+def specs_from_init_states(init: Callable[[int], Mapping[str, Tensor]]) -> list[StreamStateSpec]:
+    """The specs of the states ``init(batch_size)`` makes, in its order: it is run for 1 and 2
+    streams (on the meta device, so nothing is allocated), the one axis whose size follows the
+    batch is the spec's slot axis, the rest its shape; a floating state takes the cache's
+    dtype, any other keeps its own.
+
+    Raises:
+        ValueError: a state whose shapes for 1 and 2 streams differ in anything but one axis
+            of size 1 and 2.
+    """
+    one, two = init(1), init(2)
+    specs = []
+    for name, first in one.items():
+        a, b = tuple(first.shape), tuple(two[name].shape)
+        axes = [i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
+        if len(a) != len(b) or len(axes) != 1 or (a[axes[0]], b[axes[0]]) != (1, 2):
+            raise ValueError(f"state {name!r} is {a} for one stream and {b} for two: no single "
+                             "axis follows the batch")
+        axis = axes[0]
+        dtype = None if first.dtype.is_floating_point else first.dtype
+        specs.append(StreamStateSpec(name, a[:axis] + a[axis + 1 :], axis, dtype=dtype))
+    return specs
+
+
 def zipformer_state_specs(cfg: ZipformerConfig) -> list[StreamStateSpec]:
-    """Every per-stream tensor of a streaming model, in icefall's state-list order.
+    """Every per-stream tensor of a streaming model of ``cfg``, in icefall's state-list order:
+    `specs_from_init_states` of the init states of its modules, built on the meta device.
 
     Raises:
         ValueError: the config is a full-context one (no fixed-extent cache).
@@ -38,31 +76,11 @@ def zipformer_state_specs(cfg: ZipformerConfig) -> list[StreamStateSpec]:
     if not cfg.is_streaming:
         raise ValueError("a full-context Zipformer (chunk_size -1) has no streaming state: "
                          "load it with chunk_size > 0 to stream")
-    specs: list[StreamStateSpec] = []
-    layer = 0
-    for s in range(cfg.num_stacks):
-        left = cfg.left_context_frames // cfg.downsampling_factor[s]
-        dim = cfg.encoder_dim[s]
-        key_dim = cfg.num_heads[s] * cfg.query_head_dim[s]
-        value_dim = cfg.num_heads[s] * cfg.value_head_dim[s]
-        conv = (dim, cfg.cnn_module_kernel[s] // 2)
-        shapes = {  # icefall layout without its batch axis, and where that axis sits
-            "cached_key": ((left, key_dim), 1),
-            "cached_nonlin_attn": ((1, left, 3 * dim // 4), 1),
-            "cached_val1": ((left, value_dim), 1),
-            "cached_val2": ((left, value_dim), 1),
-            "cached_conv1": (conv, 0),
-            "cached_conv2": (conv, 0),
-        }
-        for _ in range(cfg.num_encoder_layers[s]):
-            for name in LAYER_STATE_NAMES:
-                shape, axis = shapes[name]
-                specs.append(StreamStateSpec(layer_state_name(layer, name), shape, axis))
-            layer += 1
-    width = front_end_width(cfg.feature_dim)
-    specs.append(StreamStateSpec(EMBED_STATE, (LAYER3_CHANNELS, CONVNEXT_CONTEXT, width)))
-    specs.append(StreamStateSpec(PROCESSED_STATE, (), dtype=torch.int32))
-    return specs
+    with torch.device("meta"):
+        encoder = ZipformerEncoder(cfg)
+        embed = Conv2dSubsampling(cfg.feature_dim, cfg.encoder_dim[0])
+    return specs_from_init_states(
+        lambda batch: streaming_init_states(encoder, embed, batch, "meta", torch.float32))
 
 
 def init_states(specs: Sequence[StreamStateSpec], batch_size: int, device: torch.device | str,
