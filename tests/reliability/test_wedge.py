@@ -82,8 +82,8 @@ _FAULTY_SERVER = """
 import sys
 from oasr.engine.engine import ASREngine
 step = ASREngine.step
-def faulty_step(self):
-    if any(r.num_frames_decoded for r in self.requests.values()):
+def faulty_step(self):  # a client's stream (ids from 1; start-up calibration's are negative)
+    if any(r.num_frames_decoded for s, r in self.requests.items() if s > 0):
         raise RuntimeError("injected engine fault")
     return step(self)
 ASREngine.step = faulty_step
