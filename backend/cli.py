@@ -114,7 +114,7 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
     _field("--admission-budget", "admission_budget", "admit a new stream only while the "
            "running streams and it would need at most this share of the engine's time (the "
            "step's cost per second of audio, measured at start-up and from real steps), so "
-           "admitted streams stay real time", STREAMS, engine=True, type=float,
+           "admitted streams stay real time; 0 turns it off", STREAMS, engine=True, type=float,
            none="slots alone decide", metavar="FRACTION"),
     _field("--second-pass-max-backlog", "second_pass_max_backlog", "segments the second pass "
            "may have queued; beyond it a final keeps its CTC text", STREAMS, engine=True,

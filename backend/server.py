@@ -128,7 +128,7 @@ def run(config: ServerConfig) -> int:
     configure_process(config.engine.num_threads)  # once, before the engine's first tensor
     try:  # before uvicorn: a refused configuration is one clear line, not a lifespan traceback
         engine = EngineThread(config.engine,
-                              calibrate=config.engine.admission_budget is not None)
+                              calibrate=bool(config.engine.admission_budget))
     except ValueError as exc:
         print(f"oasr-server: {exc}", file=sys.stderr, flush=True)
         return EXIT_BAD_CONFIG

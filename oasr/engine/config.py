@@ -186,7 +186,7 @@ class EngineConfig:
             the engine thread's time (the step's measured cost per second of audio times the
             streams), so the streams already admitted stay real time; beyond it new streams
             wait and are refused "busy" as when the slots are full. A fraction in (0, 1];
-            default None: slots alone bound admission.
+            default None (or 0): slots alone bound admission.
     """
 
     model: str | None = None
@@ -310,9 +310,9 @@ class EngineConfig:
         if not 0.0 <= self.min_audio_rate < 1.0:
             raise ValueError(f"min_audio_rate must be in [0, 1) (a fraction of real time), "
                              f"got {self.min_audio_rate}")
-        if self.admission_budget is not None and not 0.0 < self.admission_budget <= 1.0:
+        if self.admission_budget is not None and not 0.0 <= self.admission_budget <= 1.0:
             raise ValueError(f"admission_budget must be in (0, 1] (a share of the engine's "
-                             f"time) or None, got {self.admission_budget}")
+                             f"time), or 0 / None for none, got {self.admission_budget}")
         if not (math.isfinite(self.audio_rate_window_s) and self.audio_rate_window_s >= 1.0):
             raise ValueError(
                 f"audio_rate_window_s must be a finite number >= 1 s, got {self.audio_rate_window_s}")

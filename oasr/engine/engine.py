@@ -88,7 +88,7 @@ class ASREngine:
         self.live = build_live_policy(config, self.resources, self.submit, clock)
         self.stats = EngineStats(self.resources, self.live, clock)
         self.admission = None
-        if config.admission_budget is not None:
+        if config.admission_budget:  # None or 0: slots alone decide
             self.admission = StepCost(lambda: self.stats.recent_load(self.clock()),
                                       config.admission_budget)
         self.stats.admission = self.admission
