@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from oasr.decoding.context import DEFAULT_BOOST, MAX_HOTWORDS
 from oasr.engine.options import (
     OFFLINE_FINAL_CONTEXT_S,
     add_engine_arguments,
@@ -29,6 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     tr.add_argument("files", nargs="+", type=Path)
     tr.add_argument("--json", action="store_true", help="one JSON object per file on stdout")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    tr.add_argument("--hotwords", default="", metavar="A,B,...",
+                    help="comma-separated terms (names, jargon) both passes are biased towards, "
+                    f"at most {MAX_HOTWORDS}; each boosted by {DEFAULT_BOOST:g} per letter")
+    tr.add_argument("--prompt", default="", help="text Whisper's second pass is prompted with "
+                    "(before the hotwords), as OpenAI's prompt")
     add_engine_arguments(tr)
 
     ex = sub.add_parser("export", help="write oasr's checkpoint format from a WeNet experiment dir")
@@ -83,7 +89,14 @@ def _transcribe(args: argparse.Namespace) -> int:
         print(f"oasr transcribe: {exc}", file=sys.stderr)
         return 2
     configure_process(config.num_threads)
-    results = transcribe_files(config, args.files, progress=not args.no_progress)
+    from oasr.decoding.context import HotwordError, split_terms
+
+    try:
+        results = transcribe_files(config, args.files, progress=not args.no_progress,
+                                   hotwords=split_terms(args.hotwords), prompt=args.prompt)
+    except HotwordError as exc:  # bad hotwords: say which, no traceback
+        print(f"oasr transcribe: {exc}", file=sys.stderr)
+        return 2
     failed = 0
     for result in results:
         failed += result.error is not None

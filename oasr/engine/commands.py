@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oasr.decoding.context import Hotwords
 from oasr.engine.events import FinishReason
 from oasr.engine.request import EventSink
 from oasr.engine.second_pass.worker import RefineDone, SecondPassDone
@@ -14,11 +15,22 @@ from oasr.engine.second_pass.worker import RefineDone, SecondPassDone
 @dataclass(frozen=True)
 class OpenStream:
     """A new stream. ``endpoint_silence_s``: seconds of silence after speech that end a
-    segment of this stream (endpoint rule 2); None keeps the engine's rules."""
+    segment of this stream (endpoint rule 2); None keeps the engine's rules. ``hotwords``:
+    terms both passes are biased towards, and the second pass's prompt (None: none)."""
 
     stream_id: int
     sink: EventSink
     endpoint_silence_s: float | None = None
+    hotwords: Hotwords | None = None
+
+
+@dataclass(frozen=True)
+class SetHotwords:
+    """Replace a stream's hotwords (and prompt): the next chunk decoded, and every second
+    pass job made from then on, use them."""
+
+    stream_id: int
+    hotwords: Hotwords
 
 
 @dataclass(frozen=True)
@@ -62,5 +74,5 @@ class FinishAll:
     message: str = ""
 
 
-Command = (OpenStream | AppendAudio | EndStream | AbortStream | SuspendStream | ResumeStream
-           | FinishAll | SecondPassDone | RefineDone)
+Command = (OpenStream | SetHotwords | AppendAudio | EndStream | AbortStream | SuspendStream
+           | ResumeStream | FinishAll | SecondPassDone | RefineDone)

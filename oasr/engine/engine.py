@@ -32,6 +32,7 @@ from oasr.engine.commands import (
     FinishAll,
     OpenStream,
     ResumeStream,
+    SetHotwords,
     SuspendStream,
 )
 from oasr.engine.config import EngineConfig
@@ -41,6 +42,7 @@ from oasr.engine.live.finals import FinalPublisher
 from oasr.engine.live.policy import LivePolicy, SegmentEnd, YieldRule
 from oasr.engine.live.refine import Refiner
 from oasr.engine.live.segment_cuts import SegmentCuts
+from oasr.engine.live.words import TOP_K
 from oasr.engine.request import Request, RequestStatus
 from oasr.engine.runner.isolation import prepare_or_stop, step_isolating_failures
 from oasr.engine.runner.model_runner import BatchPlan, StepOutput
@@ -161,6 +163,8 @@ class ASREngine:
         match command:
             case OpenStream():
                 self._open(command, now)
+            case SetHotwords():
+                self._set_hotwords(command)
             case SecondPassDone():
                 self._on_second_pass(command)
             case RefineDone():
@@ -191,9 +195,23 @@ class ASREngine:
         if command.endpoint_silence_s is not None:
             endpointer = self.resources.endpointer_with_silence(command.endpoint_silence_s)
         self.live.open(request, endpointer)
+        request.hotwords = command.hotwords
+        if command.hotwords is not None:
+            self.live.set_hotwords(command.stream_id, command.hotwords)
         self.requests[command.stream_id] = request
         self.scheduler.add(request)
         self.stats.mark_changed()  # a snapshot without it could still read "idle" at its end
+
+    def _set_hotwords(self, command: SetHotwords) -> None:
+        """A stream's new hotwords: its next chunk is searched with them (a stream still
+        waiting for a slot gets them when admitted) and its next second-pass jobs carry them."""
+        request = self.requests.get(command.stream_id)
+        if request is None:
+            return  # the stream already finished
+        request.hotwords = command.hotwords
+        self.live.set_hotwords(command.stream_id, command.hotwords)
+        if request.is_running:
+            self.resources.set_hotwords(command.stream_id, command.hotwords.graph)
 
     def _append_audio(self, request: Request, command: AppendAudio, now: float) -> None:
         if request.input_ended:
@@ -247,10 +265,13 @@ class ASREngine:
     def _admit(self, stream_id: int, now: float) -> None:
         request = self.requests[stream_id]
         request.slot = self.resources.open_stream(stream_id)
+        if request.hotwords is not None and request.hotwords.graph is not None:
+            self.resources.set_hotwords(stream_id, request.hotwords.graph)
         request.admitted_at = now
         request.transition(RequestStatus.RUNNING)
         chunk_ms = round(self.resources.chunk_size * self.family.timing.frame_shift_s * 1000)
-        request.emit(Ready(stream_id, chunk_ms))
+        hotwords = request.hotwords.terms if request.hotwords is not None else ()
+        request.emit(Ready(stream_id, chunk_ms, hotwords=hotwords))
 
     def _refuse_busy(self, stream_id: int) -> None:
         request = self.requests.pop(stream_id)
@@ -404,7 +425,20 @@ class ASREngine:
 
     def _decode(self, plan: BatchPlan, output: StepOutput) -> list[ChunkResult]:
         endpointers = [self.live.endpointer(s) for s in plan.stream_ids]
-        return self.resources.decode(plan.stream_ids, output, endpointers)
+        results = self.resources.decode(plan.stream_ids, output, endpointers)
+        if self.resources.transducer is None:  # (a transducer's output is no CTC posterior)
+            self._record_posteriors(plan, output)
+        return results
+
+    def _record_posteriors(self, plan: BatchPlan, output: StepOutput) -> None:
+        """Hand the policy each row's best CTC log-probs per frame (one read-back for the
+        cohort): its words' confidence."""
+        best = output.log_probs.topk(min(TOP_K, output.log_probs.shape[-1]), dim=-1)
+        ids, log_probs = best.indices.cpu().numpy(), best.values.float().cpu().numpy()
+        for row, stream_id in enumerate(plan.stream_ids):
+            frames = int(output.lengths[row])
+            self.live.on_posteriors(stream_id, self.requests[stream_id].num_frames_decoded,
+                                    ids[row, :frames], log_probs[row, :frames])
 
     def _stop_starved(self, stream_id: int) -> None:
         """No blocks for this stream's chunk: it ends "length", its transcript so far final."""

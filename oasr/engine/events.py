@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from oasr.audio import MODEL_SAMPLE_RATE
+from oasr.decoding.context import Hotword
 
 
 class FinishReason(str, enum.Enum):
@@ -31,6 +32,22 @@ WordSpan = tuple[str, float, float]  # (word, start s, end s)
 
 
 @dataclass(frozen=True)
+class Word:
+    """A word of a partial or a final: its text, its span in stream seconds (within its
+    segment, in order) and how sure the recogniser was of it (0..1: the CTC pass's posterior
+    of its letters, or Whisper's probability of its least likely token)."""
+
+    word: str
+    start: float
+    end: float
+    confidence: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"word": self.word, "start": round(self.start, 3), "end": round(self.end, 3),
+                "confidence": round(self.confidence, 3)}
+
+
+@dataclass(frozen=True)
 class Ready:
     """The stream has a slot: audio sent from now on is decoded."""
 
@@ -38,12 +55,13 @@ class Ready:
     stream_id: int
     chunk_ms: int
     sample_rate: int = MODEL_SAMPLE_RATE
+    hotwords: tuple[Hotword, ...] = ()  # the stream's accepted hotwords
 
     is_terminal: ClassVar[bool] = False
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.TYPE, "stream_id": self.stream_id, "sample_rate": self.sample_rate,
-                "chunk_ms": self.chunk_ms}
+                "chunk_ms": self.chunk_ms, "hotwords": [h.to_json() for h in self.hotwords]}
 
 
 @dataclass(frozen=True)
@@ -53,7 +71,8 @@ class Partial:
     ``text`` is what to show; with refined partials (``oasr.engine.live.refine``) it is ``stable``
     (committed words) + ``tentative`` (the newest refinement's words after them) + ``ctc`` (the
     streaming pass's words after the refined audio); without, ``stable`` and ``tentative`` are
-    "" and ``ctc`` is ``text``.
+    "" and ``ctc`` is ``text``. ``words``: the words of ``text`` with their times and
+    confidence.
     """
 
     TYPE: ClassVar[str] = "partial"
@@ -65,13 +84,15 @@ class Partial:
     tentative: str = ""
     ctc: str = ""
     lag_ms: int = 0  # audio received and not decoded yet when it was sent, in milliseconds
+    words: tuple[Word, ...] = ()
 
     is_terminal: ClassVar[bool] = False
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.TYPE, "segment": self.segment, "text": self.text,
                 "stable": self.stable, "tentative": self.tentative, "ctc": self.ctc,
-                "end": round(self.end, 3), "lag_ms": self.lag_ms}
+                "end": round(self.end, 3), "lag_ms": self.lag_ms,
+                "words": [w.to_json() for w in self.words]}
 
 
 @dataclass(frozen=True)
@@ -82,7 +103,8 @@ class Final:
     "combined" (digits); ``ctc_words`` are the CTC pass's words with their times (not sent).
     ``decided_at``: the stream's audio (seconds) the server had received when it ended the
     segment; ``decided_at - end`` is the pause it waited for, and the final's arrival after
-    that audio was sent is the second pass's time.
+    that audio was sent is the second pass's time. ``words``: the words of ``text`` with
+    their times and confidence (sent).
     """
 
     TYPE: ClassVar[str] = "final"
@@ -95,13 +117,15 @@ class Final:
     source: str = "ctc"
     ctc_words: tuple[WordSpan, ...] = ()
     decided_at: float = 0.0
+    words: tuple[Word, ...] = ()
 
     is_terminal: ClassVar[bool] = False
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.TYPE, "segment": self.segment, "text": self.text,
                 "start": round(self.start, 3), "end": round(self.end, 3), "reason": self.reason,
-                "source": self.source, "decided_at": round(self.decided_at, 3)}
+                "source": self.source, "decided_at": round(self.decided_at, 3),
+                "words": [w.to_json() for w in self.words]}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 from tqdm import tqdm
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
+from oasr.decoding.context import Hotwords
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
@@ -53,13 +54,25 @@ class FileResult:
 
 
 def transcribe_files(config: EngineConfig, files: Sequence[Path | str], progress: bool = True,
-                     engine: ASREngine | None = None) -> list[FileResult]:
+                     engine: ASREngine | None = None, hotwords: Sequence[object] = (),
+                     prompt: str = "") -> list[FileResult]:
     """Transcribe ``files`` as concurrent streams of one engine; results in input order.
+    ``hotwords`` (phrases or ``{"phrase", "boost"}``) and ``prompt`` bias every file's
+    streams (`oasr.decoding.context.Hotwords`).
 
     An engine given is left running (its caller shuts it down); one made here is shut down
-    before returning, so its second-pass thread does not outlive the call."""
+    before returning, so its second-pass thread does not outlive the call.
+
+    Raises:
+        HotwordError: bad hotwords (before any file is read)."""
     owned = engine is None
     engine = engine if engine is not None else ASREngine(config)
+    try:
+        bias = Hotwords.build(list(hotwords), engine.resources.hotword_tokenizer, prompt)
+    except ValueError:
+        if owned:
+            engine.shutdown()
+        raise
     results = [FileResult(str(f)) for f in files]
     total_s = 0.0
     for stream_id, (path, result) in enumerate(zip(files, results, strict=True), start=1):
@@ -69,7 +82,7 @@ def transcribe_files(config: EngineConfig, files: Sequence[Path | str], progress
             result.error = f"unreadable: {exc}"
             continue
         total_s += len(audio) / MODEL_SAMPLE_RATE
-        engine.submit(OpenStream(stream_id, result.on_event))
+        engine.submit(OpenStream(stream_id, result.on_event, hotwords=bias if bias else None))
         engine.submit(AppendAudio(stream_id, audio))
         engine.submit(EndStream(stream_id))
     bar = tqdm(total=round(total_s, 1), unit="s", desc="transcribing", disable=not progress,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oasr.audio import ChunkWindower, FeatureSource
+from oasr.decoding.context import Hotwords
 from oasr.engine.events import FinishReason, StreamEvent
 
 EventSink = Callable[[StreamEvent], None]
@@ -65,6 +66,7 @@ class Request:
     # the audio-rate window (Scheduler): when it began and the samples received by then
     rate_window_start: float | None = None
     rate_window_samples: int = 0
+    hotwords: Hotwords | None = None  # its terms and prompt (replaced by SetHotwords)
     # suspended (its client away, `SuspendStream`): the monotonic time it ends "abandoned"
     suspended_until: float | None = None
 

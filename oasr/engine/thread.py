@@ -12,6 +12,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from oasr.audio import (
@@ -21,6 +22,7 @@ from oasr.audio import (
     decode_pcm,
     validate_sample_rate,
 )
+from oasr.decoding.context import Hotwords
 from oasr.engine.commands import (
     AbortStream,
     AppendAudio,
@@ -28,6 +30,7 @@ from oasr.engine.commands import (
     FinishAll,
     OpenStream,
     ResumeStream,
+    SetHotwords,
     SuspendStream,
 )
 from oasr.engine.config import EngineConfig
@@ -134,15 +137,28 @@ class EngineThread:
                 logger.exception("could not tell stream %d that the engine failed", stream_id)
 
     # -- streams -------------------------------------------------------------------------------
-    def open_stream(self, sample_rate: int = MODEL_SAMPLE_RATE, fmt: str = "s16le",
-                    sink: EventSink | None = None,
-                    endpoint_silence_s: float | None = None) -> int:
-        """Register a new stream; admission (ready or busy) arrives later through ``sink``.
-
-        ``endpoint_silence_s`` sets this stream's silence-after-speech endpoint (rule 2).
+    def hotwords(self, value: object = None, prompt: str = "") -> Hotwords:
+        """A client's hotwords (a list of phrases or ``{"phrase", "boost"}`` objects) and
+        prompt, checked and spelled for the served model (any thread).
 
         Raises:
-            ValueError: unsupported sample rate or PCM format.
+            HotwordError: a term or prompt the limits refuse, or one the model cannot spell
+                (the message names it; a ValueError).
+        """
+        return Hotwords.build(value, self.engine.resources.hotword_tokenizer, prompt)
+
+    def open_stream(self, sample_rate: int = MODEL_SAMPLE_RATE, fmt: str = "s16le",
+                    sink: EventSink | None = None,
+                    endpoint_silence_s: float | None = None,
+                    hotwords: Hotwords | Sequence[object] | None = None) -> int:
+        """Register a new stream; admission (ready or busy) arrives later through ``sink``.
+
+        ``endpoint_silence_s`` sets this stream's silence-after-speech endpoint (rule 2);
+        ``hotwords`` (a `Hotwords`, or a client's list, checked by `hotwords`) bias both passes
+        towards its terms, and ``ready`` echoes them.
+
+        Raises:
+            ValueError: unsupported sample rate or PCM format, or bad hotwords (HotwordError).
             RuntimeError: the engine loop has died.
         """
         if self.error is not None:
@@ -152,6 +168,8 @@ class EngineThread:
         if endpoint_silence_s is not None and not 0 < endpoint_silence_s <= 60:
             raise ValueError(f"endpoint silence of {endpoint_silence_s} s; use 0..60 s")
         resampler = StreamingResampler(validate_sample_rate(sample_rate), MODEL_SAMPLE_RATE)
+        if hotwords is not None and not isinstance(hotwords, Hotwords):
+            hotwords = self.hotwords(hotwords)
         stream_id = next(self._ids)
         user_sink = sink if sink is not None else (lambda event: None)
 
@@ -163,8 +181,24 @@ class EngineThread:
 
         with self._lock:
             self._inputs[stream_id] = _StreamInput(fmt, resampler, user_sink)
-        self.engine.submit(OpenStream(stream_id, deliver, endpoint_silence_s))
+        self.engine.submit(OpenStream(stream_id, deliver, endpoint_silence_s,
+                                      hotwords if hotwords else None))
         return stream_id
+
+    def set_hotwords(self, stream_id: int, hotwords: Hotwords | Sequence[object] | None
+                     ) -> Hotwords:
+        """Replace the stream's hotwords (a `Hotwords`, or a client's list: `hotwords`; None:
+        none) from its next chunk on; returns what was accepted.
+
+        Raises:
+            KeyError: the stream is unknown or already finished.
+            ValueError: bad hotwords (HotwordError); the stream keeps its old ones.
+        """
+        self._get(stream_id)
+        if not isinstance(hotwords, Hotwords):
+            hotwords = self.hotwords(hotwords)
+        self.engine.submit(SetHotwords(stream_id, hotwords))
+        return hotwords
 
     def feed_audio(self, stream_id: int, data: bytes) -> None:
         """Decode, validate and resample ``data`` here, then queue it for the engine.

@@ -6,24 +6,34 @@ import dataclasses
 
 import pytest
 
-from oasr.engine.events import BUSY, Done, Error, Final, Partial, Ready, StreamEvent
+from oasr.decoding.context import Hotword
+from oasr.engine.events import BUSY, Done, Error, Final, Partial, Ready, StreamEvent, Word
 
 
 @pytest.mark.parametrize(("event", "wire"), [
     (Ready(3, chunk_ms=640),
-     {"type": "ready", "stream_id": 3, "sample_rate": 16000, "chunk_ms": 640}),
+     {"type": "ready", "stream_id": 3, "sample_rate": 16000, "chunk_ms": 640, "hotwords": []}),
+    (Ready(3, chunk_ms=640, hotwords=(Hotword("Oyelaran"), Hotword("Ljubljana", 3.0))),
+     {"type": "ready", "stream_id": 3, "sample_rate": 16000, "chunk_ms": 640,
+      "hotwords": [{"phrase": "Oyelaran", "boost": 2.0}, {"phrase": "Ljubljana", "boost": 3.0}]}),
     (Partial(3, 1, "hello wor", 2.34567, stable="hello", tentative="", ctc="wor", lag_ms=120),
      {"type": "partial", "segment": 1, "text": "hello wor", "stable": "hello", "tentative": "",
-      "ctc": "wor", "end": 2.346, "lag_ms": 120}),
+      "ctc": "wor", "end": 2.346, "lag_ms": 120, "words": []}),
+    (Partial(3, 1, "hello", 0.5, words=(Word("hello", 0.12, 0.48, 0.91234),)),
+     {"type": "partial", "segment": 1, "text": "hello", "stable": "", "tentative": "",
+      "ctc": "", "end": 0.5, "lag_ms": 0,
+      "words": [{"word": "hello", "start": 0.12, "end": 0.48, "confidence": 0.912}]}),
     (Final(3, 1, "hello world", 0.12345, 2.5, "endpoint", "whisper",
            (("hello", 0.1, 0.5), ("world", 0.6, 2.5)), 3.64),
      {"type": "final", "segment": 1, "text": "hello world", "start": 0.123, "end": 2.5,
-      "reason": "endpoint", "source": "whisper", "decided_at": 3.64}),  # CTC words not sent
+      "reason": "endpoint", "source": "whisper", "decided_at": 3.64,
+      "words": []}),  # CTC words not sent
     (Done(3, "stop", 2), {"type": "done", "finish_reason": "stop", "segments": 2}),
     (Done(3, "timeout", 0, "no audio for 15 s"),
      {"type": "done", "finish_reason": "timeout", "segments": 0, "message": "no audio for 15 s"}),
     (Error(3, "bad_audio", "NaN"), {"type": "error", "code": "bad_audio", "message": "NaN"}),
-], ids=["ready", "partial", "final", "done", "done_with_message", "error"])
+], ids=["ready", "ready_hotwords", "partial", "partial_words", "final", "done",
+        "done_with_message", "error"])
 def test_wire_json(event: StreamEvent, wire: dict) -> None:
     assert event.to_json() == wire
     assert wire["type"] == event.TYPE

@@ -306,7 +306,8 @@ def _stream(stream_id: int, frames: int, requested: int, last_token: int) -> Any
     return types.SimpleNamespace(
         stream_id=stream_id, segment=0, is_running=True, refine=state, last_partial="words",
         num_frames_decoded=frames, segment_start_frame=0, segment_frames=frames,
-        audio=_Audio(), early=None, is_paced=lambda now: True)
+        audio=_Audio(), early=None, is_paced=lambda now: True, prompt="",
+        hotword_phrases=())
 
 
 def test_a_stream_at_a_pause_is_refined_first_and_before_its_interval() -> None:

@@ -189,7 +189,8 @@ def test_a_rejected_previous_final_passes_on_the_text_it_published() -> None:
     decoder = ScriptedDecoder({1: "loop loop loop", 2: "fine"})
 
     class RejectFirst:
-        def review(self, text: str, ctc_text: str, failed: bool):  # type: ignore[no-untyped-def]
+        def review(self, text: str, ctc_text: str, failed: bool,
+                   hotwords: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
             if text.startswith("loop"):
                 return GuardVerdict(ctc_text, "ctc", "failed")
             return GuardVerdict(text, "whisper", None)

@@ -20,6 +20,7 @@ from oasr.decoding.words import WordTime, ctc_word_times
 from oasr.engine.events import Final
 from oasr.engine.families.base import FrameTiming
 from oasr.engine.live.state import EarlyFinal, HeardPause, LiveStream, PendingFinal, SpokenContext
+from oasr.engine.live.words import ctc_letters, timed_words
 from oasr.engine.second_pass.guard import REASONS, SOURCES
 from oasr.engine.second_pass.worker import (
     MAX_SEGMENT_S,
@@ -157,8 +158,12 @@ class FinalPublisher:
         event = Final(stream.stream_id, stream.segment, hyp.text, first * shift,
                       max(last, first) * shift, reason, "ctc", self._words(hyp, base),
                       stream.num_samples_received / MODEL_SAMPLE_RATE)
+        span = (first, max(last, first))
         if not hyp.timestamps:  # nothing decoded: the segment's own span
             event = replace(event, start=base * shift, end=stream.num_frames_decoded * shift)
+            span = (base, stream.num_frames_decoded)
+        letters = ctc_letters(self.tokenizer, hyp, base, stream.posteriors)
+        event = replace(event, words=timed_words(hyp.text, letters, span, shift))
         early, stream.early = stream.early, None
         self._forget_sentence(stream)
         if (early is not None and audio is not None
@@ -166,7 +171,8 @@ class FinalPublisher:
                 and self._is_final(early, stream, hyp)):
             self.num_early_used += 1  # decoded at the pause, nothing said since: the final
             stream.segment += 1
-            stream.pending_finals[early.job_id] = PendingFinal(event, base)
+            stream.pending_finals[early.job_id] = PendingFinal(event, base, letters=letters,
+                                                               span=span)
             stream.heard_quiet_to = base + early.quiet_to if early.quiet_to else 0
             if early.done is not None:
                 self.on_second_pass(stream, early.done)
@@ -177,7 +183,8 @@ class FinalPublisher:
             # final if it begins with them (most do); the segment's own decode with them
             # forced goes beside it, for when it does not
             retry = self._job(stream, hyp, audio, num_streams)
-            pending = PendingFinal(event, base, prefix=self._committed(stream))
+            pending = PendingFinal(event, base, prefix=self._committed(stream),
+                                   letters=letters, span=span)
             if self.worker.try_submit(retry):
                 pending.retry = retry.job_id
             stream.segment += 1
@@ -189,12 +196,14 @@ class FinalPublisher:
             job = self._job(stream, hyp, audio, num_streams)
             if self.worker.try_submit(job):
                 stream.segment += 1
-                stream.pending_finals[job.job_id] = PendingFinal(event, base)
+                stream.pending_finals[job.job_id] = PendingFinal(event, base, letters=letters,
+                                                                 span=span)
                 return
             self.num_backlog_full += 1
         if hyp.text or late:  # its CTC text, after the segments before it (some may still decode)
             stream.segment += 1
-            stream.pending_finals[self.next_job_id()] = PendingFinal(event, base, answered=True)
+            stream.pending_finals[self.next_job_id()] = PendingFinal(
+                event, base, answered=True, letters=letters, span=span)
             self.flush(stream)
 
     def start_early(self, stream: LiveStream, hyp: Hypothesis | None, num_streams: int = 1,
@@ -436,7 +445,8 @@ class FinalPublisher:
                              np.concatenate([context_audio, audio]), self.clock(),
                              hyp.text, prefix, context=context,
                              context_samples=len(context_audio), context_job=context_job,
-                             draft=draft, paced=stream.is_paced(self.clock()))
+                             draft=draft, paced=stream.is_paced(self.clock()),
+                             prompt=stream.prompt, hotwords=stream.hotword_phrases)
 
     def _words(self, hyp: Hypothesis, base: int) -> tuple[WordTime, ...]:
         if self.tokenizer is None or not hasattr(self.tokenizer, "raw_text"):
@@ -475,6 +485,7 @@ class FinalPublisher:
             self.rejected[done.rejected] = self.rejected.get(done.rejected, 0) + 1
         pending.text = done.text
         pending.source = done.source
+        pending.word_probs = done.word_probs
         pending.answered = True
         self.flush(stream)
 
@@ -511,7 +522,10 @@ class FinalPublisher:
             del stream.pending_finals[job_id]
             event = pending.event
             if pending.text is not None:
-                event = replace(event, text=pending.text, source=pending.source)
+                probs = pending.word_probs if pending.source == "whisper" else ()
+                event = replace(event, text=pending.text, source=pending.source,
+                                words=timed_words(pending.text, pending.letters, pending.span,
+                                                  self.timing.frame_shift_s, probs))
             self._emit(stream, event, pending.start_frame)
 
     def drop_pending(self, stream: LiveStream) -> None:
@@ -602,7 +616,8 @@ class FinalPublisher:
 
     def _emit(self, stream: LiveStream, event: Final, start_frame: int) -> None:
         if event.text and not has_words(event.text):
-            event = replace(event, text="")  # punctuation alone is no final: the segment is empty
+            # punctuation alone is no final: the segment is empty
+            event = replace(event, text="", words=())
         last = stream.last_final
         if event.text:
             stream.last_final = SpokenContext(event.segment, start_frame, event.text)

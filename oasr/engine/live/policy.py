@@ -23,6 +23,7 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, FrameEnergy
 from oasr.decoding import EndpointDecision, Endpointer, FrameStats, Hypothesis, StreamStep
+from oasr.decoding.context import Hotwords
 from oasr.engine.events import Partial
 from oasr.engine.families.base import FrameTiming
 from oasr.engine.live.agreement import NO_WORDS, RefinedPartial
@@ -30,6 +31,7 @@ from oasr.engine.live.finals import FinalPublisher, pause_after_last_token
 from oasr.engine.live.refine import Refiner
 from oasr.engine.live.segment_cuts import SegmentCuts
 from oasr.engine.live.state import LiveStream, SegmentAudio, StreamView
+from oasr.engine.live.words import ctc_letters, timed_words
 from oasr.engine.second_pass.worker import MAX_SEGMENT_S, RefineDone, SecondPassDone
 
 SEGMENT_AUDIO_MARGIN_S = 5.0  # audio kept beyond the second pass's window
@@ -162,6 +164,17 @@ class LivePolicy:
         if self.finals.worker is not None:
             stream.audio.append(samples)
 
+    def on_posteriors(self, stream_id: int, first_frame: int, ids: np.ndarray,
+                      log_probs: np.ndarray) -> None:
+        """A decoded chunk's best CTC log-probs per frame (``ids``, ``log_probs`` (T, k)),
+        from absolute encoder frame ``first_frame``: its words' confidence."""
+        self.streams[stream_id].posteriors.write(first_frame, ids, log_probs)
+
+    def set_hotwords(self, stream_id: int, hotwords: Hotwords) -> None:
+        """The stream's hotwords and prompt: the second-pass jobs made from now on carry
+        them (Whisper's prompt, and the guard's terms)."""
+        self.streams[stream_id].hotwords = hotwords
+
     def endpointer(self, stream_id: int) -> Endpointer | None:
         """The stream's own endpoint rules (None: the engine's)."""
         return self.streams[stream_id].endpointer
@@ -204,6 +217,7 @@ class LivePolicy:
         stream = self.streams[stream_id]
         if self.cuts.quiet is not None and hyp is not None and stats is not None:
             stream.last_step = StreamStep(hyp, stats)
+        stream.ctc_hyp = hyp
         if text != stream.last_partial or self.refiner is not None:
             stream.last_partial = text
             if self.refiner is not None:
@@ -303,6 +317,7 @@ class LivePolicy:
         self._publish_final(stream, hyp, reason, num_streams)
         self.finals.release_audio(stream, stream.segment_start_frame, num_streams)
         self.cuts.forget_old_energy(stream)
+        stream.posteriors.drop_before(stream.num_frames_decoded)  # the next segment's start
 
     def final_at_finish(self, stream_id: int, hyp: Hypothesis, reason: str,
                         num_streams: int) -> None:
@@ -314,6 +329,7 @@ class LivePolicy:
         stream.last_partial = ""
         stream.last_parts = NO_WORDS  # a new segment's partial is sent once it has words
         stream.last_step = None
+        stream.ctc_hyp = None
         stream.num_pause_frames = 0
         self.finals.publish(stream, hyp, reason, num_streams)
         if stream.refine is not None:
@@ -327,11 +343,15 @@ class LivePolicy:
         if stream.last_parts == NO_WORDS and not is_sure_start(parts):
             return  # a segment's first partial waits for words, not a first letter's guess
         stream.last_parts = parts
+        start = stream.segment_start_frame
+        letters = ctc_letters(self.finals.tokenizer, stream.ctc_hyp, start, stream.posteriors)
+        words = timed_words(parts.text, letters, (start, stream.num_frames_decoded),
+                            self.timing.frame_shift_s)
         end = stream.num_frames_decoded * self.timing.frame_shift_s
         behind = stream.num_samples_received - stream.num_frames_decoded * self.timing.samples_per_frame
         stream.emit(Partial(stream.stream_id, stream.segment, parts.text, end,
                             stable=parts.stable, tentative=parts.tentative, ctc=parts.ctc,
-                            lag_ms=max(0, behind) * 1000 // MODEL_SAMPLE_RATE))
+                            lag_ms=max(0, behind) * 1000 // MODEL_SAMPLE_RATE, words=words))
 
     # -- once per step --------------------------------------------------------------------------
     def after_step(self, views: Mapping[int, StreamView], now: float,

@@ -243,7 +243,8 @@ class Refiner:
         job = RefineJob(self.next_job_id(), stream.stream_id, stream.segment,
                         np.concatenate([context_audio, audio]), state.prefix_tokens, frames,
                         at_pause, context=context, context_samples=len(context_audio),
-                        draft=state.draft_tokens, ctc_text=stream.last_partial)
+                        draft=state.draft_tokens, ctc_text=stream.last_partial,
+                        prompt=stream.prompt, hotwords=stream.hotword_phrases)
         if not self.worker.try_submit_refine(job, self.config.max_in_flight):
             return False
         if state.refined_at:

@@ -17,8 +17,10 @@ import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, FrameEnergy
 from oasr.decoding import Endpointer, Hypothesis, StreamStep
+from oasr.decoding.context import Hotwords
 from oasr.engine.events import Final, StreamEvent
 from oasr.engine.live.agreement import NO_WORDS, RefinedPartial, RefineState
+from oasr.engine.live.words import NO_LETTERS, CtcLetters, Posteriors
 
 if TYPE_CHECKING:
     from oasr.engine.second_pass.worker import SecondPassDone
@@ -179,6 +181,11 @@ class PendingFinal:
     source: str = "whisper"  # whose text ``text`` is: "whisper" or "combined"
     prefix: tuple[int, ...] | None = None
     retry: int | None = None
+    # the CTC pass's letters of the segment and the final's (first, end) frames: the times of
+    # the words of the text it is published with (`live.words.timed_words`)
+    letters: CtcLetters = NO_LETTERS
+    span: tuple[int, int] = (0, 0)
+    word_probs: tuple[float, ...] = ()  # Whisper's, per word of ``text`` (empty: none)
 
 
 @dataclass
@@ -219,6 +226,20 @@ class LiveStream:
     quiet_checked_at: int = 0
     num_pause_frames: int = 0  # the pause after the open segment's last word, last measured
     first_audio_at: float | None = None  # monotonic time its first audio arrived
+    hotwords: Hotwords | None = None  # its terms and prompt, for its second-pass jobs
+    # the open segment's CTC hypothesis after its last chunk, and its frames' posteriors:
+    # the times and confidence of the words of its partials and finals (`live.words`)
+    ctc_hyp: Hypothesis | None = None
+    posteriors: Posteriors = field(default_factory=Posteriors)
+
+    @property
+    def prompt(self) -> str:
+        """Whisper's previous-text prompt for its jobs ("" for none)."""
+        return self.hotwords.whisper_prompt() if self.hotwords is not None else ""
+
+    @property
+    def hotword_phrases(self) -> tuple[str, ...]:
+        return self.hotwords.phrases if self.hotwords is not None else ()
 
     def is_paced(self, now: float) -> bool:
         """Whether the stream sends at real-time pace, as a live speaker does: the audio

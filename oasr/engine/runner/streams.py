@@ -41,6 +41,7 @@ from oasr.decoding import (
     GpuStreamingDecoder,
     Hypothesis,
 )
+from oasr.decoding.context import ContextGraph
 from oasr.decoding.decoder import WORD_BOUNDARY
 from oasr.engine.config import EngineConfig
 from oasr.engine.families import ModelFamily, family_for
@@ -236,6 +237,20 @@ class StreamResources:
             self.states.free_stream(stream_id)
         if self.attention is not None and stream_id in self.attention:
             self.attention.free_stream(stream_id)
+
+    @property
+    def hotword_tokenizer(self) -> object | None:
+        """The units hotword graphs are spelled in: the CTC search's tokenizer when it is a
+        beam search; None when the first pass takes no hotwords (greedy, a transducer)."""
+        if self.transducer is not None or self.ctc.decoder.config.is_greedy:
+            return None
+        return self.ctc.decoder.tokenizer
+
+    def set_hotwords(self, stream_id: int, graph: ContextGraph | None) -> None:
+        """Bias the stream's CTC search towards ``graph``'s terms from its next chunk on
+        (None: none). A transducer family's search takes no graph: nothing changes there."""
+        if self.transducer is None:
+            self.ctc.decoder.set_context(self.ctc.get_state(stream_id), graph)
 
     def reset_stream(self, stream_id: int) -> None:
         """A segment's end: start the stream's history over in place, keeping its slot

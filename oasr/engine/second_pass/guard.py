@@ -23,6 +23,10 @@ CTC text when Whisper:
 - differs from it in more than ``max_char_distance`` of the characters (normalised
   Levenshtein distance; ``distance``), with the same ``min_words`` floor.
 
+A stream's hotwords are terms the CTC pass may spell worse than Whisper, which was prompted
+with them: a hotword in Whisper's text is left out of the comparison, with the CTC text's
+closest span to it (``without_hotwords``), so a final is never rejected for containing one.
+
 Digit strings are where the CTC model is strong and Whisper weak in its own way: it hears
 "four" as "for" and "six" as "z", and drops a digit of a repeated run ("9 9 9 4 8" for "two nine
 nine nine nine four eight"), while the CTC pass, trained on digit strings, rarely drops one but
@@ -40,11 +44,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from rapidfuzz import fuzz
 from rapidfuzz.distance import Levenshtein
 
 from oasr.text.wer import normalize_transcript
 
 REASONS = ("failed", "length", "distance")
+# the CTC text's span closest to a hotword Whisper wrote is the hotword's when it matches this
+# well (rapidfuzz's partial ratio, 0..100)
+HOTWORD_SPAN_SCORE = 50.0
 DIGIT_CHARS = 4  # a digit's length as a spoken word ("zero" ... "nine": 3-5 letters)
 SOURCES = ("whisper", "ctc", "combined")
 
@@ -115,9 +123,11 @@ class FirstPassGuard:
         distance check (see ``max_char_distance``)."""
         return self if has_lm else replace(self, max_char_distance=None)
 
-    def review(self, whisper: str, ctc: str, failed: bool = False) -> GuardVerdict:
-        """The final for a segment whose CTC text is ``ctc`` and Whisper's ``whisper``."""
-        reason = self.rejection(whisper, ctc, failed)
+    def review(self, whisper: str, ctc: str, failed: bool = False,
+               hotwords: tuple[str, ...] = ()) -> GuardVerdict:
+        """The final for a segment whose CTC text is ``ctc`` and Whisper's ``whisper``
+        (``hotwords``: the stream's, left out of the comparison where Whisper wrote them)."""
+        reason = self.rejection(whisper, ctc, failed, hotwords)
         if reason is not None:
             return GuardVerdict(ctc, "ctc", reason)
         combined = self.combine_digits(whisper, ctc)
@@ -125,11 +135,13 @@ class FirstPassGuard:
             return GuardVerdict(combined, "combined")
         return GuardVerdict(whisper, "whisper")
 
-    def rejection(self, whisper: str, ctc: str, failed: bool = False) -> str | None:
+    def rejection(self, whisper: str, ctc: str, failed: bool = False,
+                  hotwords: tuple[str, ...] = ()) -> str | None:
         """Why Whisper's text must not replace the CTC text; None when it may."""
         if failed:
             return "failed"
-        ours, theirs = normalize_transcript(whisper).split(), normalize_transcript(ctc).split()
+        ours, theirs = without_hotwords(normalize_transcript(whisper),
+                                        normalize_transcript(ctc), hotwords)
         if len(theirs) < self.min_words:
             return None
         ratio = _spoken_length(ours) / _spoken_length(theirs)
@@ -167,6 +179,42 @@ class FirstPassGuard:
                 elif c is not None and c.isdigit():
                     words.append(c)
         return None if words == ours else " ".join(words)
+
+
+def without_hotwords(ours: str, theirs: str, hotwords: tuple[str, ...]
+                     ) -> tuple[list[str], list[str]]:
+    """The words of normalised texts ``ours`` (Whisper's) and ``theirs`` (the CTC pass's)
+    with each hotword Whisper wrote taken out of both: from ``theirs`` the span closest to it
+    (whole words), when it matches at least `HOTWORD_SPAN_SCORE`."""
+    mine, other = ours.split(), theirs.split()
+    for phrase in hotwords:
+        term = normalize_transcript(phrase).split()
+        if not term:
+            continue
+        n = len(term)
+        at = next((i for i in range(len(mine) - n + 1) if mine[i:i + n] == term), None)
+        while at is not None:
+            del mine[at:at + n]
+            _drop_closest_span(other, " ".join(term))
+            at = next((i for i in range(len(mine) - n + 1) if mine[i:i + n] == term), None)
+    return mine, other
+
+
+def _drop_closest_span(words: list[str], term: str) -> None:
+    """Remove from ``words`` the whole words of the span closest to ``term`` (if close)."""
+    text = " ".join(words)
+    if not text:
+        return
+    found = fuzz.partial_ratio_alignment(term, text)
+    if found is None or found.score < HOTWORD_SPAN_SCORE:
+        return
+    starts, position = [], 0
+    for word in words:
+        starts.append(position)
+        position += len(word) + 1
+    first = max(i for i, s in enumerate(starts) if s <= found.dest_start)
+    last = max(i for i, s in enumerate(starts) if s < max(found.dest_end, found.dest_start + 1))
+    del words[first:last + 1]
 
 
 def _spoken_length(words: list[str]) -> int:

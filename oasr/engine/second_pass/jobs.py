@@ -32,6 +32,9 @@ class SecondPassJob:
         paced: its stream sends at real-time pace (a live speaker); False for one sending
             faster (a file streamed at full speed, an upload): a paced stream's finals are
             decoded first and find room in a full backlog, at a faster stream's expense.
+        prompt: the stream's previous-text prompt for Whisper (its prompt and hotwords), ""
+            for none.
+        hotwords: the stream's hotwords: the guard does not reject Whisper's text for them.
     """
 
     job_id: int
@@ -47,6 +50,8 @@ class SecondPassJob:
     context_tokens: tuple[int, ...] = ()
     draft: tuple[int, ...] = ()
     paced: bool = True
+    prompt: str = ""
+    hotwords: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class RefineJob:
             one decoder call, and decodes on from the first that is not.
         ctc_text: the CTC pass's text of the segment so far: the witness a decode redone
             without the context must agree with (`SecondPassLoop._heard_alone`).
+        prompt, hotwords: as a final's (`SecondPassJob`).
     """
 
     job_id: int
@@ -84,6 +90,8 @@ class RefineJob:
     context_tokens: tuple[int, ...] = ()
     draft: tuple[int, ...] = ()
     ctc_text: str = ""
+    prompt: str = ""
+    hotwords: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,9 @@ class SecondPassDone:
     raised, or the guard rejected its text (``rejected`` names the guard's reason).
     ``tokens`` are Whisper's tokens of ``text`` and ``word_ends`` where each word ends in
     them, when the text is Whisper's own (else empty): an early decode's answer then refines
-    the open segment's partial until the segment ends.
+    the open segment's partial until the segment ends. ``word_probs``: per word of ``text``,
+    the probability of its least likely generated token (1.0 for forced words), when the
+    text is Whisper's own and the decoder gave its tokens' probabilities (else empty).
     """
 
     job_id: int
@@ -129,6 +139,7 @@ class SecondPassDone:
     rejected: str | None = None
     tokens: tuple[int, ...] = ()
     word_ends: tuple[int, ...] = ()
+    word_probs: tuple[float, ...] = ()
 
 
 Answer = SecondPassDone | RefineDone

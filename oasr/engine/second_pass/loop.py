@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 MAX_REMEMBERED_FINALS = 1024
 
 PAUSE_POLL_S = 0.05  # while held back, commands are taken this often
+# the most tokens of a stream's prompt (its hotwords) given to Whisper: the last ones are kept
+# (Whisper's own long-form transcription keeps up to half its 448 positions of earlier text)
+MAX_PROMPT_TOKENS = 120
 
 Command = SecondPassJob | RefineJob | int | None
 J = TypeVar("J", SecondPassJob, RefineJob)
@@ -154,6 +157,7 @@ class SecondPassLoop:
         # job ids they abort, and whether they stop the loop
         self._get: Callable[[bool], Command] | None = None
         self._taken_early: deque[Command] = deque()
+        self._prompt_tokens: dict[str, tuple[int, ...]] = {}  # streams' prompts, tokenised
         self._aborted: set[int] = set()
         self._stop_taken = False
         if hasattr(decoder, "cancelled"):
@@ -205,7 +209,9 @@ class SecondPassLoop:
         if isinstance(job, RefineJob):
             self._refined(job, result, alone=first is not None)
         else:
-            self._finish(job, *self._review(result, job))
+            text, source, rejected, tokens = self._review(result, job)
+            self._finish(job, text, source, rejected, tokens,
+                         self._word_probs(job, result, tokens))
 
     @property
     def num_finals(self) -> int:
@@ -321,7 +327,7 @@ class SecondPassLoop:
         self._active[job.job_id] = job
         self.decoder.submit(job.job_id, job.audio,  # type: ignore[attr-defined]
                             prefix=job.context_tokens + job.prefix, fast=fast,
-                            draft=job.draft)
+                            draft=job.draft, **self._previous(job))
 
     def _start_refine(self, job: RefineJob) -> None:
         """Hand a refinement to the decoder (its context's tokens, if any, forced first)."""
@@ -330,7 +336,20 @@ class SecondPassLoop:
         # instead of after them
         self.decoder.submit(job.job_id, job.audio,  # type: ignore[attr-defined]
                             prefix=job.context_tokens + job.prefix,
-                            background=not job.at_pause, fast=True, draft=job.draft)
+                            background=not job.at_pause, fast=True, draft=job.draft,
+                            **self._previous(job))
+
+    def _previous(self, job: SecondPassJob | RefineJob) -> dict[str, tuple[int, ...]]:
+        """The ``previous`` argument of a job's decode: its stream's prompt (hotwords) as
+        Whisper tokens, at most `MAX_PROMPT_TOKENS` (the last); none without a prompt."""
+        if not job.prompt:
+            return {}
+        tokens = self._prompt_tokens.get(job.prompt)
+        if tokens is None:
+            tokens = tuple(self.decoder.text_tokens(  # type: ignore[attr-defined]
+                " " + job.prompt))[-MAX_PROMPT_TOKENS:]
+            _remember(self._prompt_tokens, job.prompt, tokens)
+        return {"previous": tokens} if tokens else {}
 
     def _ended_at_context(self, result: object, job: SecondPassJob | RefineJob) -> bool:
         """Whisper ended the transcript right after the previous segment's text, with none
@@ -374,7 +393,8 @@ class SecondPassLoop:
             return False
         if self.guard is None or not normalize_transcript(job.ctc_text).split():
             return False
-        return replace(self.guard, min_words=1).rejection(text, job.ctc_text) is None
+        return replace(self.guard, min_words=1).rejection(text, job.ctc_text,
+                                                          hotwords=job.hotwords) is None
 
     def _with_context(self, job: J) -> J:
         """The job (a final's or a refinement's) with its context's tokens; without any
@@ -384,7 +404,8 @@ class SecondPassLoop:
         if job.context.strip():
             tokens = tuple(self.decoder.text_tokens(  # type: ignore[attr-defined]
                 " " + as_context(job.context)))
-        room = int(getattr(self.decoder, "max_new_tokens", 0)) - len(job.prefix)
+        room = (int(getattr(self.decoder, "max_new_tokens", 0)) - len(job.prefix)
+                - len(self._previous(job).get("previous", ())))
         if not tokens or len(tokens) > room // 2:
             return replace(job, audio=job.audio[job.context_samples:], context="",
                            context_samples=0)  # (a final's context job is resolved by now)
@@ -441,17 +462,28 @@ class SecondPassLoop:
         text, tokens = self._after_context(result, job)  # the final follows the previous text
         if self.guard is None:
             return text, "whisper", None, tokens if text else ()
-        verdict = self.guard.review(text, job.ctc_text, failed)
+        verdict = self.guard.review(text, job.ctc_text, failed, hotwords=job.hotwords)
         if verdict.reason is not None:  # counted by the engine when the final is published
             return None, "ctc", verdict.reason, ()
         own = verdict.source == "whisper" and verdict.text
         return verdict.text, verdict.source, None, tokens if own else ()
 
+    def _word_probs(self, job: SecondPassJob, result: object | None,
+                    tokens: tuple[int, ...]) -> tuple[float, ...]:
+        """Per word of a final's own Whisper text (``tokens``, after any context), the
+        probability of its least likely generated token; none when the decode gave no
+        token probabilities."""
+        log_probs = tuple(getattr(result, "token_log_probs", ()))
+        if not tokens or not log_probs:
+            return ()
+        return word_probabilities(self._word_ends(tokens), len(job.prefix), log_probs)
+
     def _finish(self, job: SecondPassJob, text: str | None, source: str = "whisper",
-                rejected: str | None = None, tokens: tuple[int, ...] = ()) -> None:
+                rejected: str | None = None, tokens: tuple[int, ...] = (),
+                word_probs: tuple[float, ...] = ()) -> None:
         self.emit(SecondPassDone(job.job_id, job.stream_id, text,
                                  time.monotonic() - job.submitted_at, source, rejected,
-                                 tokens, self._word_ends(tokens)))
+                                 tokens, self._word_ends(tokens), word_probs))
         published = job.ctc_text if text is None else text  # what the final carries
         waiting = self._deferred.pop(job.job_id, None)
         if waiting is not None:

@@ -24,7 +24,8 @@ from oasr.models.whisper.window import EncodedSegments, SegmentEncoder
 def beam_first_decodes(checkpoint: WhisperCheckpoint, encoder: SegmentEncoder,
                        config: WhisperDecodeConfig, requests: Sequence[DecodeRequest],
                        prompts: Sequence[tuple[int, ...]],
-                       stop: Callable[[], bool] | None = None) -> list[DecodeAttempt]:
+                       stop: Callable[[], bool] | None = None,
+                       start: int = 0) -> list[DecodeAttempt]:
     """The temperature-0 decode of each request, by beam search in one batched call.
 
     Args:
@@ -32,6 +33,8 @@ def beam_first_decodes(checkpoint: WhisperCheckpoint, encoder: SegmentEncoder,
         requests: encoded requests (``encoded`` set), all with ``prompts`` of one length.
         prompts: each request's decoder prompt (start tokens, then its forced prefix).
         stop: asked before each decoder call; True gives the decode up.
+        start: where the start tokens begin in each prompt (after a previous-text prompt of
+            that length).
     Returns:
         One attempt per request, in order (``looped`` / ``truncated`` as the row rules say).
     Raises:
@@ -45,7 +48,8 @@ def beam_first_decodes(checkpoint: WhisperCheckpoint, encoder: SegmentEncoder,
     kv = DecoderKv(encoder.cross_kv(encoded), len(prompts[0]) + limit, config.kv_cache,
                    shared_cross=True)
     prompt = torch.tensor([list(p) for p in prompts], device=model.device)  # (N, P)
-    hyps = beam_search(model, spec, kv, config.beam_size, limit, prompt=prompt, stop=stop)
+    hyps = beam_search(model, spec, kv, config.beam_size, limit, prompt=prompt, stop=stop,
+                       start=start)
     attempts = []
     repetition = config.repetition
     for request, hyp in zip(requests, hyps, strict=True):
@@ -54,5 +58,6 @@ def beam_first_decodes(checkpoint: WhisperCheckpoint, encoder: SegmentEncoder,
         looped = repetition is not None and any(
             repetition.is_looping(tokens[:n]) for n in range(1, len(tokens) + 1))
         attempts.append(request.attempt(checkpoint.tokenizer, tokens, 0.0, hyp.log_prob,
-                                        hyp.no_speech_prob, looped, truncated and not looped))
+                                        hyp.no_speech_prob, looped, truncated and not looped,
+                                        hyp.token_log_probs))
     return attempts

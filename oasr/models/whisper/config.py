@@ -84,6 +84,8 @@ class DecodingSpec:
         suppress_ids_begin: tokens not generated at the first step (blank, end-of-transcript).
         no_speech: the no-speech token whose probability at the start token flags silence
             (tiny.en: 50361, ``<|nocaptions|>``); None when the vocabulary has none.
+        previous: the token before a previous-text prompt (tiny.en: 50360,
+            ``<|startofprev|>``), whose text comes before ``prompt``; None: none.
     """
 
     prompt: tuple[int, ...] = (50257, 50362)
@@ -91,6 +93,7 @@ class DecodingSpec:
     suppress_ids: tuple[int, ...] = ()
     suppress_ids_begin: tuple[int, ...] = (220, 50256)
     no_speech: int | None = None
+    previous: int | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt:

@@ -141,7 +141,8 @@ class ContinuousWhisperDecoder:
 
     def submit(self, request_id: int, waveform: torch.Tensor | np.ndarray,
                prefix: tuple[int, ...] = (), background: bool = False,
-               fast: bool = False, draft: tuple[int, ...] = ()) -> None:
+               fast: bool = False, draft: tuple[int, ...] = (),
+               previous: tuple[int, ...] = ()) -> None:
         """Queue a 16 kHz mono waveform of at most 30 s.
 
         Args:
@@ -158,6 +159,10 @@ class ContinuousWhisperDecoder:
                 pick one by one (`oasr.models.whisper.decoding.accepted_draft`); a beam
                 decode ignores it (taking a draft where the model was fairly sure turned
                 beam finals into greedy ones: docs/benchmarks.md).
+            previous: text tokens of a previous-text prompt (a stream's hotwords and prompt),
+                given after ``<|startofprev|>`` and before the start prompt, as Whisper's
+                ``initial_prompt``: the transcript is not forced to contain them, it is
+                conditioned on them (ignored by a checkpoint without that token).
         Raises:
             ValueError: the waveform is not 1-D or is longer than one 30 s window, or the
                 prefix leaves no room in the decoder's window.
@@ -166,17 +171,20 @@ class ContinuousWhisperDecoder:
         if len(shape) != 1 or shape[0] > N_SAMPLES:
             raise ValueError(f"request {request_id}: waveform of shape {shape}; Whisper takes a "
                              f"1-D waveform of at most {N_SAMPLES} samples (30 s)")
-        room = self.max_new_tokens - len(prefix)
+        if self.checkpoint.spec.previous is None:
+            previous = ()
+        room = self.max_new_tokens - len(prefix) - (len(previous) + 1 if previous else 0)
         if room < 1:
             raise ValueError(f"request {request_id}: a prefix of {len(prefix)} tokens leaves no "
                              f"room in the decoder's {self.max_new_tokens} positions")
         request = DecodeRequest(request_id, min(room, self.budget(shape[0])),
                                 prefix=tuple(prefix), draft=tuple(draft),
+                                previous=tuple(previous),
                                 background=background,
                                 fast=fast or background,
                                 # a refinement never falls back: nothing to seed
-                                sample_seed=0 if background else self._sample_seed(waveform,
-                                                                                   prefix))
+                                sample_seed=0 if background else self._sample_seed(
+                                    waveform, tuple(previous) + tuple(prefix)))
         (self._background if background else self._waiting).append(
             PendingDecode(request, waveform=waveform))
 
@@ -216,8 +224,8 @@ class ContinuousWhisperDecoder:
         firsts = [p for p in self._waiting if self._beamed(p.request)]
         if not firsts:
             return []
-        width = len(firsts[0].request.prefix)  # one prompt length per batch
-        batch = [p for p in firsts if len(p.request.prefix) == width][: self.config.max_rows]
+        shape = self._shape(firsts[0].request)  # one prompt shape per batch
+        batch = [p for p in firsts if self._shape(p.request) == shape][: self.config.max_rows]
         for p in batch:
             self._waiting.remove(p)
         requests = [p.request for p in batch]
@@ -230,7 +238,8 @@ class ContinuousWhisperDecoder:
                 raise SearchStopped
             self._encode(batch)
             attempts = beam_first_decodes(self.checkpoint, self.encoder, self.config, requests,
-                                          [self._prompt(r) for r in requests], stop=unwanted)
+                                          [self._prompt(r) for r in requests], stop=unwanted,
+                                          start=shape[0])
         except SearchStopped:  # every request of the batch was aborted: nothing to answer
             self.num_cancelled += 1
             return []
@@ -243,7 +252,17 @@ class ContinuousWhisperDecoder:
         return done
 
     def _prompt(self, request: DecodeRequest) -> tuple[int, ...]:
-        return self.checkpoint.spec.prompt + request.prefix
+        """The request's decoder prompt: ``<|startofprev|>`` and its previous-text prompt
+        (if any), the start prompt, its forced prefix."""
+        spec = self.checkpoint.spec
+        before = (spec.previous, *request.previous) if request.previous else ()
+        return before + spec.prompt + request.prefix  # type: ignore[return-value]
+
+    @staticmethod
+    def _shape(request: DecodeRequest) -> tuple[int, int]:
+        """(where the start prompt begins, prefix length): requests decoded together share
+        it, so their start token and their first generated position line up."""
+        return (len(request.previous) + 1 if request.previous else 0), len(request.prefix)
 
     def _row_temperatures(self, request: DecodeRequest) -> list[float]:
         """The temperature of each row of the request's next decode: one row for the first
@@ -265,7 +284,7 @@ class ContinuousWhisperDecoder:
         urgent = [p for p in self._waiting if not self._beamed(p.request)]
         for pending in urgent or ([] if self._waiting else list(self._background)):
             request = pending.request
-            if admitted and len(request.prefix) != len(admitted[0].request.prefix):
+            if admitted and self._shape(request) != self._shape(admitted[0].request):
                 break
             rows = self._rows_for(request)
             wanted = ceilings + [len(self._prompt(request)) + request.max_new_tokens] * rows
@@ -331,10 +350,11 @@ class ContinuousWhisperDecoder:
                 if self.manager.has_row(row.row_id):
                     self.manager.free_row(row.row_id)
             raise
-        for row, prob in zip(rows, no_speech_probs(prompt_logits, spec), strict=True):
+        start, prefix_len = self._shape(rows[0].request)
+        for row, prob in zip(rows, no_speech_probs(prompt_logits, spec, start), strict=True):
             row.no_speech_prob = prob
         width = prompt.size(1)
-        first = self._first if width == len(spec.prompt) else self._always
+        first = self._first if prefix_len == 0 else self._always
         runs, draft_log_probs = accepted_draft(prompt_logits[:, width - 1:], guess, drafts,
                                                first, self._always)
         taken = runs.tolist()

@@ -32,7 +32,7 @@ class SecondPassResult:
             should not be trusted.
         looped: the kept decode was stopped by the repetition rule.
         token_log_probs: log-probability of each generated token (after the prefix, no end
-            token) of a decode row by row (greedy or sampled); empty from beam search.
+            token), from every kind of decode (greedy, sampled, beam search).
     """
 
     request_id: int
@@ -55,6 +55,8 @@ class DecodeRequest:
     max_new_tokens: int
     encoded: EncodedSegments | None = None  # (1, S, d) once encoded
     prefix: tuple[int, ...] = ()  # forced text tokens after the start prompt
+    # text tokens of a previous-text prompt, before the start prompt (hotwords, a prompt)
+    previous: tuple[int, ...] = ()
     # text tokens after the prefix that a greedy decode takes where each is its own choice
     # (`oasr.models.whisper.decoding.accepted_draft`): an earlier decode's guess
     draft: tuple[int, ...] = ()

@@ -73,11 +73,13 @@ class GreedyHypothesis:
         return self.log_prob / (len(self.tokens) + 1)
 
 
-def no_speech_probs(logits: torch.Tensor, spec: DecodingSpec) -> list[float | None]:
-    """P(no-speech) per row from the prompt's logits (B, P, V) at the start token (index 0)."""
+def no_speech_probs(logits: torch.Tensor, spec: DecodingSpec,
+                    start: int = 0) -> list[float | None]:
+    """P(no-speech) per row from the prompt's logits (B, P, V) at the start token (index
+    ``start``: after a previous-text prompt, its length)."""
     if spec.no_speech is None:
         return [None] * logits.size(0)
-    return torch.softmax(logits[:, 0].float(), dim=-1)[:, spec.no_speech].tolist()
+    return torch.softmax(logits[:, start].float(), dim=-1)[:, spec.no_speech].tolist()
 
 
 @torch.inference_mode()
@@ -152,12 +154,14 @@ class SearchStopped(Exception):
 
 @dataclass(frozen=True)
 class BeamHypothesis:
-    """A finished beam: text tokens, summed log-probability, and the length-normalised score."""
+    """A finished beam: text tokens, summed log-probability, and the length-normalised score;
+    ``token_log_probs``: each text token's log-probability (the end token's left out)."""
 
     tokens: tuple[int, ...]
     log_prob: float
     score: float
     no_speech_prob: float | None = None
+    token_log_probs: tuple[float, ...] = ()
 
 
 @torch.inference_mode()
@@ -170,6 +174,7 @@ def beam_search(
     length_penalty: float = 1.0,
     prompt: torch.Tensor | None = None,
     stop: Callable[[], bool] | None = None,
+    start: int = 0,
 ) -> list[BeamHypothesis]:
     """Beam search of each of ``kv``'s B rows on dense per-group buffers.
 
@@ -184,6 +189,7 @@ def beam_search(
             ``spec.prompt`` are a forced text prefix, which the hypotheses do not include.
         stop: asked before each decoder call; True gives the search up (the caller no
             longer wants any of its rows).
+        start: where ``spec.prompt`` begins in ``prompt`` (after a previous-text prompt).
     Returns:
         Per row the best hypothesis.
     Raises:
@@ -194,20 +200,23 @@ def beam_search(
     always, first = suppression_masks(spec, model.config.n_vocab, device)
     if prompt is None:
         prompt = torch.tensor(spec.prompt, device=device).expand(batch, -1)
-    elif prompt.size(1) > len(spec.prompt):
+    elif prompt.size(1) - start > len(spec.prompt):
         first = always  # after a forced text prefix the transcript may end at once
     if stop is not None and stop():
         raise SearchStopped
     prompt_logits = model.decoder(prompt, kv)  # (B, P, V)
-    no_speech = no_speech_probs(prompt_logits, spec)
+    no_speech = no_speech_probs(prompt_logits, spec, start)
     log_probs = torch.log_softmax(prompt_logits[:, -1] + first, dim=-1)  # (B, V)
     scores = torch.zeros(batch, 1, device=device)  # (B, K) summed log-probs of live beams
     history = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (B, K, t)
+    token_lps = torch.zeros(batch, 1, 0, device=device)  # (B, K, t) each token's log-prob
     finished: list[list[BeamHypothesis]] = [[] for _ in range(batch)]
     for step in range(limit):
         top_scores, parents, tokens = best_candidates(scores, log_probs, 2 * beam_size)
+        picked = top_scores - scores.gather(1, parents)  # (B, 2K) the tokens' log-probs
         keep = _collect_finished(finished, top_scores, parents, tokens, history, spec.eot,
-                                 beam_size, length_penalty, last_step=step + 1 == limit)
+                                 beam_size, length_penalty, last_step=step + 1 == limit,
+                                 token_lps=(token_lps, picked))
         if all(len(f) >= beam_size for f in finished) or step + 1 == limit:
             break
         if stop is not None and stop():
@@ -219,10 +228,13 @@ def beam_search(
         kv.select(flat)
         history = torch.cat([history.view(batch * width, -1)[flat].view(batch, beam_size, -1),
                              chosen_tokens.unsqueeze(-1)], dim=-1)
+        token_lps = torch.cat([token_lps.view(batch * width, -1)[flat].view(batch, beam_size, -1),
+                               picked.gather(1, keep).unsqueeze(-1)], dim=-1)
         logits = model.decoder(chosen_tokens.view(-1, 1), kv)[:, -1] + always  # (B*K, V)
         log_probs = torch.log_softmax(logits, dim=-1)
     best = [max(f, key=lambda h: h.score) for f in finished]
-    return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns) for h, ns in zip(best, no_speech, strict=True)]
+    return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns, h.token_log_probs)
+            for h, ns in zip(best, no_speech, strict=True)]
 
 
 def draft_tensor(drafts: Sequence[Sequence[int]], pad: int,
@@ -287,9 +299,12 @@ def _collect_finished(
     beam_size: int,
     length_penalty: float,
     last_step: bool,
+    token_lps: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Move end-token candidates (all candidates at the last step) into ``finished``; returns
-    (B, K) indices into the 2K candidates of the best ``beam_size`` that go on."""
+    (B, K) indices into the 2K candidates of the best ``beam_size`` that go on.
+    ``token_lps``: the live beams' tokens' log-probs (B, K, t) and the candidates' (B, 2K),
+    kept with each finished hypothesis."""
     keep_rows = []
     for b, row in enumerate(finished):
         keep: list[int] = []
@@ -302,7 +317,12 @@ def _collect_finished(
                 text = prefix if token == eot else prefix + [token]
                 if len(row) < beam_size:
                     norm = max(len(text), 1) ** length_penalty
-                    row.append(BeamHypothesis(tuple(text), score, score / norm))
+                    lps: tuple[float, ...] = ()
+                    if token_lps is not None:
+                        lps = tuple(token_lps[0][b, parent].tolist())
+                        lps += () if token == eot else (float(token_lps[1][b, j]),)
+                    row.append(BeamHypothesis(tuple(text), score, score / norm,
+                                              token_log_probs=lps))
             else:
                 keep.append(j)
         keep_rows.append(keep + [keep[-1] if keep else 0] * (beam_size - len(keep)))

@@ -132,6 +132,7 @@ def _read_spec(path: Path, tokenizer: WhisperTokenizer, config: WhisperConfig) -
         suppress_ids=tuple(int(t) for t in raw.get("suppress_ids", ())),
         suppress_ids_begin=tuple(int(t) for t in raw.get("suppress_ids_begin", (220, eot))),
         no_speech=tokenizer.find_special("<|nospeech|>", "<|nocaptions|>"),
+        previous=tokenizer.find_special("<|startofprev|>"),
     )
 
 

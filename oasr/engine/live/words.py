@@ -1,0 +1,229 @@
+"""Word times and confidence of live partials and finals.
+
+The CTC pass says when each letter was heard: a hypothesis's token is emitted at one encoder
+frame (its timestamp), and the frame's posterior of that token says how sure the acoustic
+model was (`Posteriors` keeps each frame's best `TOP_K` log-probs of a stream's open segment,
+read back once per step). `ctc_letters` turns a CTC hypothesis into its letters with their
+frames and probabilities, word by word.
+
+`timed_words` gives any text of the segment (the CTC text itself, a refined partial, Whisper's
+final) its words' times: the text's letters are aligned to the CTC letters (Levenshtein edit
+operations on lower-cased letters, spaces aside, so "Bren vic" and "Brenvik" line up); a word
+spans the frames of the CTC letters its letters met, from the first one's frame to one frame
+after the last one's; a word that met none (a number Whisper wrote in digits, a word the CTC
+pass did not hear) shares the gap between its neighbours by length. Words stay in order and
+inside the segment. A word's confidence is Whisper's probability of its least likely token
+when given (``probs``: a final Whisper wrote), else the CTC pass's: the least probability of
+the letters it heard alike, times the share of the word's letters it heard alike.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rapidfuzz.distance import Levenshtein
+
+from oasr.decoding import Hypothesis
+from oasr.engine.events import Word
+
+TOP_K = 4  # log-probs kept per frame (the token a hypothesis emits is nearly always among them)
+
+
+class Posteriors:
+    """A stream's best `TOP_K` CTC log-probs per encoder frame, absolutely indexed from
+    ``start`` (frames decoded again after a cut in the past overwrite the old ones)."""
+
+    def __init__(self) -> None:
+        self.start = 0
+        self._ids = np.zeros((0, TOP_K), dtype=np.int64)
+        self._lps = np.zeros((0, TOP_K), dtype=np.float32)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self._ids)
+
+    def write(self, first_frame: int, ids: np.ndarray, log_probs: np.ndarray) -> None:
+        """A chunk's frames from ``first_frame`` on: ``ids``, ``log_probs`` (T, k)."""
+        if first_frame < self.start:  # before what is kept: only its tail matters
+            skip = self.start - first_frame
+            ids, log_probs, first_frame = ids[skip:], log_probs[skip:], self.start
+        keep = min(len(self._ids), first_frame - self.start)
+        gap = first_frame - self.start - keep
+        pad_ids = np.zeros((gap, ids.shape[1]), dtype=np.int64)
+        pad_lps = np.full((gap, ids.shape[1]), -np.inf, dtype=np.float32)
+        self._ids = np.concatenate([self._ids[:keep], pad_ids, ids.astype(np.int64)])
+        self._lps = np.concatenate([self._lps[:keep], pad_lps, log_probs.astype(np.float32)])
+
+    def drop_before(self, frame: int) -> None:
+        """Forget the frames before ``frame`` (a segment ended there)."""
+        cut = max(0, min(len(self._ids), frame - self.start))
+        self._ids, self._lps = self._ids[cut:], self._lps[cut:]
+        self.start = max(self.start, frame)
+
+    def prob(self, frame: int, token: int) -> float | None:
+        """P(``token``) at ``frame``: its posterior when among the frame's best, else at
+        most the least of them; None for a frame not kept."""
+        row = frame - self.start
+        if not 0 <= row < len(self._ids):
+            return None
+        hits = np.nonzero(self._ids[row] == token)[0]
+        lp = self._lps[row, hits[0]] if len(hits) else self._lps[row].min()
+        return float(np.exp(lp))
+
+
+@dataclass(frozen=True)
+class CtcLetters:
+    """A CTC hypothesis's letters (spaces aside) with the absolute frame that emitted each
+    and its probability there (None: unknown), and where each of its words begins in them."""
+
+    letters: str
+    frames: tuple[int, ...]
+    probs: tuple[float | None, ...]
+    word_starts: tuple[int, ...]
+
+    @property
+    def first_frame(self) -> int | None:
+        return self.frames[0] if self.frames else None
+
+    @property
+    def last_frame(self) -> int | None:
+        return self.frames[-1] if self.frames else None
+
+
+NO_LETTERS = CtcLetters("", (), (), ())
+
+
+def _fold(text: str) -> str:
+    """Lower-case letters and digits of ``text`` (accents dropped; apostrophes kept)."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return re.sub(r"[^\w']|_", "", "".join(c for c in decomposed if not unicodedata.combining(c)))
+
+
+def ctc_letters(tokenizer: Any, hyp: Hypothesis | None, base_frame: int,
+                posteriors: Posteriors | None = None) -> CtcLetters:
+    """``hyp``'s letters with their frames (its timestamps plus ``base_frame``, the segment's
+    first frame) and probabilities (from ``posteriors``)."""
+    if hyp is None or tokenizer is None or not hasattr(tokenizer, "raw_text"):
+        return NO_LETTERS
+    letters: list[str] = []
+    frames: list[int] = []
+    probs: list[float | None] = []
+    starts: list[int] = []
+    in_word = False
+    for token, stamp in zip(hyp.tokens, hyp.timestamps, strict=True):
+        frame = base_frame + int(stamp)
+        prob = posteriors.prob(frame, token) if posteriors is not None else None
+        for char in tokenizer.raw_text([token]):
+            if char.isspace():
+                in_word = False
+                continue
+            folded = _fold(char)
+            if not folded:
+                continue
+            if not in_word:
+                starts.append(len(letters))
+                in_word = True
+            for piece in folded:
+                letters.append(piece)
+                frames.append(frame)
+                probs.append(prob)
+    return CtcLetters("".join(letters), tuple(frames), tuple(probs), tuple(starts))
+
+
+def timed_words(text: str, ctc: CtcLetters, span: tuple[int, int], frame_shift_s: float,
+                probs: Sequence[float] = ()) -> tuple[Word, ...]:
+    """The words of ``text`` (split at whitespace, as written) with times in stream seconds
+    and confidence (see the module docstring).
+
+    Args:
+        ctc: the CTC pass's letters of the same audio.
+        span: the segment's (first, end) absolute frames: words stay inside it.
+        probs: Whisper's probability of each word (its least likely token), when ``text`` is
+            Whisper's and it gave one per word; else the CTC pass's confidence is used.
+    """
+    words = text.split()
+    if not words:
+        return ()
+    lo, hi = span
+    keys = [_fold(w) for w in words]
+    target = "".join(keys)
+    heard: list[list[int]] = [[] for _ in words]  # CTC letters met, per word
+    alike: list[list[int]] = [[] for _ in words]  # ... of them, the same letter
+    owner = np.repeat(np.arange(len(words)), [len(k) for k in keys])
+    if target and ctc.letters:
+        matched = set()
+        for op in Levenshtein.opcodes(target, ctc.letters):
+            if op.tag not in ("equal", "replace"):
+                continue
+            for i, j in zip(range(op.src_start, op.src_end), range(op.dest_start, op.dest_end),
+                            strict=False):
+                heard[owner[i]].append(j)
+                if op.tag == "equal":
+                    alike[owner[i]].append(j)
+                    matched.add(j)
+    spans: list[tuple[float, float] | None] = []
+    for met in heard:
+        if met:
+            spans.append((min(ctc.frames[j] for j in met), max(ctc.frames[j] for j in met) + 1))
+        else:
+            spans.append(None)
+    filled = _fill_gaps(spans, [max(1, len(k)) for k in keys], lo, hi)
+    out = []
+    end = float(lo)
+    for n, (word, (start, stop)) in enumerate(zip(words, filled, strict=True)):
+        start = min(max(start, end, lo), hi)
+        stop = min(max(stop, start), hi)
+        end = stop
+        if len(probs) == len(words):
+            confidence = float(probs[n])
+        else:
+            confidence = _ctc_confidence(ctc, alike[n], len(keys[n]))
+        out.append(Word(word, round(start * frame_shift_s, 3), round(stop * frame_shift_s, 3),
+                        round(min(max(confidence, 0.0), 1.0), 3)))
+    return tuple(out)
+
+
+def _ctc_confidence(ctc: CtcLetters, alike: list[int], num_letters: int) -> float:
+    """The least probability of the word's letters the CTC pass heard alike, times the share
+    of its letters heard alike (0 when none; 1 when the probabilities are unknown)."""
+    if num_letters == 0:
+        return 1.0
+    if not alike:
+        return 0.0
+    known = [p for p in (ctc.probs[j] for j in alike) if p is not None]
+    least = min(known) if known else 1.0
+    return least * min(1.0, len(alike) / num_letters)
+
+
+def _fill_gaps(spans: list[tuple[float, float] | None], weights: list[int], lo: int, hi: int
+               ) -> list[tuple[float, float]]:
+    """Each word's (start, end) frames: its own span, or for a run of words with none, a
+    share (by ``weights``) of the gap between the spans around it (the segment's edges)."""
+    out: list[tuple[float, float]] = []
+    i = 0
+    while i < len(spans):
+        span = spans[i]
+        if span is not None:
+            out.append(span)
+            i += 1
+            continue
+        j = i
+        while j < len(spans) and spans[j] is None:
+            j += 1
+        gap_start = out[-1][1] if out else lo
+        following = spans[j] if j < len(spans) else None
+        gap_end = following[0] if following is not None else hi
+        gap_end = max(gap_end, gap_start)
+        total = sum(weights[i:j])
+        at = float(gap_start)
+        for k in range(i, j):
+            step = (gap_end - gap_start) * weights[k] / total
+            out.append((at, at + step))
+            at += step
+        i = j
+    return out
