@@ -501,8 +501,7 @@ class Hotwords:
     def whisper_prompt(self) -> str:
         """The text Whisper is prompted with: the stream's prompt, then its terms as a list
         ("Brenvik, Taloria.")."""
-        glossary = ", ".join(self.phrases)
-        glossary = glossary + "." if glossary and glossary[-1].isalnum() else glossary
+        glossary = f"Glossary: {', '.join(self.phrases)}." if self.phrases else ""
         return " ".join(p for p in (self.prompt, glossary) if p)
 
     def to_json(self) -> list[dict[str, Any]]:

@@ -65,7 +65,7 @@ def test_char_spelling_folds_case_accents_and_breaks() -> None:
 
 def test_hotwords_prompt_lists_the_terms_after_the_prompt() -> None:
     hot = Hotwords.build(["Brenvik", "Taloria"], TOK, prompt="Meeting notes.")
-    assert hot.whisper_prompt() == "Meeting notes. Brenvik, Taloria."
+    assert hot.whisper_prompt() == "Meeting notes. Glossary: Brenvik, Taloria."
     assert hot.graph is not None and hot.graph.terms == hot.terms
     assert Hotwords.build(["Brenvik"]).graph is None  # no tokenizer: no first-pass graph
     assert not Hotwords.build(None)
