@@ -67,7 +67,7 @@ def kv_bytes(bench: BenchModel, num_left_chunks: int = 4, device: str = "auto") 
     per_block = bytes_per_kv_block(cache)
     pool = BlockPool(cache)
     measured = pool.nbytes // pool.num_physical_blocks
-    held_blocks = (cache.max_logical_blocks or 0) + 1
+    held_blocks = cache.peak_blocks_per_stream if cache.has_eviction else 1
     window_frames = cache.chunk_size * (num_left_chunks + 1)
     history_frames = round(HISTORY_SECONDS / bench.frame_seconds)
     if bench.family.max_positions is not None:

@@ -29,12 +29,20 @@ class AttentionCacheManager(DenseModeMixin):
     in one copy before any device read (see ``HostMirroredTable``), so no Python scalar is ever
     written through an index into a device tensor.
 
-    Invariants, per stream: frame p of the retained history is in ``logical_blocks[p // bs]`` at
+    Invariants, per stream: frame p of the block-table row is in ``logical_blocks[p // bs]`` at
     slot ``p % bs``; ``block_table[slot, :len(logical_blocks)] == logical_blocks`` and zeros
-    after; ``cache_seqlens[slot] == num_committed_frames``. With eviction on, a commit leaves at
-    most ``max_logical_blocks`` blocks, evicting oldest first (FIFO, a left shift of the row).
-    Pad lanes (rows past ``max_batch_size``) point only at a scratch block, at the cache length
-    every stream starts with; no stream is ever bound to them.
+    after; the history is row frames ``start .. start + num_committed_frames - 1``, with
+    ``cache_starts[slot] == start < bs`` and ``cache_seqlens[slot] == start +
+    num_committed_frames``. With eviction on (spec section 4.1), a commit of a full chunk
+    leaves exactly the last ``chunk_size * num_left_chunks`` frames: the oldest frames are
+    evicted one by one (FIFO), a block freed (a left shift of the row) once all its frames
+    are. The history then begins ``start`` frames into its first block, a multiple of
+    ``gcd(chunk_size, block_size)``, at most ``bs - gcd``; after a short chunk (a stream's
+    last, in the engine) a start past that loses the rest of its block (fewer than ``gcd``
+    frames), which bounds a stream's blocks by ``CacheConfig.peak_blocks_per_stream``. Pad
+    lanes (rows past ``max_batch_size``) point only
+    at a scratch block, at the cache length every stream starts with; no stream is ever bound
+    to them.
 
     The stream's slot is the caller's (the engine's ``StreamSlotPool``); this manager only
     binds it. Dense mode (``commit``, ``get_stacked_cache``), the specification's reference API,
@@ -59,8 +67,11 @@ class AttentionCacheManager(DenseModeMixin):
         self.num_evictions = 0
         self._bs = config.block_size_frames
         self._streams: dict[int, StreamKVState] = {}
-        mlb = config.max_logical_blocks
-        self._block_limit = config.blocks_per_stream if mlb is None else mlb + 1
+        self._block_limit = config.peak_blocks_per_stream
+        self._window = config.history_frames  # frames kept after a commit; None: all
+        self._grid = math.gcd(config.chunk_size, config.block_size_frames)  # where history starts
+        # whether a row's history can begin inside its first block (then attention masks it)
+        self._starts_inside = self._window is not None and self._grid < self._bs
         self._tables = BlockTables(config, pad_lanes, pool.scratch_block_ids, config.prefill_frames)
 
     # ---------------------------------------------------------------- stream lifecycle
@@ -124,17 +135,24 @@ class AttentionCacheManager(DenseModeMixin):
         self._init_row(state)
 
     def _init_row(self, state: StreamKVState) -> None:
-        n = self.config.blocks_per_stream if self.config.prefill_kv_window else 0
-        ids = self.pool.allocate(n)
+        """An empty history, or the prefilled window: ``prefill_frames`` zeroed frames."""
+        frames = self.config.prefill_frames
+        ids = self.pool.allocate(math.ceil(frames / self._bs))
         self.pool.zero_blocks(ids)
         self._append_blocks(state, ids)
-        state.num_committed_frames = n * self._bs
-        self._tables.set_seqlen(state.slot, state.num_committed_frames)
+        state.num_committed_frames = frames
+        self._set_row_length(state)
+
+    def _set_row_length(self, state: StreamKVState) -> None:
+        self._tables.set_seqlen(state.slot, state.start + state.num_committed_frames)
+        self._tables.set_start(state.slot, state.start)
 
     def _release_blocks(self, state: StreamKVState) -> None:
         self.pool.free(state.logical_blocks)
         state.logical_blocks = []
+        state.start = 0
         self._tables.clear(state.slot)
+        self._tables.set_start(state.slot, 0)
 
     def _get_state(self, stream_id: int) -> StreamKVState:
         try:
@@ -148,7 +166,7 @@ class AttentionCacheManager(DenseModeMixin):
     # ---------------------------------------------------------------- block bookkeeping
 
     def _num_new_blocks(self, state: StreamKVState, num_frames: int) -> int:
-        needed = math.ceil((state.num_committed_frames + num_frames) / self._bs)
+        needed = math.ceil((state.start + state.num_committed_frames + num_frames) / self._bs)
         return max(0, needed - len(state.logical_blocks))
 
     def _check_capacity(self, stream_id: int, state: StreamKVState, num_frames: int) -> int:
@@ -169,20 +187,44 @@ class AttentionCacheManager(DenseModeMixin):
     def _commit_frames(self, state: StreamKVState, num_frames: int) -> None:
         state.num_committed_frames += num_frames
         state.num_total_frames += num_frames
-        mlb = self.config.max_logical_blocks
-        if mlb is not None and len(state.logical_blocks) > mlb:
-            self._evict(state, len(state.logical_blocks) - mlb)
-        self._tables.set_seqlen(state.slot, state.num_committed_frames)
+        window = self._window
+        if window is not None and state.num_committed_frames > window:
+            self._evict_frames(state, state.num_committed_frames - window)
+        self._release_unused(state)
+        self._set_row_length(state)
 
-    def _evict(self, state: StreamKVState, n: int) -> None:
-        """Drop the ``n`` oldest blocks: free them, shift the row left, shorten the history."""
-        evicted = state.logical_blocks[:n]
-        state.logical_blocks = state.logical_blocks[n:]
-        self.pool.free(evicted)
-        self._tables.shift_left(state.slot, n, len(state.logical_blocks))
-        state.num_committed_frames = max(0, state.num_committed_frames - n * self._bs)
-        state.num_evictions += n
-        self.num_evictions += n
+    def _release_unused(self, state: StreamKVState) -> None:
+        """Give back blocks prepared for frames a short chunk did not write (a chunk of
+        several blocks can leave whole ones unused), so a commit leaves no empty block."""
+        used = math.ceil((state.start + state.num_committed_frames) / self._bs)
+        unused = len(state.logical_blocks) - used
+        if unused > 0:
+            self.pool.free(state.logical_blocks[used:])
+            state.logical_blocks = state.logical_blocks[:used]
+            self._tables.truncate(state.slot, used, unused)
+
+    def _evict_frames(self, state: StreamKVState, n: int) -> None:
+        """Drop the ``n`` oldest frames of the history and free every block left without a
+        frame of history (a left shift of the row). A history that would begin further into
+        its first block than full chunks ever leave it (``block - gcd(chunk, block)``: only
+        after a short chunk) loses the rest of that block too, fewer than
+        ``gcd(chunk, block)`` frames."""
+        start = state.start + n
+        held = state.num_committed_frames - n
+        within = start % self._bs
+        if held > 0 and within > self._bs - self._grid:
+            extra = min(self._bs - within, held)
+            start, held = start + extra, held - extra
+        freed = len(state.logical_blocks) if held == 0 else start // self._bs
+        state.start = 0 if held == 0 else start - freed * self._bs
+        state.num_committed_frames = held
+        if freed:
+            evicted = state.logical_blocks[:freed]
+            state.logical_blocks = state.logical_blocks[freed:]
+            self.pool.free(evicted)
+            self._tables.shift_left(state.slot, freed, len(state.logical_blocks))
+            state.num_evictions += freed
+            self.num_evictions += freed
 
     # ---------------------------------------------------------------- paged mode
 
@@ -235,7 +277,7 @@ class AttentionCacheManager(DenseModeMixin):
         state = self._get_state(stream_id)
         if not 0 <= chunk_frames <= self.config.chunk_size:
             raise ValueError(f"chunk_frames must be in 0..{self.config.chunk_size}, got {chunk_frames}")
-        room = len(state.logical_blocks) * self._bs - state.num_committed_frames
+        room = len(state.logical_blocks) * self._bs - state.start - state.num_committed_frames
         if chunk_frames > room:
             raise RuntimeError(
                 f"stream {stream_id}: committing {chunk_frames} frames but its blocks have room for "
@@ -261,8 +303,10 @@ class AttentionCacheManager(DenseModeMixin):
     def get_paged_caches(self, stream_id: int) -> list[PagedKVCache]:
         """One ``PagedKVCache`` per layer for this stream alone (B = 1)."""
         block_table, cache_seqlens = self.get_paged_state_views(stream_id)
-        held = self._streams[stream_id].num_committed_frames
-        return self._layer_caches(block_table, cache_seqlens, held)
+        state = self._streams[stream_id]
+        slot = torch.tensor([state.slot], device=self.config.device)
+        return self._layer_caches(block_table, cache_seqlens,
+                                  state.start + state.num_committed_frames, slot)
 
     def get_batched_paged_caches(
         self, stream_ids: Sequence[int], pad_to: int | None = None
@@ -281,10 +325,10 @@ class AttentionCacheManager(DenseModeMixin):
                 raise RuntimeError(f"stream {sid} has no prepared chunk: call prepare_chunk first")
         slots = self.batch_slots(stream_ids, pad_to)
         block_table, cache_seqlens = self._tables.gather(slots)  # (B, max_blocks), (B,)
-        held = [self._streams[sid].num_committed_frames for sid in stream_ids]
+        spans = [self._row_frames(self._streams[sid]) for sid in stream_ids]
         if pad_to is not None and pad_to > len(stream_ids):
-            held.append(self.config.prefill_frames)
-        return self._layer_caches(block_table, cache_seqlens, max(held, default=0))
+            spans.append(self.config.prefill_frames)
+        return self._layer_caches(block_table, cache_seqlens, max(spans, default=0), slots)
 
     def paged_caches_for_slots(self, slots: torch.Tensor, host_seqlen: int) -> list[PagedKVCache]:
         """One ``PagedKVCache`` per layer for rows given as a device slots tensor (a captured
@@ -292,10 +336,10 @@ class AttentionCacheManager(DenseModeMixin):
 
         Args:
             slots: (B,) int64 rows: stream slots and pad lanes, prepared by the caller.
-            host_seqlen: an upper bound of the rows' held frames (sizes the gather).
+            host_seqlen: an upper bound of the frames the rows span (sizes the gather).
         """
         block_table, cache_seqlens = self._tables.gather(slots)  # (B, max_blocks), (B,)
-        return self._layer_caches(block_table, cache_seqlens, host_seqlen)
+        return self._layer_caches(block_table, cache_seqlens, host_seqlen, slots)
 
     def flush_tables(self) -> None:
         """Bring the device block table and cache lengths up to date (before a replay, which
@@ -303,14 +347,23 @@ class AttentionCacheManager(DenseModeMixin):
         self._tables.flush()
 
     def _layer_caches(
-        self, block_table: torch.Tensor, cache_seqlens: torch.Tensor, host_seqlen: int
+        self, block_table: torch.Tensor, cache_seqlens: torch.Tensor, host_seqlen: int,
+        slots: torch.Tensor,
     ) -> list[PagedKVCache]:
+        """The layers' caches over the rows ``slots``; their history starts go along only
+        where a history can begin inside its first block (else every start is 0)."""
+        starts = self._tables.gather_starts(slots) if self._starts_inside else None  # (B,)
         views = [self.pool.get_kv_view(layer) for layer in range(self.config.num_layers)]
         return [
             PagedKVCache(k_cache=k, v_cache=v, block_table=block_table, cache_seqlens=cache_seqlens,
-                         block_size=self._bs, host_seqlen=host_seqlen)
+                         block_size=self._bs, host_seqlen=host_seqlen, cache_starts=starts)
             for k, v in views
         ]
+
+    @staticmethod
+    def _row_frames(state: StreamKVState) -> int:
+        """Frames the stream's row spans: its history and the evicted frames before it."""
+        return state.start + state.num_committed_frames
 
     def batch_slots(self, stream_ids: Sequence[int], pad_to: int | None = None) -> torch.Tensor:
         """(B',) int64 device rows of a batch: the streams' slots, then pad lanes up to ``pad_to``."""
@@ -322,25 +375,27 @@ class AttentionCacheManager(DenseModeMixin):
         return padded_slot_list(slots, pad_to, self.pad_lane_slots)
 
     def cached_frames(self, stream_ids: Sequence[int]) -> torch.Tensor:
-        """(B,) int32 frames each stream holds (its cache_seqlens rows), on the device."""
+        """(B,) int32 frames each stream's row spans (its cache_seqlens rows: the history,
+        and with eviction by frame the evicted frames before it in its first block; the key
+        positions of a chunk are counted back from it), on the device."""
         return self._tables.gather(self.batch_slots(stream_ids))[1]
 
     def max_cached_frames(self, stream_ids: Sequence[int]) -> int:
-        """Host int: the most frames any of the prepared streams holds (a gather's size).
+        """Host int: the most frames any of the prepared streams' rows spans (a gather's size).
 
         Raises:
             RuntimeError: a stream with no prepared chunk (its row would address no block).
         """
-        held = 0
+        span = 0
         for sid in stream_ids:
             state = self._get_state(sid)
             if not state.prepared:
                 raise RuntimeError(f"stream {sid} has no prepared chunk: call prepare_chunk first")
-            held = max(held, state.num_committed_frames)
-        return held
+            span = max(span, self._row_frames(state))
+        return span
 
     def num_cached_frames(self, stream_id: int) -> int:
-        """Host int: frames the stream holds (no device read)."""
+        """Host int: frames of history the stream holds (no device read)."""
         return self._get_state(stream_id).num_committed_frames
 
     @property
@@ -352,6 +407,11 @@ class AttentionCacheManager(DenseModeMixin):
     def cache_seqlens(self) -> torch.Tensor:
         """(max_batch_size + pad_lanes,) int32 device cache lengths, up to date."""
         return self._tables.cache_seqlens
+
+    @property
+    def cache_starts(self) -> torch.Tensor:
+        """(max_batch_size + pad_lanes,) int32 device history starts, up to date."""
+        return self._tables.cache_starts
 
     def host_block_table_row(self, stream_id: int) -> list[int]:
         """The stream's block-table row as the device will hold it (host ints, no device read)."""

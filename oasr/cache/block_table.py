@@ -1,4 +1,5 @@
-"""Slot-addressed device tables of the paged K/V cache: ``block_table`` and ``cache_seqlens``."""
+"""Slot-addressed device tables of the paged K/V cache: ``block_table``, ``cache_seqlens`` and
+``cache_starts``."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from oasr.cache.types import CacheConfig
 
 
 class BlockTables:
-    """One block-table row and one cache length per slot, plus pad lanes.
+    """One block-table row, one cache length and one history start per slot, plus pad lanes.
 
-    ``block_table`` is (max_batch_size + pad_lanes, max_blocks_per_seq) int32 and
-    ``cache_seqlens`` (max_batch_size + pad_lanes,) int32, both persistent on the config's
-    device. Every edit goes to a host mirror; ``flush`` copies the changed rows in one copy per
-    table (no Python scalar is written through an index into a device tensor). Pad-lane rows
-    point only at a scratch block, at ``pad_seqlen`` frames, and are never edited afterwards.
+    ``block_table`` is (max_batch_size + pad_lanes, max_blocks_per_seq) int32,
+    ``cache_seqlens`` and ``cache_starts`` (max_batch_size + pad_lanes,) int32 (frames a row
+    spans; the first of them that is history), all persistent on the config's device. Every
+    edit goes to a host mirror; ``flush`` copies the changed rows in one copy per table (no
+    Python scalar is written through an index into a device tensor). Pad-lane rows point only
+    at a scratch block, at ``pad_seqlen`` frames from frame 0, and are never edited afterwards.
     """
 
     def __init__(
@@ -33,6 +35,7 @@ class BlockTables:
         self.num_rows = config.max_batch_size + pad_lanes
         self._table = HostMirroredTable((self.num_rows, config.max_blocks_per_seq), config.device)
         self._seqlens = HostMirroredTable((self.num_rows,), config.device)
+        self._starts = HostMirroredTable((self.num_rows,), config.device)
         for lane, row in enumerate(self.pad_lane_slots):
             self._table.host[row, :] = scratch_ids[lane % len(scratch_ids)]
             self._seqlens.host[row] = pad_seqlen
@@ -58,6 +61,11 @@ class BlockTables:
         row[num_kept : num_kept + n] = 0
         self._table.mark_dirty(slot)
 
+    def truncate(self, slot: int, num_kept: int, n: int) -> None:
+        """Zero entries ``num_kept .. num_kept + n - 1`` of a row (blocks given back)."""
+        self._table.host[slot, num_kept : num_kept + n] = 0
+        self._table.mark_dirty(slot)
+
     def clear(self, slot: int) -> None:
         """Zero the whole block-table row of ``slot``."""
         self._table.host[slot, :] = 0
@@ -67,6 +75,12 @@ class BlockTables:
         self._seqlens.host[slot] = frames
         self._seqlens.mark_dirty(slot)
 
+    def set_start(self, slot: int, frame: int) -> None:
+        """The row's first frame of history (frames before it were evicted)."""
+        if int(self._starts.host[slot]) != frame:
+            self._starts.host[slot] = frame
+            self._starts.mark_dirty(slot)
+
     def host_row(self, slot: int) -> list[int]:
         """The host mirror of one block-table row (what the device holds after a flush)."""
         return self._table.host[slot].tolist()
@@ -75,6 +89,7 @@ class BlockTables:
         """Bring both device tables up to date (at most one copy each)."""
         self._table.flush()
         self._seqlens.flush()
+        self._starts.flush()
 
     @property
     def block_table(self) -> torch.Tensor:
@@ -87,6 +102,17 @@ class BlockTables:
         """(num_rows,) int32 device cache lengths, flushed."""
         self.flush()
         return self._seqlens.device
+
+    @property
+    def cache_starts(self) -> torch.Tensor:
+        """(num_rows,) int32 device history starts, flushed."""
+        self.flush()
+        return self._starts.device
+
+    def gather_starts(self, slots: torch.Tensor) -> torch.Tensor:
+        """(B,) int32 history starts of the rows ``slots`` (flushed)."""
+        self.flush()
+        return self._starts.device.index_select(0, slots)
 
     def row_views(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(1, max_blocks_per_seq) and (1,) views of one slot's rows (flushed)."""

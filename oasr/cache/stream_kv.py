@@ -12,7 +12,10 @@ class StreamKVState:
 
     slot: int
     logical_blocks: list[int] = field(default_factory=list)
-    num_committed_frames: int = 0  # frames held == the stream's cache_seqlens row
+    num_committed_frames: int = 0  # frames of history held
+    # frames of the first block before the history (evicted from a partly valid block);
+    # start + num_committed_frames == the stream's cache_seqlens row
+    start: int = 0
     num_total_frames: int = 0  # frames committed since allocation or the last reset
     num_evictions: int = 0  # blocks evicted over the stream's life (resets do not clear it)
     prepared: bool = False  # prepare_chunk called since allocation or the last reset

@@ -16,12 +16,34 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def max_start_frame(chunk_size: int, block_size_frames: int) -> int:
+    """The furthest into its first block a stream's history can begin: eviction is by frame
+    and a stream moves a whole chunk at a time, so the history's first frame sits on a grid of
+    ``gcd(chunk_size, block_size_frames)`` frames within the block (0 when chunks are whole
+    blocks)."""
+    return block_size_frames - math.gcd(chunk_size, block_size_frames)
+
+
 def retained_blocks(chunk_size: int, num_left_chunks: int, block_size_frames: int) -> int | None:
-    """Blocks a stream retains after a commit: ``num_left_chunks`` chunks of history rounded up
-    to whole blocks; None when history is unlimited (``num_left_chunks == -1``)."""
+    """Blocks a stream holds after a commit: its last ``chunk_size * num_left_chunks`` frames,
+    which may begin up to `max_start_frame` frames into their first block; None when history
+    is unlimited (``num_left_chunks == -1``)."""
     if num_left_chunks < 0:
         return None
-    return math.ceil(chunk_size * num_left_chunks / block_size_frames)
+    window = chunk_size * num_left_chunks
+    if window == 0:
+        return 0
+    return math.ceil((max_start_frame(chunk_size, block_size_frames) + window) / block_size_frames)
+
+
+def peak_blocks(chunk_size: int, num_left_chunks: int, block_size_frames: int) -> int | None:
+    """Blocks a stream holds at most with eviction: its retained window plus the chunk in
+    flight (allocated before the forward, evicted at the commit); None when history is
+    unlimited."""
+    if num_left_chunks < 0:
+        return None
+    frames = max_start_frame(chunk_size, block_size_frames) + chunk_size * (num_left_chunks + 1)
+    return math.ceil(frames / block_size_frames)
 
 
 _POSITIVE_FIELDS = (
@@ -43,9 +65,12 @@ class CacheConfig:
     """Geometry of every per-stream cache: the shared K/V block pool, the conv left context and
     the per-stream block tables.
 
-    Frame ``p`` of a stream's retained history lives in logical block ``p // block_size_frames``
-    at slot ``p % block_size_frames``. A chunk of at most ``chunk_size`` frames therefore needs at
-    most one new block, which is why ``chunk_size > block_size_frames`` is refused.
+    Frame ``p`` of a stream's block-table row lives in logical block ``p // block_size_frames``
+    at slot ``p % block_size_frames``. With eviction a stream keeps exactly its last
+    ``chunk_size * num_left_chunks`` frames after every full chunk: old frames are evicted one by
+    one (whole blocks are freed once every frame of them is), so the history may begin inside
+    the row's first block (`max_start_frame`). Any chunk and block sizes work together: a chunk
+    takes as many new blocks as its frames reach.
 
     Attributes:
         num_layers: encoder layers (one K/V plane and one conv cache per layer).
@@ -114,13 +139,6 @@ class CacheConfig:
             )
 
     def _validate_geometry(self) -> None:
-        if self.chunk_size > self.block_size_frames:
-            raise ValueError(
-                f"chunk_size ({self.chunk_size}) > block_size_frames ({self.block_size_frames}): "
-                "a chunk must fit in the one block allocated for it, or its K/V would spill into "
-                "the page read as the next chunk's; set block_size_frames >= chunk_size "
-                f"(e.g. block_size_frames={self.chunk_size})"
-            )
         mlb = self.max_logical_blocks
         if mlb is None and self.max_num_blocks < self.max_batch_size:
             raise ValueError(
@@ -131,12 +149,13 @@ class CacheConfig:
             )
         if mlb is not None:
             self._validate_bounded_pool(mlb)
-        if mlb is not None and self.max_blocks_per_seq < mlb + 1:
+        peak = self.peak_blocks_per_stream
+        if mlb is not None and self.max_blocks_per_seq < peak:
             raise ValueError(
                 f"max_blocks_per_seq ({self.max_blocks_per_seq}) cannot address the history "
-                f"num_left_chunks={self.num_left_chunks} asks for: {mlb} retained blocks plus "
-                f"the in-flight chunk's block; set max_blocks_per_seq >= {mlb + 1} or lower "
-                "num_left_chunks"
+                f"num_left_chunks={self.num_left_chunks} asks for: up to {mlb} retained blocks "
+                f"and the in-flight chunk, {peak} blocks; set max_blocks_per_seq >= {peak} or "
+                "lower num_left_chunks"
             )
 
     def _validate_bounded_pool(self, mlb: int) -> None:
@@ -149,25 +168,24 @@ class CacheConfig:
             raise ValueError(
                 f"max_num_blocks ({self.max_num_blocks}) cannot hold max_batch_size "
                 f"({self.max_batch_size}) streams: with num_left_chunks={self.num_left_chunks} "
-                f"each stream holds up to {mlb} blocks plus one for the chunk in flight, "
-                f"{self.peak_blocks_per_stream} x {self.max_batch_size} = {need}; raise "
+                f"each stream holds up to {self.peak_blocks_per_stream} blocks with the chunk in "
+                f"flight, {self.peak_blocks_per_stream} x {self.max_batch_size} = {need}; raise "
                 f"max_num_blocks to {need}{lower} or lower num_left_chunks"
-            )
-        if self.prefill_kv_window and self.chunk_size != self.block_size_frames:
-            lo = mlb * self.block_size_frames - self.block_size_frames + self.chunk_size
-            raise ValueError(
-                f"prefill_kv_window needs chunk_size == block_size_frames (got {self.chunk_size} "
-                f"and {self.block_size_frames}): eviction frees whole blocks, so a smaller chunk "
-                f"leaves the held window alternating between {lo} and "
-                f"{mlb * self.block_size_frames} frames, and the window would not be uniform; "
-                f"set block_size_frames={self.chunk_size}"
             )
 
     @property
     def peak_blocks_per_stream(self) -> int:
-        """The most blocks one stream holds at once: ``blocks_per_stream`` plus, with eviction,
-        the block of the chunk in flight (allocated before the forward, evicted at commit)."""
-        return self.blocks_per_stream + (1 if self.has_eviction else 0)
+        """The most blocks one stream holds at once: with eviction its window and the chunk in
+        flight (allocated before the forward, evicted at commit: `peak_blocks`), else
+        ``blocks_per_stream``."""
+        peak = peak_blocks(self.chunk_size, self.num_left_chunks, self.block_size_frames)
+        return self.blocks_per_stream if peak is None else peak
+
+    @property
+    def history_frames(self) -> int | None:
+        """Frames a stream keeps after every full chunk, ``chunk_size * num_left_chunks``;
+        None when history is unlimited."""
+        return self.chunk_size * self.num_left_chunks if self.has_eviction else None
 
     @property
     def kv_last_dim(self) -> int:
@@ -186,7 +204,8 @@ class CacheConfig:
 
     @property
     def max_logical_blocks(self) -> int | None:
-        """Blocks a stream retains after a commit; None when history is unlimited."""
+        """Blocks a stream retains after a commit, at most (`retained_blocks`); None when
+        history is unlimited."""
         return retained_blocks(self.chunk_size, self.num_left_chunks, self.block_size_frames)
 
     @property
@@ -204,7 +223,8 @@ class CacheConfig:
 
     @property
     def prefill_frames(self) -> int:
-        """Frames of the zeroed window a stream starts with (0 unless ``prefill_kv_window``)."""
+        """Frames of the zeroed window a stream starts with (0 unless ``prefill_kv_window``):
+        its whole history, ``history_frames``."""
         if not self.prefill_kv_window:
             return 0
-        return self.blocks_per_stream * self.block_size_frames
+        return self.history_frames or 0

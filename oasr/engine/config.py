@@ -55,11 +55,11 @@ class EngineConfig:
             history, bounded by endpoint resets and ``max_blocks_per_seq``.
         prefill_kv_window: give each stream its whole retained window (``num_left_chunks``
             chunks), zeroed, at admission, so every stream holds the same cached length: for
-            a model trained with a fixed attention window. Needs ``num_left_chunks >= 0`` and
-            one block per chunk. Default False: a stream's first chunks attend only what it
-            has heard.
-        block_size_frames: encoder frames per K/V block. Default None: the chunk size (one
-            block per chunk).
+            a model trained with a fixed attention window. Needs ``num_left_chunks >= 0``.
+            Default False: a stream's first chunks attend only what it has heard.
+        block_size_frames: encoder frames per K/V block, any size: with eviction a stream
+            keeps exactly its last ``num_left_chunks`` chunks whatever the block (evicted by
+            frame). Default None: the chunk size (one block per chunk).
         max_num_blocks: K/V pool size in blocks. Default None: derived
             (`oasr.engine.runner.memory`): every slot's window when history is bounded, else
             ``kv_memory_fraction`` of the available memory.
@@ -250,12 +250,9 @@ class EngineConfig:
             raise ValueError(
                 "prefill_kv_window needs a bounded window: set num_left_chunks >= 0 (got -1, "
                 "unlimited history) or prefill_kv_window=False")
-        if (self.block_size_frames is not None and self.chunk_size is not None
-                and self.block_size_frames < self.chunk_size):
+        if self.block_size_frames is not None and self.block_size_frames < 1:
             raise ValueError(
-                f"block_size_frames {self.block_size_frames} < chunk_size {self.chunk_size}: "
-                f"raise block_size_frames (or leave it None to use chunk_size)"
-            )
+                f"block_size_frames must be >= 1 or None, got {self.block_size_frames}")
         if self.max_num_blocks is not None and self.max_num_blocks < 1:
             raise ValueError(f"max_num_blocks must be >= 1 or None, got {self.max_num_blocks}")
         if not 0.0 < self.kv_memory_fraction <= 0.9:

@@ -1,10 +1,12 @@
 """Paged attention: write a chunk's K/V into the block pool and attend through block tables.
 
-A batch row (one stream) holds ``cache_seqlens[b]`` frames of history in the shared pool. Frame
-``p`` of the row lives in physical block ``block_table[b, p // block_size]`` at slot
-``p % block_size``. A chunk's K/V is written first (frames ``cache_seqlens[b] + t``), then every
-query of the chunk attends to the row's history plus the whole chunk: the chunk mask of a
-streaming Conformer (full attention inside a chunk, causal across chunks).
+A batch row (one stream) spans ``cache_seqlens[b]`` frames in the shared pool. Frame ``p`` of
+the row lives in physical block ``block_table[b, p // block_size]`` at slot ``p % block_size``.
+Frames before ``cache_starts[b]`` (when given) were evicted from the row's first block and are
+not attended to; the history is frames ``cache_starts[b] .. cache_seqlens[b] - 1``. A chunk's
+K/V is written first (frames ``cache_seqlens[b] + t``), then every query of the chunk attends
+to the row's history plus the whole chunk: the chunk mask of a streaming Conformer (full
+attention inside a chunk, causal across chunks).
 
 Rows of one batch may hold different amounts of history: the gather is sized by the host-side
 upper bound ``host_seqlen`` and the surplus columns are masked, so no device value is read back
@@ -32,9 +34,13 @@ class PagedKVCache:
         k_cache: (num_physical_blocks, block_size, n_kv_head, head_dim) keys of every block.
         v_cache: same shape, values.
         block_table: (B, max_blocks_per_seq) int32, logical block -> physical block id.
-        cache_seqlens: (B,) int32, frames each row holds before the current chunk.
+        cache_seqlens: (B,) int32, frames each row spans before the current chunk (its
+            history, plus the evicted frames before it in its first block).
         block_size: frames per block.
         host_seqlen: host-side upper bound of ``cache_seqlens`` (sizes gathers without a sync).
+        cache_starts: (B,) int32, the row's first frame of history (0 <= start < block_size:
+            eviction by frame leaves the first block partly valid); None when every row's
+            history starts at frame 0.
     """
 
     k_cache: torch.Tensor
@@ -43,6 +49,7 @@ class PagedKVCache:
     cache_seqlens: torch.Tensor
     block_size: int
     host_seqlen: int
+    cache_starts: torch.Tensor | None = None
 
     @property
     def max_blocks_per_seq(self) -> int:
@@ -227,6 +234,8 @@ def paged_attention(
     scale = scale if scale is not None else 1.0 / math.sqrt(dim)
     new_frames = q_lens if q_lens is not None else torch.full_like(cache.cache_seqlens, frames)
     valid = key_padding_mask(cache.cache_seqlens + new_frames, length)  # (B, L)
+    if cache.cache_starts is not None:  # frames evicted from the first block
+        valid &= ~key_padding_mask(cache.cache_starts, length)
     if resolve_backend(backend, q.dtype, q.device.type) == "sdpa":
         k, v = gather_kv(cache, length)  # (B, L, H, D)
         mask = _sdpa_mask(valid[:, None, None, :], attn_bias, q.dtype)  # (B, 1|H, 1|T, L)

@@ -101,22 +101,43 @@ def test_streams_evict_independently(make_config):
 
 
 def test_chunk_smaller_than_block_shares_blocks(make_config):
+    """Two chunks per block, two chunks of history: the history is always the last 4 frames,
+    beginning half way into its first block every other chunk (evicted by frame)."""
     att, pool = build(make_config, chunk_size=2, block_size_frames=4, num_left_chunks=2)
-    assert att.config.max_logical_blocks == 1
+    assert att.config.max_logical_blocks == 2 and att.config.peak_blocks_per_stream == 2
     att.allocate_stream(3)
     seen = []
     for _ in range(5):
         att.prepare_chunk(3)
         blocks_in_flight = att.stream_info(3).block_ids
         att.commit_chunk_paged(3, 2)
-        seen.append((blocks_in_flight, att.stream_info(3).block_ids, att.num_cached_frames(3)))
+        slot = att.slot_of(3)
+        seen.append((blocks_in_flight, att.stream_info(3).block_ids, att.num_cached_frames(3),
+                     att.cache_starts[slot].item(), att.cache_seqlens[slot].item()))
     assert seen == [
-        ((0,), (0,), 2),
-        ((0,), (0,), 4),
-        ((0, 1), (1,), 2),
-        ((1,), (1,), 4),
-        ((1, 2), (2,), 2),
+        ((0,), (0,), 2, 0, 2),
+        ((0,), (0,), 4, 0, 4),
+        ((0, 1), (0, 1), 4, 2, 6),  # frames 2..5: block 0 from its third frame
+        ((0, 1), (1,), 4, 0, 4),
+        ((1, 2), (1, 2), 4, 2, 6),
     ]
+    assert_drained(att, pool)
+
+
+def test_a_short_chunk_never_takes_a_stream_past_its_peak_blocks(make_config):
+    """A short chunk moves the history off the chunks' grid; it stays exact but where it
+    would begin further into its first block than full chunks ever leave it (here its last
+    frame), that frame goes too, so a stream never needs more than
+    `peak_blocks_per_stream` blocks."""
+    att, pool = build(make_config, chunk_size=2, block_size_frames=4, num_left_chunks=2)
+    att.allocate_stream(1)
+    seen = []
+    for frames in (2, 2, 1, 2, 2, 2):
+        step(att, 1, frames)
+        seen.append((att.num_cached_frames(1), att.cache_starts[att.slot_of(1)].item()))
+        assert len(att.stream_info(1).block_ids) <= att.config.peak_blocks_per_stream
+    # 5 frames: the last 4 begin at frame 1; 7: at frame 3, past 4 - 2, so frame 3 goes
+    assert seen == [(2, 0), (4, 0), (4, 1), (3, 0), (4, 1), (3, 0)]
     assert_drained(att, pool)
 
 

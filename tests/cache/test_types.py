@@ -46,9 +46,23 @@ def test_zero_left_chunks_keeps_no_history(make_config):
     assert make_config(num_left_chunks=0).max_logical_blocks == 0
 
 
-def test_rejects_chunk_wider_than_block(make_config):
-    with pytest.raises(ValueError, match=r"chunk_size \(8\) > block_size_frames \(4\).*block_size_frames=8"):
-        make_config(chunk_size=8, block_size_frames=4)
+@pytest.mark.parametrize("chunk, block, retained, peak", [
+    (4, 4, 4, 5),  # one block per chunk
+    (2, 4, 3, 3),  # two chunks per block: the history may begin half way into its first block
+    (8, 4, 8, 10),  # a chunk of two blocks
+    (6, 4, 7, 8),  # chunks across block edges: the history begins on a grid of 2 frames
+])
+def test_every_chunk_and_block_size_holds_its_window(make_config, chunk, block, retained, peak):
+    """Four chunks of history at any geometry: the blocks a stream retains after a commit
+    and holds with a chunk in flight (the history may begin up to block - gcd(chunk, block)
+    frames into its first block)."""
+    cfg = make_config(chunk_size=chunk, block_size_frames=block, num_left_chunks=4,
+                      max_num_blocks=3 * peak, max_blocks_per_seq=peak)
+    assert cfg.history_frames == 4 * chunk
+    assert cfg.max_logical_blocks == retained and cfg.peak_blocks_per_stream == peak
+    with pytest.raises(ValueError, match=rf"max_blocks_per_seq \({peak - 1}\).*>= {peak}"):
+        make_config(chunk_size=chunk, block_size_frames=block, num_left_chunks=4,
+                    max_num_blocks=3 * peak, max_blocks_per_seq=peak - 1)
 
 
 def test_rejects_block_table_too_narrow_for_history(make_config):
@@ -114,27 +128,25 @@ def test_rejects_a_bounded_pool_smaller_than_its_streams():
         CacheConfig(num_left_chunks=4, max_num_blocks=4, max_batch_size=3)
 
 
-def test_prefilled_window_needs_one_block_per_chunk(make_config):
-    """A chunk smaller than a block makes the held window alternate, which defeats a prefilled
-    window's purpose (one cached length for every stream, every step)."""
-    with pytest.raises(ValueError, match=r"chunk_size == block_size_frames \(got 2 and 4\).*"
-                       r"alternating between 6 and 8 frames.*block_size_frames=2"):
-        make_config(chunk_size=2, num_left_chunks=4, prefill_kv_window=True)
-
-
-@pytest.mark.parametrize("chunk, expected", [(4, [8] * 6), (2, [2, 4, 6, 8, 6, 8, 6, 8, 6])])
-def test_held_window_is_uniform_only_with_one_block_per_chunk(make_config, chunk, expected):
-    """What the rule above protects: chunks of a block keep the held length fixed at the
-    window; half-block chunks (allowed without a prefill) alternate."""
+@pytest.mark.parametrize("chunk", [4, 2, 8, 6])
+@pytest.mark.parametrize("prefill", [True, False])
+def test_held_window_is_the_last_chunks_at_every_geometry(make_config, chunk, prefill):
+    """Eviction by frame: after every chunk a stream holds exactly its last num_left_chunks
+    chunks (from the start with a prefilled window), whether chunks are one block, half a
+    block, two blocks or straddle block edges."""
     from oasr.cache import AttentionCacheManager, BlockPool
 
-    prefill = chunk == 4
-    cfg = make_config(chunk_size=chunk, num_left_chunks=8 // chunk, prefill_kv_window=prefill)
+    left = 2
+    window = left * chunk
+    cfg = make_config(chunk_size=chunk, num_left_chunks=left, prefill_kv_window=prefill,
+                      max_num_blocks=40, max_blocks_per_seq=10)
     att = AttentionCacheManager(BlockPool(cfg), cfg)
     att.allocate_stream(1)
-    held = []
-    for _ in range(len(expected)):
+    held, blocks = [], []
+    for k in range(1, 9):
         att.prepare_chunk(1)
+        blocks.append(len(att.stream_info(1).block_ids))
         att.commit_chunk_paged(1, chunk)
         held.append(att.num_cached_frames(1))
-    assert held == expected
+        assert held[-1] == (window if prefill else min(k * chunk, window))
+    assert max(blocks) <= cfg.peak_blocks_per_stream

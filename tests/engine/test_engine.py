@@ -281,12 +281,12 @@ def test_too_much_pending_audio_is_an_error_for_that_stream(engine_config: Engin
 
 
 def test_engine_config_rejects_bad_values() -> None:
-    with pytest.raises(ValueError, match="block_size_frames 8 < chunk_size 16"):
-        EngineConfig(block_size_frames=8, chunk_size=16)
-    # chunk_size None (the model's chunk): checked once the model's chunk is known
-    with pytest.raises(ValueError, match="block_size_frames 8 < chunk_size 32"):
-        cache_config_for(EngineConfig(block_size_frames=8), ConformerConfig(),
-                         torch.device("cpu"), torch.float32, chunk_size=32)
+    with pytest.raises(ValueError, match="block_size_frames must be >= 1"):
+        EngineConfig(block_size_frames=0, chunk_size=16)
+    # any block size serves any chunk (eviction is by frame): two blocks per chunk here
+    cache = cache_config_for(EngineConfig(block_size_frames=8, num_left_chunks=2),
+                             ConformerConfig(), torch.device("cpu"), torch.float32, chunk_size=32)
+    assert cache.peak_blocks_per_stream == 3 * 32 // 8 and cache.max_num_blocks == 64 * 12
     with pytest.raises(ValueError, match="max_batch_size must be >= 1"):
         EngineConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="device must be"):

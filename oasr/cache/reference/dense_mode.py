@@ -7,7 +7,9 @@ block tables and never builds a dense copy.
 
 The dense layout is (num_layers, n_kv_head, T, 2 * head_dim) with K in ``[..., :head_dim]``
 and V in ``[..., head_dim:]``; the pool layout is (num_layers, blocks, block_size, heads, dim).
-Frame p of a stream lives in ``block_ids[p // block_size]`` at slot ``p % block_size``.
+Frame p of a stream's row lives in ``block_ids[p // block_size]`` at slot ``p % block_size``;
+its history is row frames ``start .. start + held - 1`` (``start`` > 0 once frames of the first
+block were evicted).
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ def write_dense_frames(
         t += n
 
 
-def gather_dense(pool: BlockPool, block_ids: Sequence[int], num_frames: int) -> torch.Tensor:
-    """The first ``num_frames`` frames of the stream as (num_layers, n_kv_head, T, 2 * head_dim).
+def gather_dense(pool: BlockPool, block_ids: Sequence[int], num_frames: int,
+                 start: int = 0) -> torch.Tensor:
+    """Row frames ``start .. start + num_frames - 1`` of the stream (its history) as
+    (num_layers, n_kv_head, T, 2 * head_dim).
 
     A new contiguous tensor; (L, H, 0, 2D) when ``num_frames`` is 0.
     """
@@ -60,8 +64,8 @@ def gather_dense(pool: BlockPool, block_ids: Sequence[int], num_frames: int) -> 
     layers = []
     for layer in range(cfg.num_layers):
         views = [pool.get_kv_block_view(layer, b) for b in block_ids]  # (block_size, H, D) pairs
-        k = torch.cat([kb for kb, _ in views])[:num_frames]  # (T, H, D)
-        v = torch.cat([vb for _, vb in views])[:num_frames]  # (T, H, D)
+        k = torch.cat([kb for kb, _ in views])[start : start + num_frames]  # (T, H, D)
+        v = torch.cat([vb for _, vb in views])[start : start + num_frames]  # (T, H, D)
         layers.append(torch.cat([k, v], dim=-1))  # (T, H, 2D)
     return torch.stack(layers).permute(0, 2, 1, 3).contiguous()  # (L, H, T, 2D)
 
@@ -109,7 +113,8 @@ class DenseModeMixin:
             )
         new = self._check_capacity(stream_id, state, num_frames)
         self._append_blocks(state, self.pool.allocate(new))
-        write_dense_frames(self.pool, state.logical_blocks, state.num_committed_frames, new_kv_chunk)
+        write_dense_frames(self.pool, state.logical_blocks,
+                           state.start + state.num_committed_frames, new_kv_chunk)
         self._commit_frames(state, num_frames)
 
     def get_stacked_cache(self: _PagedManager, stream_id: int) -> torch.Tensor:
@@ -119,4 +124,5 @@ class DenseModeMixin:
         (L, H, 0, 2D) when nothing is held.
         """
         state = self._get_state(stream_id)
-        return gather_dense(self.pool, state.logical_blocks, state.num_committed_frames)
+        return gather_dense(self.pool, state.logical_blocks, state.num_committed_frames,
+                            state.start)

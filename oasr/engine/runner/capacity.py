@@ -20,10 +20,9 @@ MIN_STREAM_BLOCKS = 2
 
 
 def blocks_for_one_stream(config: CacheConfig) -> int:
-    """Pool blocks one stream can hold at most: its retained window plus the in-flight block
+    """Pool blocks one stream can hold at most: its retained window and the chunk in flight
     when history is evicted (``num_left_chunks >= 0``), else its ceiling."""
-    mlb = config.max_logical_blocks
-    return config.blocks_per_stream if mlb is None else mlb + 1
+    return config.peak_blocks_per_stream
 
 
 def check_pool_covers_slots(config: CacheConfig) -> None:

@@ -139,10 +139,8 @@ def cache_config_for(config: EngineConfig, geometry: KVGeometry | ConformerConfi
             to what such a stream can use.
     ``max_num_blocks=None`` is derived here by `derive_num_blocks` before the config is
     built (size first, then build once).
-    Raises:
-        ValueError: ``block_size_frames`` smaller than the chunk.
     """
-    from oasr.cache.types import retained_blocks
+    from oasr.cache.types import peak_blocks
     from oasr.engine.families.base import KVGeometry
 
     if isinstance(geometry, ConformerConfig):
@@ -152,21 +150,17 @@ def cache_config_for(config: EngineConfig, geometry: KVGeometry | ConformerConfi
             hidden_dim=geometry.output_size, kernel_size=geometry.cnn_module_kernel)
     chunk = chunk_size if chunk_size is not None else config.resolve_chunk_size(16)
     block = config.block_size_frames if config.block_size_frames is not None else chunk
-    if block < chunk:
-        raise ValueError(
-            f"block_size_frames {block} < chunk_size {chunk}: raise block_size_frames (or "
-            "leave it None to use the chunk size)")
+    peak = peak_blocks(chunk, config.num_left_chunks, block)
     blocks_per_seq = config.max_blocks_per_seq
     if max_stream_frames is not None:  # + 1: the in-flight block before eviction
         blocks_per_seq = min(blocks_per_seq, -(-max_stream_frames // block) + 1)
     num_blocks = config.max_num_blocks
     if num_blocks is None:
-        window = retained_blocks(chunk, config.num_left_chunks, block)
         demand = PoolDemand(
             block_bytes=kv_block_bytes(geometry.num_layers, block, geometry.n_kv_head,
                                        geometry.head_dim, dtype),
             num_slots=config.max_batch_size, max_blocks_per_seq=blocks_per_seq,
-            peak_blocks_per_stream=None if window is None else window + 1, device=device)
+            peak_blocks_per_stream=peak, device=device)
         num_blocks = derive_num_blocks(demand, config.kv_memory_fraction)
     return CacheConfig(
         num_layers=geometry.num_layers,
