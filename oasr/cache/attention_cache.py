@@ -33,7 +33,7 @@ class AttentionCacheManager(DenseModeMixin):
     slot ``p % bs``; ``block_table[slot, :len(logical_blocks)] == logical_blocks`` and zeros
     after; the history is row frames ``start .. start + num_committed_frames - 1``, with
     ``cache_starts[slot] == start < bs`` and ``cache_seqlens[slot] == start +
-    num_committed_frames``. With eviction on (spec section 4.1), a commit of a full chunk
+    num_committed_frames``. With eviction on (history bounded to the last chunks), a commit of a full chunk
     leaves exactly the last ``chunk_size * num_left_chunks`` frames: the oldest frames are
     evicted one by one (FIFO), a block freed (a left shift of the row) once all its frames
     are. The history then begins ``start`` frames into its first block, a multiple of

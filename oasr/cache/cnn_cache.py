@@ -14,6 +14,14 @@ from oasr.cache.types import CacheConfig
 CNN_STATE = "cnn"
 
 
+def cnn_state_spec(num_layers: int, cache_frames: int, hidden_dim: int) -> StreamStateSpec:
+    """The causal depthwise conv's left context, declared once here: ``"cnn"``, per stream
+    (num_layers, kernel_size - 1, hidden_dim) with the slot on axis 1 (the layout the paged
+    chunk forward takes). `CnnCacheManager` stores it; an encoder with such a conv lists it in
+    its ``streaming_state_specs``."""
+    return StreamStateSpec(CNN_STATE, (num_layers, cache_frames, hidden_dim), slot_axis=1)
+
+
 class CnnCacheManager(WenetLayoutMixin, SlotStateCache):
     """Per-layer conv left context of every stream, overwritten in place each chunk.
 
@@ -26,9 +34,7 @@ class CnnCacheManager(WenetLayoutMixin, SlotStateCache):
     """
 
     def __init__(self, config: CacheConfig, pad_lanes: int = 0) -> None:
-        spec = StreamStateSpec(
-            CNN_STATE, (config.num_layers, config.cnn_cache_frames, config.hidden_dim), slot_axis=1
-        )
+        spec = cnn_state_spec(config.num_layers, config.cnn_cache_frames, config.hidden_dim)
         super().__init__([spec], config.max_batch_size, config.device, config.dtype, pad_lanes)
         self.config = config
 

@@ -12,8 +12,8 @@ from oasr.cache.state_spec import StreamStateSpec
 
 
 class StateView(Protocol):
-    """What a chunk forward reads and writes one declared state through (spec section 10.1:
-    ``cached = states[name].gather(); ...; states[name].scatter(new)``)."""
+    """What a chunk forward reads and writes one declared state through, by name:
+    ``cached = states[name].gather(); ...; states[name].scatter(new)``."""
 
     def gather(self) -> torch.Tensor:
         """The batch's rows, the spec's stored layout with B rows on its slot axis."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from oasr.cache.cnn_cache import CNN_STATE
+from oasr.cache.cnn_cache import CNN_STATE, cnn_state_spec
 from oasr.cache.slot_state import HeldState, StateView
 from oasr.cache.state_spec import StreamStateSpec
 from oasr.fmha import PagedKVCache, gather_length
@@ -154,15 +154,14 @@ class ConformerEncoder(nn.Module):
     @property
     def streaming_state_specs(self) -> tuple[StreamStateSpec, ...]:
         """The fixed-extent per-stream state `forward_chunk_paged` reads by name from
-        ``states`` (spec section 10.1): ``"cnn"``, every block's depthwise-conv left context,
+        ``states``: ``"cnn"``, every block's depthwise-conv left context,
         (num_blocks, kernel - 1, D) per stream with the stream on axis 1; none without a conv
         module. The engine allocates, zeroes, gathers, scatters and resets what is declared
         here; a subclass that declares more reads them the same way."""
         cfg = self.config
         if not cfg.use_cnn_module:
             return ()
-        shape = (cfg.num_blocks, cfg.cnn_cache_frames, cfg.output_size)
-        return (StreamStateSpec(CNN_STATE, shape, slot_axis=1),)
+        return (cnn_state_spec(cfg.num_blocks, cfg.cnn_cache_frames, cfg.output_size),)
 
     def forward_chunk_paged(
         self,

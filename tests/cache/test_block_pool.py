@@ -4,7 +4,6 @@ import threading
 
 import pytest
 import torch
-
 from support.pool_views import fill_blocks, pool_k, pool_v
 
 from oasr.cache import BlockPool

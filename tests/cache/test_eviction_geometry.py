@@ -1,5 +1,5 @@
-"""History is exactly the last ``num_left_chunks`` chunks at every geometry (spec section 4.1,
-issue #49 item 2): chunks smaller than a block, equal to it, larger than it and straddling
+"""History is exactly the last ``num_left_chunks`` chunks at every geometry (issue #49,
+item 2): chunks smaller than a block, equal to it, larger than it and straddling
 block edges. The paged stream of the WeNet reference model, eviction by frame, equals WeNet's
 dense chunked forward keeping ``required_cache_size = chunk * num_left_chunks`` frames, chunk
 by chunk, K/V history included."""

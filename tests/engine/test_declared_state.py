@@ -1,9 +1,9 @@
-"""Declared fixed-extent state (spec section 10.1, issue #49 item 3): an encoder lists its
+"""Declared fixed-extent state (issue #49, item 3): an encoder lists its
 `StreamStateSpec`s and its chunk forward reads them by name from ``states``; the engine
 allocates, zeroes, gathers, scatters and resets whatever is declared, with no change to the
 engine or to a family adapter. A persistent state is written at admission from the model's
 ``stream_conditioning`` and survives a reset; a runtime that cannot write it refuses the model.
-The Zipformer's slot specs (10.4) come from its own init states on the meta device.
+The Zipformer's slot specs come from its own init states on the meta device.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def test_persistent_state_nobody_can_write_is_refused_at_construction(
 
 
 def test_the_zipformer_slot_specs_are_its_own_init_states() -> None:
-    """10.4: `slot_state_specs` comes from `get_streaming_init_states` on the meta device:
+    """`slot_state_specs` comes from `get_streaming_init_states` on the meta device:
     each spec stores exactly the tensor the model's modules start from, for any batch."""
     model = load_model(str(ZIPFORMER_FIXTURE_DIR), chunk_size=16, left_context_frames=64)
     assert model.streaming_kind == "slot"

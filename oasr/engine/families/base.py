@@ -15,7 +15,7 @@ Both keep their self-attention K/V in the same paged pool. A third family, icefa
 whole cache is declared slot state (the slot runtime). A family holds the model; it keeps no
 stream state (the cache layer does).
 
-Fixed-extent state is the model's to declare (spec section 10.1): the streaming encoder
+Fixed-extent state is the model's to declare: the streaming encoder
 (`ModelFamily.streaming_encoder`) lists its `StreamStateSpec`s (``streaming_state_specs``;
 a slot-runtime model ``slot_state_specs``), its chunk forward reads and writes them by name
 from the ``states`` views the family passes through, and `ModelFamily.build_states` makes

@@ -1,4 +1,4 @@
-"""The icefall Zipformer family: oasr's slot runtime (spec section 10.4).
+"""The icefall Zipformer family: oasr's slot runtime (no block pool, every cache a slot row).
 
 A Zipformer's whole per-stream cache is fixed-extent (per layer a rolling key / nonlin /
 value window and two conv tails, the ConvNeXt's 3 frames, a processed-length counter), so it

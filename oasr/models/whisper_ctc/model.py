@@ -90,8 +90,8 @@ class WhisperCtcModel(nn.Module):
 
     @property
     def streaming_state_specs(self) -> tuple[StreamStateSpec, ...]:
-        """The state the chunk forward reads by name (spec section 10.1,
-        `oasr.models.whisper_ctc.streaming.forward_chunk_states`): the conv-stem tails."""
+        """The state the chunk forward reads by name
+        (`oasr.models.whisper_ctc.streaming.forward_chunk_states`): the conv-stem tails."""
         return whisper_ctc_state_specs(self.config)
 
     def conv_stem(self, mel: torch.Tensor) -> torch.Tensor:

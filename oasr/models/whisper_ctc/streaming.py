@@ -114,7 +114,7 @@ def forward_chunk_states(
     max_offset: int | None = None,
 ) -> WhisperChunkOutput:
     """`forward_chunk_paged` with the declared state (``model.streaming_state_specs``) read
-    and written by name (spec section 10.1): the conv-stem tails are gathered from
+    and written by name: the conv-stem tails are gathered from
     ``states["conv1"]`` / ``states["conv2"]`` and the new ones scattered back.
 
     Args:
