@@ -79,11 +79,14 @@ async def run(address: str, live: Passage, long_pcm: bytes, clients: int) -> dic
     async with httpx.AsyncClient() as http:
         stats = (await http.get(f"http://{address}/api/stats")).json()
     finals = finals_of(log)
+    ends = [m for _, m in log.messages if m.get("type") in ("done", "error")]
     counts = ErrorCounts()
     counts.add(live.reference, " ".join(f["text"] for f in finals))
     second = stats["second_pass"]
     return {
         "clients": clients, "live_error": log.error,
+        "live_end": [{k: m.get(k) for k in ("type", "finish_reason", "code", "message")
+                      if m.get(k)} for m in ends],
         "live_final_wer": round(counts.wer, 1), "live_word_errors": counts.word_errors,
         "live_words": counts.words,
         "live_sources": {s: sum(f.get("source") == s for f in finals)
@@ -112,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     long_audio = np.resize(joined, int(args.long_s * SR))
     long_pcm = (np.clip(long_audio, -1, 1) * 32767).astype("<i2").tobytes()
     env = dict(os.environ)
-    if args.server_tree is not None:
+    if args.server_tree is not None:  # its code first: on the path, and the server's cwd
         env["PYTHONPATH"] = str(args.server_tree)
+        os.chdir(args.server_tree)
     flags = ["--second-pass", "whisper", "--max-connections", str(args.clients + 8),
              *args.server_flags]
     rows = []
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             with server_process(flags, log_path, env=env) as address:
                 rows.append(asyncio.run(run(address, live, long_pcm, clients)))
             print(json.dumps(rows[-1]), flush=True)
-    keys = ["clients", "live_final_wer", "live_word_errors", "live_words", "live_sources",
+    keys = ["clients", "live_end", "live_final_wer", "live_word_errors", "live_words", "live_sources",
             "neighbour_ends", "backlog_full", "evicted", "expired"]
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
