@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket
 
 from backend import openai_http
 from backend.admission import ConnectionLimiter, is_origin_allowed
-from backend.asr_socket import AsrConnection
+from backend.asr_socket import AsrConnection, StreamState
 from backend.auth import (
     ApiKeyMiddleware,
     Credentials,
@@ -34,6 +34,7 @@ from backend.auth import (
     accepted_subprotocol,
     bearer_secret,
     openai_error,
+    websocket_secret,
 )
 from backend.config import ServerConfig
 from backend.drain import Drain
@@ -42,6 +43,7 @@ from backend.limits import AudioFlowGate
 from backend.openai_realtime import RealtimeConnection
 from backend.prometheus import ServerMetrics
 from backend.protocol import CloseCode, ProtocolError, Session
+from backend.resume import ResumeRegistry
 from backend.stats import ServedSnapshot, ServerSnapshot, StatsHub, stream_stats
 from oasr.engine import EngineThread
 from oasr.engine.snapshot import EngineSnapshot
@@ -60,6 +62,7 @@ class AppContext:
         self.owns_engine = False  # the lifespan started it, so the lifespan stops it
         self.started_at = time.time()
         self.credentials = Credentials(config.api_keys, TokenStore(config.token_ttl_s))
+        self.resumes: ResumeRegistry[StreamState] = ResumeRegistry(config.resume_window_s)
         # One limit per websocket endpoint, each of max_connections.
         self.limiters = {endpoint: ConnectionLimiter(config.max_connections)
                          for endpoint in (ASR_ENDPOINT, STATS_ENDPOINT, REALTIME_ENDPOINT)}
@@ -231,8 +234,11 @@ async def _asr_endpoint(websocket: WebSocket) -> None:
         assert context.engine is not None  # _admit refuses until the engine is ready
         config = context.config
         session = Session(config.max_frame_bytes, config.max_text_bytes, config.max_json_depth)
+        principal = context.credentials.principal(websocket_secret(websocket.headers))
         await AsrConnection(websocket, context.engine, session,
-                            config.engine.idle_timeout_s, flow=context.flow, replica=config.replica).run()
+                            config.engine.idle_timeout_s, flow=context.flow,
+                            replica=config.replica, resumes=context.resumes,
+                            principal=principal).run()
 
     await _serve_socket(websocket, ASR_ENDPOINT, handle)
 
@@ -265,10 +271,11 @@ async def _api_token(request: Request) -> Response:
     credentials = _context(request).credentials
     if not credentials.enabled:
         return JSONResponse({"token": None, "expires_at": None})
-    if not credentials.is_key(bearer_secret(request.headers)):  # a token cannot mint tokens
+    secret = bearer_secret(request.headers)
+    if not credentials.is_key(secret):  # a token cannot mint tokens
         return JSONResponse(openai_error("a token is minted for an API key only",
                                          code="invalid_api_key"), status_code=401)
-    token, expires_at = credentials.tokens.mint()
+    token, expires_at = credentials.tokens.mint(owner=credentials.principal(secret))
     return JSONResponse({"token": token, "expires_at": int(expires_at)})
 
 

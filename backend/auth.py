@@ -7,11 +7,13 @@ balancers, and the page's static files hold no data, so they stay open too.
 
 A key can be exchanged at ``POST /api/token`` for a short-lived token (``TokenStore``) that is
 accepted wherever a key is: the demo page asks its user for the key once and only ever puts
-tokens into websocket handshakes.
+tokens into websocket handshakes. A token acts for the key that minted it: a stream's resume
+token (`backend.resume`) is bound to that key (`Credentials.principal`), not to the page token.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import secrets
@@ -48,18 +50,26 @@ class TokenStore:
         self.ttl_s = ttl_s
         self._clock = clock
         self._expiry: dict[str, float] = {}
+        self._owner: dict[str, str | None] = {}  # token -> the principal that minted it
 
-    def mint(self) -> tuple[str, float]:
-        """A new token and its expiry (seconds since the epoch)."""
+    def mint(self, owner: str | None = None) -> tuple[str, float]:
+        """A new token acting for ``owner`` (a `Credentials.principal`) and its expiry
+        (seconds since the epoch)."""
         now = self._clock()
         self._expiry = {t: e for t, e in self._expiry.items() if e > now}
+        self._owner = {t: self._owner.get(t) for t in self._expiry}
         token = "oasr-tmp-" + secrets.token_urlsafe(24)
         self._expiry[token] = now + self.ttl_s
+        self._owner[token] = owner
         return token, self._expiry[token]
 
     def is_valid(self, token: str) -> bool:
         expiry = self._expiry.get(token)
         return expiry is not None and expiry > self._clock()
+
+    def owner(self, token: str) -> str | None:
+        """The principal a valid token acts for (None: unknown or expired)."""
+        return self._owner.get(token) if self.is_valid(token) else None
 
 
 class Credentials:
@@ -82,6 +92,15 @@ class Credentials:
         matched = [hmac.compare_digest(secret.encode(), key.encode()) for key in self.keys]
         return any(matched) or self.tokens.is_valid(secret)
 
+    def principal(self, secret: str | None) -> str | None:
+        """Who ``secret`` (a valid key or minted token) acts for: a digest of the key (a token
+        acts for the key that minted it); None when no keys are configured."""
+        if not self.enabled or not secret:
+            return None
+        if self.is_key(secret):
+            return "key:" + hashlib.sha256(secret.encode()).hexdigest()[:32]
+        return self.tokens.owner(secret)
+
     def is_key(self, secret: str | None) -> bool:
         """A configured key (not a minted token): only keys may mint tokens."""
         return bool(secret) and any(
@@ -96,6 +115,12 @@ def bearer_secret(headers: Headers) -> str | None:
 
 def offered_subprotocols(headers: Headers) -> list[str]:
     return [p.strip() for p in headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+
+
+def websocket_secret(headers: Headers) -> str | None:
+    """The key or token a websocket handshake authenticates with (header, then
+    subprotocol)."""
+    return bearer_secret(headers) or subprotocol_secret(headers)
 
 
 def subprotocol_secret(headers: Headers) -> str | None:

@@ -116,6 +116,10 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
            "step's cost per second of audio, measured at start-up and from real steps), so "
            "admitted streams stay real time; 0 turns it off", STREAMS, engine=True, type=float,
            none="slots alone decide", metavar="FRACTION"),
+    _field("--resume-window", "resume_window_s", "seconds a stream whose client's socket "
+           "dropped stays suspended (slot, cache and decoder state kept) for the client to "
+           "resume it with its token; then it ends 'abandoned'. 0: no resume", STREAMS,
+           type=float, metavar="S"),
     _field("--second-pass-max-backlog", "second_pass_max_backlog", "segments the second pass "
            "may have queued; beyond it a final keeps its CTC text", STREAMS, engine=True,
            type=int, metavar="N"),

@@ -96,6 +96,9 @@ class ServerConfig:
             host name by default: the pod or container name); "" leaves the metrics unlabelled
             (a server alone).
         log_level: the level of the server's log (one of `LOG_LEVELS`).
+        resume_window_s: a stream whose client's socket drops (`backend.resume`) is kept,
+            suspended, this long for the client to resume it with its token; then it ends
+            "abandoned". 0: no resume (a dropped client's stream is aborted at once).
     """
 
     host: str = "127.0.0.1"
@@ -123,6 +126,7 @@ class ServerConfig:
     stuck_after_s: float = 60.0
     replica: str = field(default_factory=socket.gethostname)
     log_level: str = "info"
+    resume_window_s: float = 30.0
 
     def __post_init__(self) -> None:
         self._validate_limits()
@@ -198,6 +202,9 @@ class ServerConfig:
         if any(c in self.replica for c in ' "\\\n'):
             raise ValueError(f"replica {self.replica!r} must have no spaces, quotes or "
                              "backslashes (it is a metrics label)")
+        if not 0 <= self.resume_window_s <= 3600:
+            raise ValueError(f"resume_window_s={self.resume_window_s}; use 0..3600 seconds "
+                             "(0: no resume)")
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level {self.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
 

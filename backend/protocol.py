@@ -10,6 +10,10 @@ JSON that is not an object or names an unknown type, oversized frames. Sample ra
 formats are checked with ``oasr.audio``'s own rules, the ones the engine applies. A refusal
 before ``end`` ends the connection; one after ``end`` does not cost the stream its final (the
 connection refuses the message and goes on, `backend.asr_socket`).
+
+A ``start`` with ``"resume": TOKEN`` (and optionally ``"last_final"``) is a `ResumeRequest`: it
+takes over a dropped connection's stream, whose protocol state replaces this one's
+(`backend.resume`, `backend.asr_socket`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ ERROR_CLOSE_CODES: dict[str, CloseCode] = {
     "timeout": CloseCode.POLICY_VIOLATION,
     "busy": CloseCode.TRY_AGAIN_LATER,
     "draining": CloseCode.TRY_AGAIN_LATER,
+    "resume_invalid": CloseCode.POLICY_VIOLATION,
+    "resume_expired": CloseCode.POLICY_VIOLATION,
 }
 
 
@@ -85,6 +91,16 @@ class StartRequest:
 
 
 @dataclass(frozen=True)
+class ResumeRequest:
+    """Take over a dropped connection's stream (``backend.resume``): ``token`` is the
+    ``resume_token`` of its latest ``ready``; ``last_final`` the segment of the last final the
+    client holds (None: every final the server finished sending)."""
+
+    token: str
+    last_final: int | None = None
+
+
+@dataclass(frozen=True)
 class EndRequest:
     """The client has sent all its audio."""
 
@@ -104,7 +120,7 @@ class Session:
         self.max_json_depth = max_json_depth
         self.num_audio_bytes = 0
 
-    def on_text(self, text: str) -> StartRequest | EndRequest:
+    def on_text(self, text: str) -> StartRequest | ResumeRequest | EndRequest:
         """Parse a control message and apply its transition.
 
         Returns:
@@ -140,10 +156,12 @@ class Session:
             return StartRequest()
         return None
 
-    def _start(self, message: dict[str, object]) -> StartRequest:
+    def _start(self, message: dict[str, object]) -> StartRequest | ResumeRequest:
         if self.state is not SessionState.AWAITING_START:
             what = "a second start" if self.num_audio_bytes == 0 else "start after audio"
             raise ProtocolError("bad_request", f"{what}; one start per connection, first")
+        if "resume" in message:
+            return _resume(message)
         unknown = sorted(set(message) - {"type", "sample_rate", "format"})
         if unknown:
             raise ProtocolError("bad_request", f"unknown start fields {unknown}")
@@ -165,6 +183,24 @@ class Session:
             raise ProtocolError("bad_request", "end before start or any audio")
         self.state = SessionState.ENDED
         return EndRequest()
+
+
+def _resume(message: dict[str, object]) -> ResumeRequest:
+    """A start that resumes a stream: the stream keeps its own format (and the connection's
+    protocol state is the stream's, taken over by the caller)."""
+    unknown = sorted(set(message) - {"type", "resume", "last_final"})
+    if unknown:
+        raise ProtocolError("bad_request", f"unknown fields {unknown} in a resuming start; it "
+                            "takes 'resume' and 'last_final' (the stream keeps its format)")
+    token, last_final = message["resume"], message.get("last_final")
+    if not isinstance(token, str) or not token:
+        raise ProtocolError("resume_invalid", "'resume' must be the resume_token of a ready "
+                            "message (a string)")
+    if last_final is not None and (isinstance(last_final, bool) or not isinstance(
+            last_final, int) or last_final < -1):
+        raise ProtocolError("bad_request", "'last_final' must be the segment number of the "
+                            "last final received (an integer; -1: none yet)")
+    return ResumeRequest(token, last_final)
 
 
 def _parse_object(text: str, max_depth: int) -> dict[str, object]:
