@@ -79,14 +79,14 @@ async def run(address: str, live: Passage, long_pcm: bytes, clients: int) -> dic
     async with httpx.AsyncClient() as http:
         stats = (await http.get(f"http://{address}/api/stats")).json()
     finals = finals_of(log)
-    ends = [m for _, m in log.messages if m.get("type") in ("done", "error")]
+    live_ends = [m for _, m in log.messages if m.get("type") in ("done", "error")]
     counts = ErrorCounts()
     counts.add(live.reference, " ".join(f["text"] for f in finals))
     second = stats["second_pass"]
     return {
         "clients": clients, "live_error": log.error,
         "live_end": [{k: m.get(k) for k in ("type", "finish_reason", "code", "message")
-                      if m.get(k)} for m in ends],
+                      if m.get(k)} for m in live_ends],
         "live_final_wer": round(counts.wer, 1), "live_word_errors": counts.word_errors,
         "live_words": counts.words,
         "live_sources": {s: sum(f.get("source") == s for f in finals)
