@@ -23,6 +23,7 @@ from oasr.engine.config import CUDA_GRAPH_MODES, EngineConfig
 from oasr.engine.live.quiet_tail import QuietTail
 from oasr.engine.live.refine import RefineConfig
 from oasr.models.whisper.logits import LOGITS_BACKENDS
+from oasr.models.whisper.transcriber import DECODE_DTYPES
 from oasr.models.whisper.window import WINDOW_MODES, EncoderWindow
 
 # The CTC prefix beam's width when a char LM is fused and no --beam-size is given (greedy
@@ -242,6 +243,10 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
          "(int8 weights, each row's best 64 tokens again in float32), auto (float32 through "
          "torch's or numpy's BLAS, whichever a timing at start finds faster), torch, blas",
          SECOND_PASS, field_reader("second_pass_decode.logits"), kwargs={"choices": LOGITS_BACKENDS}),
+    Flag("--second-pass-dtype", "Whisper's dtype: auto (bfloat16 on a CPU that multiplies it "
+         "natively, AVX512-BF16 or AMX, its linears fused on the matrix units; float32 "
+         "elsewhere), float32, bfloat16", SECOND_PASS,
+         field_reader("second_pass_decode.dtype"), kwargs={"choices": DECODE_DTYPES}),
     Flag("--second-pass-window", "audio Whisper's encoder runs on for a final: fit (the segment "
          "plus 2 s; the rest of the 30 s window is silence's states, computed once), full (the "
          "whole 30 s window)", SECOND_PASS, field_reader("second_pass_decode.encoder_window.mode"),
@@ -453,6 +458,8 @@ def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None 
         decode = replace(decode, beam_size=given("second_pass_beam"))
     if given("second_pass_logits") is not None:
         decode = replace(decode, logits=given("second_pass_logits"))
+    if given("second_pass_dtype") is not None:
+        decode = replace(decode, dtype=given("second_pass_dtype"))
     if given("second_pass_window") is not None:
         decode = replace(decode, encoder_window=EncoderWindow(given("second_pass_window")))
     changes["second_pass_decode"] = decode

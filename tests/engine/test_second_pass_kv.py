@@ -48,9 +48,11 @@ def test_a_budget_below_one_fallback_is_refused_at_construction(
         engine_config: EngineConfig) -> None:
     """0.1 GiB of float32 pages holds 4 rows of Whisper tiny.en at its ceiling (448 tokens +
     1500 frames = 122 pages of 192 KiB, 23 MiB a row): not a fallback's 5 rows. In fp8 the
-    same budget holds 16 (2 * 4 * 6 * (64 + 4) bytes a token, 3.8x fewer)."""
+    same budget holds 16 (2 * 4 * 6 * (64 + 4) bytes a token, 3.8x fewer). (Whisper in
+    float32: bfloat16 pages are half the bytes.)"""
     config = replace(engine_config, second_pass="whisper", decode_kv_budget_gib=0.1,
-                     max_decode_slots=8)
+                     max_decode_slots=8, second_pass_decode=replace(
+                         engine_config.second_pass_decode, dtype="float32"))
     with pytest.raises(ValueError, match=r"cannot admit one request's 5 rows .* need 610 "
                        r"blocks, 546 unreserved"):
         ASREngine(config)

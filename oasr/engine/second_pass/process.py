@@ -66,11 +66,10 @@ class WhisperProcessSpec:
 
 
 def _build_decoder(spec: WhisperProcessSpec) -> object:
-    from oasr.models.whisper import load_whisper
     from oasr.models.whisper.continuous import ContinuousWhisperDecoder
-    from oasr.models.whisper.transcriber import check_pool_admits_a_request
+    from oasr.models.whisper.transcriber import check_pool_admits_a_request, load_for_decoding
 
-    decoder = ContinuousWhisperDecoder(load_whisper(device=spec.device), spec.config)
+    decoder = ContinuousWhisperDecoder(load_for_decoding(spec.config, spec.device), spec.config)
     check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
     return decoder
 

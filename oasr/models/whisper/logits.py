@@ -20,8 +20,9 @@ re-rank close candidates (alone, they cost the finals 7 more word errors in 2,50
 row's best ``RESCORED`` tokens by them are computed again in float32 from E (a gather of 64
 columns per beam; with it the finals over 2,500 words had float32's 192 errors, 3 of 137
 texts a word apart): the candidates a beam or greedy step picks from carry float32 logits.
-It applies on CPU to a float32 weight where this torch has the quantized ops; elsewhere (a
-GPU, a torch without them) it falls back to "auto".
+It applies on CPU to a float32 or bfloat16 weight (a bfloat16 model's: its int8 copy is
+quantized from the bfloat16 values, the rescoring multiplies them in float32) where this torch
+has the quantized ops; elsewhere (a GPU, a torch without them) it falls back to "auto".
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ class LogitsProjection:
         return h.device.type == "cpu" and self._int8_weight() and not torch.is_grad_enabled()
 
     def _int8_weight(self) -> bool:
-        """Whether the weight is one to pack in int8: float32, on CPU."""
-        return self.weight.device.type == "cpu" and self.weight.dtype == torch.float32
+        """Whether the weight is one to pack in int8: float32 or bfloat16, on CPU."""
+        return (self.weight.device.type == "cpu"
+                and self.weight.dtype in (torch.float32, torch.bfloat16))
 
     def _int8_logits(self, h: torch.Tensor, packed: object) -> torch.Tensor:
         """Every token's logit in int8, then each row's best ``RESCORED`` again in float32:
@@ -123,9 +125,9 @@ class LogitsProjection:
         """(N, M) float32 logits of the ``top`` (N, M) tokens of each of ``rows`` (N, d)."""
         weight = self.weight
         if weight.t().is_contiguous():  # stored (d, V), as on CPU: gather its columns
-            columns = weight.t().index_select(1, top.flatten())  # (d, N * M)
+            columns = weight.t().index_select(1, top.flatten()).float()  # (d, N * M)
             return torch.einsum("nd,dnm->nm", rows, columns.view(weight.shape[1], *top.shape))
-        return torch.bmm(weight[top], rows.unsqueeze(-1)).squeeze(-1)  # (N, M, d) rows
+        return torch.bmm(weight[top].float(), rows.unsqueeze(-1)).squeeze(-1)  # (N, M, d) rows
 
     def _packed_int8(self) -> object | None:
         if self._int8_storage != self.weight.data_ptr():

@@ -4,6 +4,10 @@ learned-or-stored positional tables, and an output projection tied to the token 
 
 The decoder holds no K/V: every attention read goes through a ``DecoderKvStore`` the caller owns
 (dense per-group buffers or the paged pool), so the same forward serves both storages.
+
+The blocks' linears go through `oasr.models.fused_linear.linear`: in bfloat16 on a CPU that
+multiplies it natively, each is one oneDNN call with its bias, GELU or residual add inside
+(the weights packed once, `prepack`); elsewhere the plain ops, the same maths.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from oasr.models.fused_linear import fusable, linear, packed_weight
 from oasr.models.whisper.config import WhisperConfig
 from oasr.models.whisper.logits import LogitsProjection
 
@@ -48,9 +53,9 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(width, 4 * width)
         self.down = nn.Linear(4 * width, width)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, d) -> (B, T, d)."""
-        return self.down(F.gelu(self.up(self.norm(x))))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, d) -> (B, T, d), plus ``residual`` (B, T, d) when given."""
+        return linear(linear(self.norm(x), self.up, gelu=True), self.down, residual=residual)
 
 
 class EncoderBlock(nn.Module):
@@ -67,11 +72,11 @@ class EncoderBlock(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, d), optional mask (B, 1, T, T) bool (True = may attend) -> (B, T, d)."""
         batch, frames, width = x.shape
-        qkv = self.qkv(self.attn_norm(x)).view(batch, frames, 3, self.heads, -1)
+        qkv = linear(self.attn_norm(x), self.qkv).view(batch, frames, 3, self.heads, -1)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, D)
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
-        x = x + self.out(att.transpose(1, 2).reshape(batch, frames, width))
-        return x + self.ffn(x)
+        x = linear(att.transpose(1, 2).reshape(batch, frames, width), self.out, residual=x)
+        return self.ffn(x, residual=x)
 
 
 class WhisperEncoder(nn.Module):
@@ -131,19 +136,19 @@ class DecoderBlock(nn.Module):
     def project_cross_kv(self, encoded: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S, d) encoder states -> K, V each (B, S, H, D)."""
         batch, frames, _ = encoded.shape
-        kv = self.cross_kv(encoded).view(batch, frames, 2, self.heads, -1)
+        kv = linear(encoded, self.cross_kv).view(batch, frames, 2, self.heads, -1)
         return kv[:, :, 0], kv[:, :, 1]
 
     def forward(self, x: torch.Tensor, kv: DecoderKvStore) -> torch.Tensor:
         """(B, T, d) -> (B, T, d); stores this layer's new self-attention K/V through ``kv``."""
         batch, tokens, width = x.shape
-        qkv = self.self_qkv(self.self_norm(x)).view(batch, tokens, 3, self.heads, -1)
+        qkv = linear(self.self_norm(x), self.self_qkv).view(batch, tokens, 3, self.heads, -1)
         att = kv.attend_self(self.index, qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])  # (B,T,H,D)
-        x = x + self.self_out(att.reshape(batch, tokens, width))
-        q = self.cross_q(self.cross_norm(x)).view(batch, tokens, self.heads, -1)
+        x = linear(att.reshape(batch, tokens, width), self.self_out, residual=x)
+        q = linear(self.cross_norm(x), self.cross_q).view(batch, tokens, self.heads, -1)
         att = kv.attend_cross(self.index, q)  # (B, T, H, D)
-        x = x + self.cross_out(att.reshape(batch, tokens, width))
-        return x + self.ffn(x)
+        x = linear(att.reshape(batch, tokens, width), self.cross_out, residual=x)
+        return self.ffn(x, residual=x)
 
 
 class WhisperDecoder(nn.Module):
@@ -201,3 +206,17 @@ class WhisperModel(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.decoder.embedding.weight.dtype
+
+
+def prepack(model: WhisperModel) -> int:
+    """Reorder every weight the fused blocks multiply by (`oasr.models.fused_linear`) now, so
+    the first decode served does not: the encoder's and decoder's block linears (the decoder's
+    cross K/V projection included). Call once the model has its serving dtype and device; a
+    no-op where the linears do not fuse (float32, CUDA). Returns the weights packed."""
+    count = 0
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module) is nn.Linear and fusable(module.weight):
+                packed_weight(module.weight)
+                count += 1
+    return count

@@ -22,11 +22,16 @@ from oasr.models.whisper.decoding import (
     greedy_search,
 )
 from oasr.models.whisper.dense_kv import DecoderKv
-from oasr.models.whisper.loader import WhisperCheckpoint
+from oasr.models.fused_linear import fusable
+from oasr.models.whisper.loader import WhisperCheckpoint, load_whisper
 from oasr.models.whisper.logits import LOGITS_BACKENDS
+from oasr.models.whisper.model import prepack
 from oasr.models.whisper.quantization import check_kv_cache_servable, decoder_kv_bytes_per_token
 from oasr.models.whisper.safeguards import FallbackRule, RepetitionStop, TokenBudget
 from oasr.models.whisper.window import EncodedSegments, EncoderWindow, SegmentEncoder
+
+
+DECODE_DTYPES = ("auto", "float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,9 @@ class WhisperDecodeConfig:
         logits: how the output projection multiplies (`LogitsProjection`'s backends): "int8"
             (on CPU: int8 weights, a quarter of the bytes per step), "auto" (float32, the
             faster BLAS), "torch" or "blas".
+        dtype: the served model's dtype (`load_for_decoding`): "auto" (bfloat16 on a CPU that
+            multiplies it natively, where the linears run fused on its matrix units; float32
+            elsewhere), "float32" or "bfloat16".
     """
 
     kv_storage: str = "auto"
@@ -75,12 +83,16 @@ class WhisperDecodeConfig:
     token_budget: TokenBudget | None = TokenBudget()
     repetition: RepetitionStop | None = RepetitionStop()
     logits: str = "auto"
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.encoder_window, EncoderWindow):
             raise ValueError(f"WhisperDecodeConfig.encoder_window must be an EncoderWindow, "
                              f"got {type(self.encoder_window).__name__}")
         check_kv_cache_format(self.kv_cache)
+        if self.dtype not in DECODE_DTYPES:
+            raise ValueError(f"WhisperDecodeConfig.dtype must be one of {DECODE_DTYPES}, "
+                             f"got {self.dtype!r}")
         if self.logits not in LOGITS_BACKENDS:
             raise ValueError(f"WhisperDecodeConfig.logits must be one of {LOGITS_BACKENDS}, "
                              f"got {self.logits!r}")
@@ -103,6 +115,33 @@ class WhisperDecodeConfig:
                 f"max_num_blocks ({self.max_num_blocks}) < max_rows ({self.max_rows}): "
                 "raise max_num_blocks or leave it None"
             )
+
+
+def decode_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The dtype a ``WhisperDecodeConfig.dtype`` name serves in on ``device``: "auto" is
+    bfloat16 on a CPU whose oneDNN multiplies it natively (AVX512-BF16 or AMX: the fused
+    linears, `oasr.models.fused_linear`), float32 elsewhere (a CPU that would emulate bfloat16,
+    a GPU: Whisper there is served as before)."""
+    if name == "auto":
+        native = device.type == "cpu" and fusable(torch.zeros(1, dtype=torch.bfloat16))
+        return torch.bfloat16 if native else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def load_for_decoding(config: WhisperDecodeConfig | None = None,
+                      device: torch.device | str | None = None) -> WhisperCheckpoint:
+    """Whisper tiny.en (the installed checkpoint) in ``config.dtype`` on ``device`` (default:
+    CUDA when available, else CPU), its fused linears' weights packed now rather than in the
+    first decode (`oasr.models.whisper.model.prepack`).
+
+    Raises:
+        FileNotFoundError: no Whisper checkpoint is installed.
+    """
+    target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    checkpoint = load_whisper(device=target,
+                              dtype=decode_dtype((config or WhisperDecodeConfig()).dtype, target))
+    prepack(checkpoint.model)
+    return checkpoint
 
 
 def without_safeguards(config: WhisperDecodeConfig | None = None) -> WhisperDecodeConfig:
