@@ -38,6 +38,7 @@ from backend.limits import AudioFlowGate
 from backend.protocol import (
     CloseCode,
     EndRequest,
+    HotwordsRequest,
     ProtocolError,
     ResumeRequest,
     Session,
@@ -47,13 +48,16 @@ from backend.protocol import (
 )
 from backend.resume import ResumeError, ResumeRegistry, is_drop
 from oasr.audio import bytes_per_sample
+from oasr.decoding.context import HotwordError
 from oasr.engine.events import Done, Error, Final, Partial, Ready, StreamEvent
 
 
 class Engine(Protocol):
     """What a connection needs from the engine thread (``oasr.engine.EngineThread``)."""
 
-    def open_stream(self, sample_rate: int, fmt: str, sink: Any) -> int: ...
+    def open_stream(self, sample_rate: int, fmt: str, sink: Any,
+                    hotwords: Any = None) -> int: ...
+    def set_hotwords(self, stream_id: int, hotwords: Any) -> Any: ...
     def feed_audio(self, stream_id: int, data: bytes) -> None: ...
     def queued_audio_s(self, stream_id: int) -> float: ...
     def end_stream(self, stream_id: int) -> None: ...
@@ -293,6 +297,9 @@ class AsrConnection:
             try:
                 await self._handle(message)
             except ProtocolError as error:
+                if error.code == "bad_hotwords" and self.stream_id is not None:
+                    self._refuse_hotwords(str(error))  # the stream keeps the ones it had
+                    continue
                 if self.session.state is SessionState.ENDED and self.stream_id is not None:
                     self._refuse_after_end(error)  # the stream's final is not lost for it
                     continue
@@ -322,14 +329,36 @@ class AsrConnection:
             self._open(request)
         elif isinstance(request, ResumeRequest):
             self._resume(request)
+        elif isinstance(request, HotwordsRequest) and self.stream_id is not None:
+            self._set_hotwords(request)
         elif isinstance(request, EndRequest) and self.stream_id is not None:
             self.engine.end_stream(self.stream_id)
+
+    def _set_hotwords(self, request: HotwordsRequest) -> None:
+        """Replace the stream's hotwords from its next chunk on and echo what was accepted;
+        a term the model cannot spell is refused, the stream keeping the ones it had."""
+        assert self.stream_id is not None
+        try:
+            accepted = self.engine.set_hotwords(self.stream_id, request.hotwords)
+        except HotwordError as exc:
+            self._refuse_hotwords(str(exc))
+            return
+        except KeyError:
+            return  # the engine already ended the stream: its done is queued
+        self.enqueue(Message({"type": "hotwords", "hotwords": accepted.to_json()}))
+
+    def _refuse_hotwords(self, why: str) -> None:
+        self.enqueue(Message({"type": "error", "code": "bad_hotwords",
+                              "message": f"{why}; the stream keeps its hotwords"}))
 
     def _open(self, start: StartRequest) -> None:
         self.state.bytes_per_sample = bytes_per_sample(start.fmt)
         try:
             self.state.stream_id = self.engine.open_stream(
-                sample_rate=start.sample_rate, fmt=start.fmt, sink=self._sink)
+                sample_rate=start.sample_rate, fmt=start.fmt, sink=self._sink,
+                hotwords=start.hotwords or None)
+        except HotwordError as exc:  # a term the model's units cannot spell
+            raise ProtocolError("bad_hotwords", str(exc)) from None
         except ValueError as exc:
             raise ProtocolError("unsupported", str(exc)) from None
         except RuntimeError as exc:  # the engine died between admission and this start

@@ -13,6 +13,7 @@ from typing import TypeGuard
 
 import numpy as np
 
+from oasr.decoding.context import Hotwords
 from oasr.engine import EngineThread
 from oasr.engine.events import BUSY, Error, StreamEvent
 
@@ -29,13 +30,15 @@ class EngineStream:
     events: asyncio.Queue[StreamEvent | Exception]
 
     def __init__(self, engine: EngineThread, sample_rate: int, fmt: str,
-                 endpoint_silence_s: float | None = None) -> None:
+                 endpoint_silence_s: float | None = None,
+                 hotwords: Hotwords | None = None) -> None:
         self.engine = engine
         self.events = asyncio.Queue()
         self.is_finished = False
         self._loop = asyncio.get_running_loop()
         self.stream_id = engine.open_stream(sample_rate, fmt, self._sink,
-                                            endpoint_silence_s=endpoint_silence_s)
+                                            endpoint_silence_s=endpoint_silence_s,
+                                            hotwords=hotwords)
 
     def _sink(self, event: StreamEvent) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening

@@ -8,16 +8,20 @@ it does a live client's); the answer comes once the stream's ``done`` has follow
 final, so every segment carries the second pass's text when it ran. A client that leaves
 before its answer cancels the request: its stream is aborted at once (`ClientWatch`).
 
-Accepted and documented as such: ``model`` (any name), ``prompt`` (ignored),
-``temperature`` (0..1, ignored: decoding is greedy), ``language`` (``en`` only: the served
-models are English), ``timestamp_granularities[]`` ``segment`` and ``word`` (with
-``verbose_json``; times from the CTC pass, see ``openai_formats``).
+Accepted and documented as such: ``model`` (any name), ``prompt`` (as OpenAI's: the text
+Whisper's second pass is prompted with, before the hotwords), ``hotwords`` (oasr's: terms both
+passes are biased towards, comma-separated or a JSON list of phrases and ``{"phrase", "boost"}``
+objects; `oasr.decoding.context`), ``temperature`` (0..1, ignored: decoding is greedy),
+``language`` (``en`` only: the served models are English), ``timestamp_granularities[]``
+``segment`` and ``word`` (with ``verbose_json``; times from the CTC pass, see
+``openai_formats``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -34,11 +38,18 @@ from backend import openai_formats as fmt
 from backend.auth import openai_error
 from backend.engine_stream import EngineStream, feed_blocks, is_busy
 from backend.upload_audio import UploadAudio, UploadRefused
+from oasr.decoding.context import (
+    MAX_PROMPT_CHARS,
+    Hotword,
+    HotwordError,
+    parse_hotwords,
+    split_terms,
+)
 from oasr.engine import EngineThread
 from oasr.engine.events import Done, Error, Final
 
 FORM_FIELDS = frozenset({"file", "model", "language", "prompt", "response_format",
-                         "temperature", "timestamp_granularities[]", "stream"})
+                         "temperature", "timestamp_granularities[]", "stream", "hotwords"})
 MAX_AHEAD_S = 10.0  # audio fed ahead of decoding; well under the engine's pending limit
 ENGLISH = ("en", "english")
 CLIENT_CLOSED_REQUEST = 499  # the status a request whose client left "gets" (nobody reads it)
@@ -67,6 +78,8 @@ class TranscriptionParams:
     temperature: float = 0.0
     stream: bool = False
     granularities: tuple[str, ...] = ()
+    prompt: str = ""
+    hotwords: tuple[Hotword, ...] = ()
 
 
 def too_large(limit: int) -> BadRequest:
@@ -224,8 +237,36 @@ def parse_params(form: FormData) -> TranscriptionParams:
     if stream == "true" and response_format not in ("json", "text"):
         raise BadRequest("stream=true sends transcript.text events; response_format must be "
                          "json or text", param="stream")
+    prompt = str(form.get("prompt") or "")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise BadRequest(f"prompt of {len(prompt)} characters; at most {MAX_PROMPT_CHARS}",
+                         param="prompt")
     return TranscriptionParams(response_format, "en", temperature, stream == "true",
-                               granularities)
+                               granularities, prompt, form_hotwords(form.get("hotwords")))
+
+
+def form_hotwords(value: object) -> tuple[Hotword, ...]:
+    """The ``hotwords`` form field: a JSON list (phrases, ``{"phrase", "boost"}`` objects)
+    or comma-separated phrases.
+
+    Raises:
+        BadRequest: not JSON where it looks like it, or a term the limits refuse.
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, str):
+        raise BadRequest("hotwords must be a text field", param="hotwords")
+    try:
+        if value.lstrip().startswith("["):
+            try:
+                terms: object = json.loads(value)
+            except ValueError as exc:
+                raise BadRequest(f"hotwords is not a JSON list: {exc}", param="hotwords") from None
+        else:
+            terms = split_terms(value)
+        return parse_hotwords(terms)
+    except HotwordError as exc:
+        raise BadRequest(str(exc), param="hotwords", code="bad_hotwords") from None
 
 
 def open_upload(upload: object, max_duration_s: float) -> UploadAudio:
@@ -254,7 +295,11 @@ def _bad_file(refused: UploadRefused) -> BadRequest:
 async def _answer(engine: EngineThread, upload: Upload, params: TranscriptionParams) -> Response:
     audio = upload.audio
     assert audio is not None
-    stream = EngineStream(engine, audio.sample_rate, "f32le")
+    try:  # spelled in the served model's units: a term it cannot write is this request's 400
+        hotwords = engine.hotwords(params.hotwords, params.prompt)
+    except HotwordError as exc:
+        raise BadRequest(str(exc), param="hotwords", code="bad_hotwords") from None
+    stream = EngineStream(engine, audio.sample_rate, "f32le", hotwords=hotwords or None)
     feeder: asyncio.Task[None] | None = None
     try:
         first = await stream.next_event()  # ready, or busy when no slot freed in time

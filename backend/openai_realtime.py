@@ -19,6 +19,12 @@ when the first words of the item were decoded; ``speech_stopped`` uses the final
 
 Client mistakes get an ``error`` event with OpenAI's error shape that names the field, and the
 session stays open; a refusal for lack of capacity closes it (1013).
+
+The transcription's ``prompt`` and ``hotwords`` (`backend.realtime_session`) apply to the
+turns opened after the update and, from its next chunk on, to the one open. With ``include``
+``item.input_audio_transcription.logprobs``, ``completed`` carries ``logprobs`` in OpenAI's
+shape, one entry per word of the transcript: ``{"token", "logprob", "bytes"}``, the log of
+the word's confidence (`oasr.engine.events.Word`).
 """
 
 from __future__ import annotations
@@ -29,8 +35,10 @@ import binascii
 import contextlib
 import itertools
 import json
+import math
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +48,9 @@ from backend.config import ServerConfig
 from backend.limits import JsonTooDeep, loads_bounded
 from backend.protocol import CloseCode
 from backend.realtime_session import RealtimeError, TranscriptionSettings, apply_update
+from oasr.decoding.context import HotwordError, Hotwords
 from oasr.engine import EngineThread
-from oasr.engine.events import BUSY, Done, Error, Final, Partial, StreamEvent
+from oasr.engine.events import BUSY, Done, Error, Final, Partial, StreamEvent, Word
 
 # What sending to / receiving from a socket whose client has gone away raises (Starlette raises
 # RuntimeError for a socket already closed)
@@ -65,6 +74,7 @@ class Turn:
     items: dict[int, str] = field(default_factory=dict)  # segment -> item id (server VAD)
     sent: dict[str, str] = field(default_factory=dict)  # item id -> text sent as deltas
     finals: list[str] = field(default_factory=list)  # manual: the finals so far
+    words: list[Word] = field(default_factory=list)  # manual: the finals' words so far
     item_id: str = ""  # manual: the turn's one item
 
 
@@ -90,6 +100,7 @@ class RealtimeConnection:
         self.config = config
         self.max_event_bytes = 2 * config.max_frame_bytes
         self.settings = TranscriptionSettings()
+        self.hotwords: Hotwords | None = None  # the settings' prompt and hotwords, spelled
         self.session_id = "sess_" + secrets.token_hex(8)
         self.turns: dict[int, Turn] = {}
         self.open_turn: Turn | None = None
@@ -240,6 +251,14 @@ class RealtimeConnection:
             raise RealtimeError(f"unknown fields {unknown} in {event['type']}", unknown[0],
                                 code="unknown_parameter")
         settings = apply_update(self.settings, event)
+        bias = settings.prompt, settings.hotwords
+        hotwords = self.hotwords
+        if bias != (self.settings.prompt, self.settings.hotwords):
+            try:  # spelled in the served model's units
+                hotwords = self.engine.hotwords(settings.hotwords, settings.prompt)
+            except HotwordError as exc:
+                raise RealtimeError(str(exc), "session.audio.input.transcription.hotwords",
+                                    code="bad_hotwords") from None
         stream_bound = (settings.sample_rate, settings.server_vad, settings.silence_ms)
         if self.open_turn is not None and stream_bound != (
                 self.settings.sample_rate, self.settings.server_vad, self.settings.silence_ms):
@@ -247,6 +266,11 @@ class RealtimeConnection:
                                 "input audio buffer holds audio: commit or clear it first",
                                 "session", code="session_busy")
         self.settings = settings
+        if hotwords is not self.hotwords:
+            self.hotwords = hotwords
+            if self.open_turn is not None:  # the open turn's next chunk on
+                with contextlib.suppress(KeyError):
+                    self.engine.set_hotwords(self.open_turn.stream_id, hotwords)
         self.beta = event["type"] == "transcription_session.update"
         kind = "transcription_session.updated" if self.beta else "session.updated"
         await self._send({"type": kind, "session": self._session_json()})
@@ -279,7 +303,8 @@ class RealtimeConnection:
         silence_s = settings.silence_ms / 1000 if settings.silence_ms is not None else None
         try:
             stream_id = self.engine.open_stream(settings.sample_rate, "s16le", self._sink,
-                                                endpoint_silence_s=silence_s)
+                                                endpoint_silence_s=silence_s,
+                                                hotwords=self.hotwords or None)
         except RuntimeError as exc:  # the engine loop died: the server is exiting
             raise RealtimeError(f"transcription is unavailable: {exc}", code="internal",
                                 error_type="server_error") from None
@@ -336,7 +361,7 @@ class RealtimeConnection:
             turn.committed = True
             await self._send_committed(turn.item_id)
         await self._send_completed(turn.item_id, " ".join(turn.finals),
-                                   turn.num_bytes / 2 / self.settings.sample_rate)
+                                   turn.num_bytes / 2 / self.settings.sample_rate, turn.words)
 
     async def _on_partial(self, turn: Turn, event: Partial) -> None:
         if turn.manual:
@@ -364,6 +389,7 @@ class RealtimeConnection:
         if turn.manual:
             if event.text:
                 turn.finals.append(event.text)
+                turn.words += event.words
             return
         item_id = turn.items.get(event.segment)
         if item_id is None:
@@ -377,7 +403,8 @@ class RealtimeConnection:
                           "audio_end_ms": round(turn.base_ms + event.end * 1000),
                           "item_id": item_id})
         await self._send_committed(item_id)
-        await self._send_completed(item_id, event.text, max(0.0, event.end - event.start))
+        await self._send_completed(item_id, event.text, max(0.0, event.end - event.start),
+                                   event.words)
 
     async def _on_error(self, turn: Turn, event: Error) -> None:
         if event.code == BUSY:
@@ -399,10 +426,26 @@ class RealtimeConnection:
                           "previous_item_id": self.previous_item})
         self.previous_item = item_id
 
-    async def _send_completed(self, item_id: str, transcript: str, seconds: float) -> None:
-        await self._send({"type": "conversation.item.input_audio_transcription.completed",
-                          "item_id": item_id, "content_index": 0, "transcript": transcript,
-                          "usage": {"type": "duration", "seconds": round(seconds, 3)}})
+    async def _send_completed(self, item_id: str, transcript: str, seconds: float,
+                              words: Sequence[Word] = ()) -> None:
+        completed: dict[str, Any] = {
+            "type": "conversation.item.input_audio_transcription.completed",
+            "item_id": item_id, "content_index": 0, "transcript": transcript,
+            "usage": {"type": "duration", "seconds": round(seconds, 3)}}
+        if self.settings.logprobs:
+            completed["logprobs"] = word_logprobs(words)
+        await self._send(completed)
+
+
+def word_logprobs(words: Sequence[Word]) -> list[dict[str, Any]]:
+    """OpenAI's ``logprobs`` of a transcript: one entry per word (its text, with the space
+    before it from the second word on), the log of its confidence and its UTF-8 bytes."""
+    entries = []
+    for i, word in enumerate(words):
+        token = word.word if i == 0 else " " + word.word
+        entries.append({"token": token, "logprob": round(math.log(max(word.confidence, 1e-6)), 4),
+                        "bytes": list(token.encode("utf-8"))})
+    return entries
 
 
 def _item_id() -> str:

@@ -14,6 +14,12 @@ connection refuses the message and goes on, `backend.asr_socket`).
 A ``start`` with ``"resume": TOKEN`` (and optionally ``"last_final"``) is a `ResumeRequest`: it
 takes over a dropped connection's stream, whose protocol state replaces this one's
 (`backend.resume`, `backend.asr_socket`).
+
+Hotwords (`oasr.decoding.context`): ``start`` may carry ``"hotwords"`` (phrases or
+``{"phrase", "boost"}`` objects), and ``{"type": "hotwords", "hotwords": [...]}`` while
+streaming replaces them; their limits are checked here (``bad_hotwords``), their spelling in
+the model's units by the engine thread. A bad ``hotwords`` message is refused without ending
+the connection: the stream keeps the hotwords it had.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 
 from backend.limits import JsonTooDeep, loads_bounded
 from oasr.audio import PCM_FORMATS, validate_sample_rate
+from oasr.decoding.context import Hotword, HotwordError, parse_hotwords
 
 DEFAULT_SAMPLE_RATE = 16000
 DEFAULT_FORMAT = "s16le"
@@ -50,6 +57,7 @@ ERROR_CLOSE_CODES: dict[str, CloseCode] = {
     "timeout": CloseCode.POLICY_VIOLATION,
     "busy": CloseCode.TRY_AGAIN_LATER,
     "draining": CloseCode.TRY_AGAIN_LATER,
+    "bad_hotwords": CloseCode.POLICY_VIOLATION,
     "resume_invalid": CloseCode.POLICY_VIOLATION,
     "resume_expired": CloseCode.POLICY_VIOLATION,
 }
@@ -84,10 +92,12 @@ class SessionState(enum.Enum):
 
 @dataclass(frozen=True)
 class StartRequest:
-    """Open a stream: PCM at ``sample_rate`` Hz, mono, ``fmt`` is s16le or f32le."""
+    """Open a stream: PCM at ``sample_rate`` Hz, mono, ``fmt`` is s16le or f32le; the
+    stream's ``hotwords`` (checked against the limits)."""
 
     sample_rate: int = DEFAULT_SAMPLE_RATE
     fmt: str = DEFAULT_FORMAT
+    hotwords: tuple[Hotword, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,13 @@ class EndRequest:
     """The client has sent all its audio."""
 
 
+@dataclass(frozen=True)
+class HotwordsRequest:
+    """Replace the stream's hotwords from its next chunk on (``()``: none)."""
+
+    hotwords: tuple[Hotword, ...] = ()
+
+
 class Session:
     """The protocol state of one ``/ws/asr`` connection.
 
@@ -120,7 +137,7 @@ class Session:
         self.max_json_depth = max_json_depth
         self.num_audio_bytes = 0
 
-    def on_text(self, text: str) -> StartRequest | ResumeRequest | EndRequest:
+    def on_text(self, text: str) -> StartRequest | ResumeRequest | EndRequest | HotwordsRequest:
         """Parse a control message and apply its transition.
 
         Returns:
@@ -138,8 +155,10 @@ class Session:
             return self._start(message)
         if kind == "end":
             return self._end()
-        raise ProtocolError(
-            "bad_request", f"unknown message type {kind!r}; expected 'start' or 'end'")
+        if kind == "hotwords":
+            return self._hotwords(message)
+        raise ProtocolError("bad_request", f"unknown message type {kind!r}; expected 'start', "
+                            "'hotwords' or 'end'")
 
     def on_audio(self, data: bytes) -> StartRequest | None:
         """Check a binary frame; returns an implicit default start if none was sent."""
@@ -162,7 +181,7 @@ class Session:
             raise ProtocolError("bad_request", f"{what}; one start per connection, first")
         if "resume" in message:
             return _resume(message)
-        unknown = sorted(set(message) - {"type", "sample_rate", "format"})
+        unknown = sorted(set(message) - {"type", "sample_rate", "format", "hotwords"})
         if unknown:
             raise ProtocolError("bad_request", f"unknown start fields {unknown}")
         try:
@@ -173,8 +192,9 @@ class Session:
         if fmt not in PCM_FORMATS:
             raise ProtocolError(
                 "unsupported", f"format {fmt!r} is not supported; use one of {list(PCM_FORMATS)}")
+        hotwords = _parse_hotwords(message.get("hotwords"))
         self.state = SessionState.STREAMING
-        return StartRequest(sample_rate=rate, fmt=fmt)
+        return StartRequest(sample_rate=rate, fmt=fmt, hotwords=hotwords)
 
     def _end(self) -> EndRequest:
         if self.state is SessionState.ENDED:
@@ -183,6 +203,27 @@ class Session:
             raise ProtocolError("bad_request", "end before start or any audio")
         self.state = SessionState.ENDED
         return EndRequest()
+
+    def _hotwords(self, message: dict[str, object]) -> HotwordsRequest:
+        if self.state is SessionState.AWAITING_START:
+            raise ProtocolError("bad_request", "hotwords before start: give them in the start "
+                                "message ('hotwords')")
+        if self.state is SessionState.ENDED:
+            raise ProtocolError("bad_request", "hotwords after end are refused")
+        unknown = sorted(set(message) - {"type", "hotwords"})
+        if unknown:
+            raise ProtocolError("bad_hotwords", f"unknown hotwords fields {unknown}")
+        if "hotwords" not in message:
+            raise ProtocolError("bad_hotwords", "a hotwords message needs 'hotwords' (a list; "
+                                "[] for none)")
+        return HotwordsRequest(_parse_hotwords(message["hotwords"]))
+
+
+def _parse_hotwords(value: object) -> tuple[Hotword, ...]:
+    try:
+        return parse_hotwords(value)
+    except HotwordError as exc:
+        raise ProtocolError("bad_hotwords", str(exc)) from None
 
 
 def _resume(message: dict[str, object]) -> ResumeRequest:

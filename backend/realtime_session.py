@@ -4,7 +4,11 @@
 What oasr honours: the input PCM rate (``audio/pcm`` at any rate 8..192 kHz; 24 kHz by default,
 resampled to 16 kHz), ``server_vad`` turn detection (``silence_duration_ms`` becomes the
 stream's silence-after-speech endpoint) or none (manual commits), transcription ``model`` (any
-name), ``language`` (English) and ``prompt`` (accepted, ignored). Accepted and ignored, since the
+name), ``language`` (English), ``prompt`` (as OpenAI's: the text Whisper's second pass is
+prompted with) and oasr's ``hotwords`` beside it (terms both passes are biased towards:
+phrases or ``{"phrase", "boost"}`` objects, `oasr.decoding.context`), and ``include``
+``item.input_audio_transcription.logprobs`` (each completed transcript's words with the
+log of their confidence). Accepted and ignored, since the
 endpointer judges silence from the CTC pass's blank frames rather than from energy:
 ``threshold``, ``prefix_padding_ms``, ``create_response``, ``interrupt_response``. Anything
 else is a ``RealtimeError`` that names the field.
@@ -17,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from oasr.audio import validate_sample_rate
+from oasr.decoding.context import Hotword, HotwordError, parse_hotwords
 
 DEFAULT_RATE = 24000
+LOGPROBS = "item.input_audio_transcription.logprobs"  # the one ``include`` value oasr knows
 IGNORED_VAD_FIELDS = ("threshold", "prefix_padding_ms", "create_response", "interrupt_response")
 
 
@@ -47,7 +53,10 @@ class TranscriptionSettings:
         server_vad: True: the engine's endpointer ends turns; False: the client commits.
         silence_ms: with ``server_vad``, the silence after speech that ends a turn; None
             keeps the engine's own rule.
-        model, language, prompt: echoed back; ``prompt`` does not steer decoding.
+        model, language: echoed back.
+        prompt: Whisper's prompt (before the hotwords).
+        hotwords: the terms both passes are biased towards.
+        logprobs: ``completed`` events carry ``logprobs`` (``include`` asked for them).
     """
 
     sample_rate: int = DEFAULT_RATE
@@ -56,6 +65,8 @@ class TranscriptionSettings:
     model: str = "oasr"
     language: str = "en"
     prompt: str = ""
+    hotwords: tuple[Hotword, ...] = ()
+    logprobs: bool = False
 
     def __post_init__(self) -> None:
         validate_sample_rate(self.sample_rate)
@@ -68,13 +79,16 @@ class TranscriptionSettings:
         silence = self.silence_ms if self.silence_ms is not None else engine_silence_ms
         vad = ({"type": "server_vad", "silence_duration_ms": silence, "threshold": None,
                 "prefix_padding_ms": None} if self.server_vad else None)
-        transcription = {"model": self.model, "language": self.language, "prompt": self.prompt}
+        transcription = {"model": self.model, "language": self.language, "prompt": self.prompt,
+                         "hotwords": [h.to_json() for h in self.hotwords]}
+        include = [LOGPROBS] if self.logprobs else []
         if beta:
             return {"id": session_id, "object": "realtime.transcription_session",
                     "input_audio_format": "pcm16", "input_audio_transcription": transcription,
-                    "turn_detection": vad, "input_audio_noise_reduction": None, "include": []}
+                    "turn_detection": vad, "input_audio_noise_reduction": None,
+                    "include": include}
         return {"id": session_id, "object": "realtime.transcription_session",
-                "type": "transcription", "include": [],
+                "type": "transcription", "include": include,
                 "audio": {"input": {"format": {"type": "audio/pcm", "rate": self.sample_rate},
                                     "transcription": transcription, "turn_detection": vad,
                                     "noise_reduction": None}}}
@@ -107,7 +121,7 @@ def apply_update(current: TranscriptionSettings, event: dict[str, Any]) -> Trans
     if session.get("type", "transcription") != "transcription":
         raise RealtimeError(f"session.type {session.get('type')!r}: oasr serves transcription "
                             "sessions only", "session.type")
-    _check_include(session.get("include"), "session.include")
+    current = _apply_include(current, session, "session.include")
     audio = _object(session.get("audio", {}), "session.audio")
     _check_fields(audio, {"input"}, "session.audio")
     audio_input = _object(audio.get("input", {}), "session.audio.input")
@@ -123,7 +137,7 @@ def apply_update(current: TranscriptionSettings, event: dict[str, Any]) -> Trans
 def _apply_beta(current: TranscriptionSettings, session: dict[str, Any]) -> TranscriptionSettings:
     _check_fields(session, {"input_audio_format", "input_audio_transcription", "turn_detection",
                             "input_audio_noise_reduction", "include", "modalities"}, "session")
-    _check_include(session.get("include"), "session.include")
+    current = _apply_include(current, session, "session.include")
     fmt = session.get("input_audio_format", "pcm16")
     if fmt != "pcm16":
         raise RealtimeError(f"input_audio_format {fmt!r}: oasr takes pcm16 (24 kHz s16le)",
@@ -136,10 +150,18 @@ def _apply_beta(current: TranscriptionSettings, session: dict[str, Any]) -> Tran
     return _apply_common(settings, renamed, "session", "input_audio_noise_reduction")
 
 
-def _check_include(include: object, param: str) -> None:
-    if include not in (None, []):
-        raise RealtimeError(f"{param} {include!r}: oasr includes no logprobs", param,
+def _apply_include(settings: TranscriptionSettings, session: dict[str, Any],
+                   param: str) -> TranscriptionSettings:
+    """``include``: absent keeps the setting, a list sets it (only `LOGPROBS` is known)."""
+    if "include" not in session:
+        return settings
+    include = session["include"]
+    if include is None:
+        include = []
+    if not isinstance(include, list) or any(item != LOGPROBS for item in include):
+        raise RealtimeError(f"{param} {include!r}: oasr can include only {LOGPROBS!r}", param,
                             code="unsupported_value")
+    return dataclasses.replace(settings, logprobs=LOGPROBS in include)
 
 
 def _apply_format(settings: TranscriptionSettings, fmt: dict[str, Any]) -> TranscriptionSettings:
@@ -173,14 +195,23 @@ def _apply_common(settings: TranscriptionSettings, fields: dict[str, Any], param
 
 def _apply_transcription(settings: TranscriptionSettings, fields: dict[str, Any],
                          param: str) -> TranscriptionSettings:
-    _check_fields(fields, {"model", "language", "prompt"}, param)
+    _check_fields(fields, {"model", "language", "prompt", "hotwords"}, param)
     language = str(fields.get("language") or "en").lower()
     if language not in ("en", "english"):
         raise RealtimeError(f"language {language!r} is not supported: the served model "
                             "transcribes English ('en')", f"{param}.language",
                             code="unsupported_value")
+    prompt = fields.get("prompt", settings.prompt)
+    if prompt is not None and not isinstance(prompt, str):
+        raise RealtimeError(f"{param}.prompt must be a string", f"{param}.prompt")
+    hotwords = settings.hotwords
+    if "hotwords" in fields:
+        try:
+            hotwords = parse_hotwords(fields["hotwords"], f"{param}.hotwords")
+        except HotwordError as exc:
+            raise RealtimeError(str(exc), f"{param}.hotwords", code="bad_hotwords") from None
     return dataclasses.replace(settings, model=str(fields.get("model") or settings.model),
-                               language="en", prompt=str(fields.get("prompt") or ""))
+                               language="en", prompt=prompt or "", hotwords=hotwords)
 
 
 def _apply_turn_detection(settings: TranscriptionSettings, value: object,

@@ -21,12 +21,13 @@ const CLOSE_MEANINGS = {
 /**
  * One recognition stream over one websocket.
  *
- * handlers: onReady({stream_id, sample_rate, chunk_ms}), onPartial({segment, text}),
- * onFinal({segment, text, start, end, reason}), onDone({finish_reason, segments}),
- * onError({code, message}), onClosed({code, reason, clean, explanation}).
+ * handlers: onReady({stream_id, sample_rate, chunk_ms, hotwords}), onPartial({segment, text,
+ * words}), onFinal({segment, text, start, end, reason, words}), onHotwords({hotwords}),
+ * onDone({finish_reason, segments}), onError({code, message}),
+ * onClosed({code, reason, clean, explanation}). hotwords: terms (strings) sent with start.
  */
 export class AsrStream {
-  constructor({ sampleRate, format = "s16le", protocols = [], handlers }) {
+  constructor({ sampleRate, format = "s16le", protocols = [], hotwords = [], handlers }) {
     this.handlers = handlers;
     this.isDone = false;
     this.lastError = null;
@@ -34,7 +35,9 @@ export class AsrStream {
     this.ws = new WebSocket(socketUrl("/ws/asr"), protocols);
     this.ws.binaryType = "arraybuffer";
     this.ws.onopen = () => {
-      this.ws.send(JSON.stringify({ type: "start", sample_rate: sampleRate, format }));
+      const start = { type: "start", sample_rate: sampleRate, format };
+      if (hotwords.length) start.hotwords = hotwords;
+      this.ws.send(JSON.stringify(start));
       for (const item of this.pending) this.ws.send(item);
       this.pending = [];
     };
@@ -54,6 +57,11 @@ export class AsrStream {
   /** Send one frame of PCM (ArrayBuffer). Dropped silently once the socket is closing. */
   sendAudio(pcm) {
     this.send(pcm);
+  }
+
+  /** Replace the stream's hotwords (strings) from its next chunk on; the server echoes them. */
+  setHotwords(hotwords) {
+    this.send(JSON.stringify({ type: "hotwords", hotwords }));
   }
 
   /** Tell the server that all audio was sent; the final segment and done follow. */
@@ -79,6 +87,7 @@ export class AsrStream {
       case "ready": h.onReady && h.onReady(message); break;
       case "partial": h.onPartial && h.onPartial(message); break;
       case "final": h.onFinal && h.onFinal(message); break;
+      case "hotwords": h.onHotwords && h.onHotwords(message); break;
       case "done": this.isDone = true; h.onDone && h.onDone(message); break;
       case "error": this.lastError = message; h.onError && h.onError(message); break;
       default: break;

@@ -15,6 +15,7 @@ const ui = {
   fileButton: document.getElementById("file-button"),
   stopFile: document.getElementById("stop-file"),
   clear: document.getElementById("clear"),
+  hotwords: document.getElementById("hotwords"),
   status: document.getElementById("status"),
   meter: document.querySelector("[data-meter]"),
   connection: document.querySelector("[data-connection]"),
@@ -62,17 +63,32 @@ function finish(message, kind) {
   if (message) setStatus(message, kind);
 }
 
+/** The hotwords field's terms: comma-separated, empty ones dropped. */
+function hotwordTerms() {
+  return ui.hotwords.value.split(",").map((t) => t.trim()).filter(Boolean);
+}
+
+function describeHotwords(list) {
+  return list && list.length ? `; hotwords: ${list.map((h) => h.phrase).join(", ")}` : "";
+}
+
 function openStream(sampleRate, label, activity, protocols) {
   transcript.beginRun(label);
   return new AsrStream({
     sampleRate,
     format: "s16le",
     protocols,
+    hotwords: hotwordTerms(),
     handlers: {
       onReady: (m) => {
         panel.setMyStream(m.stream_id, m.replica || null);
         const where = m.replica ? ` on replica ${m.replica}` : "";
-        setStatus(`${activity}: stream ${m.stream_id}${where}, ${m.chunk_ms} ms chunks.`, "live");
+        setStatus(`${activity}: stream ${m.stream_id}${where}, ${m.chunk_ms} ms chunks` +
+          `${describeHotwords(m.hotwords)}.`, "live");
+      },
+      onHotwords: (m) => {
+        const terms = m.hotwords.map((h) => h.phrase).join(", ");
+        transcript.note(terms ? `hotwords from here on: ${terms}` : "no hotwords from here on");
       },
       onPartial: (m) => transcript.partial(m),
       onFinal: (m) => transcript.final(m),
@@ -83,6 +99,12 @@ function openStream(sampleRate, label, activity, protocols) {
           m.finish_reason === "stop" ? "info" : "error");
       },
       onError: (m) => {
+        if (m.code === "bad_hotwords" && active && !active.ending) {
+          // refused mid-stream: the stream goes on with its hotwords; at start the server closes
+          transcript.note(`Hotwords refused: ${m.message}`, "error");
+          setStatus(`Hotwords refused: ${m.message}`, "error");
+          return;
+        }
         const text = m.code === "busy" || m.code === "draining"
           ? `The server is ${m.code} (${m.message}).`
           : `Server error (${m.code}): ${m.message}`;
@@ -174,6 +196,10 @@ ui.stopFile.addEventListener("click", () => {
   if (active && active.kind === "file") active.stopSource();
 });
 ui.clear.addEventListener("click", () => transcript.clear());
+// Enter (or leaving the field) while streaming sends the terms as the stream's new hotwords
+ui.hotwords.addEventListener("change", () => {
+  if (active && !active.ending) active.stream.setHotwords(hotwordTerms());
+});
 
 connectStats({
   onSnapshot: (snapshot) => panel.update(snapshot),

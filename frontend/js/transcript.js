@@ -5,6 +5,31 @@
 // (dimmed, italic). With a second pass the
 // final of segment n can arrive after partials of segment n + 1: each line is keyed by its
 // segment number, so both stay where they belong. Each run (mic or file) is its own block.
+// Every word carries its time and confidence (the server's "words"): shown on hover, and a
+// word the recogniser was unsure of (confidence below UNSURE) is underlined.
+
+const UNSURE = 0.5;
+
+/** Append ``text``'s words to ``parent`` as spans, each titled with its entry of ``words``
+ * (from ``offset`` on, in order) when there is one; returns how many entries it used. */
+function appendWords(parent, text, words, offset) {
+  const tokens = text.split(/\s+/).filter(Boolean);
+  tokens.forEach((token, i) => {
+    if (i) parent.append(" ");
+    const info = words[offset + i];
+    const span = document.createElement("span");
+    span.className = "word";
+    span.textContent = token;
+    if (info && info.word === token) {
+      span.title = `${info.start.toFixed(2)}-${info.end.toFixed(2)} s, ` +
+        `confidence ${Math.round(100 * info.confidence)} %`;
+      span.dataset.confidence = String(info.confidence);
+      if (info.confidence < UNSURE) span.dataset.unsure = "";
+    }
+    parent.append(span);
+  });
+  return tokens.length;
+}
 
 export class TranscriptView {
   /** @param {HTMLElement} root the transcript container */
@@ -43,24 +68,25 @@ export class TranscriptView {
   }
 
   /** Show or replace the live hypothesis of a segment that is not final yet. */
-  partial({ segment, text, stable = "", tentative = "", ctc = text }) {
+  partial({ segment, text, stable = "", tentative = "", ctc = text, words = [] }) {
     if (!this.lines.has(segment) && !(stable || tentative || ctc)) return;  // no words yet
     const line = this.line(segment);
     if (line.classList.contains("final")) return;
     line.textContent = "";
-    for (const [part, words] of [["stable", stable], ["tentative", tentative], ["ctc", ctc]]) {
-      if (!words) continue;
+    let used = 0;
+    for (const [part, partText] of [["stable", stable], ["tentative", tentative], ["ctc", ctc]]) {
+      if (!partText) continue;
       if (line.childNodes.length) line.append(" ");
       const span = document.createElement("span");
       span.className = part;
-      span.textContent = words;
+      used += appendWords(span, partText, words, used);
       line.append(span);
     }
     this.scroll();
   }
 
   /** Turn a segment into a finished line: its times, its words and, if any, who decoded it. */
-  final({ segment, text, start, end, source }) {
+  final({ segment, text, start, end, source, words = [] }) {
     const line = this.line(segment);
     if (!/[\p{L}\p{N}]/u.test(text ?? "")) {  // no words: the second pass heard no speech here
       line.remove();
@@ -72,13 +98,14 @@ export class TranscriptView {
     const time = document.createElement("span");
     time.className = "time";
     time.textContent = `${start.toFixed(1)}-${end.toFixed(1)} s`;
-    const words = document.createElement("span");
-    words.className = "words";
-    words.textContent = text;
-    line.append(time, words);
+    const wordsSpan = document.createElement("span");
+    wordsSpan.className = "words";
+    appendWords(wordsSpan, text, words, 0);
+    line.append(time, wordsSpan);
     const tags = {
       whisper: ["2nd pass", "re-decoded by the Whisper second pass"],
-      combined: ["2nd pass + CTC", "a digit string combined from the Whisper and CTC passes"],
+      combined: ["2nd pass + CTC", "combined from the Whisper and CTC passes (a digit " +
+        "string, or hotwords the CTC pass spelled)"],
     };
     if (source in tags) {
       const tag = document.createElement("span");

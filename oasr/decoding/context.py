@@ -36,7 +36,7 @@ from oasr.text.tokenizer import SPACE, WORD_BOUNDARY, CharTokenizer
 MAX_HOTWORDS = 100  # terms per stream
 MAX_PHRASE_CHARS = 50  # characters per term
 MAX_BOOST = 10.0  # a term's boost per token (log-score), (0, MAX_BOOST]
-DEFAULT_BOOST = 2.0  # the boost of a term given without one
+DEFAULT_BOOST = 3.0  # the boost of a term given without one (chosen on the tune sentences)
 MAX_TABLE_ENTRIES = 1 << 22  # states x token classes of one stream's graph
 WORD_START, MID_WORD = 0, 1  # the two roots of every graph
 
@@ -499,8 +499,9 @@ class Hotwords:
         return tuple(t.phrase for t in self.terms)
 
     def whisper_prompt(self) -> str:
-        """The text Whisper is prompted with: the stream's prompt, then its terms as a list
-        ("Brenvik, Taloria.")."""
+        """The text Whisper is prompted with: the stream's prompt, then its terms as a
+        glossary ("Glossary: Brenvik, Taloria."; a bare list of names made tiny.en write the
+        transcript itself as a list of capitalised words on the tune sentences)."""
         glossary = f"Glossary: {', '.join(self.phrases)}." if self.phrases else ""
         return " ".join(p for p in (self.prompt, glossary) if p)
 

@@ -15,7 +15,7 @@ from oasr.engine.events import BUSY, Done, Error, Final, Partial, Ready, StreamE
      {"type": "ready", "stream_id": 3, "sample_rate": 16000, "chunk_ms": 640, "hotwords": []}),
     (Ready(3, chunk_ms=640, hotwords=(Hotword("Oyelaran"), Hotword("Ljubljana", 3.0))),
      {"type": "ready", "stream_id": 3, "sample_rate": 16000, "chunk_ms": 640,
-      "hotwords": [{"phrase": "Oyelaran", "boost": 2.0}, {"phrase": "Ljubljana", "boost": 3.0}]}),
+      "hotwords": [{"phrase": "Oyelaran", "boost": 3.0}, {"phrase": "Ljubljana", "boost": 3.0}]}),
     (Partial(3, 1, "hello wor", 2.34567, stable="hello", tentative="", ctc="wor", lag_ms=120),
      {"type": "partial", "segment": 1, "text": "hello wor", "stable": "hello", "tentative": "",
       "ctc": "wor", "end": 2.346, "lag_ms": 120, "words": []}),

@@ -381,3 +381,60 @@ def test_drafts_fit_the_smallest_budget_of_the_rows_prefilled_together(tmp_path:
         results.update({r.request_id: list(r.tokens) for r in decoder.step()})
     assert results == {0: alone(checkpoint, encoded[0], 12)[:4], 2: full[:11]}
     assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks
+
+
+def _greedy_after(checkpoint: WhisperCheckpoint, encoded: torch.Tensor, prompt: list[int],
+                  limit: int) -> list[int]:
+    """Greedy decode of one row whose decoder prompt is ``prompt`` (no forced text after the
+    start tokens: the first step may not end the transcript)."""
+    from oasr.models.whisper.decoding import suppression_masks
+
+    model, spec = checkpoint.model, checkpoint.spec
+    always, first = suppression_masks(spec, model.config.n_vocab, model.device)
+    with torch.inference_mode():
+        kv = DecoderKv(model.decoder.cross_kv(encoded[None]), len(prompt) + limit)
+        logits = model.decoder(torch.tensor([prompt]), kv)[:, -1] + first
+        tokens: list[int] = []
+        for _ in range(limit):
+            token = int(logits.argmax(dim=-1))
+            if token == spec.eot:
+                break
+            tokens.append(token)
+            logits = model.decoder(torch.tensor([[token]]), kv)[:, -1] + always
+    return tokens
+
+
+def test_a_previous_text_prompt_comes_before_the_start_tokens(tmp_path: Path) -> None:
+    import dataclasses
+
+    checkpoint = tiny_checkpoint(tmp_path, seed=31)
+    spec = dataclasses.replace(TINY_SPEC, previous=59)  # the tiny vocabulary's <|startofprev|>
+    checkpoint = WhisperCheckpoint(checkpoint.model, checkpoint.tokenizer, spec, tmp_path)
+    encoded = tiny_encoded(3, seed=32)
+    config = without_safeguards(WhisperDecodeConfig(max_rows=4, max_new_tokens=12, block_size=4))
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    prompts = {0: (), 1: (5, 6, 7), 2: (8,)}  # prompts of other lengths decode apart
+    for i, previous in prompts.items():
+        decoder.submit_encoded(i, encoded[i], previous=previous)
+    results = {}
+    while decoder.has_work():
+        results.update({r.request_id: r for r in decoder.step()})
+    for i, previous in prompts.items():
+        before = [59, *previous] if previous else []
+        room = 12 - len(before)
+        expected = _greedy_after(checkpoint, encoded[i], [*before, *spec.prompt], room)
+        assert list(results[i].tokens) == expected[:room]  # the prompt is not in the result
+    pool = decoder.manager.pool
+    assert pool.num_free_blocks == pool.num_blocks
+
+
+def test_no_previous_text_prompt_without_the_token(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=31)  # TINY_SPEC: no <|startofprev|>
+    encoded = tiny_encoded(1, seed=32)
+    config = without_safeguards(WhisperDecodeConfig(max_rows=2, max_new_tokens=12, block_size=4))
+    decoder = ContinuousWhisperDecoder(checkpoint, config)
+    decoder.submit_encoded(0, encoded[0], previous=(5, 6, 7))
+    results = []
+    while decoder.has_work():
+        results += decoder.step()
+    assert list(results[0].tokens) == alone(checkpoint, encoded[0], 12)

@@ -32,6 +32,7 @@ from oasr.decoding import Hypothesis
 from oasr.engine.events import Word
 
 TOP_K = 4  # log-probs kept per frame (the token a hypothesis emits is nearly always among them)
+MAX_PEAK_FRAMES = 25  # a hypothesis's last token is looked for this far after its date
 
 
 class Posteriors:
@@ -64,6 +65,18 @@ class Posteriors:
         cut = max(0, min(len(self._ids), frame - self.start))
         self._ids, self._lps = self._ids[cut:], self._lps[cut:]
         self.start = max(self.start, frame)
+
+    def peak(self, token: int, start: int, end: int) -> tuple[int, float] | None:
+        """The frame in [start, end) where ``token``'s posterior is highest among the frames
+        that have it in their best `TOP_K`, and that posterior; None when none has."""
+        lo, hi = max(start - self.start, 0), min(end - self.start, len(self._ids))
+        if hi <= lo:
+            return None
+        scores = np.where(self._ids[lo:hi] == token, self._lps[lo:hi], -np.inf).max(axis=1)
+        best = int(scores.argmax())
+        if not np.isfinite(scores[best]):
+            return None
+        return self.start + lo + best, float(np.exp(scores[best]))
 
     def prob(self, frame: int, token: int) -> float | None:
         """P(``token``) at ``frame``: its posterior when among the frame's best, else at
@@ -104,6 +117,39 @@ def _fold(text: str) -> str:
     return re.sub(r"[^\w']|_", "", "".join(c for c in decomposed if not unicodedata.combining(c)))
 
 
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+         "fourteen fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def _below_hundred(n: int) -> str:
+    return _ONES[n] if n < 20 else _TENS[n // 10] + (_ONES[n % 10] if n % 10 else "")
+
+
+def spoken_digits(key: str) -> str:
+    """A folded word's numbers as their letters, the way they are read ("4" -> "four",
+    "21" -> "twentyone", "1775" -> "seventeenseventyfive", a longer run digit by digit): the
+    letters of a number Whisper wrote in digits then line up with the CTC pass's spelling."""
+    def spell(match: re.Match[str]) -> str:
+        digits = match.group()
+        n = int(digits)
+        if len(digits) > 1 and digits.startswith("0") or len(digits) > 4:
+            return "".join(_ONES[int(d)] for d in digits)
+        if n < 100:
+            return _below_hundred(n)
+        if n % 1000 == 0 or 2000 <= n < 2010:
+            return _ONES[n // 1000] + "thousand" + (_ONES[n % 1000] if n % 1000 else "")
+        if n < 1000:
+            rest = n % 100
+            return _ONES[n // 100] + "hundred" + (_below_hundred(rest) if rest else "")
+        high, low = divmod(n, 100)
+        if low == 0:
+            return _below_hundred(high) + "hundred"
+        return _below_hundred(high) + ("oh" + _ONES[low] if low < 10 else _below_hundred(low))
+
+    return re.sub(r"\d+", spell, key)
+
+
 def ctc_letters(tokenizer: Any, hyp: Hypothesis | None, base_frame: int,
                 posteriors: Posteriors | None = None) -> CtcLetters:
     """``hyp``'s letters with their frames (its timestamps plus ``base_frame``, the segment's
@@ -115,9 +161,16 @@ def ctc_letters(tokenizer: Any, hyp: Hypothesis | None, base_frame: int,
     probs: list[float | None] = []
     starts: list[int] = []
     in_word = False
-    for token, stamp in zip(hyp.tokens, hyp.timestamps, strict=True):
-        frame = base_frame + int(stamp)
-        prob = posteriors.prob(frame, token) if posteriors is not None else None
+    stamps = [base_frame + int(t) for t in hyp.timestamps]
+    for n, (token, first) in enumerate(zip(hyp.tokens, stamps, strict=True)):
+        frame, prob = first, None
+        if posteriors is not None:
+            # a prefix beam search dates a token by the frame its prefix entered the beam,
+            # which can be long before it was said (a segment's first letter at its first
+            # frame); its posterior's peak before the next token is when it was heard
+            end = stamps[n + 1] if n + 1 < len(stamps) else first + MAX_PEAK_FRAMES
+            found = posteriors.peak(token, first, max(end, first + 1))
+            frame, prob = found if found is not None else (first, posteriors.prob(first, token))
         for char in tokenizer.raw_text([token]):
             if char.isspace():
                 in_word = False
@@ -150,7 +203,7 @@ def timed_words(text: str, ctc: CtcLetters, span: tuple[int, int], frame_shift_s
     if not words:
         return ()
     lo, hi = span
-    keys = [_fold(w) for w in words]
+    keys = [spoken_digits(_fold(w)) for w in words]
     target = "".join(keys)
     heard: list[list[int]] = [[] for _ in words]  # CTC letters met, per word
     alike: list[list[int]] = [[] for _ in words]  # ... of them, the same letter

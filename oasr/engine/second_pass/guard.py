@@ -26,6 +26,11 @@ CTC text when Whisper:
 A stream's hotwords are terms the CTC pass may spell worse than Whisper, which was prompted
 with them: a hotword in Whisper's text is left out of the comparison, with the CTC text's
 closest span to it (``without_hotwords``), so a final is never rejected for containing one.
+The other way round, the CTC pass searched with the hotwords' context graph often spells a
+name exactly where Whisper, only prompted with it, writes a near miss ("Sibrenor" for
+"Sibrenna"): where the CTC text has a hotword and Whisper's words at the same place are
+capitalised and at least `RESPELL_SCORE` alike, Whisper's text takes the hotword
+(`respell_hotwords`; the final's ``source`` is then "combined").
 
 Digit strings are where the CTC model is strong and Whisper weak in its own way: it hears
 "four" as "for" and "six" as "z", and drops a digit of a repeated run ("9 9 9 4 8" for "two nine
@@ -42,6 +47,7 @@ better than either text alone on the re-spliced, degraded and synthetic digit st
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from rapidfuzz import fuzz
@@ -53,6 +59,9 @@ REASONS = ("failed", "length", "distance")
 # the CTC text's span closest to a hotword Whisper wrote is the hotword's when it matches this
 # well (rapidfuzz's partial ratio, 0..100)
 HOTWORD_SPAN_SCORE = 50.0
+# Whisper's words where the CTC text has a hotword become the hotword when at least this alike
+# (rapidfuzz's ratio of their letters, 0..100: half their letters in common)
+RESPELL_SCORE = 50.0
 DIGIT_CHARS = 4  # a digit's length as a spoken word ("zero" ... "nine": 3-5 letters)
 SOURCES = ("whisper", "ctc", "combined")
 
@@ -142,6 +151,8 @@ class FirstPassGuard:
             return "failed"
         ours, theirs = without_hotwords(normalize_transcript(whisper),
                                         normalize_transcript(ctc), hotwords)
+        if hotwords and not ours and normalize_transcript(whisper):
+            return None  # Whisper wrote only the stream's hotwords
         if len(theirs) < self.min_words:
             return None
         ratio = _spoken_length(ours) / _spoken_length(theirs)
@@ -200,21 +211,79 @@ def without_hotwords(ours: str, theirs: str, hotwords: tuple[str, ...]
     return mine, other
 
 
+def _key(word: str) -> str:
+    return "".join(ch for ch in word.casefold() if ch.isalnum() or ch == "'")
+
+
+def respell_hotwords(whisper: str, ctc: str, hotwords: tuple[str, ...]) -> str | None:
+    """Whisper's text with the hotwords the CTC pass wrote where Whisper wrote something
+    alike (see the module docstring); None when nothing changes."""
+    if not hotwords or not whisper.strip() or not ctc.strip():
+        return None
+    mine = whisper.split()
+    mine_keys = [_key(w) for w in mine]
+    other = [_key(w) for w in ctc.split()]
+    changed = False
+    for phrase in hotwords:
+        term = [_key(w) for w in phrase.split()]
+        term = [k for k in term if k]
+        n = len(term)
+        if not n:
+            continue
+        for j in [j for j in range(len(other) - n + 1) if other[j:j + n] == term]:
+            span = _aligned_span(mine_keys, other, j, j + n)
+            if span is None:
+                continue
+            i1, i2 = span
+            if mine_keys[i1:i2] == term or i2 - i1 > n + 1:
+                continue
+            initial = next((c for c in mine[i1] if c.isalpha()), "")
+            if any(c.isupper() for c in phrase) and not initial.isupper():
+                continue  # Whisper wrote a common word there, not a name
+            if fuzz.ratio("".join(mine_keys[i1:i2]), "".join(term)) < RESPELL_SCORE:
+                continue
+            lead = mine[i1][:len(mine[i1]) - len(mine[i1].lstrip("\"'([{"))]
+            tail = mine[i2 - 1][len(mine[i2 - 1].rstrip(".,!?;:\"')]}")):]
+            words = phrase.split()
+            words[0] = lead + words[0]
+            words[-1] = words[-1] + tail
+            mine[i1:i2] = words
+            mine_keys[i1:i2] = term
+            changed = True
+    return " ".join(mine) if changed else None
+
+
+def _aligned_span(mine: list[str], other: list[str], start: int, end: int
+                  ) -> tuple[int, int] | None:
+    """The words of ``mine`` aligned (Levenshtein, word by word) to ``other[start:end]``:
+    of each equal or replaced stretch that overlaps it, its share (in proportion, for a
+    replaced stretch of another length); None when none does."""
+    first = last = None
+    for op in Levenshtein.opcodes(mine, other):
+        if op.tag in ("insert", "delete") or op.dest_end <= start or op.dest_start >= end:
+            continue
+        scale = (op.src_end - op.src_start) / (op.dest_end - op.dest_start)
+        lo = op.src_start + math.floor((max(start, op.dest_start) - op.dest_start) * scale)
+        hi = op.src_start + math.ceil((min(end, op.dest_end) - op.dest_start) * scale)
+        first = lo if first is None else min(first, lo)
+        last = hi if last is None else max(last, hi)
+    return None if first is None or last is None or last <= first else (first, last)
+
+
 def _drop_closest_span(words: list[str], term: str) -> None:
-    """Remove from ``words`` the whole words of the span closest to ``term`` (if close)."""
-    text = " ".join(words)
-    if not text:
-        return
-    found = fuzz.partial_ratio_alignment(term, text)
-    if found is None or found.score < HOTWORD_SPAN_SCORE:
-        return
-    starts, position = [], 0
-    for word in words:
-        starts.append(position)
-        position += len(word) + 1
-    first = max(i for i, s in enumerate(starts) if s <= found.dest_start)
-    last = max(i for i, s in enumerate(starts) if s < max(found.dest_end, found.dest_start + 1))
-    del words[first:last + 1]
+    """Remove from ``words`` the run of whole words whose letters are closest to ``term``'s
+    (rapidfuzz's ratio, spaces aside; a name the CTC pass heard as several words), when it
+    scores at least `HOTWORD_SPAN_SCORE`."""
+    key = term.replace(" ", "")
+    longest = len(term.split()) + 3
+    best, span = 0.0, None
+    for i in range(len(words)):
+        for k in range(1, min(longest, len(words) - i) + 1):
+            score = fuzz.ratio("".join(words[i:i + k]), key)
+            if score > best:
+                best, span = score, (i, i + k)
+    if span is not None and best >= HOTWORD_SPAN_SCORE:
+        del words[span[0]:span[1]]
 
 
 def _spoken_length(words: list[str]) -> int:

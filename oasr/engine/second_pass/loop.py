@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from oasr.decoding.words import word_probabilities
-from oasr.engine.second_pass.guard import FirstPassGuard
+from oasr.engine.second_pass.guard import FirstPassGuard, respell_hotwords
 from oasr.engine.second_pass.jobs import RefineDone, RefineJob, SecondPassDone, SecondPassJob
 from oasr.models.whisper.no_speech import NoSpeechRule
 from oasr.text.sentences import as_context
@@ -389,7 +389,8 @@ class SecondPassLoop:
         words, or no guard, the two decodes disagree with no witness: the first stands."""
         text = str(getattr(result, "text", "")).strip()
         if (not text or getattr(result, "failed", False) or self.no_speech.is_no_speech(
-                getattr(result, "no_speech_prob", None), getattr(result, "avg_log_prob", 0.0))):
+                getattr(result, "no_speech_prob", None), getattr(result, "avg_log_prob", 0.0),
+                prompted=bool(self._previous(job)))):
             return False
         if self.guard is None or not normalize_transcript(job.ctc_text).split():
             return False
@@ -456,7 +457,8 @@ class SecondPassLoop:
         no_speech_prob = getattr(result, "no_speech_prob", None)
         failed = bool(getattr(result, "failed", False))
         if not failed and self.no_speech.is_no_speech(no_speech_prob,
-                                                      getattr(result, "avg_log_prob", 0.0)):
+                                                      getattr(result, "avg_log_prob", 0.0),
+                                                      prompted=bool(self._previous(job))):
             self.counters.num_no_speech += 1
             return "", "whisper", None, ()
         text, tokens = self._after_context(result, job)  # the final follows the previous text
@@ -465,6 +467,10 @@ class SecondPassLoop:
         verdict = self.guard.review(text, job.ctc_text, failed, hotwords=job.hotwords)
         if verdict.reason is not None:  # counted by the engine when the final is published
             return None, "ctc", verdict.reason, ()
+        respelled = (respell_hotwords(verdict.text, job.ctc_text, job.hotwords)
+                     if verdict.source == "whisper" else None)
+        if respelled is not None:  # the CTC pass's hotwords where Whisper wrote near misses
+            return respelled, "combined", None, ()
         own = verdict.source == "whisper" and verdict.text
         return verdict.text, verdict.source, None, tokens if own else ()
 

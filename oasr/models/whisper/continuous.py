@@ -189,14 +189,19 @@ class ContinuousWhisperDecoder:
             PendingDecode(request, waveform=waveform))
 
     def submit_encoded(self, request_id: int, encoded: torch.Tensor,
-                       num_samples: int | None = None, draft: tuple[int, ...] = ()) -> None:
+                       num_samples: int | None = None, draft: tuple[int, ...] = (),
+                       previous: tuple[int, ...] = ()) -> None:
         """Queue encoder states (S, d) computed elsewhere; the token budget comes from
-        ``num_samples`` (default: the audio all S frames stand for); ``draft`` as `submit`'s."""
+        ``num_samples`` (default: the audio all S frames stand for); ``draft`` and
+        ``previous`` as `submit`'s."""
         samples = encoded.size(0) * _SAMPLES_PER_ENCODER_FRAME if num_samples is None else num_samples
         states = EncodedSegments(encoded[None], (encoded.size(0),))
+        if self.checkpoint.spec.previous is None:
+            previous = ()
+        room = self.max_new_tokens - (len(previous) + 1 if previous else 0)
         self._waiting.append(PendingDecode(DecodeRequest(
-            request_id, self.budget(samples), states, draft=tuple(draft),
-            sample_seed=self._sample_seed(encoded, ()))))
+            request_id, min(room, self.budget(samples)), states, draft=tuple(draft),
+            previous=tuple(previous), sample_seed=self._sample_seed(encoded, tuple(previous)))))
 
     def _sample_seed(self, data: torch.Tensor | np.ndarray, prefix: tuple[int, ...]) -> int:
         """The seed of a request's sampled rows: a checksum of the decoder's seed, its input
