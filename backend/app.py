@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -43,7 +44,8 @@ from backend.limits import AudioFlowGate
 from backend.openai_realtime import RealtimeConnection
 from backend.prometheus import ServerMetrics
 from backend.protocol import CloseCode, ProtocolError, Session
-from backend.resume import ResumeRegistry
+from backend.realtime_session import RealtimeError
+from backend.resume import ResumeError, ResumeRegistry
 from backend.stats import ServedSnapshot, ServerSnapshot, StatsHub, stream_stats
 from oasr.engine import EngineThread
 from oasr.engine.snapshot import EngineSnapshot
@@ -63,6 +65,9 @@ class AppContext:
         self.started_at = time.time()
         self.credentials = Credentials(config.api_keys, TokenStore(config.token_ttl_s))
         self.resumes: ResumeRegistry[StreamState] = ResumeRegistry(config.resume_window_s)
+        self.realtime_resumes: ResumeRegistry[RealtimeConnection] = ResumeRegistry(
+            config.resume_window_s)
+        self.realtime_sessions: set[RealtimeConnection] = set()  # live, with or without socket
         # One limit per websocket endpoint, each of max_connections.
         self.limiters = {endpoint: ConnectionLimiter(config.max_connections)
                          for endpoint in (ASR_ENDPOINT, STATS_ENDPOINT, REALTIME_ENDPOINT)}
@@ -178,6 +183,10 @@ async def _lifespan(app: Starlette) -> AsyncIterator[None]:
         hub_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await hub_task
+        sessions = [s.task for s in context.realtime_sessions if s.task is not None]
+        for task in sessions:  # sessions waiting for a resume: the server stops
+            task.cancel()
+        await asyncio.gather(*sessions, return_exceptions=True)
         if context.owns_engine:
             await asyncio.to_thread(context.engine.stop)
 
@@ -246,9 +255,42 @@ async def _asr_endpoint(websocket: WebSocket) -> None:
 async def _realtime_endpoint(websocket: WebSocket) -> None:
     async def handle(context: AppContext) -> None:
         assert context.engine is not None  # _admit refuses until the engine is ready
-        await RealtimeConnection(websocket, context.engine, context.config).run()
+        principal = context.credentials.principal(websocket_secret(websocket.headers))
+        token = websocket.query_params.get("resume")
+        if token is not None:
+            await _resume_realtime(websocket, context, token, principal)
+            return
+        session = RealtimeConnection(websocket, context.engine, context.config,
+                                     resumes=context.realtime_resumes, principal=principal)
+        context.realtime_sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            if session.task is None or session.task.done():
+                context.realtime_sessions.discard(session)
+            else:  # away, waiting for a resume
+                session.task.add_done_callback(
+                    lambda _: context.realtime_sessions.discard(session))
 
     await _serve_socket(websocket, REALTIME_ENDPOINT, handle)
+
+
+async def _resume_realtime(websocket: WebSocket, context: AppContext, token: str,
+                           principal: str | None) -> None:
+    """``/v1/realtime?resume=TOKEN``: take over the session of the token, or an error event
+    (``resume_invalid`` / ``resume_expired``) and close 1008."""
+    try:
+        if not context.realtime_resumes.enabled:
+            raise ResumeError("resume_invalid", "this server does not resume sessions (its "
+                              "--resume-window is 0)")
+        session = context.realtime_resumes.claim(token, principal)
+    except ResumeError as exc:
+        error = RealtimeError(exc.message, "resume", code=exc.code)
+        await websocket.send_json({"type": "error", "event_id": "event_" + secrets.token_hex(8),
+                                   "error": error.to_error()})
+        await websocket.close(CloseCode.POLICY_VIOLATION)
+        return
+    await session.resume(websocket, websocket.query_params.get("last_event_id"))
 
 
 async def _stats_endpoint(websocket: WebSocket) -> None:

@@ -20,6 +20,26 @@ when the first words of the item were decoded; ``speech_stopped`` uses the final
 Client mistakes get an ``error`` event with OpenAI's error shape that names the field, and the
 session stays open; a refusal for lack of capacity closes it (1013).
 
+A session without a turn in flight holds no engine stream, so it stays open however long it is
+quiet, until ``--max-session``; a turn's stream keeps the engine's protections (no audio for
+``--idle-timeout`` ends it: a manual buffer is then committed as it stands). With server VAD,
+``idle_timeout_ms`` sends ``input_audio_buffer.timeout_triggered`` when no speech was heard for
+that long (wall time since the session began, the last item ended or the last timeout; the
+audio appended meanwhile is its ``audio_start_ms``..``audio_end_ms``) and commits an empty item
+(``committed``, then ``completed`` with transcript ""). A commit with no audio since the last
+one (server VAD's included) is the error ``input_audio_buffer_commit_empty``; a commit with
+audio is always answered by an item.
+
+Resume, an oasr extension (`backend.resume`, `backend.realtime_link`): ``session.created``
+carries ``resume_token`` and ``resume_window_s``. When the socket drops (no close frame, or a
+close code other than 1000 / 1001), the session goes on without it for the window: the open
+turn's stream is suspended, turns in flight finish, events are held. Connecting to
+``/v1/realtime?intent=transcription&resume=TOKEN`` (and ``&last_event_id=event_N``, the last
+event received) takes the session over: ``session.created`` with ``resumed: true`` and
+``received_samples`` (s16le samples of appended audio the session holds: append the rest), the
+events after ``last_event_id`` the old socket carried, then those held. Not resumed in time, the
+session ends and its open turn's stream ends ``abandoned``.
+
 The transcription's ``prompt`` and ``hotwords`` (`backend.realtime_session`) apply to the
 turns opened after the update and, from its next chunk on, to the one open. With ``include``
 ``item.input_audio_transcription.logprobs``, ``completed`` carries ``logprobs`` in OpenAI's
@@ -33,7 +53,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import itertools
 import json
 import math
 import secrets
@@ -47,7 +66,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from backend.config import ServerConfig
 from backend.limits import JsonTooDeep, loads_bounded
 from backend.protocol import CloseCode
+from backend.realtime_link import ClientLink
 from backend.realtime_session import RealtimeError, TranscriptionSettings, apply_update
+from backend.resume import ResumeRegistry, is_drop
 from oasr.decoding.context import HotwordError, Hotwords
 from oasr.engine import EngineThread
 from oasr.engine.events import BUSY, Done, Error, Final, Partial, StreamEvent, Word
@@ -59,6 +80,7 @@ MAX_QUEUED_EVENTS = 64  # client events read ahead of processing (back-pressure 
 UPDATE_TYPES = ("session.update", "transcription_session.update")
 BUFFER_TYPES = ("input_audio_buffer.append", "input_audio_buffer.commit",
                 "input_audio_buffer.clear")
+MIN_COMMIT_MS = 100  # with server VAD, less audio than this since its last commit is empty
 
 
 @dataclass
@@ -71,6 +93,8 @@ class Turn:
     num_bytes: int = 0
     committed: bool = False  # no more audio: ended by a commit (or the engine)
     cleared: bool = False
+    vad_ms: float = 0.0  # server VAD: the session audio its finals have committed up to
+    commit_answered: bool = False  # server VAD: an item was committed after the client's commit
     items: dict[int, str] = field(default_factory=dict)  # segment -> item id (server VAD)
     sent: dict[str, str] = field(default_factory=dict)  # item id -> text sent as deltas
     finals: list[str] = field(default_factory=list)  # manual: the finals so far
@@ -78,8 +102,8 @@ class Turn:
     item_id: str = ""  # manual: the turn's one item
 
 
-class _ClientGone(Exception):
-    """A send failed: the client has left (the session ends quietly)."""
+class _SessionOver(Exception):
+    """The session ended before a resume could take it over."""
 
 
 class _Close(Exception):
@@ -94,7 +118,11 @@ class RealtimeConnection:
     when ``run`` returns.
     """
 
-    def __init__(self, websocket: WebSocket, engine: EngineThread, config: ServerConfig) -> None:
+    def __init__(self, websocket: WebSocket, engine: EngineThread, config: ServerConfig,
+                 resumes: ResumeRegistry[RealtimeConnection] | None = None,
+                 principal: str | None = None) -> None:
+        """``resumes``: the server's realtime resume tokens (None: no resume); ``principal``:
+        the API key the client authenticated with (`backend.auth.Credentials.principal`)."""
         self.websocket = websocket
         self.engine = engine
         self.config = config
@@ -107,84 +135,209 @@ class RealtimeConnection:
         self.previous_item: str | None = None
         self.audio_ms = 0.0
         self.beta = False
-        self._event_ids = itertools.count(1)
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         # a client that sends faster than we answer (or never reads) waits for room here
         self._client_slots = asyncio.Semaphore(MAX_QUEUED_EVENTS)
         self._loop = asyncio.get_running_loop()
+        self.resumes: ResumeRegistry[RealtimeConnection] = (
+            resumes if resumes is not None else ResumeRegistry(0.0))
+        self.principal = principal
+        self.link = ClientLink(self._inbox, self._client_slots)
+        self.received_samples = 0  # s16le samples appended (at the rate each came in)
+        self._clock = time.monotonic  # the session limit, idle timeout and resume window's
+        self._task: asyncio.Task[None] | None = None  # the session, across its sockets
+        self._away_since: float | None = None  # when its client went away (resume window)
+        self._speech: set[str] = set()  # server VAD items whose speech started, not stopped
+        self._quiet_since = self._clock()  # no speech since (idle_timeout_ms)
+        self._quiet_audio_ms = 0.0  # the session audio then
+        self._idle_armed: int | None = None  # the idle_timeout_ms the quiet timer runs for
 
     async def run(self) -> None:
-        reader = asyncio.create_task(self._read())
+        """Serve a new session on this socket. Returns when the session is over, or when the
+        socket dropped and the session waits for a resume (going on in the background)."""
+        over = self.link.attach(self.websocket)
+        intent = self.websocket.query_params.get("intent", "transcription")
+        if intent != "transcription":
+            await self._send_error(RealtimeError(
+                f"intent {intent!r}: oasr serves transcription sessions only "
+                "(?intent=transcription)", "intent"))
+            await self.link.end(CloseCode.POLICY_VIOLATION)
+            return
+        self._task = asyncio.create_task(self._live())
+        await over
+
+    async def resume(self, websocket: WebSocket, last_event_id: str | None) -> None:
+        """Serve this session, whose token a resume presented, on ``websocket``; returns like
+        `run`. The session takes the socket in turn with its other events: what its old
+        socket delivered first is handled first."""
+        attached: asyncio.Future[asyncio.Future[None]] = self._loop.create_future()
+        self._inbox.put_nowait(("attach", (websocket, last_event_id, attached)))
         try:
-            intent = self.websocket.query_params.get("intent", "transcription")
-            if intent != "transcription":
-                await self._send_error(RealtimeError(
-                    f"intent {intent!r}: oasr serves transcription sessions only "
-                    "(?intent=transcription)", "intent"))
-                raise _Close(CloseCode.POLICY_VIOLATION)
-            await self._send({"type": "session.created", "session": self._session_json()})
-            await self._process()
-        except _Close as close:
+            over = await attached
+        except _SessionOver:
+            error = RealtimeError("the session cannot be resumed: it has ended", "resume",
+                                  code="resume_expired")
             with contextlib.suppress(*_GONE):
-                await self.websocket.close(close.code)
-        except _ClientGone:  # only a failed send: any other error is a fault, logged by uvicorn
-            pass
-        finally:
-            reader.cancel()
-            for turn in self.turns.values():
-                self.engine.abort_stream(turn.stream_id)  # no-op for finished streams
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+                await websocket.send_text(json.dumps(
+                    {"type": "error", "event_id": "event_" + secrets.token_hex(8),
+                     "error": error.to_error()}))
+                await websocket.close(CloseCode.POLICY_VIOLATION)
+            return
+        await over
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The session's own task (None before it began): it outlives a dropped socket."""
+        return self._task
 
     # -- plumbing ----------------------------------------------------------------------------
-    async def _read(self) -> None:
+    async def _live(self) -> None:
+        """The session from ``session.created`` to its end, across its sockets."""
+        close_code: int | None = None
+        error: BaseException | None = None
         try:
-            while True:
-                await self._client_slots.acquire()
-                message = await self.websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                self._inbox.put_nowait(("client", message))
-        except _GONE:
-            pass
-        self._inbox.put_nowait(("gone", None))
+            await self._send({"type": "session.created", "session": self._session_json(),
+                              **self._resume_fields()})
+            await self._process()
+        except _Close as close:
+            close_code = close.code
+        except Exception as exc:  # a fault: raised in the socket's handler, for the log
+            error = exc
+        finally:
+            for turn in self.turns.values():
+                self.engine.abort_stream(turn.stream_id)  # no-op for finished streams
+            self.resumes.end(self, "the session has ended")
+            self._refuse_attaches()
+            await self.link.end(close_code, error)
+
+    def _refuse_attaches(self) -> None:
+        while not self._inbox.empty():
+            kind, item = self._inbox.get_nowait()
+            if kind == "attach" and not item[2].done():
+                item[2].set_exception(_SessionOver())
+
+    def _resume_fields(self) -> dict[str, Any]:
+        """A new resume token for ``session.created`` (nothing when resume is off)."""
+        if not self.resumes.enabled:
+            return {}
+        return {"resume_token": self.resumes.issue(self, self.principal),
+                "resume_window_s": self.resumes.window_s}
 
     def _sink(self, event: StreamEvent) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening
             self._loop.call_soon_threadsafe(self._inbox.put_nowait, ("engine", event))
 
     async def _process(self) -> None:
-        started = time.monotonic()
+        started = self._clock()
         while True:
-            idle = not self.turns
             try:
-                kind, item = await asyncio.wait_for(
-                    self._inbox.get(), self.config.engine.idle_timeout_s if idle else None)
+                kind, item = await asyncio.wait_for(self._inbox.get(), self._quiet_for(started))
             except asyncio.TimeoutError:
-                await self._send_error(RealtimeError(
-                    f"nothing received for {self.config.engine.idle_timeout_s:g} s",
-                    code="timeout"))
-                raise _Close(CloseCode.POLICY_VIOLATION) from None
+                await self._on_quiet(started)
+                continue
             if kind == "gone":
-                return
-            if kind == "engine":
+                websocket, code = item
+                if websocket is not self.link.websocket:
+                    continue  # a socket a resume took over
+                if not (self.resumes.enabled and is_drop(code)):
+                    return
+                self._away()
+            elif kind == "attach":
+                await self._attach(*item)
+            elif kind == "engine":
                 await self._on_engine(item)
             else:
-                await self._on_client(item)
+                websocket, message = item
+                if websocket is self.link.websocket:  # not one a resume took over
+                    await self._on_client(message)
                 self._client_slots.release()
-            if time.monotonic() - started > self.config.engine.max_session_s:
-                await self._send_error(RealtimeError(
-                    f"the session reached its {self.config.engine.max_session_s:g} s limit",
-                    code="session_expired"))
-                raise _Close(CloseCode.NORMAL)
+            if self._clock() - started > self.config.engine.max_session_s:
+                await self._expire()
+
+    def _quiet_for(self, started: float) -> float:
+        """Seconds until the session must act without a message: its limit, the end of its
+        resume window, its idle timeout."""
+        deadlines = [started + self.config.engine.max_session_s]
+        if self._away_since is not None:
+            deadlines.append(self._away_since + self.resumes.window_s)
+        idle = self._idle_deadline()
+        if idle is not None:
+            deadlines.append(idle)
+        return max(0.0, min(deadlines) - self._clock())
+
+    async def _on_quiet(self, started: float) -> None:
+        now = self._clock()
+        if now - started >= self.config.engine.max_session_s:
+            await self._expire()
+        if self._away_since is not None and now - self._away_since >= self.resumes.window_s:
+            if self.open_turn is not None:  # suspended: the engine ends it "abandoned"
+                self.turns.pop(self.open_turn.stream_id, None)
+            raise _Close(CloseCode.NORMAL)  # nobody came back: the session ends
+        idle = self._idle_deadline()
+        if idle is not None and now >= idle:
+            await self._timeout_triggered()
+
+    async def _expire(self) -> None:
+        await self._send_error(RealtimeError(
+            f"the session reached its {self.config.engine.max_session_s:g} s limit",
+            code="session_expired"))
+        raise _Close(CloseCode.NORMAL)
+
+    def _away(self) -> None:
+        """The socket dropped: the session waits for a resume (events held meanwhile)."""
+        self.link.detach()
+        self._away_since = self._clock()
+        if self.open_turn is not None:
+            self.engine.suspend_stream(self.open_turn.stream_id, self.resumes.window_s)
+        self.resumes.away(self)
+
+    async def _attach(self, websocket: WebSocket, last_event_id: str | None,
+                      attached: asyncio.Future[asyncio.Future[None]]) -> None:
+        """A resume's socket takes the session (from a socket the server still holds, when
+        the client came back before the server noticed that one had died)."""
+        if self.link.websocket is not None:
+            over = await self.link.take_over(websocket, CloseCode.POLICY_VIOLATION)
+        else:
+            over = self.link.attach(websocket)
+            if self.open_turn is not None:
+                self.engine.resume_stream(self.open_turn.stream_id)
+        self._away_since = None
+        attached.set_result(over)
+        await self._send({"type": "session.created", "session": self._session_json(),
+                          "resumed": True, "received_samples": self.received_samples,
+                          **self._resume_fields()})
+        await self.link.resend(last_event_id)
 
     async def _send(self, event: dict[str, Any]) -> None:
-        text = json.dumps({"event_id": f"event_{next(self._event_ids)}", **event},
-                          ensure_ascii=False)
-        try:
-            await self.websocket.send_text(text)
-        except _GONE as exc:
-            raise _ClientGone from exc
+        await self.link.send(event)
+
+    # -- server VAD's idle timeout -----------------------------------------------------------
+    def _idle_deadline(self) -> float | None:
+        """When ``idle_timeout_ms`` fires (None: off, or speech is going on)."""
+        idle_ms = self.settings.idle_timeout_ms if self.settings.server_vad else None
+        if idle_ms != self._idle_armed:  # set or changed: the quiet counts from now
+            self._idle_armed = idle_ms
+            self._quiet()
+        if idle_ms is None or self._speech:
+            return None
+        return self._quiet_since + idle_ms / 1000
+
+    def _quiet(self) -> None:
+        """No speech from now (the session began, an item ended, a timeout fired)."""
+        self._quiet_since = self._clock()
+        self._quiet_audio_ms = self.audio_ms
+
+    async def _timeout_triggered(self) -> None:
+        """No speech for ``idle_timeout_ms``: as OpenAI does, say so and commit the quiet
+        audio as an empty item."""
+        item_id = _item_id()
+        start_ms, end_ms = round(self._quiet_audio_ms), round(self.audio_ms)
+        await self._send({"type": "input_audio_buffer.timeout_triggered",
+                          "audio_start_ms": start_ms, "audio_end_ms": end_ms,
+                          "item_id": item_id})
+        await self._send_committed(item_id)
+        await self._send_completed(item_id, "", (end_ms - start_ms) / 1000)
+        self._quiet()
 
     async def _send_error(self, error: RealtimeError) -> None:
         await self._send({"type": "error", "error": error.to_error()})
@@ -296,6 +449,7 @@ class RealtimeConnection:
             turn = self._open_turn()
             self.engine.feed_audio(turn.stream_id, pcm)
         turn.num_bytes += len(pcm)
+        self.received_samples += len(pcm) // 2
         self.audio_ms += len(pcm) / 2 / self.settings.sample_rate * 1000
 
     def _open_turn(self) -> Turn:
@@ -320,6 +474,10 @@ class RealtimeConnection:
         if turn is None or turn.num_bytes == 0:
             raise RealtimeError("the input audio buffer is empty: append audio before a commit",
                                 code="input_audio_buffer_commit_empty")
+        if not turn.manual and self.audio_ms - max(turn.base_ms, turn.vad_ms) < MIN_COMMIT_MS:
+            raise RealtimeError(f"the input audio buffer is empty: server VAD has committed the "
+                                f"audio appended so far (a commit needs {MIN_COMMIT_MS} ms "
+                                "more)", code="input_audio_buffer_commit_empty")
         self.open_turn = None
         turn.committed = True
         self.engine.end_stream(turn.stream_id)
@@ -354,6 +512,8 @@ class RealtimeConnection:
                 await self._on_error(turn, event)
             case Done() if turn.manual:
                 await self._on_manual_done(turn)
+            case Done():
+                await self._on_vad_done(turn)
 
     async def _on_manual_done(self, turn: Turn) -> None:
         """The engine ended a manually committed buffer's stream: complete its item."""
@@ -362,6 +522,20 @@ class RealtimeConnection:
             await self._send_committed(turn.item_id)
         await self._send_completed(turn.item_id, " ".join(turn.finals),
                                    turn.num_bytes / 2 / self.settings.sample_rate, turn.words)
+
+    async def _on_vad_done(self, turn: Turn) -> None:
+        """A server-VAD turn's stream ended: its speech is over, and a commit no final answered
+        gets its item (empty: nothing was heard after the last one)."""
+        if self._speech.intersection(turn.items.values()):
+            self._speech.difference_update(turn.items.values())
+            self._quiet()
+        if turn.committed and not turn.commit_answered:
+            turn.commit_answered = True
+            item_id = _item_id()
+            await self._send_committed(item_id)
+            end_ms = turn.base_ms + turn.num_bytes / 2 / self.settings.sample_rate * 1000
+            await self._send_completed(item_id, "", max(0.0, end_ms - max(turn.base_ms,
+                                                                          turn.vad_ms)) / 1000)
 
     async def _on_partial(self, turn: Turn, event: Partial) -> None:
         if turn.manual:
@@ -372,6 +546,7 @@ class RealtimeConnection:
         item_id = turn.items.get(event.segment)
         if item_id is None:
             item_id = turn.items[event.segment] = _item_id()
+            self._speech.add(item_id)
             await self._send({"type": "input_audio_buffer.speech_started",
                               "audio_start_ms": round(self.audio_ms), "item_id": item_id})
         await self._send_delta(turn, item_id, event.text)
@@ -391,17 +566,25 @@ class RealtimeConnection:
                 turn.finals.append(event.text)
                 turn.words += event.words
             return
+        turn.vad_ms = max(turn.vad_ms, turn.base_ms + max(event.end, event.decided_at) * 1000)
         item_id = turn.items.get(event.segment)
+        heard = item_id is not None
         if item_id is None:
-            if not event.text:
+            if not event.text and (not turn.committed or turn.commit_answered):
                 return  # nothing was heard in this segment
-            item_id = turn.items[event.segment] = _item_id()
-            await self._send({"type": "input_audio_buffer.speech_started",
-                              "audio_start_ms": round(turn.base_ms + event.start * 1000),
+            item_id = turn.items[event.segment] = _item_id()  # or it answers a commit
+            if event.text:
+                heard = True
+                await self._send({"type": "input_audio_buffer.speech_started",
+                                  "audio_start_ms": round(turn.base_ms + event.start * 1000),
+                                  "item_id": item_id})
+        if heard:
+            await self._send({"type": "input_audio_buffer.speech_stopped",
+                              "audio_end_ms": round(turn.base_ms + event.end * 1000),
                               "item_id": item_id})
-        await self._send({"type": "input_audio_buffer.speech_stopped",
-                          "audio_end_ms": round(turn.base_ms + event.end * 1000),
-                          "item_id": item_id})
+            self._speech.discard(item_id)
+            self._quiet()
+        turn.commit_answered = turn.committed
         await self._send_committed(item_id)
         await self._send_completed(item_id, event.text, max(0.0, event.end - event.start),
                                    event.words)

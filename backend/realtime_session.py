@@ -12,6 +12,11 @@ log of their confidence). Accepted and ignored, since the
 endpointer judges silence from the CTC pass's blank frames rather than from energy:
 ``threshold``, ``prefix_padding_ms``, ``create_response``, ``interrupt_response``. Anything
 else is a ``RealtimeError`` that names the field.
+
+``server_vad``'s ``idle_timeout_ms`` (100..3,600,000, or null: off) is honoured as OpenAI does:
+when no speech has been heard for that long since the session began, the last item ended or
+the last timeout, the session sends ``input_audio_buffer.timeout_triggered`` and commits an
+empty item (`backend.openai_realtime`).
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class TranscriptionSettings:
         server_vad: True: the engine's endpointer ends turns; False: the client commits.
         silence_ms: with ``server_vad``, the silence after speech that ends a turn; None
             keeps the engine's own rule.
+        idle_timeout_ms: with ``server_vad``, the quiet (no speech) after which the session
+            sends ``input_audio_buffer.timeout_triggered``; None: never.
         model, language: echoed back.
         prompt: Whisper's prompt (before the hotwords).
         hotwords: the terms both passes are biased towards.
@@ -62,6 +69,7 @@ class TranscriptionSettings:
     sample_rate: int = DEFAULT_RATE
     server_vad: bool = True
     silence_ms: int | None = None
+    idle_timeout_ms: int | None = None
     model: str = "oasr"
     language: str = "en"
     prompt: str = ""
@@ -72,13 +80,16 @@ class TranscriptionSettings:
         validate_sample_rate(self.sample_rate)
         if self.silence_ms is not None and not 100 <= self.silence_ms <= 60000:
             raise ValueError(f"silence_ms={self.silence_ms}; use 100..60000")
+        if self.idle_timeout_ms is not None and not 100 <= self.idle_timeout_ms <= 3_600_000:
+            raise ValueError(f"idle_timeout_ms={self.idle_timeout_ms}; use 100..3600000")
 
     def session_json(self, session_id: str, engine_silence_ms: int | None,
                      beta: bool) -> dict[str, Any]:
         """The session object of ``session.created`` / ``session.updated`` (or the beta's)."""
         silence = self.silence_ms if self.silence_ms is not None else engine_silence_ms
         vad = ({"type": "server_vad", "silence_duration_ms": silence, "threshold": None,
-                "prefix_padding_ms": None} if self.server_vad else None)
+                "prefix_padding_ms": None, "idle_timeout_ms": self.idle_timeout_ms}
+               if self.server_vad else None)
         transcription = {"model": self.model, "language": self.language, "prompt": self.prompt,
                          "hotwords": [h.to_json() for h in self.hotwords]}
         include = [LOGPROBS] if self.logprobs else []
@@ -217,9 +228,11 @@ def _apply_transcription(settings: TranscriptionSettings, fields: dict[str, Any]
 def _apply_turn_detection(settings: TranscriptionSettings, value: object,
                           param: str) -> TranscriptionSettings:
     if value is None:
-        return dataclasses.replace(settings, server_vad=False, silence_ms=None)
+        return dataclasses.replace(settings, server_vad=False, silence_ms=None,
+                                   idle_timeout_ms=None)
     fields = _object(value, param)
-    _check_fields(fields, {"type", "silence_duration_ms", *IGNORED_VAD_FIELDS}, param)
+    _check_fields(fields, {"type", "silence_duration_ms", "idle_timeout_ms",
+                           *IGNORED_VAD_FIELDS}, param)
     if fields.get("type", "server_vad") != "server_vad":
         raise RealtimeError(f"{param}.type {fields.get('type')!r}: oasr supports server_vad "
                             "or null (manual commits)", f"{param}.type",
@@ -229,4 +242,10 @@ def _apply_turn_detection(settings: TranscriptionSettings, value: object,
                                 or not 100 <= silence <= 60000):
         raise RealtimeError(f"{param}.silence_duration_ms {silence!r}: use 100..60000",
                             f"{param}.silence_duration_ms")
-    return dataclasses.replace(settings, server_vad=True, silence_ms=silence)
+    idle = fields.get("idle_timeout_ms")
+    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, int)
+                             or not 100 <= idle <= 3_600_000):
+        raise RealtimeError(f"{param}.idle_timeout_ms {idle!r}: use 100..3600000 (or null: "
+                            "off)", f"{param}.idle_timeout_ms")
+    return dataclasses.replace(settings, server_vad=True, silence_ms=silence,
+                               idle_timeout_ms=idle)
