@@ -131,7 +131,7 @@ def test_transcribe_decodes_finals_in_full_with_context_and_the_server_does_not(
 
     seen: list[EngineConfig] = []
     monkeypatch.setattr(offline, "transcribe_files",
-                        lambda config, files, progress: seen.append(config) or [])
+                        lambda config, files, progress, **bias: seen.append(config) or [])
     audio = tmp_path / "a.wav"
     audio.write_bytes(b"")
     assert main(["transcribe", str(audio), "--no-progress"]) == 0
@@ -180,15 +180,16 @@ def test_transcribe_help_lists_the_common_flags_and_help_all_every_flag() -> Non
     every = re.findall(r"^  (?:-\w, )?(--[a-z0-9-]+)", full, re.M)
     assert len(shown) <= 25, shown
     assert {"--model", "--device", "--dtype", "--threads", "--json", "--help-all"} <= set(shown)
-    assert set(every) == {"--help", "--help-all", "--json", "--no-progress",
-                          *(f.flag for f in ENGINE_FLAGS)}
+    assert set(every) == {"--help", "--help-all", "--json", "--no-progress", "--hotwords",
+                          "--prompt", *(f.flag for f in ENGINE_FLAGS)}
     assert "--refine-hold-words" not in short and "--refine-hold-words N" in full
 
 
 def test_every_transcribe_flag_is_documented() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     documented = set(re.findall(r"`(--[a-z0-9-]+)", doc))
-    assert {"--json", "--no-progress", *(f.flag for f in ENGINE_FLAGS)} <= documented
+    assert {"--json", "--no-progress", "--hotwords", "--prompt",
+            *(f.flag for f in ENGINE_FLAGS)} <= documented
 
 
 def test_an_engine_flag_left_out_keeps_the_base_configs_field() -> None:
@@ -204,3 +205,28 @@ def test_an_engine_flag_left_out_keeps_the_base_configs_field() -> None:
         command_engine_config(), decoder=replace(command_engine_config().decoder, beam_size=16))
     assert command_engine_config().second_pass == "whisper"
     assert command_engine_config().num_left_chunks == 8
+
+
+def test_transcribe_passes_hotwords_and_a_prompt_and_refuses_bad_ones(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from oasr.decoding.context import HotwordError, parse_hotwords
+    from oasr.engine import offline
+
+    seen: list[dict[str, object]] = []
+
+    def fake(config, files, progress, hotwords=(), prompt=""):
+        parse_hotwords(hotwords)  # as transcribe_files does, before any file
+        seen.append({"hotwords": hotwords, "prompt": prompt})
+        return []
+
+    monkeypatch.setattr(offline, "transcribe_files", fake)
+    audio = tmp_path / "a.wav"
+    audio.write_bytes(b"")
+    assert main(["transcribe", str(audio), "--no-progress", "--hotwords", " Brenvik, ,Taloria ",
+                 "--prompt", "Names."]) == 0
+    assert seen == [{"hotwords": ["Brenvik", "Taloria"], "prompt": "Names."}]
+    assert main(["transcribe", str(audio), "--no-progress",
+                 "--hotwords", ",".join(f"t{i}" for i in range(101))]) == 2
+    assert "at most 100" in capsys.readouterr().err
+    assert isinstance(HotwordError("x"), ValueError)
