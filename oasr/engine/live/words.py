@@ -78,6 +78,34 @@ class Posteriors:
             return None
         return self.start + lo + best, float(np.exp(scores[best]))
 
+    def peaks(self, tokens: list[int], stamps: list[int]) -> tuple[list[int], list[float | None]]:
+        """Each token's frame and posterior at its peak: tokens dated ``stamps`` (absolute,
+        increasing) are looked for from their date to the next token's (the last one
+        `MAX_PEAK_FRAMES` on), all at once; a token none of its window's frames holds among
+        its best keeps its date, with the probability `prob` gives there."""
+        n = len(tokens)
+        dates = np.asarray(stamps, dtype=np.int64)
+        ends = np.append(dates[1:], dates[-1] + MAX_PEAK_FRAMES)
+        lo, hi = max(int(dates[0]), self.start), min(int(ends[-1]), self.end)
+        best = np.full(n, -np.inf)
+        first = np.full(n, np.iinfo(np.int64).max)
+        if hi > lo:
+            frames = np.arange(lo, hi)
+            owner = np.searchsorted(dates, frames, side="right") - 1  # (F,) token of each frame
+            rows = frames - self.start
+            wanted = np.asarray(tokens, dtype=np.int64)[owner]
+            score = np.where(self._ids[rows] == wanted[:, None], self._lps[rows],
+                             -np.inf).max(axis=1)
+            np.maximum.at(best, owner, score)
+            top = np.isfinite(score) & (score == best[owner])
+            np.minimum.at(first, owner[top], frames[top])
+        found = np.isfinite(best)
+        out_frames = np.where(found, first, dates).tolist()
+        out_probs: list[float | None] = [
+            float(np.exp(b)) if ok else self.prob(d, t)
+            for b, ok, d, t in zip(best.tolist(), found.tolist(), stamps, tokens, strict=True)]
+        return out_frames, out_probs
+
     def prob(self, frame: int, token: int) -> float | None:
         """P(``token``) at ``frame``: its posterior when among the frame's best, else at
         most the least of them; None for a frame not kept."""
@@ -152,40 +180,56 @@ def spoken_digits(key: str) -> str:
 
 def ctc_letters(tokenizer: Any, hyp: Hypothesis | None, base_frame: int,
                 posteriors: Posteriors | None = None) -> CtcLetters:
-    """``hyp``'s letters with their frames (its timestamps plus ``base_frame``, the segment's
-    first frame) and probabilities (from ``posteriors``)."""
+    """``hyp``'s letters with their frames and probabilities: each token is dated by its
+    posterior's peak between its timestamp (plus ``base_frame``, the segment's first frame)
+    and the next token's (`Posteriors.peaks`), else by its timestamp."""
     if hyp is None or tokenizer is None or not hasattr(tokenizer, "raw_text"):
         return NO_LETTERS
+    stamps = [base_frame + int(t) for t in hyp.timestamps]
+    frames: list[int] = stamps
+    probs: list[float | None] = [None] * len(stamps)
+    if posteriors is not None and stamps:
+        frames, probs = posteriors.peaks(list(hyp.tokens), stamps)
     letters: list[str] = []
-    frames: list[int] = []
-    probs: list[float | None] = []
+    letter_frames: list[int] = []
+    letter_probs: list[float | None] = []
     starts: list[int] = []
     in_word = False
-    stamps = [base_frame + int(t) for t in hyp.timestamps]
-    for n, (token, first) in enumerate(zip(hyp.tokens, stamps, strict=True)):
-        frame, prob = first, None
-        if posteriors is not None:
-            # a prefix beam search dates a token by the frame its prefix entered the beam,
-            # which can be long before it was said (a segment's first letter at its first
-            # frame); its posterior's peak before the next token is when it was heard
-            end = stamps[n + 1] if n + 1 < len(stamps) else first + MAX_PEAK_FRAMES
-            found = posteriors.peak(token, first, max(end, first + 1))
-            frame, prob = found if found is not None else (first, posteriors.prob(first, token))
-        for char in tokenizer.raw_text([token]):
-            if char.isspace():
+    pieces = _pieces(tokenizer)
+    for token, frame, prob in zip(hyp.tokens, frames, probs, strict=True):
+        for piece in pieces[token] if token in pieces else _folded_piece(tokenizer, token):
+            if piece == " ":
                 in_word = False
-                continue
-            folded = _fold(char)
-            if not folded:
                 continue
             if not in_word:
                 starts.append(len(letters))
                 in_word = True
-            for piece in folded:
-                letters.append(piece)
-                frames.append(frame)
-                probs.append(prob)
-    return CtcLetters("".join(letters), tuple(frames), tuple(probs), tuple(starts))
+            letters.append(piece)
+            letter_frames.append(frame)
+            letter_probs.append(prob)
+    return CtcLetters("".join(letters), tuple(letter_frames), tuple(letter_probs),
+                      tuple(starts))
+
+
+_PIECES: dict[int, dict[int, tuple[str, ...]]] = {}
+
+
+def _folded_piece(tokenizer: Any, token: int) -> tuple[str, ...]:
+    """A unit's text as folded letters, " " for a word break."""
+    out: list[str] = []
+    for char in tokenizer.raw_text([token]):
+        out += [" "] if char.isspace() else list(_fold(char))
+    return tuple(out)
+
+
+def _pieces(tokenizer: Any) -> dict[int, tuple[str, ...]]:
+    """Each unit's folded letters, per tokenizer (built once)."""
+    table = _PIECES.get(id(tokenizer))
+    if table is None:
+        units = getattr(tokenizer, "units", [])
+        table = {i: _folded_piece(tokenizer, i) for i in range(len(units))}
+        _PIECES[id(tokenizer)] = table
+    return table
 
 
 def timed_words(text: str, ctc: CtcLetters, span: tuple[int, int], frame_shift_s: float,
