@@ -5,7 +5,9 @@ snapshot at scrape time (a custom collector), so they can never drift from ``/ap
 The step-time and real-time-factor histograms are sampled by the stats hub: once per stats
 interval in which the engine ran at least one step, it observes the latest step's time and the
 engine's recent real-time factor (``observe_snapshot``). Their ``_count`` is the number of
-samples; ``oasr_engine_steps_total`` counts the steps themselves.
+samples; ``oasr_engine_steps_total`` counts the steps themselves. The partials' lag histogram
+(``oasr_partial_lag_seconds``: audio received and not decoded when each partial was sent) is
+the engine's own, every partial counted, its buckets made cumulative here.
 """
 
 from __future__ import annotations
@@ -13,10 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from oasr.engine.snapshot import EngineSnapshot
+from oasr.engine.snapshot import LAG_BUCKETS_S, EngineSnapshot, StreamsSnapshot
 
 REJECTION_REASONS = ("origin", "max_connections", "not_ready", "draining")
 STEP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -44,7 +51,14 @@ class _SnapshotCollector(Collector):
         active = GaugeMetricFamily("oasr_streams", "Streams by state", labels=["state"])
         active.add_metric(["active"], streams.active)
         active.add_metric(["waiting"], streams.waiting)
+        active.add_metric(["suspended"], streams.suspended)
         yield active
+        yield GaugeMetricFamily(
+            "oasr_streams_admissible", "Streams that may be admitted now: free slots, within "
+            "the step's cost budget (admission by latency)", value=streams.num_admissible)
+        lag = _lag_histogram(streams)
+        if lag is not None:
+            yield lag
         yield CounterMetricFamily(
             "oasr_evictions", "K/V blocks evicted from streams' history",
             value=snapshot.num_evictions)
@@ -106,6 +120,21 @@ class _SnapshotCollector(Collector):
                 "Finals that kept their CTC text: a paced or less-served stream's final took "
                 "their place in a full backlog",
                 value=second.num_evicted)
+
+
+def _lag_histogram(streams: StreamsSnapshot) -> HistogramMetricFamily | None:
+    """The partials' lag as a Prometheus histogram (cumulative buckets, then +Inf); None when
+    the snapshot has no lag counts."""
+    if len(streams.lag_counts) != len(LAG_BUCKETS_S) + 1:
+        return None
+    buckets, total = [], 0
+    for bound, count in zip((*LAG_BUCKETS_S, float("inf")), streams.lag_counts, strict=True):
+        total += count
+        buckets.append(("+Inf" if bound == float("inf") else f"{bound:g}", total))
+    return HistogramMetricFamily(
+        "oasr_partial_lag_seconds", "Audio received and not decoded yet when each partial was "
+        "sent (how far behind the stream's text was)", buckets=buckets,
+        sum_value=streams.lag_sum_s)
 
 
 class ServerMetrics:

@@ -78,6 +78,7 @@ function openStream(sampleRate, label, activity, protocols) {
     sampleRate,
     format: "s16le",
     protocols,
+    getProtocols: socketProtocols,
     hotwords: hotwordTerms(),
     handlers: {
       onReady: (m) => {
@@ -89,6 +90,14 @@ function openStream(sampleRate, label, activity, protocols) {
       onHotwords: (m) => {
         const terms = m.hotwords.map((h) => h.phrase).join(", ");
         transcript.note(terms ? `hotwords from here on: ${terms}` : "no hotwords from here on");
+      },
+      onReconnecting: (r) => {
+        setStatus(`Reconnecting: ${r.explanation}; resuming the stream (the server keeps it ` +
+          `${r.windowS} s)…`, "warn");
+      },
+      onResumed: (m) => {
+        setStatus(`${activity}: stream ${m.stream_id} resumed after a dropped connection ` +
+          `(the server held ${(m.received_samples / sampleRate).toFixed(1)} s of audio).`, "live");
       },
       onPartial: (m) => transcript.partial(m),
       onFinal: (m) => transcript.final(m),

@@ -13,6 +13,7 @@ import { PoolOverview } from "./pool-overview.js";
 import { SecondPassView } from "./second-pass-view.js";
 
 const FINISH_REASONS = ["stop", "length", "timeout", "abort", "abandoned", "error"];
+const LATE_S = 1; // a stream this far behind (audio not decoded) is shown late
 
 function fmt(value, digits = 1) {
   return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "-";
@@ -73,6 +74,8 @@ export class PoolPanel {
     this.field("evictions", String(snapshot.num_evictions));
     this.field("active", `${streams.active} / ${streams.max_batch_size}`);
     this.field("waiting", String(streams.waiting));
+    this.field("suspended", String(streams.suspended ?? 0));
+    this.field("lag", describeLag(streams.lag));
     this.field("step", `${fmt(step.last_ms)} ms (avg ${fmt(step.avg_ms)}, batch ${step.last_batch_size})`);
     this.field("rtf", fmt(snapshot.rtf, 3));
     this.field("steps", String(step.num_steps));
@@ -124,11 +127,29 @@ export class PoolPanel {
       const held = blockFrames === null ? `slot ${stream.slot}`
         : `${stream.num_blocks} blocks (${stream.num_blocks * (blockFrames || 0)} frames)`;
       label.textContent = `stream ${stream.stream_id}${mine}: ${held}, ${fmt(stream.audio_s)} s` +
-        ` audio, lag ${fmt(stream.lag_s, 2)} s`;
+        " audio, ";
+      const lag = document.createElement("span");
+      lag.className = stream.lag_s >= LATE_S ? "lag late" : "lag";
+      lag.dataset.lagS = String(stream.lag_s);
+      lag.dataset.stream = String(stream.stream_id);
+      lag.title = "audio received and not decoded yet: how far behind its text is";
+      lag.textContent = `lag ${fmt(stream.lag_s, 2)} s`;
+      label.append(lag);
       item.append(swatch, label);
       this.legend.append(item);
     }
   }
+}
+
+/** The partials' lag histogram ({buckets_s, counts, sum_s}) as "mean, share over 1 s". */
+function describeLag(lag) {
+  if (!lag || !lag.counts) return "-";
+  const total = lag.counts.reduce((a, b) => a + b, 0);
+  if (!total) return "no partials yet";
+  const within = lag.buckets_s.indexOf(LATE_S);
+  const late = within < 0 ? 0 : lag.counts.slice(within + 1).reduce((a, b) => a + b, 0);
+  return `mean ${fmt((1000 * lag.sum_s) / total, 0)} ms over ${total} partials; ` +
+    `${fmt((100 * late) / total, 1)}% more than ${LATE_S} s behind`;
 }
 
 /** "name", plus whether this tab's stream runs there, plus "draining (N s left)". */
