@@ -158,6 +158,8 @@ def test_load_for_decoding_serves_bfloat16_with_its_weights_packed(
     block = model.decoder.blocks[0]
     assert id(block.self_qkv.weight) in fused_linear._PACKED
     assert id(model.encoder.blocks[0].ffn.up.weight) in fused_linear._PACKED
+    # stored (V, d): the logits' float32 rescoring gathers rows, not strided columns
+    assert model.decoder.embedding.weight.is_contiguous()
 
 
 @needs_bf16

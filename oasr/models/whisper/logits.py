@@ -23,6 +23,13 @@ texts a word apart): the candidates a beam or greedy step picks from carry float
 It applies on CPU to a float32 or bfloat16 weight (a bfloat16 model's: its int8 copy is
 quantized from the bfloat16 values, the rescoring multiplies them in float32) where this torch
 has the quantized ops; elsewhere (a GPU, a torch without them) it falls back to "auto".
+
+For int8 logits (and a bfloat16 model's) the weight is best stored contiguous (V, d), as
+`load_for_decoding` stores it: the rescoring then gathers 64 rows per beam, 1 ms for 30 rows (a
+beam of 5 over 6 segments) on a Sapphire Rapids core against 11 ms for 64 columns of the
+(d, V) storage; the int8 product with its rescoring then takes 6.7 ms. (A oneDNN bfloat16
+product on the matrix units with the same rescoring took as long, 6.8 ms: the product is
+2.1 ms, the top-64 selection most of the rest.)
 """
 
 from __future__ import annotations

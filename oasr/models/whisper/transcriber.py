@@ -132,14 +132,21 @@ def load_for_decoding(config: WhisperDecodeConfig | None = None,
                       device: torch.device | str | None = None) -> WhisperCheckpoint:
     """Whisper tiny.en (the installed checkpoint) in ``config.dtype`` on ``device`` (default:
     CUDA when available, else CPU), its fused linears' weights packed now rather than in the
-    first decode (`oasr.models.whisper.model.prepack`).
+    first decode (`oasr.models.whisper.model.prepack`; the output projection's when its
+    decoder is built, `LogitsProjection.serve`). With int8 logits, or outside float32 (where
+    no BLAS product reads it as (d, V)), the embedding stays stored (V, d): the logits'
+    float32 rescoring gathers its rows (30 rows' 64 candidates: 1 ms, against 11 ms as
+    columns of (d, V) on a Sapphire Rapids core).
 
     Raises:
         FileNotFoundError: no Whisper checkpoint is installed.
     """
     target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    checkpoint = load_whisper(device=target,
-                              dtype=decode_dtype((config or WhisperDecodeConfig()).dtype, target))
+    dtype = decode_dtype((config or WhisperDecodeConfig()).dtype, target)
+    checkpoint = load_whisper(device=target, dtype=dtype)
+    if dtype != torch.float32 or (config or WhisperDecodeConfig()).logits == "int8":
+        embedding = checkpoint.model.decoder.embedding.weight
+        embedding.data = embedding.data.contiguous()
     prepack(checkpoint.model)
     return checkpoint
 
