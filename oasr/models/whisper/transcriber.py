@@ -14,6 +14,7 @@ import torch
 from oasr.cache import BlockPool, CacheConfig
 from oasr.cache.decoder_kv import DecoderKVCacheManager, resolve_kv_storage
 from oasr.fmha.fp8 import FP8_DTYPE, check_kv_cache_format
+from oasr.models.fused_linear import fusable
 from oasr.models.whisper.decoding import (
     GreedyHypothesis,
     WhisperTranscript,
@@ -22,14 +23,12 @@ from oasr.models.whisper.decoding import (
     greedy_search,
 )
 from oasr.models.whisper.dense_kv import DecoderKv
-from oasr.models.fused_linear import fusable
 from oasr.models.whisper.loader import WhisperCheckpoint, load_whisper
 from oasr.models.whisper.logits import LOGITS_BACKENDS
 from oasr.models.whisper.model import prepack
 from oasr.models.whisper.quantization import check_kv_cache_servable, decoder_kv_bytes_per_token
 from oasr.models.whisper.safeguards import FallbackRule, RepetitionStop, TokenBudget
 from oasr.models.whisper.window import EncodedSegments, EncoderWindow, SegmentEncoder
-
 
 DECODE_DTYPES = ("auto", "float32", "bfloat16")
 
