@@ -8,6 +8,8 @@ the default 15 s and a 60 s wait is in the issue's report."""
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -31,8 +33,16 @@ JFK = "and so my fellow americans ask not what your country can do for you ask w
 
 @pytest.fixture(scope="module")
 def server(start_module_server, bundled_model_dir: Path) -> object:  # type: ignore[no-untyped-def]
-    return start_module_server(None, "--idle-timeout", str(IDLE_TIMEOUT_S),
-                               "--max-batch-size", "2")
+    server = start_module_server(None, "--idle-timeout", str(IDLE_TIMEOUT_S),
+                                 "--max-batch-size", "2")
+    deadline = time.monotonic() + 120  # serving once the engine has measured its step
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{server.address}/readyz", timeout=5):
+                return server
+        except urllib.error.URLError:  # 503 (HTTPError) until then
+            time.sleep(0.2)
+    raise AssertionError("oasr-server never answered /readyz with 200")
 
 
 def test_an_idle_realtime_session_stays_open_then_transcribes_a_turn(
