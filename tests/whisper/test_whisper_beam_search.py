@@ -52,6 +52,50 @@ def test_dense_select_copies_repeated_rows() -> None:
     torch.testing.assert_close(read, k[[1, 1, 0]])
 
 
+@torch.inference_mode()
+@pytest.mark.parametrize("shared_cross", [True, False])
+def test_rows_that_stop_leave_the_batch_and_the_others_decode_as_alone(
+        shared_cross: bool) -> None:
+    """A batch whose rows end at different steps: each row's hypothesis (tokens, scores, token
+    log-probs) is the one it gets decoded alone, and the rows that stopped left the batch (the
+    later decoder calls ran fewer rows)."""
+    model = tiny_model(seed=5)
+    with torch.no_grad():
+        model.decoder.embedding.weight[TINY_SPEC.eot] *= 5.0  # some rows end early
+    encoded = tiny_encoded(6, seed=33)
+    widths: list[int] = []
+    hook = model.decoder.register_forward_hook(
+        lambda _m, args, _out: widths.append(args[0].size(0)))
+    try:
+        batched = beam_search(model, TINY_SPEC, DecoderKv(model.decoder.cross_kv(encoded), 20,
+                                                          shared_cross=shared_cross), 3, 16)
+    finally:
+        hook.remove()
+    lengths = [len(h.tokens) for h in batched]
+    assert len(set(lengths)) > 1, lengths  # the rows do stop at different steps
+    assert widths[0] == 6 and widths[1] == 18 and min(widths[1:]) < 18  # rows left
+    for row, got in enumerate(batched):
+        cross = model.decoder.cross_kv(encoded[row : row + 1])
+        (alone,) = beam_search(model, TINY_SPEC, DecoderKv(cross, 20, shared_cross=shared_cross),
+                               3, 16)
+        assert got.tokens == alone.tokens
+        assert got.score == pytest.approx(alone.score, abs=1e-4)
+        assert got.token_log_probs == pytest.approx(alone.token_log_probs, abs=1e-4)
+
+
+def test_keep_groups_keeps_the_groups_cross_kv() -> None:
+    k = torch.randn(3, 5, 2, 4)
+    kv = DecoderKv([(k, -k)], 4, shared_cross=True)
+    kv.keep_groups(torch.tensor([2, 0]))
+    kv.select(torch.tensor([0, 0, 1, 1]))  # two rows per kept group
+    assert kv.num_groups == 2 and kv.batch_size == 4
+    torch.testing.assert_close(kv._cross[0][0].read(5, torch.float32), k[[2, 0]])
+    torch.testing.assert_close(kv._cross[0][1].read(5, torch.float32), -k[[2, 0]])
+    plain = DecoderKv([(k, k)], 4)
+    plain.keep_groups(torch.tensor([1]))  # a per-row cross K/V: select alone decides
+    assert plain._cross[0][0].read(5, torch.float32).shape[0] == 3
+
+
 @pytest.mark.slow
 def test_beam_five_matches_ctranslate2(checkpoint: WhisperCheckpoint, devset_encoded,
                                        devset_mel, recordings, dense_tokens) -> None:

@@ -182,6 +182,8 @@ def beam_search(
     so repeated parents are fine here, unlike on the paged pool). A candidate ending in the end
     token finishes with score ``log_prob / len ** length_penalty`` (len counts the end token);
     a row stops once it has ``beam_size`` finished hypotheses, all rows stop at the token cap.
+    A row that stopped leaves the batch (its beams, and with a shared cross K/V its group:
+    ``kv.keep_groups``), so a short segment decoded beside a long one costs its own steps only.
 
     Args:
         kv: an empty dense store of B rows (cross K/V stored, no tokens yet).
@@ -211,21 +213,32 @@ def beam_search(
     history = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (B, K, t)
     token_lps = torch.zeros(batch, 1, 0, device=device)  # (B, K, t) each token's log-prob
     finished: list[list[BeamHypothesis]] = [[] for _ in range(batch)]
+    rows = list(range(batch))  # the original row of each row still searched
     for step in range(limit):
         top_scores, parents, tokens = best_candidates(scores, log_probs, 2 * beam_size)
         picked = top_scores - scores.gather(1, parents)  # (B, 2K) the tokens' log-probs
-        keep = _collect_finished(finished, top_scores, parents, tokens, history, spec.eot,
-                                 beam_size, length_penalty, last_step=step + 1 == limit,
-                                 token_lps=(token_lps, picked))
+        keep = _collect_finished([finished[r] for r in rows], top_scores, parents, tokens,
+                                 history, spec.eot, beam_size, length_penalty,
+                                 last_step=step + 1 == limit, token_lps=(token_lps, picked))
         if all(len(f) >= beam_size for f in finished) or step + 1 == limit:
             break
         if stop is not None and stop():
             raise SearchStopped
+        width = history.size(1)
+        groups = torch.arange(batch, device=device)  # each searched row's group in ``kv``
+        live = [i for i, r in enumerate(rows) if len(finished[r]) < beam_size]
+        if len(live) < batch:  # stopped rows leave the batch
+            groups = torch.tensor(live, dtype=torch.long, device=device)
+            top_scores, parents, tokens, picked, keep = (
+                t.index_select(0, groups) for t in (top_scores, parents, tokens, picked, keep))
+            history, token_lps = history.index_select(0, groups), token_lps.index_select(0, groups)
+            kv.keep_groups(groups)
+            rows, batch = [rows[i] for i in live], len(live)
         scores = top_scores.gather(1, keep)  # (B, K)
         chosen_parents, chosen_tokens = parents.gather(1, keep), tokens.gather(1, keep)
-        width = history.size(1)
-        flat = (torch.arange(batch, device=device).unsqueeze(1) * width + chosen_parents).view(-1)
-        kv.select(flat)
+        kv.select((groups.unsqueeze(1) * width + chosen_parents).view(-1))  # rows of ``kv``
+        flat = (torch.arange(batch, device=device).unsqueeze(1) * width
+                + chosen_parents).view(-1)  # rows of ``history``
         history = torch.cat([history.view(batch * width, -1)[flat].view(batch, beam_size, -1),
                              chosen_tokens.unsqueeze(-1)], dim=-1)
         token_lps = torch.cat([token_lps.view(batch * width, -1)[flat].view(batch, beam_size, -1),

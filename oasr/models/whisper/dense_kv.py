@@ -148,6 +148,17 @@ class DecoderKv:
     def advance(self, num_tokens: int) -> None:
         self.num_tokens += num_tokens
 
+    def keep_groups(self, groups: torch.Tensor) -> None:
+        """With ``shared_cross``: keep only the groups ``groups`` (G',) int64, in that order
+        (their cross K/V; the next `select` then picks their rows, G' * K of them). Without
+        it a no-op: `select` copies each kept row's cross K/V anyway."""
+        if not self.shared_cross:
+            return
+        for k_buf, v_buf in self._cross:
+            k_buf.select(groups, self.cross_len)
+            v_buf.select(groups, self.cross_len)
+        self.num_groups = int(groups.numel())
+
     def select(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (B',) int64 in that order; repeats copy (beam expansion).
 
