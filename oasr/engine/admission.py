@@ -53,7 +53,9 @@ class StepCost:
         cost = self.per_audio_s
         if cost is None or cost <= 0:
             return 1 << 30
-        return max(0, math.floor(self.budget / cost) - num_running)
+        # one stream always runs: a machine too slow for one in real time still serves one,
+        # and its steps measure the cost again (a seed must never shut the server for good)
+        return max(0 if num_running else 1, math.floor(self.budget / cost) - num_running)
 
     def can_admit(self, num_running: int) -> bool:
         return self.room(num_running) > 0

@@ -360,10 +360,20 @@ class ASREngine:
         count = num_streams or min(8, self.config.max_batch_size)
         noise = (1e-3 * np.random.default_rng(0).standard_normal(
             int(seconds * MODEL_SAMPLE_RATE))).astype(np.float32)
-        ids = [-(i + 1) for i in range(count)]  # never a client's id (those count from 1)
-        for stream_id in ids:
+        self._step_streams_of(count, noise[: MODEL_SAMPLE_RATE // 2])  # warm-up: first calls
+        cost = self._step_streams_of(count, noise) / (count * seconds)
+        self.stats = EngineStats(self.resources, self.live, self.clock)
+        self.stats.admission = self.admission
+        self.stats.refresh(self.requests, self.scheduler)
+        if self.admission is not None:
+            self.admission.seed = cost
+        return cost
+
+    def _step_streams_of(self, count: int, audio: np.ndarray) -> float:
+        """Step ``count`` streams of ``audio`` each until done; the seconds the steps took."""
+        for stream_id in range(-1, -count - 1, -1):  # never a client's id (those count from 1)
             self.submit(OpenStream(stream_id, lambda event: None))
-            self.submit(AppendAudio(stream_id, noise))
+            self.submit(AppendAudio(stream_id, audio))
             self.submit(EndStream(stream_id))
         busy = 0.0
         while True:
@@ -371,14 +381,7 @@ class ASREngine:
             self.step()
             busy += time.perf_counter() - started
             if self.is_idle and self._commands.empty():
-                break
-        cost = busy / (count * seconds)
-        self.stats = EngineStats(self.resources, self.live, self.clock)
-        self.stats.admission = self.admission
-        self.stats.refresh(self.requests, self.scheduler)
-        if self.admission is not None:
-            self.admission.seed = cost
-        return cost
+                return busy
 
     def shutdown(self) -> None:
         """Abort every stream (server shutdown) and stop the second pass."""

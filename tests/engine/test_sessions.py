@@ -104,6 +104,13 @@ def test_step_cost_admits_while_the_streams_fit_the_budget() -> None:
         StepCost(lambda: (0.0, 0.0), budget=1.5)
 
 
+def test_one_stream_runs_however_slow_the_step_is() -> None:
+    # a seed measured on a cold start (1.2 s of step per audio second) must not shut the
+    # server: one stream is admitted, and its steps measure the cost again
+    cost = StepCost(lambda: (0.0, 0.0), budget=0.8, seed=1.2)
+    assert cost.room(0) == 1 and cost.room(1) == 0
+
+
 def test_streams_beyond_the_cost_budget_wait_then_are_refused_with_a_hint(
         engine_config: EngineConfig) -> None:
     clock = FakeClock()
