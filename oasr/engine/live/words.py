@@ -19,6 +19,7 @@ the letters it heard alike, times the share of the word's letters it heard alike
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -178,6 +179,13 @@ def spoken_digits(key: str) -> str:
     return re.sub(r"\d+", spell, key)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _word_key(word: str) -> str:
+    """A written word's folded letters with its numbers spelled (`spoken_digits`): what its
+    letters align as. Cached: every partial aligns each word of its segment again."""
+    return spoken_digits(_fold(word))
+
+
 def ctc_letters(tokenizer: Any, hyp: Hypothesis | None, base_frame: int,
                 posteriors: Posteriors | None = None) -> CtcLetters:
     """``hyp``'s letters with their frames and probabilities: each token is dated by its
@@ -247,7 +255,7 @@ def timed_words(text: str, ctc: CtcLetters, span: tuple[int, int], frame_shift_s
     if not words:
         return ()
     lo, hi = span
-    keys = [spoken_digits(_fold(w)) for w in words]
+    keys = [_word_key(w) for w in words]
     target = "".join(keys)
     heard: list[list[int]] = [[] for _ in words]  # CTC letters met, per word
     alike: list[list[int]] = [[] for _ in words]  # ... of them, the same letter
