@@ -1,4 +1,4 @@
-"""The ``/ws/asr`` protocol (DESIGN §5) as a state machine with no I/O.
+"""The ``/ws/asr`` protocol (README.md, "The websocket") as a state machine with no I/O.
 
 A connection is in one of three states; each client message either moves it along or is a
 ``ProtocolError`` that names the error code, the message for the client and the close code:

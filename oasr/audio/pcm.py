@@ -1,6 +1,6 @@
 """Decoding of client PCM frames and validation of client sample rates.
 
-A client streams raw little-endian PCM in one of two formats (DESIGN §5):
+A client streams raw little-endian PCM in one of two formats (the ``start`` message's ``format``):
 
 - ``s16le``: signed 16-bit integers, scaled by 1/32768 to [-1, 1).
 - ``f32le``: 32-bit IEEE floats, nominally in [-1, 1].

@@ -6,7 +6,7 @@ the profiler calls "self CPU": time inside the op, its children's excluded) as a
 ops', the same view as ``prof.key_averages()`` sorted by self CPU, and the matrix multiplies'
 share of it: how much of the step's op time the matrix units do, on this CPU.
 
-`profile_engine_step`: cumulative seconds of the functions that own each part of the step (DESIGN §3): features
+`profile_engine_step`: cumulative seconds of the functions that own each part of the step (`ASREngine.step`): features
 (and inside them the frontend proper: kaldi fbank or the causal log-mel), the batched model
 call (and, inside it, the conv stem, the attention and the paged attention kernel), CTC
 decoding, and the rest (scheduling, bookkeeping, stats). The functions differ per model

@@ -1,6 +1,6 @@
 """Autoregressive-decoder K/V: the paged decoder K/V manager and the view a decoder reads.
 
-The decoder K/V is the second growing cache kind (seed §10): it grows one token per step and
+The decoder K/V is the second growing cache kind (the first is the encoder's attention K/V): it grows one token per step and
 never evicts, on its own ``BlockPool``. ``DecoderKVCacheManager`` hands each request a *row*
 (two block-table rows: the self-attention K/V that grows, and the cross-attention K/V, a
 fixed-extent region of ``cross_len`` frames written once by ``build_cross_kv``). Pages are

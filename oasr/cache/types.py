@@ -160,7 +160,7 @@ class CacheConfig:
 
     def _validate_bounded_pool(self, mlb: int) -> None:
         """With eviction every stream's footprint is bounded, so the pool must hold all of them
-        at once (seed §10.2): ``max_batch_size`` streams of ``peak_blocks_per_stream`` blocks."""
+        at once (a prefilled window): ``max_batch_size`` streams of ``peak_blocks_per_stream`` blocks."""
         need = self.max_batch_size * self.peak_blocks_per_stream
         if self.max_num_blocks < need:
             fits = self.max_num_blocks // self.peak_blocks_per_stream

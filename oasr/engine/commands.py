@@ -1,4 +1,5 @@
-"""Commands other threads send the engine; they take effect between steps (STYLE rule 5)."""
+"""Commands other threads send the engine; they take effect between steps: only the engine thread touches the
+caches, the model and the decoders."""
 
 from __future__ import annotations
 

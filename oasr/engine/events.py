@@ -1,4 +1,4 @@
-"""What the engine tells a stream's owner: the events of the websocket protocol (DESIGN §5).
+"""What the engine tells a stream's owner: the events of the websocket protocol (README.md, "The websocket").
 
 One frozen dataclass per event type; ``StreamEvent`` is their union. A consumer matches on the
 class (``isinstance(event, Final)`` or ``match event: case Final(): ...``) and reads fields

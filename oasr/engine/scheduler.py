@@ -48,7 +48,7 @@ class Scheduler:
     Invariant: a stream id is in ``waiting`` iff its request is WAITING; admission is bounded by
     ``num_free_slots`` passed in by the engine, which owns the slot pool.
 
-    Admission order (``streaming_cohort_admit``, seed §9.4): off, oldest first. On, the
+    Admission order (``streaming_cohort_admit``): off, oldest first. On, the
     waiting streams are length-sorted, shortest audio received first (ties oldest first):
     shortest-first minimises the mean wait, and it puts live speakers, who have only what they
     said while waiting, before bulk uploads. It is bounded by ``max_wait_time_s``: a stream that

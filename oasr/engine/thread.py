@@ -1,6 +1,6 @@
 """EngineThread: the engine loop on a background thread, and the thread-safe calls that feed it.
 
-Only the engine thread touches the caches, the model and the decoders (STYLE rule 5). Callers
+Only the engine thread touches the caches, the model and the decoders. Callers
 (websocket handlers, the transcribe command) decode and resample their own audio in their own
 thread, then hand 16 kHz float32 samples over as commands; the engine applies them between
 steps and answers through each stream's event sink.

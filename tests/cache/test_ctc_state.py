@@ -92,7 +92,7 @@ def test_double_free_raises():
     ctc.allocate_stream(1, 1, V, slot=4)
     state = ctc.get_state(1)
     ctc.free_stream(1)
-    with pytest.raises(KeyError, match="stream 1 has no CTC decoder state"):  # seed §8
+    with pytest.raises(KeyError, match="stream 1 has no CTC decoder state"):
         ctc.free_stream(1)
     with pytest.raises(ValueError, match="double free of decoder row 4"):
         decoder.free_state(state)
@@ -138,7 +138,7 @@ def test_errors():
 
 def test_allocate_takes_vocab_size_positionally_and_requires_it():
     ctc = CtcStateCacheManager(GpuDecoderConfig(), device="cpu")
-    ctc.allocate_stream(1, 1, V)  # seed §4.5: allocate_stream(sid, batch, vocab_size)
+    ctc.allocate_stream(1, 1, V)  # allocate_stream(sid, batch, vocab_size)
     ctc.get_decoder(1).decode_chunk(log_probs([2, 0, 3]))
     assert ctc.get_decoder(1).partial().tokens == [2, 3]
     with pytest.raises(ValueError, match=r"allocate_stream\(2\) needs vocab_size"):

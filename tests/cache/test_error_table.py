@@ -1,4 +1,4 @@
-"""One test per row of the cache spec's error table (seed §8)."""
+"""One test per row of the cache layer's error table (docs/architecture.md)."""
 
 import pytest
 import torch

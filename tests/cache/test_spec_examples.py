@@ -1,4 +1,4 @@
-"""The cache specification's usage examples (seed §7.1-7.3), run as written against the WeNet
+"""The cache specification's usage examples (docs/architecture.md), run as written against the WeNet
 reference model, and compared with WeNet's own chunk-by-chunk outputs.
 
 Each example's body is the specification's code; what it leaves to the reader is supplied

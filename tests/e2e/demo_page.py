@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"
-# DESIGN §8's recipe, plus /tmp instead of a container's small /dev/shm for shared memory.
+# Chromium's fake-microphone flags, plus /tmp instead of a container's small /dev/shm for shared memory.
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run",
                 "--disable-dev-shm-usage"]

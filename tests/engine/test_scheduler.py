@@ -1,4 +1,4 @@
-"""Scheduler admission on its own: FIFO by default; with streaming_cohort_admit (seed §9.4)
+"""Scheduler admission on its own: FIFO by default; with streaming_cohort_admit
 length-sorted, bounded by max_wait_time_s. Waiting requests only (no model, no audio path)."""
 
 from __future__ import annotations

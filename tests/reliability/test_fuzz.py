@@ -175,7 +175,7 @@ def check_reply(result: ClientResult, beyond_transport_limit: bool) -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(actions=ACTIONS, vanish_at=VANISH_AT)
-# Named cases from DESIGN §6, always run: audio after end, a second start, start after audio,
+# Named cases of bad input, always run: audio after end, a second start, start after audio,
 # NaN / inf floats, an absurd sample rate, JSON that is not an object and an unknown type, a
 # frame over our limit, a frame over the transport's limit, a client vanishing mid-stream.
 @example(actions=[("json", {"type": "start"}), ("audio", 1600), ("json", {"type": "end"}),

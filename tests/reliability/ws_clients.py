@@ -28,7 +28,7 @@ FRAME_S = 0.1
 BLOCKS_PER_STREAM = 16  # 16 chunks of 640 ms: 10 s per stream before "length"
 SAMPLE_RATE = 16000
 CLOSE_TIMEOUT_S = 60.0
-# The close code that follows each error code (DESIGN §5); nothing else is acceptable.
+# The close code that follows each error code (the websocket protocol); nothing else is acceptable.
 ERROR_CLOSE_CODES = {"bad_request": 1008, "unsupported": 1003, "bad_audio": 1003,
                      "too_large": 1009, "timeout": 1008, "busy": 1013, "draining": 1013,
                      "internal": 1011}

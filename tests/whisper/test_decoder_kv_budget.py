@@ -1,4 +1,4 @@
-"""Second-pass decoder K/V sizing (seed §10.6): bytes per token by format, pools built from a
+"""Second-pass decoder K/V sizing: bytes per token by format, pools built from a
 byte budget, ``can_admit`` deciding how many rows run, and the engine/CLI options that reach
 them."""
 

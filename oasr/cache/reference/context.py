@@ -1,6 +1,6 @@
 """``StreamContext``: one stream's view of the attention, conv and CTC caches.
 
-The specification's per-request facade (seed §7): tests and the specification's examples drive
+The specification's per-request facade: tests and the specification's examples drive
 a stream through it. The engine does not: it opens, steps and closes cohorts of streams
 through ``oasr.engine.runner.streams.StreamResources``, which owns the slots.
 """

@@ -1,4 +1,4 @@
-"""Dense mode: the specification's reference API for a WeNet-style ``att_cache`` (seed §4.2).
+"""Dense mode: the specification's reference API for a WeNet-style ``att_cache``.
 
 ``AttentionCacheManager`` inherits ``commit`` and ``get_stacked_cache`` from
 ``DenseModeMixin``. Only tests and the specification's examples (§7.2, WeNet's

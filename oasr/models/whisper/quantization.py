@@ -19,7 +19,7 @@ FP8_SCALE_BYTES = 4  # one fp32 scale per (token, kv head), for K and for V
 
 def decoder_kv_bytes_per_token(num_layers: int, n_kv_head: int, head_dim: int,
                                dtype: torch.dtype, kv_cache: str | None) -> int:
-    """Bytes one token's decoder K and V take across all layers (seed §10.6):
+    """Bytes one token's decoder K and V take across all layers:
     ``2 * layers * H_kv * (D + 4)`` stored as fp8 (1-byte data, an fp32 scale per vector),
     ``2 * layers * H_kv * D * element size`` in the served ``dtype`` (1.88x more at D = 64 in
     float16, 3.76x in float32).
