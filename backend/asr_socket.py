@@ -345,6 +345,8 @@ class AsrConnection:
             return
         except KeyError:
             return  # the engine already ended the stream: its done is queued
+        if self.state.ready is not None:  # a resumed ready echoes the stream's current terms
+            self.state.ready["hotwords"] = accepted.to_json()
         self.enqueue(Message({"type": "hotwords", "hotwords": accepted.to_json()}))
 
     def _refuse_hotwords(self, why: str) -> None:

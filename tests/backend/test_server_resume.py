@@ -296,3 +296,17 @@ def test_a_resume_on_a_server_without_a_window_is_refused(
         make_client: Callable[..., TestClient]) -> None:
     client = make_client(resume_window_s=0.0)
     assert_refused(resume(client, "oasr-resume-anything"), "resume_invalid", 1008)
+
+
+def test_a_resumed_ready_echoes_the_streams_current_hotwords(client: TestClient) -> None:
+    ws = connect(client)
+    ws.send_json({"type": "start", "hotwords": ["alpha"]})
+    ready = ws.receive_json()
+    ws.send_json({"type": "hotwords", "hotwords": ["bravo"]})
+    echoed = ws.receive_json()
+    assert echoed["type"] == "hotwords", echoed
+    drop(ws)
+    ws = resume(client, ready["resume_token"])
+    resumed = ws.receive_json()
+    assert [h["phrase"] for h in resumed["hotwords"]] == ["bravo"]
+    finish(ws)
