@@ -1,9 +1,9 @@
 """A TCP proxy on 127.0.0.1 in front of a server, whose connections a test can cut.
 
-``cut(prefix, down_s)`` resets (no close frame, no FIN: ``SO_LINGER`` 0) both sides of every
-connection whose first HTTP request asked for a path starting with ``prefix`` (a websocket's
-upgrade), and for ``down_s`` seconds resets new ones at once: what a Wi-Fi blip does to a page
-and to the server.
+``cut(prefix, down_s)`` ends both sides of every connection whose first HTTP request asked for
+a path starting with ``prefix`` (a websocket's upgrade) with no websocket close frame (TCP shut
+down, then reset), and for ``down_s`` seconds resets new ones at once: what a Wi-Fi blip does
+to a page and to the server.
 """
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
 def _reset(sock: socket.socket) -> None:
+    """End the connection without a websocket close frame: FIN at once (a pump thread blocked
+    in ``recv`` on it would hold a plain close back until its peer sent more), then RST."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError):
         sock.close()
 
