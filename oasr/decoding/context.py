@@ -90,9 +90,10 @@ def parse_hotwords(value: object, param: str = "hotwords") -> tuple[Hotword, ...
             if unknown:
                 raise HotwordError(f"{where}: unknown fields {unknown}; a term has 'phrase' "
                                    "and 'boost'")
-            phrase = item.get("phrase")
-            if not isinstance(phrase, str):
+            phrase_field = item.get("phrase")
+            if not isinstance(phrase_field, str):
                 raise HotwordError(f"{where}.phrase must be a string")
+            phrase = phrase_field
             boost = item.get("boost", DEFAULT_BOOST)
         else:
             raise HotwordError(f"{where} must be a string or {{\"phrase\", \"boost\"}}, got "

@@ -170,7 +170,8 @@ class GpuStreamingDecoder:
         cfg = self._config
         fixed = max_segment_frames is not None
         self._rows = StateRows(
-            cfg.beam_size, max_segment_frames + 1 if fixed else cfg.initial_token_capacity,
+            cfg.beam_size,
+            max_segment_frames + 1 if max_segment_frames is not None else cfg.initial_token_capacity,
             cfg.blank_id, self.device, num_rows=rows or 8, fixed=fixed)
         self._texts = PartialTexts()  # each stream's last partial text, extended as it grows
         self._contexts: ContextStore | None = None  # the states' hotword graphs (set_context)

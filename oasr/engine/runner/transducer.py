@@ -141,7 +141,7 @@ def _rewind(state: SearchState, mark: tuple[object, ...]) -> None:
         state.hyps, state.num_frames = mark  # type: ignore[assignment]
         return
     num_context, num_tokens, num_frames, consumed = mark
-    del state.context[num_context:], state.tokens[num_tokens:], state.frames[num_frames:]  # type: ignore[misc]
+    del state.context[num_context:], state.tokens[num_tokens:], state.frames[num_frames:]  # type: ignore[index]
     state.num_frames = consumed  # type: ignore[assignment]
 
 

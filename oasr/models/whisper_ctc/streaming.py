@@ -137,7 +137,7 @@ def prepack(model: WhisperCtcModel) -> int:
     step does not fuse (float32, CUDA). Returns the weights packed."""
     layers: list[torch.nn.Module] = []
     for block in model.blocks:
-        layers += [block.qkv, block.out, block.ffn.up, block.ffn.down]  # type: ignore[union-attr]
+        layers += [block.qkv, block.out, block.ffn.up, block.ffn.down]  # type: ignore[union-attr,list-item]
     count = 0
     with torch.no_grad():
         for layer in layers:
