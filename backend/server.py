@@ -147,11 +147,16 @@ async def _serve(server: DrainingServer, config: ServerConfig) -> None:
     serving = asyncio.create_task(server.serve())
     while not server.started and not serving.done():
         await asyncio.sleep(0.1)
+    engine = server.context.engine
+    while (server.started and not serving.done() and engine is not None and not engine.ready
+           and engine.error is None and engine.is_alive()):
+        await asyncio.sleep(0.05)  # the step's calibration: a socket before it is refused busy
     watcher = None
     if server.started:
         port = server.servers[0].sockets[0].getsockname()[1] if config.port == 0 else config.port
         url = dataclasses.replace(config, port=port).url
-        print(f"\n  oasr is ready: open {url} and press the mic button\n", flush=True)
+        if engine is None or engine.ready:
+            print(f"\n  oasr is ready: open {url} and press the mic button\n", flush=True)
         watcher = asyncio.create_task(server.watch_engine())
     await serving
     if watcher is not None:

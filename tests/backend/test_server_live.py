@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect
 from backend.config import ServerConfig
 from backend.server import DrainingServer, _serve, build_uvicorn_config
 from oasr.audio import read_audio
-from oasr.engine import EngineConfig, transcribe_files
+from oasr.engine import EngineConfig, EngineThread, transcribe_files
 from oasr.text.wer import word_error_rate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -151,3 +151,38 @@ def test_run_prints_the_url_once_serving(make_config: Callable[..., ServerConfig
         server.should_exit = True
         thread.join(30)
     assert f"open http://127.0.0.1:{port}/ and press the mic button" in "".join(printed)
+
+
+def test_the_ready_line_waits_for_the_engines_calibration(
+        make_config: Callable[..., ServerConfig], capsys: pytest.CaptureFixture[str]) -> None:
+    """A client that connects when the line says "ready" is served, not refused busy while the
+    engine still measures its step."""
+    config = make_config(port=0)
+    engine = EngineThread(config.engine, calibrate=True)
+    calibrating, release = threading.Event(), threading.Event()
+    calibrate = engine.engine.calibrate
+
+    def held_calibrate() -> float:
+        calibrating.set()
+        release.wait(30)
+        return calibrate()
+
+    engine.engine.calibrate = held_calibrate  # type: ignore[method-assign]
+    uvicorn_config = build_uvicorn_config(config, engine)
+    server = DrainingServer(uvicorn_config, uvicorn_config.app.state.context)
+    thread = threading.Thread(target=asyncio.run, args=(_serve(server, config),), daemon=True)
+    printed: list[str] = []
+    thread.start()
+    try:
+        wait_until(lambda: calibrating.is_set() and server.started, 60, "serving, calibrating")
+        threading.Event().wait(0.3)  # the server's loop goes on while the engine calibrates
+        printed.append(capsys.readouterr().out)
+        assert "ready" not in "".join(printed)
+        release.set()
+        wait_until(lambda: printed.append(capsys.readouterr().out) or "ready" in "".join(printed),
+                   60, "the ready line")
+        assert engine.ready
+    finally:
+        release.set()
+        server.should_exit = True
+        thread.join(30)
