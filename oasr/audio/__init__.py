@@ -1,6 +1,11 @@
 """Audio front end: client PCM decoding, resampling to 16 kHz, streaming fbank, chunk windows."""
 
-from oasr.audio.buffered import BufferedFeatures, IncrementalExtractor
+from oasr.audio.buffered import (
+    BatchExtractor,
+    BufferedFeatures,
+    IncrementalExtractor,
+    accept_waveforms,
+)
 from oasr.audio.chunking import (
     ChunkGeometry,
     ChunkWindower,
@@ -33,6 +38,7 @@ __all__ = [
     "PCM_FORMATS",
     "RESAMPLE_QUALITIES",
     "AudioFrontend",
+    "BatchExtractor",
     "BufferedFeatures",
     "ChunkGeometry",
     "ChunkWindower",
@@ -46,6 +52,7 @@ __all__ = [
     "PcmFormat",
     "StreamingFbank",
     "StreamingResampler",
+    "accept_waveforms",
     "bytes_per_sample",
     "compute_fbank",
     "decode_pcm",

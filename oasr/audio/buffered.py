@@ -4,16 +4,24 @@
 returns finished frames from each call (``accept(samples) -> (F, dim)``, ``flush() -> (F, dim)``,
 e.g. the Whisper-CTC family's causal log-mel) is wrapped in `BufferedFeatures`, which gives it
 the same absolutely indexed, droppable store, so `ChunkWindower` and the engine read either
-one the same way.
+one the same way. An extractor class with an ``accept_many`` class method (`BatchExtractor`)
+computes many streams' frames in one call: `accept_waveforms` feeds every stream of an engine
+step that way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
-from oasr.audio.chunking import check_accept_waveform, check_drop_index, check_frame_range
+from oasr.audio.chunking import (
+    FeatureSource,
+    check_accept_waveform,
+    check_drop_index,
+    check_frame_range,
+)
 
 
 class IncrementalExtractor(Protocol):
@@ -22,6 +30,16 @@ class IncrementalExtractor(Protocol):
     def accept(self, samples: np.ndarray) -> np.ndarray: ...
 
     def flush(self) -> np.ndarray: ...
+
+
+class BatchExtractor(IncrementalExtractor, Protocol):
+    """An extractor class that also computes many streams' new frames in one call."""
+
+    @classmethod
+    def accept_many(cls, extractors: Sequence[BatchExtractor],
+                    samples: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``extractors[i].accept(samples[i])`` for every i, together."""
+        ...
 
 
 class BufferedFeatures:
@@ -58,8 +76,12 @@ class BufferedFeatures:
         check_accept_waveform(self, samples)
         if samples.shape[0] == 0:
             return
-        self._append(self.extractor.accept(samples))
-        self.num_samples_accepted += samples.shape[0]
+        self._accepted(self.extractor.accept(samples), samples.shape[0])
+
+    def _accepted(self, frames: np.ndarray, num_samples: int) -> None:
+        """The extractor turned ``num_samples`` new samples into ``frames``."""
+        self._append(frames)
+        self.num_samples_accepted += num_samples
 
     def input_finished(self) -> None:
         """End of the stream: the extractor's last frames become ready.
@@ -111,3 +133,39 @@ class BufferedFeatures:
             kept = self._joined()[index - self.num_frames_dropped :]
             self._pieces = [kept] if kept.shape[0] else []
             self.num_frames_dropped = index
+
+
+def accept_waveforms(sources: Sequence[FeatureSource],
+                     samples: Sequence[np.ndarray]) -> list[Exception | None]:
+    """``sources[i].accept_waveform(samples[i])`` for every i; the `BufferedFeatures` whose
+    extractors are of one `BatchExtractor` class are computed in one ``accept_many`` call (the
+    Whisper-CTC log-mel: one FFT and one mel product for every stream of a step).
+
+    Returns:
+        For each item, the exception its ``accept_waveform`` raised, or None. Refusals
+        (`check_accept_waveform`) are each item's own; an ``accept_many`` that fails is the
+        failure of every item it held.
+    """
+    errors: list[Exception | None] = [None] * len(sources)
+    batches: dict[type, list[int]] = {}
+    for i, (source, chunk) in enumerate(zip(sources, samples, strict=True)):
+        kind = type(source.extractor) if isinstance(source, BufferedFeatures) else None
+        try:
+            if kind is None or not hasattr(kind, "accept_many"):
+                source.accept_waveform(chunk)
+            else:
+                check_accept_waveform(source, chunk)
+                batches.setdefault(kind, []).append(i)
+        except Exception as exc:  # one stream's bad audio is that stream's
+            errors[i] = exc
+    for kind, members in batches.items():
+        buffered = [sources[i] for i in members]
+        try:
+            frames = kind.accept_many([b.extractor for b in buffered],  # type: ignore[attr-defined]
+                                      [samples[i] for i in members])
+            for source, i, new in zip(buffered, members, frames, strict=True):
+                source._accepted(new, len(samples[i]))  # type: ignore[attr-defined]
+        except Exception as exc:
+            for i in members:
+                errors[i] = exc
+    return errors

@@ -3,18 +3,15 @@ log-mel (Whisper-CTC), on the same speech, fed the way the engine feeds them.
 
 Each stream gets one extractor of each kind (`StreamingFbank`; `BufferedFeatures` around
 `CausalLogMel`, exactly what `WhisperCtcFamily.new_features` builds) and receives its audio in
-640 ms pieces; a piece's wall time is what the engine spends on that stream's features in one
-step, before windowing. The kinds alternate piece by piece so load bursts hit all alike.
-
-The causal log-mel projects its power spectra onto the mel filters with a numpy matmul, so its
-cost depends on numpy's BLAS thread pool: it is timed twice, with the pool at one thread per
-core (numpy's default) and at one thread (`oasr bench --threads 1`'s setting).
+640 ms pieces. The fbank is fed stream by stream (the engine's step does the same). The
+log-mel is timed both ways: a stream alone, and every stream's piece in one `accept_waveforms`
+call (the engine's step: one FFT and one mel product for all streams), that call's time shared
+by its streams. The kinds alternate piece by piece so load bursts hit all alike.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oasr.audio import BufferedFeatures, StreamingFbank
+from oasr.audio import BufferedFeatures, StreamingFbank, accept_waveforms
 from oasr.benchmarks.workload import load_speech
 from oasr.models.whisper_ctc import CausalLogMel
 
@@ -53,11 +50,10 @@ class FrontendCost:
 
     Attributes:
         num_streams, num_chunks: the run's size (every stream fed ``num_chunks`` pieces).
-        fbank_ms: kaldi-native-fbank (80 bins, 25/10 ms).
-        log_mel_ms: causal log-mel (80 bins, 400-point FFT, hop 160), numpy's BLAS pool at
-            ``blas_threads_default`` threads.
-        log_mel_one_thread_ms: the same with numpy's BLAS pool at one thread.
-        blas_threads_default: the default pool size (None: threadpoolctl missing, not set).
+        fbank_ms: kaldi-native-fbank (80 bins, 25/10 ms), one stream's piece.
+        log_mel_ms: causal log-mel (80 bins, 400-point FFT, hop 160), one stream's piece alone.
+        log_mel_batched_ms: the causal log-mel of every stream's piece in one call, divided by
+            ``num_streams``.
         fbank_frames, log_mel_frames: frames each produced in all (a check both did the work).
     """
 
@@ -65,15 +61,15 @@ class FrontendCost:
     num_chunks: int
     fbank_ms: float
     log_mel_ms: float
-    log_mel_one_thread_ms: float
-    blas_threads_default: int | None
+    log_mel_batched_ms: float
     fbank_frames: int
     log_mel_frames: int
 
     @property
     def log_mel_vs_fbank(self) -> float:
-        """How many times the fbank's cost the log-mel costs (one BLAS thread)."""
-        return self.log_mel_one_thread_ms / self.fbank_ms
+        """How many times the fbank's cost the log-mel costs per stream, fed as the engine
+        feeds it (all streams at once)."""
+        return self.log_mel_batched_ms / self.fbank_ms
 
 
 def _median_ms(seconds: list[float]) -> float:
@@ -85,24 +81,22 @@ def measure_frontends(audio_dir: Path, num_streams: int = 16,
     """Feed ``num_streams`` streams ``num_chunks`` pieces of 640 ms to every frontend."""
     speech = load_speech(audio_dir, num_streams, num_chunks * CHUNK_SAMPLES / 16000)
     fbanks = [StreamingFbank() for _ in speech]
-    log_mels = {n: [BufferedFeatures(CausalLogMel(80), 80) for _ in speech]
-                for n in ("default", "one")}
-    cores = os.cpu_count() or 1
-    times: dict[str, list[float]] = {"fbank": [], "default": [], "one": []}
+    alone = [BufferedFeatures(CausalLogMel(80), 80) for _ in speech]
+    batched = [BufferedFeatures(CausalLogMel(80), 80) for _ in speech]
+    times: dict[str, list[float]] = {"fbank": [], "alone": [], "batched": []}
     for k in range(num_chunks):
-        for i, audio in enumerate(speech):
-            piece = audio[k * CHUNK_SAMPLES : (k + 1) * CHUNK_SAMPLES]
-            start = time.perf_counter()
-            fbanks[i].accept_waveform(piece)
-            times["fbank"].append(time.perf_counter() - start)
-            for name, threads in (("default", cores), ("one", 1)):
-                with blas_threads(threads):
-                    start = time.perf_counter()
-                    log_mels[name][i].accept_waveform(piece)
-                    times[name].append(time.perf_counter() - start)
-    with blas_threads(cores) as default:
-        pass
+        pieces = [audio[k * CHUNK_SAMPLES : (k + 1) * CHUNK_SAMPLES] for audio in speech]
+        for i, piece in enumerate(pieces):
+            for name, sources in (("fbank", fbanks), ("alone", alone)):
+                start = time.perf_counter()
+                sources[i].accept_waveform(piece)
+                times[name].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        errors = accept_waveforms(batched, pieces)
+        times["batched"].append((time.perf_counter() - start) / len(pieces))
+        if any(errors):
+            raise next(e for e in errors if e is not None)
     return FrontendCost(num_streams, num_chunks, _median_ms(times["fbank"]),
-                        _median_ms(times["default"]), _median_ms(times["one"]), default,
+                        _median_ms(times["alone"]), _median_ms(times["batched"]),
                         sum(f.num_frames_ready for f in fbanks),
-                        sum(f.num_frames_ready for f in log_mels["one"]))
+                        sum(f.num_frames_ready for f in batched))

@@ -39,7 +39,7 @@ COMPONENTS = {
         "attention": ("oasr/models/attention.py", "forward_paged"),
     },
     "whisper_ctc": _SHARED | {
-        "frontend": ("oasr/models/whisper_ctc/frontend.py", "accept"),
+        "frontend": ("oasr/models/whisper_ctc/frontend.py", "accept_many"),
         "conv_stem": ("oasr/models/whisper_ctc/streaming.py", "conv_stem"),
         # the whole block (attention and feed-forward): attention is not a function of its own
         "attention": ("oasr/models/whisper_ctc/streaming.py", "_block_paged"),

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower
+from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, accept_waveforms
 from oasr.engine.admission import StepCost
 from oasr.engine.commands import (
     AbortStream,
@@ -228,15 +228,26 @@ class ASREngine:
                        f"(limit {self.config.max_pending_audio_s:.0f} s): send at real-time pace")
 
     def _extract_features(self) -> None:
+        """Every stream's new audio to features, in one call where the family's extractor
+        computes many streams at once (`accept_waveforms`); a stream whose audio fails fails
+        alone."""
+        fed: list[tuple[int, Request, np.ndarray]] = []
+        for stream_id, request in self.requests.items():
+            audio = request.take_pending_audio()
+            if audio is not None:
+                fed.append((stream_id, request, audio))
+        errors = accept_waveforms([r.features for _, r, _ in fed], [a for _, _, a in fed])
+        failed = {stream_id: exc for (stream_id, _, _), exc in zip(fed, errors, strict=True)
+                  if exc is not None}
         for stream_id, request in list(self.requests.items()):
             try:
-                audio = request.take_pending_audio()
-                if audio is not None:
-                    request.features.accept_waveform(audio)
+                if stream_id in failed:
+                    raise failed[stream_id]
                 if request.input_ended and not request.features.is_finished:
                     request.features.input_finished()
             except Exception as exc:  # one stream's bad state must not stop the others
-                logger.exception("feature extraction failed for stream %d", stream_id)
+                logger.error("feature extraction failed for stream %d", stream_id,
+                             exc_info=exc)
                 self._fail(stream_id, "bad_audio", f"feature extraction failed: {exc}")
 
     def _suspend_or_resume(self, request: Request, command: SuspendStream | ResumeStream,

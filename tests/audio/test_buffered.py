@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oasr.audio import BufferedFeatures, ChunkGeometry, ChunkWindower
+from oasr.audio import (
+    BufferedFeatures,
+    ChunkGeometry,
+    ChunkWindower,
+    StreamingFbank,
+    accept_waveforms,
+)
 from oasr.models.whisper_ctc import CausalLogMel, causal_log_mel
 
 WHISPER_GEOMETRY = ChunkGeometry(chunk_size=4, subsampling=2, right_context=1)
@@ -80,3 +86,43 @@ def test_an_extractor_of_the_wrong_width_is_caught() -> None:
     features = BufferedFeatures(CausalLogMel(80), 64)
     with pytest.raises(ValueError, match=r"expected \(F, 64\)"):
         features.accept_waveform(_samples(1600))
+
+
+def test_many_streams_are_fed_in_one_batch_and_a_bad_one_fails_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    accept_many = CausalLogMel.accept_many.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type, extractors: list[CausalLogMel], samples: list[np.ndarray]) -> list:
+        calls.append(len(extractors))
+        return accept_many(cls, extractors, samples)
+
+    monkeypatch.setattr(CausalLogMel, "accept_many", classmethod(counted))
+    sources = [BufferedFeatures(CausalLogMel(80), 80) for _ in range(4)]
+    sources[2].input_finished()  # audio after the end: refused, for this stream only
+    audio = [_samples(3200, seed) for seed in range(4)]
+    audio[1] = audio[1].astype(np.float64)  # not float32: refused, for this stream only
+    errors = accept_waveforms(sources, audio)
+    assert calls == [2]  # streams 0 and 3 together
+    assert errors[0] is None and errors[3] is None
+    assert isinstance(errors[1], ValueError) and isinstance(errors[2], RuntimeError)
+    for i in (0, 3):
+        assert sources[i].num_samples_accepted == 3200
+        assert sources[i].num_frames_ready == (3200 - 200) // 160 + 1
+        np.testing.assert_allclose(sources[i].get_frames(0, sources[i].num_frames_ready),
+                                   causal_log_mel(audio[i])[:sources[i].num_frames_ready],
+                                   atol=1e-5)
+    assert sources[1].num_samples_accepted == 0
+
+
+def test_a_failing_batch_fails_its_streams_and_others_go_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(cls: type, extractors: list[CausalLogMel], samples: list[np.ndarray]) -> list:
+        raise MemoryError("no room for the spectra")
+
+    monkeypatch.setattr(CausalLogMel, "accept_many", classmethod(broken))
+    fbank = StreamingFbank()  # no batched extractor: fed on its own
+    sources = [BufferedFeatures(CausalLogMel(80), 80), fbank]
+    errors = accept_waveforms(sources, [_samples(3200), _samples(3200)])
+    assert isinstance(errors[0], MemoryError) and errors[1] is None
+    assert fbank.num_samples_accepted == 3200

@@ -25,7 +25,12 @@ from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
 from oasr.engine.families import WhisperCtcFamily
 from oasr.engine.runner.model_runner import BatchPlan, StepOutput
 from oasr.models import fused_linear, load_model
-from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, save_whisper_ctc
+from oasr.models.whisper_ctc import (
+    CausalLogMel,
+    WhisperCtcConfig,
+    WhisperCtcModel,
+    save_whisper_ctc,
+)
 
 CHUNK = 8  # encoder frames per chunk (160 ms): many chunks from short audio
 
@@ -156,6 +161,27 @@ def test_batched_streams_equal_each_stream_alone(whisper_dir: Path,
     assert any(events.finals(i + 1) for i in range(len(audios))), "model emitted no text at all"
     assert_pool_full(engine)
     assert engine.resources.states.stream_ids == []
+
+
+def test_a_step_computes_every_streams_features_in_one_call(
+        whisper_dir: Path, speech: list[np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    accept_many = CausalLogMel.accept_many.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type, extractors: list[CausalLogMel], samples: list[np.ndarray]) -> list:
+        calls.append(len(extractors))
+        return accept_many(cls, extractors, samples)
+
+    monkeypatch.setattr(CausalLogMel, "accept_many", classmethod(counted))
+    engine = ASREngine(_config(whisper_dir))
+    for sid in (1, 2, 3):
+        engine.submit(OpenStream(sid, Collector().sink(sid)))
+        engine.submit(AppendAudio(sid, speech[sid % len(speech)][:3200]))
+    engine.step()
+    assert calls == [3]
+    engine.submit(AppendAudio(2, speech[2 % len(speech)][3200:6400]))
+    engine.step()
+    assert calls == [3, 1]  # only the streams with new audio
 
 
 def test_abort_and_finish_return_pool_and_state_slots(whisper_dir: Path,

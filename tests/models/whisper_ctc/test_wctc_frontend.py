@@ -71,3 +71,26 @@ def test_matches_whisper_log_mel_away_from_the_first_frames() -> None:
     theirs = WhisperFrontend()([audio])[0].T.numpy()[: len(ours)]  # (301, 80)
     np.testing.assert_allclose(ours[2:], theirs[2:], atol=2e-5)
     assert np.abs(ours[0] - theirs[0]).max() > 1e-3  # the padding differs at the start
+
+
+def test_many_streams_at_once_give_each_streams_own_frames() -> None:
+    """`accept_many` (one FFT and one product for every stream of a step) equals each stream
+    fed alone, whatever each stream's length, position and loudness so far."""
+    audio = [speechlike(1.7, seed) * gain for seed, gain in enumerate((1.0, 0.01, 3.0, 0.3))]
+    alone = [CausalLogMel() for _ in audio]
+    together = [CausalLogMel() for _ in audio]
+    rng = np.random.default_rng(7)
+    position = [0] * len(audio)
+    while any(p < len(a) for p, a in zip(position, audio, strict=True)):
+        pieces = []
+        for i, samples in enumerate(audio):
+            n = int(rng.integers(0, 3000))
+            pieces.append(samples[position[i]:position[i] + n])
+            position[i] += n
+        want = [stream.accept(piece) for stream, piece in zip(alone, pieces, strict=True)]
+        got = CausalLogMel.accept_many(together, pieces)
+        for w, g in zip(want, got, strict=True):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, atol=1e-6)
+    for a, t in zip(alone, together, strict=True):
+        np.testing.assert_allclose(t.flush(), a.flush(), atol=1e-6)
