@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.log_mel_calls import count_log_mel_batches
 
 from oasr.audio import (
     BufferedFeatures,
@@ -90,14 +91,7 @@ def test_an_extractor_of_the_wrong_width_is_caught() -> None:
 
 def test_many_streams_are_fed_in_one_batch_and_a_bad_one_fails_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    accept_many = CausalLogMel.accept_many.__func__  # type: ignore[attr-defined]
-
-    def counted(cls: type, extractors: list[CausalLogMel], samples: list[np.ndarray]) -> list:
-        calls.append(len(extractors))
-        return accept_many(cls, extractors, samples)
-
-    monkeypatch.setattr(CausalLogMel, "accept_many", classmethod(counted))
+    calls = count_log_mel_batches(monkeypatch)
     sources = [BufferedFeatures(CausalLogMel(80), 80) for _ in range(4)]
     sources[2].input_finished()  # audio after the end: refused, for this stream only
     audio = [_samples(3200, seed) for seed in range(4)]

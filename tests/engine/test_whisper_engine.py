@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import Collector, assert_pool_full, run_until_idle, stream_all
+from support.log_mel_calls import count_log_mel_batches
 
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
@@ -26,7 +27,6 @@ from oasr.engine.families import WhisperCtcFamily
 from oasr.engine.runner.model_runner import BatchPlan, StepOutput
 from oasr.models import fused_linear, load_model
 from oasr.models.whisper_ctc import (
-    CausalLogMel,
     WhisperCtcConfig,
     WhisperCtcModel,
     save_whisper_ctc,
@@ -165,14 +165,7 @@ def test_batched_streams_equal_each_stream_alone(whisper_dir: Path,
 
 def test_a_step_computes_every_streams_features_in_one_call(
         whisper_dir: Path, speech: list[np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    accept_many = CausalLogMel.accept_many.__func__  # type: ignore[attr-defined]
-
-    def counted(cls: type, extractors: list[CausalLogMel], samples: list[np.ndarray]) -> list:
-        calls.append(len(extractors))
-        return accept_many(cls, extractors, samples)
-
-    monkeypatch.setattr(CausalLogMel, "accept_many", classmethod(counted))
+    calls = count_log_mel_batches(monkeypatch)
     engine = ASREngine(_config(whisper_dir))
     for sid in (1, 2, 3):
         engine.submit(OpenStream(sid, Collector().sink(sid)))
