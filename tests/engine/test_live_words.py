@@ -11,6 +11,7 @@ import pytest
 from oasr.decoding import Hypothesis
 from oasr.engine.live.words import (
     NO_LETTERS,
+    PartialWords,
     Posteriors,
     ctc_letters,
     spoken_digits,
@@ -121,3 +122,107 @@ def test_whisper_probabilities_are_the_confidence_when_given() -> None:
     words = timed_words("Hi, you.", letters, (0, 20), SHIFT, probs=(0.42, 0.97))
     assert [w.confidence for w in words] == [0.42, 0.97]
     assert timed_words("", letters, (0, 20), SHIFT) == ()
+
+
+def _from_scratch(text: str, hyp: Hypothesis, post: Posteriors, span: tuple[int, int]):
+    return timed_words(text, ctc_letters(TOK, hyp, span[0], post), span, SHIFT)
+
+
+def test_partial_words_match_the_words_computed_from_scratch_as_the_beam_revises() -> None:
+    # the segment starts at frame 4; each token peaks a frame or two after its date
+    rows = [{} for _ in range(40)]
+    for frame, unit, p in [(6, "h", 0.9), (8, "e", 0.8), (9, "y", 0.7), (8, "i", 0.6),
+                           (11, "▁", 0.9), (15, "y", 0.95), (17, "o", 0.85), (19, "u", 0.9),
+                           (21, "▁", 0.9), (24, "t", 0.8), (26, "o", 0.7), (28, "o", 0.75)]:
+        rows[frame] = {**rows[frame], unit: p}
+    steps = [  # (partial's text, CTC hypothesis, its tokens' dates in the segment, decoded)
+        ("he", "he", [1, 3], 12),
+        ("hey yo", "hey yo", [1, 3, 4, 6, 10, 12], 20),
+        ("hey you", "hey you", [1, 3, 4, 6, 10, 12, 14], 20),  # the last word grew
+        ("hi you", "hi you", [1, 3, 6, 10, 12, 14], 28),  # the beam revised the first word
+        ("hi you", "hi you", [1, 3, 6, 10, 12, 14], 28),  # its frames decoded again, below:
+        ("hi you", "hi you", [1, 3, 6, 10, 12, 14], 28),  # "i" peaks earlier, then "h" is less sure
+        ("hi you to", "hi you to", [1, 3, 6, 10, 12, 14, 16, 19, 21], 36),
+        ("hi you too", "hi you too", [1, 3, 6, 10, 12, 14, 16, 19, 21, 23], 36),
+        ("hi there", "hi you too", [1, 3, 6, 10, 12, 14, 16, 19, 21, 23], 36),  # refined
+    ]
+    post, partial_words = Posteriors(), PartialWords(TOK)
+    got = []
+    for n, (text, ctc_text, dates, end) in enumerate(steps):
+        if n in (4, 5):
+            if n == 4:  # "i" now peaks at frame 7, as sure
+                rows[7], rows[8] = {"i": 0.6}, {"i": 0.3, "e": 0.9}
+            else:  # "h" still peaks at frame 6, less sure
+                rows[6] = {"h": 0.4}
+            post.write(4, *_frames(rows[4:end]))
+        else:
+            post.write(post.end, *_frames(rows[post.end:end]))
+        hyp, span = _hyp(ctc_text, dates), (4, end)
+        got.append(partial_words.words(text, hyp, post, span, SHIFT))
+        assert got[-1] == _from_scratch(text, hyp, post, span), steps[n]
+    assert [w.word for w in got[3]] == ["hi", "you"]
+    assert got[4][0].end < got[3][0].end and got[4][1] == got[3][1]  # nothing stale kept
+    assert got[5][0].confidence < got[4][0].confidence and got[5][1] == got[4][1]
+    assert got[7][:2] == got[6][:2] and got[7][2].word == "too"
+
+
+def test_a_word_held_at_the_segments_end_is_timed_again_when_the_end_moves() -> None:
+    # frames decoded past the partial's end (a cut's frames not decoded again yet): "you"'s
+    # letters peak after it, so the word is held at the end until the end moves past them
+    rows = [{} for _ in range(24)]
+    rows[2], rows[3], rows[5], rows[13], rows[14], rows[16] = (
+        {"h": 0.9}, {"e": 0.9}, {"y": 0.9}, {"y": 0.9}, {"o": 0.9}, {"u": 0.9})
+    post, partial_words = Posteriors(), PartialWords(TOK)
+    post.write(0, *_frames(rows))
+    hyp = _hyp("hey you", [1, 2, 4, 6, 12, 13, 15])
+    held = partial_words.words("hey you", hyp, post, (0, 12), SHIFT)
+    assert held[1].start == held[1].end == 12 * SHIFT
+    moved = partial_words.words("hey you", hyp, post, (0, 20), SHIFT)
+    assert moved == _from_scratch("hey you", hyp, post, (0, 20))
+    assert moved[1].end == 17 * SHIFT
+
+
+def test_peaks_reused_from_the_last_call_match_a_fresh_search() -> None:
+    rows = [{} for _ in range(30)]
+    rows[3], rows[5], rows[6], rows[12] = {"a": 0.9}, {"b": 0.8}, {"b": 0.85}, {"c": 0.7}
+    post = Posteriors()
+    post.write(0, *_frames(rows[:10]))
+    tokens = [UNITS.index(u) for u in "abc"]
+    assert post.peaks(tokens[:2], [2, 4], reuse=True) == post.peaks(tokens[:2], [2, 4])
+    post.write(10, *_frames(rows[10:20]))  # the last token's window grew
+    assert post.peaks(tokens, [2, 4, 11], reuse=True) == post.peaks(tokens, [2, 4, 11])
+    rows[5] = {"b": 0.99}
+    post.write(5, *_frames(rows[5:20]))  # decoded again from frame 5
+    fresh = post.peaks(tokens, [2, 4, 11])
+    assert post.peaks(tokens, [2, 4, 11], reuse=True) == fresh
+    assert fresh[0][1] == 5 and fresh[1][1] == pytest.approx(0.99)
+    post.drop_before(4)
+    assert post.peaks(tokens, [2, 4, 11], reuse=True) == post.peaks(tokens, [2, 4, 11])
+
+
+def test_a_word_without_letters_is_placed_again_with_the_word_after_it() -> None:
+    # "-" spells no letter: it shares the gap up to the next word, which the beam revised
+    rows = [{} for _ in range(30)]
+    for frame, unit in [(2, "h"), (3, "e"), (4, "y"), (12, "y"), (13, "o"), (8, "o"),
+                        (9, "h"), (16, "y"), (17, "o"), (18, "u")]:
+        rows[frame] = {**rows[frame], unit: 0.9}
+    post, partial_words = Posteriors(), PartialWords(TOK)
+    post.write(0, *_frames(rows))
+    steps = [("hey - yo", _hyp("hey yo", [2, 3, 4, 6, 12, 13]), (0, 15)),
+             ("hey - oh you", _hyp("hey oh you", [2, 3, 4, 6, 8, 9, 11, 16, 17, 18]), (0, 20))]
+    got = [partial_words.words(text, hyp, post, span, SHIFT) for text, hyp, span in steps]
+    assert got == [_from_scratch(text, hyp, post, span) for text, hyp, span in steps]
+    assert got[1][1].end < got[0][1].end  # "-" ends where "oh" begins
+
+
+def test_words_kept_only_for_the_same_segment_start() -> None:
+    # the same frames, a segment that starts later: its first word begins at its start
+    rows = [{} for _ in range(20)]
+    rows[2], rows[3], rows[8], rows[9] = {"h": 0.9}, {"e": 0.9}, {"y": 0.9}, {"o": 0.9}
+    post, partial_words = Posteriors(), PartialWords(TOK)
+    post.write(0, *_frames(rows))
+    first = partial_words.words("he yo", _hyp("he yo", [2, 3, 5, 8, 9]), post, (0, 20), SHIFT)
+    later = _hyp("he yo", [-2, -1, 1, 4, 5])
+    got = partial_words.words("he yo", later, post, (4, 20), SHIFT)
+    assert got == _from_scratch("he yo", later, post, (4, 20)) != first
+    assert got[0].start == 4 * SHIFT

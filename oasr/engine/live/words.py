@@ -15,11 +15,17 @@ pass did not hear) shares the gap between its neighbours by length. Words stay i
 inside the segment. A word's confidence is Whisper's probability of its least likely token
 when given (``probs``: a final Whisper wrote), else the CTC pass's: the least probability of
 the letters it heard alike, times the share of the word's letters it heard alike.
+
+A stream's partials come every chunk, each with the whole open segment: `PartialWords` gives
+the same words from what the last partial computed, timing only what the chunk changed.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
+import math
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -36,14 +42,30 @@ TOP_K = 4  # log-probs kept per frame (the token a hypothesis emits is nearly al
 MAX_PEAK_FRAMES = 25  # a hypothesis's last token is looked for this far after its date
 
 
+@dataclass(frozen=True)
+class _PeakMemo:
+    """A `Posteriors.peaks` call's tokens and dates and its answer, per token."""
+
+    tokens: list[int]
+    stamps: list[int]
+    frames: list[int]
+    probs: list[float | None]
+
+
 class Posteriors:
     """A stream's best `TOP_K` CTC log-probs per encoder frame, absolutely indexed from
-    ``start`` (frames decoded again after a cut in the past overwrite the old ones)."""
+    ``start`` (frames decoded again after a cut in the past overwrite the old ones).
+
+    It keeps its last reusing `peaks` call's answer (``_memo``) and the frame before which no
+    frame was written again since (``_memo_valid_to``): a partial's hypothesis mostly grows at
+    its end, so the next call looks again only for the tokens whose window changed."""
 
     def __init__(self) -> None:
         self.start = 0
         self._ids = np.zeros((0, TOP_K), dtype=np.int64)
         self._lps = np.zeros((0, TOP_K), dtype=np.float32)
+        self._memo: _PeakMemo | None = None
+        self._memo_valid_to = 0
 
     @property
     def end(self) -> int:
@@ -60,12 +82,14 @@ class Posteriors:
         pad_lps = np.full((gap, ids.shape[1]), -np.inf, dtype=np.float32)
         self._ids = np.concatenate([self._ids[:keep], pad_ids, ids.astype(np.int64)])
         self._lps = np.concatenate([self._lps[:keep], pad_lps, log_probs.astype(np.float32)])
+        self._memo_valid_to = min(self._memo_valid_to, first_frame)
 
     def drop_before(self, frame: int) -> None:
         """Forget the frames before ``frame`` (a segment ended there)."""
         cut = max(0, min(len(self._ids), frame - self.start))
         self._ids, self._lps = self._ids[cut:], self._lps[cut:]
         self.start = max(self.start, frame)
+        self._memo = None
 
     def peak(self, token: int, start: int, end: int) -> tuple[int, float] | None:
         """The frame in [start, end) where ``token``'s posterior is highest among the frames
@@ -79,32 +103,76 @@ class Posteriors:
             return None
         return self.start + lo + best, float(np.exp(scores[best]))
 
-    def peaks(self, tokens: list[int], stamps: list[int]) -> tuple[list[int], list[float | None]]:
+    def peaks(self, tokens: list[int], stamps: list[int], reuse: bool = False
+              ) -> tuple[list[int], list[float | None]]:
         """Each token's frame and posterior at its peak: tokens dated ``stamps`` (absolute,
         increasing) are looked for from their date to the next token's (the last one
         `MAX_PEAK_FRAMES` on), all at once; a token none of its window's frames holds among
-        its best keeps its date, with the probability `prob` gives there."""
+        its best keeps its date, with the probability `prob` gives there.
+
+        Args:
+            reuse: take the last reusing call's answer for the leading tokens whose dates,
+                window and frames are unchanged since (the same answer, computed once), and
+                keep this call's for the next.
+        """
+        k = self._num_unchanged_peaks(tokens, stamps) if reuse else 0
+        frames, probs = self._find_peaks(tokens[k:], stamps[k:])
+        if k:
+            assert self._memo is not None
+            frames, probs = self._memo.frames[:k] + frames, self._memo.probs[:k] + probs
+        if reuse:
+            self._memo = _PeakMemo(tokens, stamps, frames, probs)
+            self._memo_valid_to = self.end
+        return frames, probs
+
+    def _num_unchanged_peaks(self, tokens: list[int], stamps: list[int]) -> int:
+        """How many leading tokens keep the memo's peaks: same token, same date, same window
+        end (the next token's date, or both last), and no frame before the window's end
+        written again since."""
+        memo = self._memo
+        if memo is None:
+            return 0
         n = len(tokens)
-        dates = np.asarray(stamps, dtype=np.int64)
-        ends = np.append(dates[1:], dates[-1] + MAX_PEAK_FRAMES)
-        lo, hi = max(int(dates[0]), self.start), min(int(ends[-1]), self.end)
-        best = np.full(n, -np.inf)
-        first = np.full(n, np.iinfo(np.int64).max)
+        common = min(_common_prefix(tokens, memo.tokens), _common_prefix(stamps, memo.stamps))
+        k = common if common == n == len(memo.tokens) else max(common - 1, 0)
+        while k:
+            window_end = stamps[k] if k < n else stamps[k - 1] + MAX_PEAK_FRAMES
+            if max(window_end, stamps[k - 1] + 1) <= self._memo_valid_to:
+                break
+            k -= 1
+        return k
+
+    def _find_peaks(self, tokens: list[int], stamps: list[int]
+                    ) -> tuple[list[int], list[float | None]]:
+        # each frame's best posterior of its window's token in numpy, the maximum over a
+        # window in Python (a partial's few new tokens: numpy's per-call cost dominates)
+        n = len(tokens)
+        if n == 0:
+            return [], []
+        lo, hi = max(stamps[0], self.start), min(stamps[-1] + MAX_PEAK_FRAMES, self.end)
+        best = [-math.inf] * n  # per token: its best posterior's log (NaN: one was NaN) ...
+        first = list(stamps)  # ... and the first frame that has it
         if hi > lo:
-            frames = np.arange(lo, hi)
-            owner = np.searchsorted(dates, frames, side="right") - 1  # (F,) token of each frame
-            rows = frames - self.start
-            wanted = np.asarray(tokens, dtype=np.int64)[owner]
-            score = np.where(self._ids[rows] == wanted[:, None], self._lps[rows],
-                             -np.inf).max(axis=1)
-            np.maximum.at(best, owner, score)
-            top = np.isfinite(score) & (score == best[owner])
-            np.minimum.at(first, owner[top], frames[top])
-        found = np.isfinite(best)
-        out_frames = np.where(found, first, dates).tolist()
-        out_probs: list[float | None] = [
-            float(np.exp(b)) if ok else self.prob(d, t)
-            for b, ok, d, t in zip(best.tolist(), found.tolist(), stamps, tokens, strict=True)]
+            owner = np.searchsorted(np.asarray(stamps), np.arange(lo, hi), side="right") - 1
+            rows = slice(lo - self.start, hi - self.start)
+            wanted = np.asarray(tokens)[owner]  # (F,) the token of each frame's window
+            scores = np.where(self._ids[rows] == wanted[:, None], self._lps[rows],
+                              -np.inf).max(axis=1)  # (F,)
+            pairs = zip(owner.tolist(), scores.tolist(), strict=True)
+            for frame, (i, score) in enumerate(pairs, lo):
+                if score > best[i]:
+                    best[i], first[i] = score, frame
+                elif score != score:
+                    best[i] = score
+        out_frames: list[int] = []
+        out_probs: list[float | None] = []
+        for score, frame, date, token in zip(best, first, stamps, tokens, strict=True):
+            if math.isfinite(score):
+                out_frames.append(frame)
+                out_probs.append(float(np.exp(score)))
+            else:
+                out_frames.append(date)
+                out_probs.append(self.prob(date, token))
         return out_frames, out_probs
 
     def prob(self, frame: int, token: int) -> float | None:
@@ -197,25 +265,70 @@ def ctc_letters(tokenizer: Any, hyp: Hypothesis | None, base_frame: int,
     probs: list[float | None] = [None] * len(stamps)
     if posteriors is not None and stamps:
         frames, probs = posteriors.peaks(list(hyp.tokens), stamps)
-    letters: list[str] = []
-    letter_frames: list[int] = []
-    letter_probs: list[float | None] = []
-    starts: list[int] = []
-    in_word = False
-    pieces = _pieces(tokenizer)
-    for token, frame, prob in zip(hyp.tokens, frames, probs, strict=True):
-        for piece in pieces[token] if token in pieces else _folded_piece(tokenizer, token):
-            if piece == " ":
-                in_word = False
-                continue
-            if not in_word:
-                starts.append(len(letters))
-                in_word = True
-            letters.append(piece)
-            letter_frames.append(frame)
-            letter_probs.append(prob)
-    return CtcLetters("".join(letters), tuple(letter_frames), tuple(letter_probs),
-                      tuple(starts))
+    spelled = _Spelling(_pieces(tokenizer), tokenizer)
+    spelled.extend(list(hyp.tokens), frames, probs)
+    return spelled.letters(NO_LETTERS, 0)
+
+
+class _Spelling:
+    """Tokens' letters (spaces aside) with each one's frame and probability, appended token
+    by token from a given letter and word state; per token, the letters after it and whether
+    it ends inside a word."""
+
+    def __init__(self, pieces: dict[int, tuple[str, ...]], tokenizer: Any,
+                 num_letters: int = 0, in_word: bool = False) -> None:
+        self.pieces, self.tokenizer = pieces, tokenizer
+        self.num_letters, self.in_word = num_letters, in_word
+        self.chars: list[str] = []
+        self.frames: list[int] = []
+        self.probs: list[float | None] = []
+        self.starts: list[int] = []
+        self.token_ends: list[int] = []  # letters after each token
+        self.token_in_word: list[bool] = []  # ... ends inside a word
+
+    def extend(self, tokens: Sequence[int], frames: Sequence[int],
+               probs: Sequence[float | None]) -> None:
+        pieces, n, in_word = self.pieces, self.num_letters, self.in_word
+        for token, frame, prob in zip(tokens, frames, probs, strict=True):
+            for piece in pieces[token] if token in pieces else _folded_piece(self.tokenizer,
+                                                                               token):
+                if piece == " ":
+                    in_word = False
+                    continue
+                if not in_word:
+                    self.starts.append(n)
+                    in_word = True
+                self.chars.append(piece)
+                self.frames.append(frame)
+                self.probs.append(prob)
+                n += 1
+            self.token_ends.append(n)
+            self.token_in_word.append(in_word)
+        self.num_letters, self.in_word = n, in_word
+
+    def letters(self, before: CtcLetters, num_kept: int) -> CtcLetters:
+        """The letters: ``before``'s first ``num_kept`` ones, then the ones spelled here."""
+        starts = before.word_starts[:bisect.bisect_left(before.word_starts, num_kept)]
+        return CtcLetters(before.letters[:num_kept] + "".join(self.chars),
+                          before.frames[:num_kept] + tuple(self.frames),
+                          before.probs[:num_kept] + tuple(self.probs),
+                          starts + tuple(self.starts))
+
+
+def _common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (of the same type), found
+    by comparing slices (in C): a partial's hypothesis mostly only grows at its end."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 _PIECES: dict[int, dict[int, tuple[str, ...]]] = {}
@@ -253,14 +366,44 @@ def timed_words(text: str, ctc: CtcLetters, span: tuple[int, int], frame_shift_s
     words = text.split()
     if not words:
         return ()
-    lo, hi = span
     keys = [_word_key(w) for w in words]
+    if "".join(keys) == ctc.letters:  # the CTC text itself: each word meets its own letters
+        spans, confidences = _own_letters(ctc, keys, 0)
+    else:
+        spans, confidences = _aligned_letters(ctc, keys)
+    if len(probs) == len(words):
+        confidences = [float(p) for p in probs]
+    return tuple(_place(words, keys, spans, confidences, span, frame_shift_s).words)
+
+
+Span = tuple[float, float]
+
+
+def _own_letters(ctc: CtcLetters, keys: list[str], first_letter: int
+                 ) -> tuple[list[Span | None], list[float]]:
+    """Each word's span and CTC confidence when its letters are ``ctc``'s, the first one's
+    from ``first_letter`` on, all alike."""
+    spans: list[Span | None] = []
+    confidences = []
+    at = first_letter
+    for key in keys:
+        end = at + len(key)
+        frames = ctc.frames[at:end]
+        spans.append((min(frames), max(frames) + 1) if frames else None)
+        confidences.append(_ctc_confidence(ctc.probs[at:end], len(key)))
+        at = end
+    return spans, confidences
+
+
+def _aligned_letters(ctc: CtcLetters, keys: list[str]
+                     ) -> tuple[list[Span | None], list[float]]:
+    """Each word's span and CTC confidence from the CTC letters its letters met (Levenshtein
+    edit operations of the words' letters against ``ctc``'s)."""
     target = "".join(keys)
-    heard: list[list[int]] = [[] for _ in words]  # CTC letters met, per word
-    alike: list[list[int]] = [[] for _ in words]  # ... of them, the same letter
-    owner = np.repeat(np.arange(len(words)), [len(k) for k in keys])
+    heard: list[list[int]] = [[] for _ in keys]  # CTC letters met, per word
+    alike: list[list[int]] = [[] for _ in keys]  # ... of them, the same letter
+    owner = np.repeat(np.arange(len(keys)), [len(k) for k in keys])
     if target and ctc.letters:
-        matched = set()
         for op in Levenshtein.opcodes(target, ctc.letters):
             if op.tag not in ("equal", "replace"):
                 continue
@@ -269,46 +412,172 @@ def timed_words(text: str, ctc: CtcLetters, span: tuple[int, int], frame_shift_s
                 heard[owner[i]].append(j)
                 if op.tag == "equal":
                     alike[owner[i]].append(j)
-                    matched.add(j)
-    spans: list[tuple[float, float] | None] = []
+    spans: list[Span | None] = []
     for met in heard:
         if met:
             spans.append((min(ctc.frames[j] for j in met), max(ctc.frames[j] for j in met) + 1))
         else:
             spans.append(None)
-    filled = _fill_gaps(spans, [max(1, len(k)) for k in keys], lo, hi)
-    out = []
-    end = float(lo)
-    for n, (word, (start, stop)) in enumerate(zip(words, filled, strict=True)):
+    confidences = [_ctc_confidence([ctc.probs[j] for j in same], len(key))
+                   for same, key in zip(alike, keys, strict=True)]
+    return spans, confidences
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """Words placed in their segment: each one's `Word`, its span after the gaps were shared
+    (`_fill_gaps`) and its end in frames after it was kept in order and inside the segment."""
+
+    words: list[Word]
+    filled: list[Span]
+    stops: list[float]
+
+
+def _place(words: list[str], keys: list[str], spans: list[Span | None],
+           confidences: list[float], span: tuple[int, int], frame_shift_s: float,
+           after: tuple[float, float] | None = None) -> _Placed:
+    """The words' times: heard spans kept, the others sharing the gaps, in order and inside
+    the segment ``span``. ``after``: the filled span end and the end of the word before
+    ``words`` (None: they begin the segment)."""
+    lo, hi = span
+    gap_start, end = after if after is not None else (lo, float(lo))
+    filled = _fill_gaps(spans, [max(1, len(k)) for k in keys], gap_start, hi)
+    out, stops = [], []
+    for word, (start, stop), confidence in zip(words, filled, confidences, strict=True):
         start = min(max(start, end, lo), hi)
         stop = min(max(stop, start), hi)
         end = stop
-        if len(probs) == len(words):
-            confidence = float(probs[n])
-        else:
-            confidence = _ctc_confidence(ctc, alike[n], len(keys[n]))
         out.append(Word(word, round(start * frame_shift_s, 3), round(stop * frame_shift_s, 3),
                         round(min(max(confidence, 0.0), 1.0), 3)))
-    return tuple(out)
+        stops.append(stop)
+    return _Placed(out, filled, stops)
 
 
-def _ctc_confidence(ctc: CtcLetters, alike: list[int], num_letters: int) -> float:
-    """The least probability of the word's letters the CTC pass heard alike, times the share
-    of its letters heard alike (0 when none; 1 when the probabilities are unknown)."""
+class PartialWords:
+    """The words of one stream's partials: `timed_words` of the partial's text over
+    `ctc_letters` of its hypothesis, each partial computing only what its chunk changed.
+
+    Invariant: it holds the last partial's hypothesis (tokens with their peaks, from
+    ``Posteriors.peaks(reuse=True)``, and their letters) and, when that partial's text spelled
+    its CTC letters, its words as published. A partial keeps the letters of its leading tokens
+    whose peaks are unchanged, and the words of the longest prefix whose text and letters
+    (frames and probabilities too) are unchanged, that ends in a word with letters (a run of
+    unheard words shares a gap up to the next one's) before the last segment end it saw (no
+    word of it was held inside the segment); only the words after are timed. A hypothesis
+    mostly grows at its end, so a partial's cost follows its chunk, not its segment; where the
+    beam search revised earlier words, the prefix kept ends before them. A text that does not
+    spell the CTC letters (a refined partial) is aligned from scratch.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._tokens: list[int] = []
+        self._token_frames: list[int] = []
+        self._token_probs: list[float | None] = []
+        self._token_ends: list[int] = []  # letters after each token
+        self._token_in_word: list[bool] = []  # ... ends inside a word
+        self._letters = NO_LETTERS
+        self._words: list[str] = []  # the last partial's words, when its text spelled its letters
+        self._word_ends: list[int] = []  # letters after each word
+        self._placed = _Placed([], [], [])
+        self._span = (0, 0)
+        self._frame_shift_s = 0.0
+
+    def words(self, text: str, hyp: Hypothesis | None, posteriors: Posteriors,
+              span: tuple[int, int], frame_shift_s: float) -> tuple[Word, ...]:
+        """``timed_words(text, ctc_letters(tokenizer, hyp, span[0], posteriors), span,
+        frame_shift_s)``, from what the last call computed.
+
+        Args:
+            text: the partial's text.
+            hyp: the CTC pass's hypothesis of the open segment (None: none yet).
+            posteriors: the stream's.
+            span: the segment's (first, end) absolute frames.
+        """
+        if hyp is None or not hasattr(self.tokenizer, "raw_text"):
+            self._words = []
+            return timed_words(text, ctc_letters(self.tokenizer, hyp, span[0]), span,
+                               frame_shift_s)
+        num_kept = self._spell(hyp, span[0], posteriors)
+        return self._time(text, num_kept, span, frame_shift_s)
+
+    def _spell(self, hyp: Hypothesis, base_frame: int, posteriors: Posteriors) -> int:
+        """Update the letters to ``hyp``'s; the number of leading letters unchanged."""
+        tokens = list(hyp.tokens)
+        stamps = [base_frame + int(t) for t in hyp.timestamps]
+        frames, probs = posteriors.peaks(tokens, stamps, reuse=True) if stamps else ([], [])
+        k = min(_common_prefix(tokens, self._tokens), _common_prefix(frames, self._token_frames),
+                _common_prefix(probs, self._token_probs))
+        num_kept = self._token_ends[k - 1] if k else 0
+        spelled = _Spelling(_pieces(self.tokenizer), self.tokenizer, num_kept,
+                            k > 0 and self._token_in_word[k - 1])
+        spelled.extend(tokens[k:], frames[k:], probs[k:])
+        self._letters = spelled.letters(self._letters, num_kept)
+        self._tokens, self._token_frames, self._token_probs = tokens, frames, probs
+        self._token_ends = self._token_ends[:k] + spelled.token_ends
+        self._token_in_word = self._token_in_word[:k] + spelled.token_in_word
+        return num_kept
+
+    def _time(self, text: str, num_kept: int, span: tuple[int, int], frame_shift_s: float
+              ) -> tuple[Word, ...]:
+        """The text's words, those of the prefix `_num_words_kept` allows as they were."""
+        words = text.split()
+        m = self._num_words_kept(words, num_kept, span, frame_shift_s)
+        keys = [_word_key(w) for w in words[m:]]
+        first = self._word_ends[m - 1] if m else 0
+        letters = self._letters
+        if letters.letters[first:] != "".join(keys):  # (the kept words spell theirs)
+            self._words = []
+            return timed_words(text, letters, span, frame_shift_s)
+        spans, confidences = _own_letters(letters, keys, first)
+        kept = self._placed
+        after = (kept.filled[m - 1][1], kept.stops[m - 1]) if m else None
+        new = _place(words[m:], keys, spans, confidences, span, frame_shift_s, after)
+        self._placed = _Placed(kept.words[:m] + new.words, kept.filled[:m] + new.filled,
+                               kept.stops[:m] + new.stops)
+        self._words = words
+        self._word_ends = self._word_ends[:m] + list(itertools.accumulate(
+            (len(k) for k in keys), initial=first))[1:]
+        self._span, self._frame_shift_s = span, frame_shift_s
+        return tuple(self._placed.words)
+
+    def _num_words_kept(self, words: list[str], num_kept: int, span: tuple[int, int],
+                        frame_shift_s: float) -> int:
+        """How many leading words are the last partial's, placed the same: same segment start
+        and frame shift, its end not earlier; same words over unchanged letters (the first
+        ``num_kept``); the last of them heard (it has letters) and ending before the last
+        segment end (so none was held inside it, and the new end holds none either)."""
+        if (span[0] != self._span[0] or span[1] < self._span[1]
+                or frame_shift_s != self._frame_shift_s):
+            return 0
+        ends = self._word_ends
+        m = bisect.bisect_right(ends, num_kept, hi=len(self._words))
+        m = _common_prefix(words[:m], self._words[:m])
+        while m and (ends[m - 1] == (ends[m - 2] if m > 1 else 0)
+                     or self._placed.stops[m - 1] >= self._span[1]):
+            m -= 1
+        return m
+
+
+def _ctc_confidence(alike_probs: Sequence[float | None], num_letters: int) -> float:
+    """The least probability of the word's letters the CTC pass heard alike (``alike_probs``),
+    times the share of its letters heard alike (0 when none; 1 when the probabilities are
+    unknown)."""
     if num_letters == 0:
         return 1.0
-    if not alike:
+    if not alike_probs:
         return 0.0
-    known = [p for p in (ctc.probs[j] for j in alike) if p is not None]
+    known = [p for p in alike_probs if p is not None]
     least = min(known) if known else 1.0
-    return least * min(1.0, len(alike) / num_letters)
+    return least * min(1.0, len(alike_probs) / num_letters)
 
 
-def _fill_gaps(spans: list[tuple[float, float] | None], weights: list[int], lo: int, hi: int
-               ) -> list[tuple[float, float]]:
+def _fill_gaps(spans: list[Span | None], weights: list[int], start: float, hi: int
+               ) -> list[Span]:
     """Each word's (start, end) frames: its own span, or for a run of words with none, a
-    share (by ``weights``) of the gap between the spans around it (the segment's edges)."""
-    out: list[tuple[float, float]] = []
+    share (by ``weights``) of the gap between the spans around it (``start``, the end of the
+    word before the first one, and the segment's end ``hi`` at the edges)."""
+    out: list[Span] = []
     i = 0
     while i < len(spans):
         span = spans[i]
@@ -319,7 +588,7 @@ def _fill_gaps(spans: list[tuple[float, float] | None], weights: list[int], lo: 
         j = i
         while j < len(spans) and spans[j] is None:
             j += 1
-        gap_start = out[-1][1] if out else lo
+        gap_start = out[-1][1] if out else start
         following = spans[j] if j < len(spans) else None
         gap_end = following[0] if following is not None else hi
         gap_end = max(gap_end, gap_start)
