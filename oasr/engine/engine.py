@@ -40,9 +40,9 @@ from oasr.engine.events import BUSY, Done, Error, FinishReason, Ready
 from oasr.engine.families.base import FEATURE_SHIFT_S
 from oasr.engine.live.finals import FinalPublisher
 from oasr.engine.live.policy import LivePolicy, SegmentEnd, YieldRule
+from oasr.engine.live.posteriors import TOP_K
 from oasr.engine.live.refine import Refiner
 from oasr.engine.live.segment_cuts import SegmentCuts
-from oasr.engine.live.words import TOP_K
 from oasr.engine.request import Request, RequestStatus
 from oasr.engine.runner.isolation import prepare_or_stop, step_isolating_failures
 from oasr.engine.runner.model_runner import BatchPlan, StepOutput

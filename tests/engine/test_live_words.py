@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from oasr.decoding import Hypothesis
+from oasr.engine.live.posteriors import Posteriors
 from oasr.engine.live.words import (
     NO_LETTERS,
     PartialWords,
-    Posteriors,
     ctc_letters,
     spoken_digits,
     timed_words,

@@ -20,7 +20,8 @@ from oasr.decoding import Endpointer, Hypothesis, StreamStep
 from oasr.decoding.context import Hotwords
 from oasr.engine.events import Final, StreamEvent
 from oasr.engine.live.agreement import NO_WORDS, RefinedPartial, RefineState
-from oasr.engine.live.words import NO_LETTERS, CtcLetters, Posteriors
+from oasr.engine.live.posteriors import Posteriors
+from oasr.engine.live.words import NO_LETTERS, CtcLetters
 
 if TYPE_CHECKING:
     from oasr.engine.second_pass.worker import SecondPassDone
