@@ -126,11 +126,12 @@ def measure_matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 10
 
 
 def measure_compute(bench: BenchModel, audio_dir: Path, num_streams: int, history_chunks: int,
-                    repeats: int, device: str = "auto") -> ComputeResult:
+                    repeats: int, device: str = "auto", dtype: str = "auto") -> ComputeResult:
     """Count and time one batched forward of ``num_streams`` streams after ``history_chunks``
-    chunks; best of ``repeats`` forwards, each followed by a peak measurement."""
+    chunks in model dtype ``dtype`` (an `EngineConfig.dtype` name); best of ``repeats``
+    forwards, each followed by a peak measurement in the same dtype."""
     feats = speech_windows(bench, audio_dir, num_streams, history_chunks + 1)
-    config = bench_engine_config(num_streams, history_chunks + 2, device=device)
+    config = bench_engine_config(num_streams, history_chunks + 2, device=device, dtype=dtype)
     driver = RunnerDriver(bench, feats, config)
     runner = driver.runner
     size = 1024 if runner.device.type == "cpu" else 4096

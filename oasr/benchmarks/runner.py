@@ -213,7 +213,8 @@ def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) 
         max_probes=config.realtime_probes, device=config.device, dtype=config.dtype,
         cuda_graphs=config.cuda_graphs)
     _log(f"compute: batch {biggest.num_streams}")
-    compute = measure_compute(bench, audio_dir, biggest.num_streams, 4, 5, config.device)
+    compute = measure_compute(speed, audio_dir, biggest.num_streams, 4, 5, config.device,
+                              config.dtype)
     steady = check_steady_state(bench, audio_dir, min(16, biggest.num_streams),
                                 device=config.device)
     n = min(HEADLINE_STREAMS, biggest.num_streams)

@@ -158,3 +158,26 @@ def test_a_model_dir_of_another_family_is_refused(tmp_path: Path) -> None:
     save_model(conformer.model, tmp_path / "m")
     with pytest.raises(ValueError, match="holds a conformer_ctc model, not --family whisper_ctc"):
         load_bench_model(str(tmp_path / "m"), family="whisper_ctc")
+
+
+@pytest.mark.parametrize("dtype, want", [("float32", torch.float32), ("bfloat16", torch.bfloat16)])
+def test_compute_runs_the_forward_and_the_peak_in_the_asked_dtype(
+        tiny_whisper: BenchModel, audio_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        dtype: str, want: torch.dtype) -> None:
+    """``oasr bench --dtype X``'s fraction of peak compares X's forward with X's matmuls."""
+    from oasr.benchmarks import compute
+
+    peak_dtypes: list[torch.dtype] = []
+    forward_dtypes: list[torch.dtype] = []
+    monkeypatch.setattr(compute, "measure_matmul_peak",
+                        lambda device, dtype, size, repeats: peak_dtypes.append(dtype) or 1.0)
+    time_forward = RunnerDriver.time_forward
+
+    def timed(self: RunnerDriver, plan: object) -> float:
+        forward_dtypes.append(self.runner.dtype)
+        return time_forward(self, plan)
+
+    monkeypatch.setattr(RunnerDriver, "time_forward", timed)
+    result = compute.measure_compute(tiny_whisper, audio_dir, 2, 1, 2, "cpu", dtype)
+    assert set(peak_dtypes) == set(forward_dtypes) == {want}
+    assert result.gflop_per_step > 0
