@@ -110,9 +110,8 @@ class YieldRule:
 class LivePolicy:
     """Partials, segment ends and finals of every live stream (engine thread only).
 
-    Invariant: ``streams`` holds a `LiveStream` (and ``_partial_words`` its `PartialWords`)
-    for every stream from `open` until `close` (a finished stream stays while its finals wait
-    for the second pass).
+    Invariant: ``streams`` holds a `LiveStream` for every stream from `open` until `close`
+    (a finished stream stays while its finals wait for the second pass).
 
     Args:
         finals: publishes each segment's final (through the second pass when it is on).
@@ -136,7 +135,6 @@ class LivePolicy:
         self.yield_rule = yield_rule
         self.light_load_streams = light_load_streams
         self.streams: dict[int, LiveStream] = {}
-        self._partial_words: dict[int, PartialWords] = {}  # per stream, its partials' words
         self._audio_samples = int((MAX_SEGMENT_S + SEGMENT_AUDIO_MARGIN_S) * MODEL_SAMPLE_RATE)
 
     @property
@@ -155,7 +153,6 @@ class LivePolicy:
         if self.refiner is not None:
             stream.refine = self.refiner.new_state()
         self.streams[view.stream_id] = stream
-        self._partial_words[view.stream_id] = PartialWords(self.finals.tokenizer)
 
     def on_audio(self, stream_id: int, samples: np.ndarray, now: float) -> None:
         """Audio received (16 kHz) at ``now``: its energies, the samples the second pass may
@@ -196,7 +193,6 @@ class LivePolicy:
 
     def close(self, stream_id: int) -> int:
         """The stream is done: forget it; the number of finals it was sent."""
-        del self._partial_words[stream_id]
         return self.streams.pop(stream_id).num_segments_emitted
 
     def shutdown(self) -> None:
@@ -347,7 +343,9 @@ class LivePolicy:
         if stream.last_parts == NO_WORDS and not is_sure_start(parts):
             return  # a segment's first partial waits for words, not a first letter's guess
         stream.last_parts = parts
-        words = self._partial_words[stream.stream_id].words(
+        if stream.partial_words is None:  # its first partial
+            stream.partial_words = PartialWords(self.finals.tokenizer)
+        words = stream.partial_words.words(
             parts.text, stream.ctc_hyp, stream.posteriors,
             (stream.segment_start_frame, stream.num_frames_decoded), self.timing.frame_shift_s)
         end = stream.num_frames_decoded * self.timing.frame_shift_s

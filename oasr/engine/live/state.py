@@ -21,7 +21,7 @@ from oasr.decoding.context import Hotwords
 from oasr.engine.events import Final, StreamEvent
 from oasr.engine.live.agreement import NO_WORDS, RefinedPartial, RefineState
 from oasr.engine.live.posteriors import Posteriors
-from oasr.engine.live.words import NO_LETTERS, CtcLetters
+from oasr.engine.live.words import NO_LETTERS, CtcLetters, PartialWords
 
 if TYPE_CHECKING:
     from oasr.engine.second_pass.worker import SecondPassDone
@@ -232,6 +232,7 @@ class LiveStream:
     # the times and confidence of the words of its partials and finals (`live.words`)
     ctc_hyp: Hypothesis | None = None
     posteriors: Posteriors = field(default_factory=Posteriors)
+    partial_words: PartialWords | None = None  # what its last partial's words came from
 
     @property
     def prompt(self) -> str:
