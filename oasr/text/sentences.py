@@ -17,6 +17,13 @@ CLOSERS = "\"')]}\u201d\u2019"  # closing quotes and brackets after a sentence's
 TITLES = frozenset({"mr.", "mrs.", "ms.", "dr.", "st.", "prof.", "mt.", "jr.", "sr."})
 
 
+def without_leading_marks(text: str) -> str:
+    """``text`` without the punctuation marks (and spaces) it begins with. Given an unfinished
+    sentence as its context, Whisper may answer the next segment with that sentence's mark
+    first (". And Mr. John Dashwood ..."): the mark closes the text before, not this one."""
+    return text.lstrip(PUNCTUATION + "\u2026 ")
+
+
 def has_words(text: str) -> bool:
     """Whether ``text`` holds a word: a letter or a digit (Whisper answers "." or "..." for a
     cough or a breath it does not call silence)."""

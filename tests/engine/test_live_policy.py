@@ -62,8 +62,13 @@ def test_an_endpoint_comes_back_as_the_loop_s_decision() -> None:
     assert policy.after_chunk(1, "hello", None, None, EndpointDecision("rule2", 20), True, 1) is None
 
 
-@pytest.mark.parametrize(("whisper", "final"), [(".", ""), ("...", ""), ("Yes.", "Yes.")])
-def test_a_final_of_punctuation_alone_is_empty(whisper: str, final: str) -> None:
+@pytest.mark.parametrize(("whisper", "final"), [
+    (".", ""), ("...", ""), ("Yes.", "Yes."),
+    # the mark that closes the previous final's sentence is not this final's
+    (". And Mr. John Dashwood.", "And Mr. John Dashwood."), ("...and then", "and then"),
+    ("\u201cQuoted.\u201d", "\u201cQuoted.\u201d"),
+])
+def test_a_final_is_sent_from_its_first_word(whisper: str, final: str) -> None:
     worker = _QueueingWorker()
     policy = _policy(worker)
     events = _opened(policy)
@@ -76,6 +81,7 @@ def test_a_final_of_punctuation_alone_is_empty(whisper: str, final: str) -> None
     assert policy.on_second_pass(_answer(job, whisper, (7,))) is None
     (published,) = [e for e in events if isinstance(e, Final)]
     assert published.text == final and published.source == "whisper"
+    assert [w.word for w in published.words] == final.split()
     assert not policy.has_pending(1) and policy.close(1) == 1
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from oasr.text.sentences import as_context, ends_sentence, unfinished_words
+from oasr.text.sentences import as_context, ends_sentence, unfinished_words, without_leading_marks
 
 
 @pytest.mark.parametrize("text", ["He was not an ill-disposed young man.",
@@ -45,3 +45,12 @@ def test_the_words_a_segment_left_of_its_sentence(text: str, words: int) -> None
     ("It was dark.", "It was dark."), ("ask not", "ask not"), ("", "")])
 def test_a_context_in_whisper_s_unpunctuated_style_is_closed(text: str, context: str) -> None:
     assert as_context(text) == context
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    (". And so on.", "And so on."), ("?, yes", "yes"), ("\u2026 well", "well"),
+    ("And so on.", "And so on."), ('"Go home."', '"Go home."'), ("(and then)", "(and then)"),
+    ("...", ""),
+])
+def test_the_marks_a_text_begins_with_are_dropped(text: str, kept: str) -> None:
+    assert without_leading_marks(text) == kept

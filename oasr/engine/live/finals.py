@@ -28,7 +28,12 @@ from oasr.engine.second_pass.worker import (
     SecondPassJob,
     SecondPassWorker,
 )
-from oasr.text.sentences import ends_sentence, has_words, unfinished_words
+from oasr.text.sentences import (
+    ends_sentence,
+    has_words,
+    unfinished_words,
+    without_leading_marks,
+)
 
 # a demo's load: live streams per second-pass process (`EngineConfig.resolved_light_load_streams`)
 LIGHT_LOAD_STREAMS_PER_DECODER = 2
@@ -618,6 +623,12 @@ class FinalPublisher:
         if event.text and not has_words(event.text):
             # punctuation alone is no final: the segment is empty
             event = replace(event, text="", words=())
+        elif event.text != (text := without_leading_marks(event.text)):
+            # the previous final's closing mark, written at this one's start: it is not sent
+            words = list(itertools.dropwhile(lambda w: not has_words(w.word), event.words))
+            if words:
+                words[0] = replace(words[0], word=without_leading_marks(words[0].word))
+            event = replace(event, text=text, words=tuple(words))
         last = stream.last_final
         if event.text:
             stream.last_final = SpokenContext(event.segment, start_frame, event.text)
