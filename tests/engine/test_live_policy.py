@@ -92,3 +92,18 @@ def test_audio_is_kept_for_the_second_pass_only_when_it_is_on() -> None:
         policy.on_audio(1, np.ones(1600, dtype=np.float32), 0.0)
     assert off.streams[1].audio.num_held == 0 and on.streams[1].audio.num_held == 1600
     assert off.streams[1].energy.num_frames == on.streams[1].energy.num_frames == 5
+
+
+@pytest.mark.parametrize(("parts", "shown"), [
+    (RefinedPartial(". And Mr.", "John", "dashwood"), RefinedPartial("And Mr.", "John", "dashwood")),
+    (RefinedPartial("", ". And", "mr"), RefinedPartial("", "And", "mr")),
+    (RefinedPartial("It was", "a", ""), RefinedPartial("It was", "a", "")),
+])
+def test_a_partial_is_shown_from_its_first_word(parts: RefinedPartial,
+                                                shown: RefinedPartial) -> None:
+    assert parts.from_first_word() == shown
+    policy = _policy()
+    events = _opened(policy)
+    policy._emit_partial(policy.streams[1], parts)
+    (partial,) = [e for e in events if isinstance(e, Partial)]
+    assert partial.text == shown.text

@@ -12,10 +12,11 @@ after it. The scheduling of refinements is `oasr.engine.live.refine`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oasr.decoding.words import ctc_word_times
+from oasr.text.sentences import without_leading_marks
 from oasr.text.wer import normalize_transcript
 
 MAX_REPEAT_WORDS = 8
@@ -161,6 +162,16 @@ class RefinedPartial:
     @property
     def text(self) -> str:
         return " ".join(part for part in (self.stable, self.tentative, self.ctc) if part)
+
+    def from_first_word(self) -> RefinedPartial:
+        """The partial without the marks its text begins with (`without_leading_marks`: a
+        refinement after an unfinished context may begin with that sentence's full stop)."""
+        for name in ("stable", "tentative", "ctc"):
+            part = getattr(self, name)
+            if part:  # the first part with text begins the partial
+                kept = without_leading_marks(part)
+                return self if kept == part else replace(self, **{name: kept})
+        return self
 
 
 NO_WORDS = RefinedPartial("", "", "")  # what a segment shows before its first word

@@ -338,6 +338,7 @@ class LivePolicy:
     def _emit_partial(self, stream: LiveStream, parts: RefinedPartial) -> None:
         """Publish the segment's partial when any of its parts changed (so never an empty
         partial at a segment's start, with refinements or without)."""
+        parts = parts.from_first_word()
         if parts == stream.last_parts:
             return
         if stream.last_parts == NO_WORDS and not is_sure_start(parts):
