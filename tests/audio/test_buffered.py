@@ -14,6 +14,7 @@ from oasr.audio import (
     accept_waveforms,
 )
 from oasr.models.whisper_ctc import CausalLogMel, causal_log_mel
+from oasr.models.whisper_ctc.frontend import LogMelSpectra
 
 WHISPER_GEOMETRY = ChunkGeometry(chunk_size=4, subsampling=2, right_context=1)
 
@@ -92,7 +93,8 @@ def test_an_extractor_of_the_wrong_width_is_caught() -> None:
 def test_many_streams_are_fed_in_one_batch_and_a_bad_one_fails_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls = count_log_mel_batches(monkeypatch)
-    sources = [BufferedFeatures(CausalLogMel(80), 80) for _ in range(4)]
+    shared = LogMelSpectra(80)  # an engine's streams share one
+    sources = [BufferedFeatures(CausalLogMel(80, shared), 80) for _ in range(4)]
     sources[2].input_finished()  # audio after the end: refused, for this stream only
     audio = [_samples(3200, seed) for seed in range(4)]
     audio[1] = audio[1].astype(np.float64)  # not float32: refused, for this stream only

@@ -14,6 +14,7 @@ from oasr.audio import (
 from oasr.engine.families.base import ChunkBatch, FrameTiming, KVGeometry, ModelFamily
 
 if TYPE_CHECKING:
+    from oasr.models.whisper_ctc.frontend import LogMelSpectra
     from oasr.models.whisper_ctc.model import WhisperCtcModel
 
 
@@ -31,6 +32,7 @@ class WhisperCtcFamily(ModelFamily):
         from oasr.text.tokenizer import CharTokenizer
 
         self._tokenizer = CharTokenizer(list(getattr(self.model, "units", BUNDLED_UNITS)))
+        self._spectra: LogMelSpectra | None = None  # the streams' own, made with the first
 
     @property
     def timing(self) -> FrameTiming:
@@ -64,9 +66,14 @@ class WhisperCtcFamily(ModelFamily):
                              right_context=1)
 
     def new_features(self) -> FeatureSource:
-        from oasr.models.whisper_ctc.frontend import CausalLogMel
+        """A stream's causal log-mel; every stream shares the family's window and filterbank,
+        so one step's streams are computed in one call (`CausalLogMel.accept_many`)."""
+        from oasr.models.whisper_ctc.frontend import CausalLogMel, LogMelSpectra
 
-        return BufferedFeatures(CausalLogMel(self.model.config.n_mels), self.model.config.n_mels)
+        n_mels = self.model.config.n_mels
+        if self._spectra is None:
+            self._spectra = LogMelSpectra(n_mels)
+        return BufferedFeatures(CausalLogMel(n_mels, self._spectra), n_mels)
 
     def prepare_for_serving(self) -> int:
         """Pack the chunk step's fused bfloat16 weights now (`streaming.prepack`), so the first

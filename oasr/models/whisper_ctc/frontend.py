@@ -29,10 +29,9 @@ LOG_FLOOR = 1e-10
 DYNAMIC_RANGE = 8.0
 
 
-class _Spectra:
-    """Constants shared by every frame of one mel size: window and filterbank (float32)."""
-
-    _cache: dict[int, _Spectra] = {}
+class LogMelSpectra:
+    """The constants every frame of one mel size shares: window and filterbank (float32).
+    One is shared by all the streams of an engine (`WhisperCtcFamily.new_features`)."""
 
     def __init__(self, n_mels: int) -> None:
         self.n_mels = n_mels
@@ -41,12 +40,6 @@ class _Spectra:
         # each bin's weight twice, for its real and imaginary part squared: the power
         # spectrum's sum happens inside the product
         self.filters = filters.repeat_interleave(2, dim=0).contiguous()  # (402, M)
-
-    @classmethod
-    def of(cls, n_mels: int) -> _Spectra:
-        if n_mels not in cls._cache:
-            cls._cache[n_mels] = cls(n_mels)
-        return cls._cache[n_mels]
 
     def log_mel(self, windows: Sequence[torch.Tensor]) -> torch.Tensor:
         """(F_i, 400) float32 windows of samples, any number of pieces -> (sum F_i, n_mels)
@@ -82,9 +75,11 @@ class CausalLogMel:
     rounding, which can differ in the last bit with how many frames share a product).
     """
 
-    def __init__(self, n_mels: int = 80) -> None:
+    def __init__(self, n_mels: int = 80, spectra: LogMelSpectra | None = None) -> None:
+        if spectra is not None and spectra.n_mels != n_mels:
+            raise ValueError(f"spectra of {spectra.n_mels} mels for a {n_mels}-mel extractor")
         self.n_mels = n_mels
-        self._spectra = _Spectra.of(n_mels)
+        self._spectra = spectra if spectra is not None else LogMelSpectra(n_mels)
         self.reset()
 
     def reset(self) -> None:
@@ -111,15 +106,15 @@ class CausalLogMel:
         over all their new frames. Returns each extractor's (F_i, n_mels) float32 frames."""
         windows = [e._take_windows(e._append(s)) for e, s in zip(extractors, samples, strict=True)]
         counts = [len(w) for w in windows]
-        by_size: dict[int, list[int]] = {}
+        groups: dict[int, list[int]] = {}  # extractors sharing one spectra: one product
         for i, extractor in enumerate(extractors):
-            by_size.setdefault(extractor.n_mels, []).append(i)
+            groups.setdefault(id(extractor._spectra), []).append(i)
         out: list[np.ndarray] = [np.zeros((0, e.n_mels), np.float32) for e in extractors]
-        for n_mels, members in by_size.items():
+        for members in groups.values():
             rows = [windows[i] for i in members if counts[i]]
             if not rows:
                 continue
-            log_mel = _Spectra.of(n_mels).log_mel(rows).numpy()
+            log_mel = extractors[members[0]]._spectra.log_mel(rows).numpy()
             offset = 0
             for i in members:
                 if counts[i]:
@@ -154,7 +149,7 @@ class CausalLogMel:
         buffer = self._buffer
         if pad and needed > len(buffer):
             buffer = np.concatenate([buffer, np.zeros(needed - len(buffer), np.float32)])
-        # a strided view (count, 400) of the buffer; `_Spectra.log_mel` copies it
+        # a strided view (count, 400) of the buffer; `LogMelSpectra.log_mel` copies it
         windows = torch.from_numpy(buffer[first:needed]).unfold(0, N_FFT, HOP)
         self._next_frame = until
         keep_from = HOP * self._next_frame - HALF  # first sample the next frame needs

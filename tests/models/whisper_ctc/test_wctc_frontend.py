@@ -94,3 +94,21 @@ def test_many_streams_at_once_give_each_streams_own_frames() -> None:
             np.testing.assert_allclose(g, w, atol=1e-6)
     for a, t in zip(alone, together, strict=True):
         np.testing.assert_allclose(t.flush(), a.flush(), atol=1e-6)
+
+
+def test_streams_sharing_one_spectra_are_one_product_and_others_their_own() -> None:
+    from oasr.models.whisper_ctc.frontend import LogMelSpectra
+
+    shared = LogMelSpectra(80)
+    streams = [CausalLogMel(80, shared), CausalLogMel(80, shared), CausalLogMel(80)]
+    calls: list[int] = []
+    for spectra in {id(s._spectra): s._spectra for s in streams}.values():
+        log_mel = spectra.log_mel
+        spectra.log_mel = lambda rows, f=log_mel: calls.append(len(rows)) or f(rows)  # type: ignore[method-assign]
+    audio = speechlike(0.5)
+    frames = CausalLogMel.accept_many(streams, [audio, audio, audio])
+    assert sorted(calls) == [1, 2]
+    for f in frames[1:]:
+        np.testing.assert_allclose(f, frames[0], atol=1e-6)
+    with pytest.raises(ValueError, match="80 mels"):
+        CausalLogMel(64, shared)
