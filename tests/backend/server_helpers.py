@@ -16,8 +16,15 @@ from support.paths import REPO_ROOT
 
 from backend.config import ServerConfig
 from backend.server import build_uvicorn_config
+from oasr.decoding import EndpointConfig, EndpointRule
 
 DEFAULT_MODEL_DIR = REPO_ROOT / "oasr" / "assets" / "default_model"
+# a segment ends every 1.28 s of audio (two 640 ms chunks), whatever was said: finals (and
+# server VAD's turns) without speech or pauses
+EVERY_SECOND = EndpointConfig(rule1=None, rule2=None, rule4=None, max_cut_window_s=0.0,
+                              rule3=EndpointRule(must_contain_speech=False,
+                                                 min_trailing_silence_s=0.0,
+                                                 min_utterance_length_s=1.0))
 CHAR_UNITS = ["<blank>", "<unk>", "\u2581", *"abcdefghijklmnopqrstuvwxyz'", "<sos/eos>"]
 
 

@@ -11,23 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_helpers import engine_held, pool_is_full, synthetic_pcm, wait_until
+from server_helpers import EVERY_SECOND, engine_held, pool_is_full, synthetic_pcm, wait_until
 from starlette.testclient import TestClient, WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 from test_openai_realtime import append, assert_error, receive_until, update
-
-from oasr.decoding import EndpointConfig, EndpointRule
 
 pytestmark = pytest.mark.timeout(60)
 URL = "/v1/realtime?intent=transcription"
 COMPLETED = "conversation.item.input_audio_transcription.completed"
 DROP = 4000
 MANUAL_16K = {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}
-# server VAD's segments end every 1.28 s of audio, whatever was said
-EVERY_SECOND = EndpointConfig(rule1=None, rule2=None, rule4=None, max_cut_window_s=0.0,
-                              rule3=EndpointRule(must_contain_speech=False,
-                                                 min_trailing_silence_s=0.0,
-                                                 min_utterance_length_s=1.0))
 _SOCKETS = contextlib.ExitStack()
 
 
@@ -55,6 +48,17 @@ def resume(client: TestClient, token: str, last_event_id: str | None = None,
            **headers: str) -> WebSocketTestSession:
     url = f"{URL}&resume={token}" + (f"&last_event_id={last_event_id}" if last_event_id else "")
     return connect(client, url, **headers)
+
+
+def vad_socket(client: TestClient, **turn_detection: Any) -> tuple[WebSocketTestSession,
+                                                                   dict[str, Any]]:
+    """A session at 16 kHz with server VAD (and ``turn_detection``'s other fields), and the
+    session.updated that answered its update."""
+    ws = connect(client)
+    ws.receive_json()
+    updated = update(ws, {"format": {"type": "audio/pcm", "rate": 16000},
+                          "turn_detection": {"type": "server_vad", **turn_detection}})
+    return ws, updated
 
 
 def refused(ws: WebSocketTestSession, code: str) -> str:
@@ -107,10 +111,7 @@ def test_a_turn_that_sends_nothing_still_frees_its_slot(
 
 # -- server VAD's idle_timeout_ms ----------------------------------------------------------
 def test_idle_timeout_ms_triggers_a_timeout_and_an_empty_item(client: TestClient) -> None:
-    ws = connect(client)
-    ws.receive_json()
-    updated = update(ws, {"format": {"type": "audio/pcm", "rate": 16000},
-                          "turn_detection": {"type": "server_vad", "idle_timeout_ms": 300}})
+    ws, updated = vad_socket(client, idle_timeout_ms=300)
     assert updated["session"]["audio"]["input"]["turn_detection"]["idle_timeout_ms"] == 300
     began = time.monotonic()
     triggered = ws.receive_json()
@@ -127,10 +128,7 @@ def test_idle_timeout_ms_triggers_a_timeout_and_an_empty_item(client: TestClient
 def test_idle_timeout_ms_counts_the_audio_appended_while_quiet(
         make_client: Callable[..., TestClient], blank_model_dir: Path) -> None:
     client = make_client({"model": str(blank_model_dir)})  # it hears no speech, ever
-    ws = connect(client)
-    ws.receive_json()
-    update(ws, {"format": {"type": "audio/pcm", "rate": 16000},
-                "turn_detection": {"type": "server_vad", "idle_timeout_ms": 1500}})
+    ws, _ = vad_socket(client, idle_timeout_ms=1500)
     append(ws, synthetic_pcm(1.0))
     triggered = receive_until(ws, "input_audio_buffer.timeout_triggered")[-1]
     assert (triggered["audio_start_ms"], triggered["audio_end_ms"]) == (0, 1000)
@@ -148,10 +146,7 @@ def vad_session(make_client: Callable[..., TestClient]) -> tuple[TestClient, Web
     """Server VAD at 16 kHz whose segments end every 1.28 s; 3.5 s appended, and the server
     has decided two segments' ends (their finals handled) after all of it came in."""
     client = make_client({"endpoint": EVERY_SECOND})
-    ws = connect(client)
-    ws.receive_json()
-    update(ws, {"format": {"type": "audio/pcm", "rate": 16000},
-                "turn_detection": {"type": "server_vad"}})
+    ws, _ = vad_socket(client)
     append(ws, synthetic_pcm(3.5))
     wait_until(lambda: (entries := stats(client)["streams"]["list"]) and entries[0][
         "segment"] == 2, what="two segments ended")
@@ -169,10 +164,7 @@ def test_a_commit_after_server_vad_committed_everything_is_empty(
 def test_a_commit_with_server_vad_is_answered_even_when_nothing_was_heard(
         make_client: Callable[..., TestClient], blank_model_dir: Path) -> None:
     client = make_client({"model": str(blank_model_dir)})  # it hears no speech, ever
-    ws = connect(client)
-    ws.receive_json()
-    update(ws, {"format": {"type": "audio/pcm", "rate": 16000},
-                "turn_detection": {"type": "server_vad"}})
+    ws, _ = vad_socket(client)
     append(ws, synthetic_pcm(0.5))
     ws.send_json({"type": "input_audio_buffer.commit"})
     committed, completed = ws.receive_json(), ws.receive_json()

@@ -8,23 +8,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from server_helpers import engine_held, frames, synthetic_pcm, wait_until
+from server_helpers import EVERY_SECOND, engine_held, frames, synthetic_pcm, wait_until
 from starlette.testclient import TestClient, WebSocketTestSession
 from test_server_asr_socket import assert_refused, collect, pool_is_full, stats
-
-from oasr.decoding import EndpointConfig, EndpointRule
 
 pytestmark = pytest.mark.timeout(60)
 
 DROP = 4000  # an application close code: not 1000 / 1001, so a drop
 FRAME_SAMPLES = 1600  # frames() cuts 3,200 bytes: 100 ms of 16 kHz s16le
-# a segment ends every 1.28 s of audio (two 640 ms chunks): finals without speech or pauses
-EVERY_SECOND = EndpointConfig(rule1=None, rule2=None, rule4=None, max_cut_window_s=0.0,
-                              rule3=EndpointRule(must_contain_speech=False,
-                                                 min_trailing_silence_s=0.0,
-                                                 min_utterance_length_s=1.0))
-
-
 _SOCKETS = contextlib.ExitStack()
 
 
