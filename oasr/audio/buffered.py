@@ -12,7 +12,7 @@ step that way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -147,7 +147,7 @@ def accept_waveforms(sources: Sequence[FeatureSource],
         failure of every item it held.
     """
     errors: list[Exception | None] = [None] * len(sources)
-    batches: dict[type, list[int]] = {}
+    batches: dict[type[BatchExtractor], list[tuple[int, BufferedFeatures]]] = {}
     for i, (source, chunk) in enumerate(zip(sources, samples, strict=True)):
         kind = type(source.extractor) if isinstance(source, BufferedFeatures) else None
         try:
@@ -155,17 +155,17 @@ def accept_waveforms(sources: Sequence[FeatureSource],
                 source.accept_waveform(chunk)
             else:
                 check_accept_waveform(source, chunk)
-                batches.setdefault(kind, []).append(i)
+                batches.setdefault(cast("type[BatchExtractor]", kind), []).append(
+                    (i, cast(BufferedFeatures, source)))
         except Exception as exc:  # one stream's bad audio is that stream's
             errors[i] = exc
     for kind, members in batches.items():
-        buffered = [sources[i] for i in members]
         try:
-            frames = kind.accept_many([b.extractor for b in buffered],  # type: ignore[attr-defined]
-                                      [samples[i] for i in members])
-            for source, i, new in zip(buffered, members, frames, strict=True):
-                source._accepted(new, len(samples[i]))  # type: ignore[attr-defined]
+            frames = kind.accept_many([cast(BatchExtractor, b.extractor) for _, b in members],
+                                      [samples[i] for i, _ in members])
+            for (i, source), new in zip(members, frames, strict=True):
+                source._accepted(new, len(samples[i]))
         except Exception as exc:
-            for i in members:
+            for i, _ in members:
                 errors[i] = exc
     return errors

@@ -231,24 +231,23 @@ class ASREngine:
         """Every stream's new audio to features, in one call where the family's extractor
         computes many streams at once (`accept_waveforms`); a stream whose audio fails fails
         alone."""
-        fed: list[tuple[int, Request, np.ndarray]] = []
-        for stream_id, request in self.requests.items():
-            audio = request.take_pending_audio()
-            if audio is not None:
-                fed.append((stream_id, request, audio))
-        errors = accept_waveforms([r.features for _, r, _ in fed], [a for _, _, a in fed])
-        failed = {stream_id: exc for (stream_id, _, _), exc in zip(fed, errors, strict=True)
-                  if exc is not None}
+        fed = [(stream_id, audio) for stream_id, request in self.requests.items()
+               if (audio := request.take_pending_audio()) is not None]
+        errors = accept_waveforms([self.requests[s].features for s, _ in fed],
+                                  [audio for _, audio in fed])
+        for (stream_id, _), exc in zip(fed, errors, strict=True):
+            if exc is not None:
+                self._features_failed(stream_id, exc)  # it leaves ``requests``
         for stream_id, request in list(self.requests.items()):
-            try:
-                if stream_id in failed:
-                    raise failed[stream_id]
-                if request.input_ended and not request.features.is_finished:
+            if request.input_ended and not request.features.is_finished:
+                try:
                     request.features.input_finished()
-            except Exception as exc:  # one stream's bad state must not stop the others
-                logger.error("feature extraction failed for stream %d", stream_id,
-                             exc_info=exc)
-                self._fail(stream_id, "bad_audio", f"feature extraction failed: {exc}")
+                except Exception as exc:  # one stream's bad state must not stop the others
+                    self._features_failed(stream_id, exc)
+
+    def _features_failed(self, stream_id: int, exc: Exception) -> None:
+        logger.error("feature extraction failed for stream %d", stream_id, exc_info=exc)
+        self._fail(stream_id, "bad_audio", f"feature extraction failed: {exc}")
 
     def _suspend_or_resume(self, request: Request, command: SuspendStream | ResumeStream,
                            now: float) -> None:

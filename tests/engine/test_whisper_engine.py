@@ -23,6 +23,7 @@ from support.log_mel_calls import count_log_mel_batches
 
 from oasr.engine import ASREngine, EngineConfig, Final
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
+from oasr.engine.events import Error
 from oasr.engine.families import WhisperCtcFamily
 from oasr.engine.runner.model_runner import BatchPlan, StepOutput
 from oasr.models import fused_linear, load_model
@@ -175,6 +176,26 @@ def test_a_step_computes_every_streams_features_in_one_call(
     engine.submit(AppendAudio(2, speech[2 % len(speech)][3200:6400]))
     engine.step()
     assert calls == [3, 1]  # only the streams with new audio
+
+
+def test_a_stream_whose_features_fail_ends_alone(whisper_dir: Path,
+                                                 speech: list[np.ndarray]) -> None:
+    engine = ASREngine(_config(whisper_dir))
+    events = Collector()
+    for sid in (1, 2, 3):
+        engine.submit(OpenStream(sid, events.sink(sid)))
+        engine.submit(AppendAudio(sid, speech[sid % len(speech)][:16000]))
+    engine.step()
+    engine.requests[2].features.input_finished()  # its next audio is refused
+    for sid in (1, 2, 3):
+        engine.submit(AppendAudio(sid, speech[sid % len(speech)][16000:32000]))
+        engine.submit(EndStream(sid))
+    run_until_idle(engine)
+    (error,) = events.of_type(2, Error)
+    assert error.code == "bad_audio" and "after input_finished" in error.message
+    assert events.done(2).finish_reason == "error"
+    assert events.done(1).finish_reason == events.done(3).finish_reason == "stop"
+    assert_pool_full(engine)
 
 
 def test_abort_and_finish_return_pool_and_state_slots(whisper_dir: Path,
