@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from server_helpers import DEFAULT_MODEL_DIR, frames, synthetic_pcm
+from server_helpers import DEFAULT_MODEL_DIR, engine_held, frames, synthetic_pcm
 from starlette.testclient import TestClient, WebSocketTestSession
 from support.paths import DEVSET_DIR
 
@@ -84,12 +84,16 @@ def test_a_bad_hotwords_message_is_refused_and_the_stream_goes_on(client: TestCl
         ws.send_json({"type": "hotwords", "hotwords": ["Taloria"]})
         assert ws.receive_json() == {"type": "hotwords",
                                      "hotwords": [{"phrase": "Taloria", "boost": 3.0}]}
-        for frame in frames(synthetic_pcm(0.5)):
-            ws.send_bytes(frame)
-        ws.send_json({"type": "end"})
-        ws.send_json({"type": "hotwords", "hotwords": []})  # after end: refused, final kept
+        # the engine steps nothing until the message after end was refused, so the stream
+        # cannot end (and close the socket) before the server reads it
+        with engine_held(client):
+            for frame in frames(synthetic_pcm(0.5)):
+                ws.send_bytes(frame)
+            ws.send_json({"type": "end"})
+            ws.send_json({"type": "hotwords", "hotwords": []})  # after end: refused, final kept
+            refusal = ws.receive_json()
+        assert refusal["code"] == "bad_request", refusal
         messages = _collect(ws)
-        assert any(m.get("code") == "bad_request" for m in messages)
         assert messages[-1]["finish_reason"] == "stop"
 
 
