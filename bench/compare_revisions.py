@@ -5,6 +5,7 @@ revisions (before, after, before, after, ...) lets every round's pair see about 
 and the medians over rounds are what to compare.
 
     nice -n 15 python bench/compare_revisions.py 512e4ef HEAD --rounds 3
+    python bench/compare_revisions.py HEAD~1 HEAD --rounds 3 --threads 2
 
 Each revision is checked out into a temporary git worktree (removed at the end) and runs
 ``python -m oasr.cli bench --quick --json`` there with its own code, on the same audio.
@@ -25,14 +26,17 @@ from oasr.benchmarks.workload import DEVSET_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADLINES = ("speedup_batched_vs_sequential", "max_realtime_streams", "gflops_fraction_of_peak")
+# headline figures older revisions' reports may lack
+OPTIONAL = ("realtime_share_of_ceiling", "gemm_share")
 LEFT4 = "paged_cost_ratio_late_vs_chunk10_left4"  # older revisions: only the chunk-200 key
 LEFT4_OLD = "paged_cost_ratio_chunk200_vs_chunk10_left4"
 
 
-def run_quick(tree: Path, audio_dir: Path) -> dict:
-    """One quick benchmark of the code in ``tree``: its JSON result."""
+def run_quick(tree: Path, audio_dir: Path, threads: int) -> dict:
+    """One quick benchmark of the code in ``tree`` on ``threads`` threads: its JSON result."""
     env = {**os.environ, "PYTHONPATH": str(tree), "OASR_BENCH_AUDIO": str(audio_dir)}
-    proc = subprocess.run([sys.executable, "-m", "oasr.cli", "bench", "--quick", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "oasr.cli", "bench", "--quick", "--json",
+                           "--threads", str(threads)],
                           cwd=tree, env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -42,6 +46,7 @@ def summary(result: dict) -> dict[str, float]:
     row = result["throughput"][0]
     headline = result["headline"]
     return {**{k: float(headline[k]) for k in HEADLINES},
+            **{k: float(headline[k]) for k in OPTIONAL if headline.get(k) is not None},
             "paged_cost_ratio_late_vs_chunk10_left4": float(headline.get(LEFT4,
                                                                          headline[LEFT4_OLD])),
             "engine_step_ms": row["engine_step_ms"], "dense_step_ms": row["dense_step_ms"],
@@ -55,6 +60,7 @@ def main() -> int:
     p.add_argument("after")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--audio-dir", type=Path, default=DEVSET_DIR)
+    p.add_argument("--threads", type=int, default=1, help="the quick benchmark's --threads")
     p.add_argument("--json", type=Path, default=None, help="write every round's numbers here")
     args = p.parse_args()
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
@@ -67,7 +73,7 @@ def main() -> int:
         try:
             for r in range(args.rounds):
                 for name, tree in trees.items():
-                    runs[name].append(summary(run_quick(tree, args.audio_dir.resolve())))
+                    runs[name].append(summary(run_quick(tree, args.audio_dir.resolve(), args.threads)))
                     print(f"round {r + 1} {name}: {runs[name][-1]}", flush=True)
         finally:
             for tree in trees.values():
@@ -75,7 +81,7 @@ def main() -> int:
                                check=False, capture_output=True)
     print(f"\n| median of {args.rounds} rounds | before ({args.before}) | after ({args.after}) |")
     print("|---|---|---|")
-    for key in runs["before"][0]:
+    for key in [k for k in runs["after"][0] if k in runs["before"][0]]:
         b = statistics.median(x[key] for x in runs["before"])
         a = statistics.median(x[key] for x in runs["after"])
         print(f"| {key} | {b:,.2f} | {a:,.2f} |")

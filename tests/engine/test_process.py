@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import platform
 import resource
+import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -64,3 +66,40 @@ def test_step_sized_buffers_are_not_refaulted_after_the_setting() -> None:
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     # re-faulting would cost 2 x 8 x 12 MiB / 4 KiB = 6,144 faults; reuse costs ~none
     assert faults < 1000, f"{faults} minor page faults for 16 reused 12 MiB buffers"
+
+
+# A step's largest buffers at scale, made and freed on a thread of its own as the engine's
+# step is: past glibc's 32 MiB mmap threshold and a thread arena's 64 MiB heaps.
+_THREAD_CHURN = textwrap.dedent("""
+    import resource, sys, threading, torch
+    from oasr.engine.runner.host_memory import retain_freed_host_memory
+    if sys.argv[1] == "set":
+        assert retain_freed_host_memory()
+    def churn():
+        for _ in range(4):
+            a = torch.ones(96 << 20 >> 2)  # 96 MiB of float32
+            b = a * 2.0
+            del a, b
+    faults = []
+    def step():
+        churn(); churn()  # warm
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        churn()
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    thread = threading.Thread(target=step)
+    thread.start(); thread.join()
+    print(faults[0])
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="mallopt settings are glibc's")
+def test_buffers_past_the_mmap_threshold_are_reused_on_the_engines_thread() -> None:
+    def faults(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", _THREAD_CHURN, mode], check=True,
+                             capture_output=True, text=True, timeout=120)
+        return int(out.stdout.split()[-1])
+
+    # 2 x 4 x 96 MiB faulted in again = 196,608 pages of 4 KiB (fewer with huge pages)
+    assert faults("default") > 20_000
+    assert faults("set") < 2_000
