@@ -44,6 +44,7 @@ between pauses of 0.6-1.2 s. WER after ``oasr.text.wer.normalize_transcript``.
     python bench/live_text.py --levels 1 2 --passes 3   # every passage at a demo's load
     python bench/read_passages.py --out /tmp/passages
     python bench/live_text.py --levels 2 --passes 3 --passages /tmp/passages --match real_ tts_awb
+    python bench/live_text.py --levels 32 --passes 2 --passages /tmp/passages --stagger 30
 """
 
 from __future__ import annotations
@@ -357,15 +358,16 @@ def server(clients: int, log_path: Path, extra: list[str]) -> Iterator[str]:
 
 
 async def run_level(address: str, clients: int, material: list[Passage],
-                    passes: int = 1) -> list[ClientLog]:
+                    passes: int = 1, stagger: float = 0.64) -> list[ClientLog]:
     """``clients`` concurrent clients; each streams ``passes`` passages one after another (a
-    new session each), client i starting at passage i."""
+    new session each), client i starting at passage i, ``stagger * i / clients`` seconds
+    after the first."""
     url = f"ws://{address}/ws/asr"
 
     async def client(i: int) -> list[ClientLog]:
         logs = []
         for j in range(passes):
-            delay = 0.64 * i / max(clients, 1) if j == 0 else 0.0
+            delay = stagger * i / max(clients, 1) if j == 0 else 0.0
             logs.append(await run_client(url, material[(i + j) % len(material)], delay))
         return logs
 
@@ -386,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
                         "spans give mid_sentence_cuts)")
     parser.add_argument("--match", nargs="*", default=[],
                         help="with --passages: only those whose names start so (real_ tts_awb)")
+    parser.add_argument("--stagger", type=float, default=0.64,
+                        help="seconds over which the clients' starts are spread (0.64: within "
+                        "one chunk, so clients reading the same passage end its sentences "
+                        "together; longer: independent speakers)")
     parser.add_argument("server_flags", nargs="*", help="more oasr-server flags, after --")
     args = parser.parse_args(argv)
     material = (read_passages(args.passages, args.match) if args.passages is not None
@@ -395,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for level in args.levels:
             with server(level, Path(tmp) / f"server{level}.log", args.server_flags) as address:
-                logs = asyncio.run(run_level(address, level, material, args.passes))
+                logs = asyncio.run(run_level(address, level, material, args.passes,
+                                                 args.stagger))
                 stats = httpx.get(f"http://{address}/api/stats", timeout=5).json()
             row = {"level": level, **analyse(logs, material),
                    "endpoints": stats.get("endpoints"),

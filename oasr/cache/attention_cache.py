@@ -17,7 +17,7 @@ from oasr.cache.reference.dense_mode import DenseModeMixin
 from oasr.cache.slots import SlotBindings, padded_slot_list, slots_to_device
 from oasr.cache.stream_kv import StreamKVInfo, StreamKVState
 from oasr.cache.types import CacheConfig
-from oasr.fmha import PagedKVCache
+from oasr.fmha import GatherWorkspace, PagedKVCache
 
 
 class AttentionCacheManager(DenseModeMixin):
@@ -73,6 +73,8 @@ class AttentionCacheManager(DenseModeMixin):
         # whether a row's history can begin inside its first block (then attention masks it)
         self._starts_inside = self._window is not None and self._grid < self._bs
         self._tables = BlockTables(config, pad_lanes, pool.scratch_block_ids, config.prefill_frames)
+        # the step's gathered K/V on CPU, reused by every layer and step (see GatherWorkspace)
+        self.gather_workspace = GatherWorkspace()
 
     # ---------------------------------------------------------------- stream lifecycle
 
@@ -356,7 +358,8 @@ class AttentionCacheManager(DenseModeMixin):
         views = [self.pool.get_kv_view(layer) for layer in range(self.config.num_layers)]
         return [
             PagedKVCache(k_cache=k, v_cache=v, block_table=block_table, cache_seqlens=cache_seqlens,
-                         block_size=self._bs, host_seqlen=host_seqlen, cache_starts=starts)
+                         block_size=self._bs, host_seqlen=host_seqlen, cache_starts=starts,
+                         workspace=self.gather_workspace)
             for k, v in views
         ]
 

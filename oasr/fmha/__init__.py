@@ -3,6 +3,7 @@
 from oasr.fmha.paged import (
     ATTN_BACKEND_ENV,
     ATTN_BACKENDS,
+    GatherWorkspace,
     PagedKVCache,
     default_backend,
     dense_attention,
@@ -18,6 +19,7 @@ from oasr.fmha.paged import (
 __all__ = [
     "ATTN_BACKENDS",
     "ATTN_BACKEND_ENV",
+    "GatherWorkspace",
     "PagedKVCache",
     "default_backend",
     "dense_attention",

@@ -3,7 +3,7 @@ K/V it holds is always the stream's most recent frames, in order."""
 
 import torch
 from cache_helpers import assert_drained, tiny_config
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from oasr.cache import AttentionCacheManager, BlockPool
@@ -83,7 +83,15 @@ class Model:
                 cfg.max_blocks_per_seq - len(info.block_ids)
             )
             assert att.block_table[info.slot].tolist() == att.host_block_table_row(sid)
-            assert att.cache_seqlens[info.slot].item() == held
+            # the device length is the frames the row spans: its history, after the frames
+            # evicted from its first block (eviction by frame can start a history inside it)
+            start = att.cache_seqlens[info.slot].item() - held
+            assert 0 <= start < cfg.block_size_frames
+            if held:  # the row's last spanned frame is the stream's newest
+                last = start + held - 1
+                keys = self.pool.get_kv_view(0)[0]
+                block = info.block_ids[last // cfg.block_size_frames]
+                assert keys[block, last % cfg.block_size_frames, 0, 0].item() == hist[-1]
             assert len(info.block_ids) * cfg.block_size_frames >= held
             if cfg.max_logical_blocks is not None:
                 assert len(info.block_ids) <= cfg.max_logical_blocks + 1
@@ -109,6 +117,9 @@ configs = st.sampled_from(
 
 @settings(max_examples=60, deadline=None)
 @given(overrides=configs, ops=st.lists(op, max_size=30))
+# a history that begins inside its first block (3-frame chunks in 4-frame blocks, evicted)
+@example(overrides=dict(chunk_size=3, num_left_chunks=2),
+         ops=[("open", 1), ("dense", 1, 1), ("dense", 1, 3), ("dense", 1, 3)])
 def test_random_operations_keep_invariants(overrides, ops):
     cfg = tiny_config(**overrides)
     pool = BlockPool(cfg, scratch_blocks=1)

@@ -7,9 +7,11 @@ import torch
 
 from oasr.fmha import (
     ATTN_BACKENDS,
+    GatherWorkspace,
     PagedKVCache,
     default_backend,
     dense_attention,
+    gather_kv,
     gather_length,
     key_padding_mask,
     paged_attention,
@@ -178,3 +180,53 @@ def test_gather_head_major_equals_indexing_then_transposing() -> None:
     out = gather_head_major(table, index)
     assert out.shape == (3, 2, 4, 5) and out.is_contiguous()
     assert torch.equal(out, table[index].permute(2, 0, 1, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layers_sharing_a_gather_workspace_attend_their_own_keys(dtype: torch.dtype) -> None:
+    """Layers of a step gather into one workspace one after another: each layer's result is
+    the one it gets with fresh tensors, and a step of the same size reuses the buffers."""
+    torch.manual_seed(3)
+    hist_lens = [5, 11, 0]
+    workspace = GatherWorkspace()
+    layers = []
+    for seed in (1, 2):  # two layers: their pools hold different keys
+        history = [torch.randn(2, n, HEADS, DIM) for n in hist_lens]
+        k_pool, v_pool, table = _scatter_rows(history, num_blocks=16, max_blocks=5, seed=seed)
+        layers.append((k_pool.to(dtype), v_pool.to(dtype), table))
+    q = torch.randn(3, BLOCK, HEADS, DIM).to(dtype)
+    seqlens = torch.tensor(hist_lens, dtype=torch.int32)
+
+    def step(with_workspace: bool) -> list[torch.Tensor]:
+        outs = []
+        for k_pool, v_pool, table in layers:
+            cache = PagedKVCache(k_pool, v_pool, table, seqlens, BLOCK, max(hist_lens),
+                                 workspace=workspace if with_workspace else None)
+            outs.append(paged_attention(q, cache, backend="sdpa"))
+        return outs
+
+    fresh = step(False)
+    shared = step(True)
+    held = workspace.nbytes
+    pointers = [b.data_ptr() for b in workspace._buffers if b is not None]
+    again = step(True)
+    for a, b, c in zip(fresh, shared, again, strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert not torch.equal(fresh[0], fresh[1])  # the layers' keys differ
+    assert held > 0 and workspace.nbytes == held
+    assert [b.data_ptr() for b in workspace._buffers if b is not None] == pointers
+
+
+def test_a_gather_workspace_grows_to_the_largest_gather() -> None:
+    pool = torch.arange(8 * BLOCK * HEADS * DIM, dtype=torch.float32).view(8, BLOCK, HEADS, DIM)
+    workspace = GatherWorkspace()
+    small = PagedKVCache(pool, pool, torch.tensor([[3, 1]], dtype=torch.int32),
+                         torch.tensor([2], dtype=torch.int32), BLOCK, 2, workspace=workspace)
+    k, _ = gather_kv(small, BLOCK)
+    assert torch.equal(k[0], pool[3])
+    big = PagedKVCache(pool, pool, torch.tensor([[5, 6], [7, 2]], dtype=torch.int32),
+                       torch.tensor([5, 5], dtype=torch.int32), BLOCK, 5, workspace=workspace)
+    k, v = gather_kv(big, 2 * BLOCK)
+    assert torch.equal(k, torch.cat([pool[[5, 6]], pool[[7, 2]]]).view(2, 2 * BLOCK, HEADS, DIM))
+    assert torch.equal(v, k)
+    assert workspace.nbytes == 2 * 4 * BLOCK * HEADS * DIM * 4  # keys and values, 4 blocks

@@ -14,7 +14,7 @@ import torch
 from support.paths import DEVSET_DIR
 
 from oasr.cache import AttentionCacheManager, BlockPool, CacheConfig, SlotStateCache
-from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel
+from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, streaming
 from oasr.models.whisper_ctc.streaming import (
     CONV1_STATE,
     CONV2_STATE,
@@ -93,6 +93,20 @@ def test_batched_streaming_equals_chunk_masked_forward(model: WhisperCtcModel,
                                    left_chunks=num_left_chunks)
         assert got.shape == (mel.size(0) // 2, TINY.vocab_size) == (int(want_len), want.size(2))
         torch.testing.assert_close(got, want[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_feed_forward_in_row_pieces_equals_it_whole(
+        model: WhisperCtcModel, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large batch's FFN runs ``FFN_ROWS`` rows at a time: the same rows, bit for bit."""
+    block = copy.deepcopy(model.blocks[0]).to(dtype)
+    x = torch.randn(7, 4, TINY.width).to(dtype)  # 28 rows
+    with torch.no_grad():
+        whole = streaming._feed_forward(block, x)
+        monkeypatch.setattr(streaming, "FFN_ROWS", 5)  # pieces of 5 rows, the last of 3
+        pieces = streaming._feed_forward(block, x)
+    assert pieces.shape == x.shape and torch.equal(pieces, whole)
+    assert not torch.equal(whole, x)
 
 
 @pytest.mark.parametrize("num_left_chunks", [-1, 2])

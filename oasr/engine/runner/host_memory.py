@@ -8,19 +8,23 @@ freed memory off the heap's top, so each step faults every page of those buffers
 the kernel zeroes each page first. On the 2-core Sapphire Rapids box a (16,384 x 384) @
 (384 x 1,536) bfloat16 Linear took 21.9 ms with its output faulted in and 5.8 ms with it reused.
 
-Three settings keep every such buffer in the heap, where the next step reuses it:
+Two settings keep such buffers in the heap, where the next step reuses them:
 
 - ``M_MMAP_MAX`` 0: no request is served by an ``mmap`` of its own, whatever its size (the
-  threshold alone stops at 32 MiB on 64-bit glibc);
-- ``M_ARENA_MAX`` 1: every thread allocates from the main arena, which grows without a size
-  limit; a thread's own arena is made of 64 MiB heaps, and a request that does not fit one is
-  ``mmap``-ed whatever the settings (the engine steps on a thread of its own);
+  mmap threshold alone stops at 32 MiB on 64-bit glibc);
 - ``M_TRIM_THRESHOLD`` 1 GiB: freed memory at the heap's top is given back only beyond that.
 
-They are process-wide and change no result. The process's resident memory then stays at the
+One limit stays: a thread other than the main one allocates from an arena made of 64 MiB
+heaps, and glibc ``mmap``s a request that does not fit one whatever the settings. The engine
+steps on a thread of its own in the server, so its gathered keys and values are kept in a
+workspace of their own (`oasr.fmha.paged.GatherWorkspace`) rather than allocated per layer.
+Sending every thread to the main arena (``M_ARENA_MAX`` 1) would lift that limit, but the
+intra-op threads then wait on one lock for the scratch buffers each attention call allocates
+(CPU flash attention 30 % slower, measured).
+
+They are process-wide and change no result. The process's resident memory stays at the
 high-water mark of its steps (freed buffers stay mapped for the next step) instead of
-dropping between steps. Set before the engine's threads start. Other platforms keep their
-allocator as it is.
+dropping between steps. Other platforms keep their allocator as it is.
 """
 
 from __future__ import annotations
@@ -35,10 +39,9 @@ logger = logging.getLogger(__name__)
 # glibc mallopt parameter numbers (malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
-_M_ARENA_MAX = -8
 TRIM_THRESHOLD_BYTES = 1 << 30
 
-SETTINGS = ((_M_MMAP_MAX, 0), (_M_ARENA_MAX, 1), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+SETTINGS = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
 
 
 def retain_freed_host_memory() -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from oasr.engine.process import configure_process
 from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.engine.second_pass.jobs import Answer
 from oasr.engine.second_pass.loop import Command, CommandGate, LoopCounters, SecondPassLoop
@@ -83,7 +84,7 @@ def child_main(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.nice:
         os.nice(spec.nice)
-    torch.set_num_threads(spec.threads)
+    configure_process(spec.threads)  # its threads, and its step buffers kept for reuse
     try:
         decoder = build(spec)
     except Exception as exc:  # reported to the parent, which raises it as ValueError

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from oasr.models.whisper_ctc.model import WhisperCtcBlock, WhisperCtcModel
 
 SUBSAMPLING = WhisperCtcConfig.subsampling  # log-mel frames per encoder frame
+# rows (stream-frames) of the FFN's hidden layer made at once: 4,096 rows of 1,536 units are
+# 12 MiB in bfloat16, reused from the allocator's heap on any thread (see `_feed_forward`)
+FFN_ROWS = 4096
 __all__ = ["CONV1_STATE", "CONV2_STATE", "WhisperChunkOutput", "conv_stem",
            "forward_chunk_paged", "forward_chunk_states", "prepack", "whisper_ctc_state_specs"]
 
@@ -246,6 +249,27 @@ def _block_paged(block: WhisperCtcBlock, x: Tensor, lengths: Tensor, cache: Page
     write_chunk_kv(cache, k, v)
     att = paged_attention(q, cache, q_lens=lengths)  # (B, T', H, D)
     x = linear(att.reshape(batch, frames, width), block.out, residual=x)  # (B, T', W)
+    return _feed_forward(block, x)
+
+
+def _feed_forward(block: WhisperCtcBlock, x: Tensor) -> Tensor:
+    """The block's pre-norm FFN with its residual, ``FFN_ROWS`` rows at a time.
+
+    A whole large batch's hidden layer is one buffer of B x T' x 4W (71 MiB at 720 streams
+    in bfloat16): past the 64 MiB heaps glibc gives a thread, so it would be a fresh ``mmap``
+    whose pages are faulted in every step (`oasr.engine.runner.host_memory`). Pieces of
+    ``FFN_ROWS`` rows give the same rows (each row's products are its own).
+
+    Args:
+        x: (B, T', W). Returns: (B, T', W).
+    """
     ffn = block.ffn
-    hidden = linear(ffn.norm(x), ffn.up, gelu=True)  # (B, T', 4W)
-    return linear(hidden, ffn.down, residual=x)  # (B, T', W)
+    rows = x.reshape(-1, x.size(-1))  # (B * T', W)
+    if rows.size(0) <= FFN_ROWS:
+        hidden = linear(ffn.norm(x), ffn.up, gelu=True)  # (B, T', 4W)
+        return linear(hidden, ffn.down, residual=x)  # (B, T', W)
+    pieces = []
+    for part in rows.split(FFN_ROWS):
+        hidden = linear(ffn.norm(part), ffn.up, gelu=True)  # (R, 4W)
+        pieces.append(linear(hidden, ffn.down, residual=part))
+    return torch.cat(pieces).view(x.shape)
