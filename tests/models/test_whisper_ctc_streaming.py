@@ -98,12 +98,13 @@ def test_batched_streaming_equals_chunk_masked_forward(model: WhisperCtcModel,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_feed_forward_in_row_pieces_equals_it_whole(
         model: WhisperCtcModel, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large batch's FFN runs ``FFN_ROWS`` rows at a time: the same rows, bit for bit."""
+    """A large batch's FFN runs in pieces of rows: the same rows, bit for bit."""
     block = copy.deepcopy(model.blocks[0]).to(dtype)
     x = torch.randn(7, 4, TINY.width).to(dtype)  # 28 rows
+    hidden_row = 4 * TINY.width * x.element_size()
     with torch.no_grad():
         whole = streaming._feed_forward(block, x)
-        monkeypatch.setattr(streaming, "FFN_ROWS", 5)  # pieces of 5 rows, the last of 3
+        monkeypatch.setattr(streaming, "FFN_PIECE_BYTES", 5 * hidden_row)  # 5 rows, last 3
         pieces = streaming._feed_forward(block, x)
     assert pieces.shape == x.shape and torch.equal(pieces, whole)
     assert not torch.equal(whole, x)

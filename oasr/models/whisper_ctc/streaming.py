@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from oasr.models.whisper_ctc.model import WhisperCtcBlock, WhisperCtcModel
 
 SUBSAMPLING = WhisperCtcConfig.subsampling  # log-mel frames per encoder frame
-# rows (stream-frames) of the FFN's hidden layer made at once: 4,096 rows of 1,536 units are
-# 12 MiB in bfloat16, reused from the allocator's heap on any thread (see `_feed_forward`)
-FFN_ROWS = 4096
+# the most bytes of the FFN's hidden layer made at once (see `_feed_forward`): 16,384 rows of
+# 1,536 units in bfloat16 (512 streams of 32 frames), 8,192 in float32
+FFN_PIECE_BYTES = 48 << 20
 __all__ = ["CONV1_STATE", "CONV2_STATE", "WhisperChunkOutput", "conv_stem",
            "forward_chunk_paged", "forward_chunk_states", "prepack", "whisper_ctc_state_specs"]
 
@@ -253,23 +253,26 @@ def _block_paged(block: WhisperCtcBlock, x: Tensor, lengths: Tensor, cache: Page
 
 
 def _feed_forward(block: WhisperCtcBlock, x: Tensor) -> Tensor:
-    """The block's pre-norm FFN with its residual, ``FFN_ROWS`` rows at a time.
+    """The block's pre-norm FFN with its residual, in pieces of rows when its hidden layer
+    would be over ``FFN_PIECE_BYTES``.
 
     A whole large batch's hidden layer is one buffer of B x T' x 4W (71 MiB at 720 streams
-    in bfloat16): past the 64 MiB heaps glibc gives a thread, so it would be a fresh ``mmap``
-    whose pages are faulted in every step (`oasr.engine.runner.host_memory`). Pieces of
-    ``FFN_ROWS`` rows give the same rows (each row's products are its own).
+    in bfloat16): past the 64 MiB heaps glibc gives a thread, it would be a fresh ``mmap``
+    whose pages are faulted in every step (`oasr.engine.runner.host_memory`). The pieces give
+    the same rows, bit for bit (each row's products are its own); joining them costs one copy
+    of the output.
 
     Args:
         x: (B, T', W). Returns: (B, T', W).
     """
     ffn = block.ffn
     rows = x.reshape(-1, x.size(-1))  # (B * T', W)
-    if rows.size(0) <= FFN_ROWS:
+    piece = max(1, FFN_PIECE_BYTES // (ffn.up.out_features * x.element_size()))
+    if rows.size(0) <= piece:
         hidden = linear(ffn.norm(x), ffn.up, gelu=True)  # (B, T', 4W)
         return linear(hidden, ffn.down, residual=x)  # (B, T', W)
     pieces = []
-    for part in rows.split(FFN_ROWS):
+    for part in rows.split(piece):
         hidden = linear(ffn.norm(part), ffn.up, gelu=True)  # (R, 4W)
         pieces.append(linear(hidden, ffn.down, residual=part))
     return torch.cat(pieces).view(x.shape)
