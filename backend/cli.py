@@ -116,6 +116,10 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
            "step's cost per second of audio, measured at start-up and from real steps), so "
            "admitted streams stay real time; 0 turns it off", STREAMS, engine=True, type=float,
            none="slots alone decide", metavar="FRACTION"),
+    _field("--batch-window", "batch_window_s", "seconds a ready chunk may wait for the "
+           "streams whose next chunk is due within them, so that they share one step "
+           "(scaled by the engine's busy share: none when idle, all of it from half busy); "
+           "0: every chunk runs at once", STREAMS, engine=True, type=float, metavar="S"),
     _field("--resume-window", "resume_window_s", "seconds a stream whose client's socket "
            "dropped stays suspended (slot, cache and decoder state kept) for the client to "
            "resume it with its token; then it ends 'abandoned'. 0: no resume", STREAMS,

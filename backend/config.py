@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oasr.engine import EngineConfig
+from oasr.engine.config import BATCH_WINDOW_S
 from oasr.engine.options import command_engine_config
 
 FRONTEND_DIR_ENV = "OASR_FRONTEND_DIR"
@@ -22,11 +23,13 @@ def default_engine_config() -> EngineConfig:
     (`oasr.engine.options.command_engine_config`: EngineConfig's defaults with the Whisper
     second pass and 8 chunks of history), with a live client's idle timeout (15 s), the
     second pass in processes of its own, below the streaming step's CPU priority (two where
-    the machine has two cores or more, else one), and admission by latency: new streams are
-    admitted while the running ones need at most 0.8 of the engine's time."""
+    the machine has two cores or more, else one), admission by latency (new streams are
+    admitted while the running ones need at most 0.8 of the engine's time), and the batching
+    hold: under load a ready chunk waits up to `BATCH_WINDOW_S` (0.1 s) for the streams due
+    within it, so independent speakers share steps."""
     return command_engine_config(idle_timeout_s=15.0, second_pass_process=True,
                                  second_pass_processes=min(2, os.cpu_count() or 1),
-                                 admission_budget=0.8)
+                                 admission_budget=0.8, batch_window_s=BATCH_WINDOW_S)
 
 
 def default_frontend_dir() -> Path:

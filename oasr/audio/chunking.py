@@ -212,6 +212,14 @@ class ChunkWindower:
         """True when `pop_window` would return a window now."""
         return self._next_window_end(source) is not None
 
+    def frames_missing(self, source: FrameSource) -> int | None:
+        """Frames the next full window still needs (0: one is ready); None once the input has
+        finished (no more frames will come)."""
+        if source.is_finished:
+            return None
+        end = self.next_start_frame + self.geometry.window_frames
+        return max(0, end - source.num_frames_ready)
+
     def is_exhausted(self, source: FrameSource) -> bool:
         """True when the input has finished and every window has been taken."""
         return source.is_finished and self._next_window_end(source) is None

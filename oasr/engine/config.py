@@ -18,6 +18,7 @@ from oasr.engine.live.refine import RefineConfig
 from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.models.whisper.transcriber import WhisperDecodeConfig
 
+BATCH_WINDOW_S = 0.1  # the longest a ready chunk waits for others due, at full load
 SECOND_PASS_FAST_BACKLOG = 2  # finals waiting beyond which a live server decodes them fast
 SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
 # The smallest chunk a deployment may ask for (encoder frames: 160 ms of Conformer output);
@@ -71,6 +72,14 @@ class EngineConfig:
             "busy"; 0 refuses at once, inf waits forever. Default 2.
         streaming_cohort_admit: admit waiting streams shortest audio first instead of oldest
             first; a stream at its ``max_wait_time_s`` deadline still goes first. Default False.
+        batch_window_s: the longest a ready chunk is held, seconds, so that the streams whose
+            next chunk is due within it join the same step (`Scheduler.hold_s`): independent
+            speakers' chunks come due at different moments, and a step per chunk pays the
+            step's fixed cost once per stream. Scaled by the engine's busy share (in full from
+            half of its time busy, none when idle), so a lightly loaded server runs each chunk
+            at once. 0: no hold. Default 0 (every ready chunk runs at once, as an offline run or
+            a benchmark that feeds every stream in step wants); the server's default is
+            `BATCH_WINDOW_S` (0.1).
         decoder: CTC decoding (`GpuDecoderConfig`): beam width (1 = greedy), the LM fusion
             weights and bonuses (None: the values stored with the LM files). Default: greedy.
         lm: the LMs fused into the beam search: "auto" uses the model directory's char LM
@@ -201,6 +210,7 @@ class EngineConfig:
     max_blocks_per_seq: int = 64
     kv_memory_fraction: float = 0.1
     max_wait_time_s: float = 2.0
+    batch_window_s: float = 0.0
     streaming_cohort_admit: bool = False
     decoder: GpuDecoderConfig = field(default_factory=GpuDecoderConfig)
     endpoint: EndpointConfig | None = field(default_factory=EndpointConfig.wenet_quiet_cut)
@@ -269,6 +279,8 @@ class EngineConfig:
             raise ValueError(f"final_context_s must be >= 0, got {self.final_context_s}")
         if self.light_load_context_s < 0:
             raise ValueError(f"light_load_context_s must be >= 0, got {self.light_load_context_s}")
+        if not 0.0 <= self.batch_window_s <= 1.0:
+            raise ValueError(f"batch_window_s must be in [0, 1] seconds, got {self.batch_window_s}")
         if self.second_pass_fast_backlog is not None and self.second_pass_fast_backlog < 0:
             raise ValueError("second_pass_fast_backlog must be >= 0 or None, got "
                              f"{self.second_pass_fast_backlog}")

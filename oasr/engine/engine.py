@@ -82,11 +82,13 @@ class ASREngine:
         self.config = config
         self.clock = clock
         self.resources = resources if resources is not None else StreamResources.build(config)
-        self.scheduler = Scheduler(config)
         self.requests: dict[int, Request] = {}
         self.draining: dict[int, Request] = {}  # finished streams waiting for their finals
         self.family = self.resources.family
         self._geometry = self.family.chunk_geometry(self.resources.chunk_size)
+        self.scheduler = Scheduler(config, self.family.timing.frame_shift_s
+                                   / self._geometry.subsampling)
+        self.hold_s: float | None = None  # the last step held its ready chunks this long
         self.live = build_live_policy(config, self.resources, self.submit, clock)
         self.stats = EngineStats(self.resources, self.live, clock)
         self.admission = None
@@ -108,7 +110,10 @@ class ASREngine:
         self._wakeup.set()
 
     def wait_for_work(self, timeout: float) -> None:
-        """Sleep until a command arrives or ``timeout`` passes (no busy loop)."""
+        """Sleep until a command arrives or ``timeout`` passes (no busy loop); no longer than
+        the last step's hold of ready chunks (`Scheduler.hold_s`)."""
+        if self.hold_s is not None:
+            timeout = min(timeout, self.hold_s)
         self._wakeup.wait(timeout)
         self._wakeup.clear()
 
@@ -129,7 +134,9 @@ class ASREngine:
         now = self.clock()
         self._apply_commands(now)
         self._extract_features()
-        plan = self.scheduler.schedule(self.requests, self._num_admissible(), now)
+        plan = self.scheduler.schedule(self.requests, self._num_admissible(), now,
+                                       self.stats.busy_share(now))
+        self.hold_s = plan.hold_s
         for stream_id in plan.admit:
             self._admit(stream_id, now)
         for stream_id in plan.refuse:

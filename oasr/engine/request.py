@@ -69,6 +69,8 @@ class Request:
     hotwords: Hotwords | None = None  # its terms and prompt (replaced by SetHotwords)
     # suspended (its client away, `SuspendStream`): the monotonic time it ends "abandoned"
     suspended_until: float | None = None
+    # when the scheduler first saw a window of it ready and not yet run (the batching hold)
+    ready_since: float | None = None
 
     def transition(self, new: RequestStatus) -> None:
         """Move to ``new``; an illegal move is a bug in the engine, so it raises."""

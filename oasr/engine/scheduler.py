@@ -7,7 +7,7 @@ decision to the engine as a `SchedulerOutput`. It never touches caches or the mo
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from oasr.audio import MODEL_SAMPLE_RATE
 from oasr.engine.config import EngineConfig
@@ -26,6 +26,8 @@ class SchedulerOutput:
         finish: running streams whose input ended and whose every window was decoded.
         run: running streams with an encoder window ready (the step's cohort).
         timeout_messages: why each of ``timed_out`` timed out, for its client.
+        hold_s: the ready streams are held (``run`` is empty) for at most this many seconds,
+            so that streams due within them join the step (`Scheduler.hold_s`); None: no hold.
     """
 
     admit: list[int] = field(default_factory=list)
@@ -35,11 +37,16 @@ class SchedulerOutput:
     finish: list[int] = field(default_factory=list)
     run: list[int] = field(default_factory=list)
     timeout_messages: dict[int, str] = field(default_factory=dict)
+    hold_s: float | None = None
 
     @property
     def is_empty(self) -> bool:
         return not (self.admit or self.refuse or self.timed_out or self.abandoned
                     or self.finish or self.run)
+
+
+# the engine's busy share from which the batching hold is the whole ``batch_window_s``
+BUSY_FOR_FULL_WINDOW = 0.5
 
 
 class Scheduler:
@@ -56,8 +63,9 @@ class Scheduler:
     (oldest first among them); the sort never costs a stream its admission at its deadline.
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, feature_frame_s: float = 0.01) -> None:
         self.config = config
+        self.feature_frame_s = feature_frame_s  # seconds of audio per feature frame
         self.waiting: collections.deque[int] = collections.deque()
 
     def add(self, request: Request) -> None:
@@ -68,10 +76,11 @@ class Scheduler:
             self.waiting.remove(stream_id)
 
     def schedule(self, requests: dict[int, Request], num_free_slots: int,
-                 now: float) -> SchedulerOutput:
+                 now: float, busy_share: float = 0.0) -> SchedulerOutput:
         """Decide this step's admissions, refusals, timeouts, finishes and cohort;
         ``num_free_slots``: how many waiting streams may be admitted (slots free, within the
-        step's cost budget: `oasr.engine.admission`)."""
+        step's cost budget: `oasr.engine.admission`); ``busy_share``: the engine's recent
+        share of time in steps, which scales the batching hold (`hold_s`)."""
         out = SchedulerOutput()
         self._expire(requests, now, out)
         if num_free_slots > 0 and self.waiting:
@@ -88,9 +97,45 @@ class Scheduler:
                 continue
             if request.windower.is_window_ready(request.features):
                 out.run.append(stream_id)
+                if request.ready_since is None:
+                    request.ready_since = now
             elif request.windower.is_exhausted(request.features):
                 out.finish.append(stream_id)
+        hold = self.hold_s(requests, out.run, now, busy_share)
+        if hold is not None:
+            return replace(out, run=[], hold_s=hold)
+        for stream_id in out.run:
+            requests[stream_id].ready_since = None
         return out
+
+    def hold_s(self, requests: dict[int, Request], ready: list[int], now: float,
+               busy_share: float) -> float | None:
+        """How long to hold the ``ready`` streams' chunks for other streams due soon, or None
+        to run them now.
+
+        A running stream is due when the audio its next chunk still lacks would arrive (at
+        real-time pace) before the oldest ready chunk has waited the window. The window is
+        ``batch_window_s`` scaled by the engine's busy share (in full from
+        `BUSY_FOR_FULL_WINDOW` up), so an idle engine holds nothing. Independent speakers'
+        chunks come due at different moments: without the hold each costs a step of its own,
+        the step's fixed cost (the model call's setup, the policy's pass) paid per stream.
+        """
+        window = self.config.batch_window_s * min(1.0, busy_share / BUSY_FOR_FULL_WINDOW)
+        if window <= 0.0 or not ready:
+            return None
+        oldest = min(t for t in (requests[s].ready_since for s in ready) if t is not None)
+        left = oldest + window - now
+        if left <= 0.0:
+            return None
+        waiting_for = set(ready)
+        for stream_id, request in requests.items():
+            if (stream_id in waiting_for or not request.is_running or request.is_suspended
+                    or request.input_ended):
+                continue
+            missing = request.windower.frames_missing(request.features)
+            if missing is not None and missing * self.feature_frame_s <= left:
+                return left
+        return None
 
     def _admission_order(self, requests: dict[int, Request], now: float) -> list[int]:
         """Waiting stream ids in the order they take free slots (see the class docstring)."""

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 SNAPSHOT_INTERVAL_S = 0.1
 RTF_WINDOW_S = 5.0
+BUSY_WINDOW_S = 2.0  # the steps the batching hold reads the engine's busy share off
 LOAD_WINDOW_S = 10.0  # the steps admission by latency measures its cost on
 NUM_RECENT_STEPS = 64  # batch widths of the last busy steps in the snapshot (the panel's chart)
 
@@ -129,6 +130,11 @@ class EngineStats:
             busy += seconds
             audio += audio_s
         return busy, audio
+
+    def busy_share(self, now: float, window_s: float = BUSY_WINDOW_S) -> float:
+        """The share of the last ``window_s`` seconds the engine spent in steps that ran a
+        cohort (what scales the scheduler's batching hold)."""
+        return min(1.0, self.recent_load(now, window_s)[0] / window_s)
 
     def observe_lag(self, lag_s: float) -> None:
         """A chunk was decoded with ``lag_s`` of the stream's audio received after it."""

@@ -7,8 +7,9 @@ import math
 
 import pytest
 
+from oasr.audio.chunking import ChunkGeometry, ChunkWindower
 from oasr.engine import EngineConfig
-from oasr.engine.request import Request
+from oasr.engine.request import Request, RequestStatus
 from oasr.engine.scheduler import Scheduler
 
 
@@ -113,3 +114,87 @@ def test_engine_admits_in_the_scheduler_order(engine_config: EngineConfig, speec
             break
     assert sorted(ready_at, key=ready_at.__getitem__) == order
     assert all(events.done(sid).finish_reason == "stop" for sid in lengths)
+
+
+# -- the batching hold ------------------------------------------------------------------------
+
+class _Frames:
+    """A frame source with ``num_frames_ready`` frames (what the windower reads)."""
+
+    def __init__(self, ready: int, finished: bool = False) -> None:
+        self.num_frames_ready = ready
+        self.is_finished = finished
+
+
+GEOMETRY = ChunkGeometry(chunk_size=16, subsampling=4, right_context=6)  # windows of 67 frames
+WINDOW = GEOMETRY.window_frames
+
+
+def running(stream_id: int, frames: int, finished: bool = False) -> Request:
+    request = Request(stream_id=stream_id, sink=lambda event: None, created_at=0.0,
+                      features=_Frames(frames, finished),  # type: ignore[arg-type]
+                      windower=ChunkWindower(GEOMETRY))
+    request.status = RequestStatus.RUNNING
+    request.last_audio_at = request.last_decoded_at = 9.9
+    return request
+
+
+def hold_config(window_s: float = 0.1) -> EngineConfig:
+    return EngineConfig(batch_window_s=window_s, min_audio_rate=0.0)
+
+
+def test_a_busy_engine_holds_a_ready_chunk_for_a_stream_due_within_the_window() -> None:
+    scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
+    requests = {1: running(1, WINDOW), 2: running(2, WINDOW - 6)}  # 2 is due in 60 ms
+    out = scheduler.schedule(requests, 0, now=10.0, busy_share=1.0)
+    assert out.run == [] and out.hold_s == pytest.approx(0.1)
+    requests[2].features.num_frames_ready = WINDOW  # its audio came
+    out = scheduler.schedule(requests, 0, now=10.05, busy_share=1.0)
+    assert out.run == [1, 2] and out.hold_s is None  # one step for both
+    assert requests[1].ready_since is None and requests[2].ready_since is None
+
+
+def test_the_hold_ends_at_the_window_whether_or_not_the_others_came() -> None:
+    scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
+    requests = {1: running(1, WINDOW), 2: running(2, WINDOW - 3)}  # due in 30 ms
+    assert scheduler.schedule(requests, 0, now=10.0, busy_share=1.0).hold_s == pytest.approx(0.1)
+    out = scheduler.schedule(requests, 0, now=10.06, busy_share=1.0)
+    assert out.hold_s == pytest.approx(0.04)  # counted from when 1 became ready
+    out = scheduler.schedule(requests, 0, now=10.1, busy_share=1.0)  # 2's audio is late
+    assert out.run == [1] and out.hold_s is None
+    requests[1].features.num_frames_ready += GEOMETRY.stride_frames  # 1's next chunk
+    out = scheduler.schedule(requests, 0, now=10.15, busy_share=1.0)
+    assert out.hold_s == pytest.approx(0.1)  # a new hold from the new ready chunk
+
+
+@pytest.mark.parametrize(("busy", "missing", "held"), [
+    (0.0, 1, False),  # an idle engine holds nothing
+    (1.0, 11, False),  # due in 110 ms: past the window
+    (0.25, 4, True),  # a quarter busy: half the window (50 ms), 40 ms away
+    (0.25, 6, False),  # ... 60 ms away
+    (0.9, 9, True),  # from half busy on, the whole window
+])
+def test_the_window_follows_the_engines_busy_share(busy: float, missing: int,
+                                                   held: bool) -> None:
+    scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
+    requests = {1: running(1, WINDOW), 2: running(2, WINDOW - missing)}
+    out = scheduler.schedule(requests, 0, now=10.0, busy_share=busy)
+    assert (out.hold_s is not None) is held and (out.run == []) is held
+
+
+def test_streams_that_will_not_send_more_are_not_waited_for() -> None:
+    scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
+    ended = running(2, WINDOW - 2)
+    ended.input_ended = True
+    finished_input = running(3, WINDOW - 2, finished=True)  # its last, short chunk is ready
+    away = running(4, WINDOW - 2)
+    away.suspended_until = 20.0
+    requests = {1: running(1, WINDOW), 2: ended, 3: finished_input, 4: away}
+    out = scheduler.schedule(requests, 0, now=10.0, busy_share=1.0)
+    assert out.run == [1, 3] and out.hold_s is None
+
+
+def test_no_window_no_hold() -> None:
+    scheduler = Scheduler(hold_config(0.0), feature_frame_s=0.01)
+    requests = {1: running(1, WINDOW), 2: running(2, WINDOW - 1)}
+    assert scheduler.schedule(requests, 0, now=10.0, busy_share=1.0).run == [1]
