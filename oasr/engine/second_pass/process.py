@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 
-from oasr.engine.process import configure_process
 from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.engine.second_pass.jobs import Answer
 from oasr.engine.second_pass.loop import Command, CommandGate, LoopCounters, SecondPassLoop
@@ -84,7 +83,7 @@ def child_main(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.nice:
         os.nice(spec.nice)
-    configure_process(spec.threads)  # its threads, and its step buffers kept for reuse
+    torch.set_num_threads(spec.threads)
     try:
         decoder = build(spec)
     except Exception as exc:  # reported to the parent, which raises it as ValueError
