@@ -220,6 +220,12 @@ class ChunkWindower:
         end = self.next_start_frame + self.geometry.window_frames
         return max(0, end - source.num_frames_ready)
 
+    def has_backlog(self, source: FrameSource) -> bool:
+        """True when the window after the next is complete too (audio came faster than it
+        was decoded)."""
+        end = self.next_start_frame + self.geometry.stride_frames + self.geometry.window_frames
+        return source.num_frames_ready >= end
+
     def is_exhausted(self, source: FrameSource) -> bool:
         """True when the input has finished and every window has been taken."""
         return source.is_finished and self._next_window_end(source) is None

@@ -119,9 +119,13 @@ class Scheduler:
         `BUSY_FOR_FULL_WINDOW` up), so an idle engine holds nothing. Independent speakers'
         chunks come due at different moments: without the hold each costs a step of its own,
         the step's fixed cost (the model call's setup, the policy's pass) paid per stream.
+        Nothing is held while a ready stream has a backlog (more than one chunk ready): the
+        engine has work for the step now.
         """
         window = self.config.batch_window_s * min(1.0, busy_share / BUSY_FOR_FULL_WINDOW)
         if window <= 0.0 or not ready:
+            return None
+        if any(requests[s].windower.has_backlog(requests[s].features) for s in ready):
             return None
         oldest = min(t for t in (requests[s].ready_since for s in ready) if t is not None)
         left = oldest + window - now

@@ -162,7 +162,8 @@ def test_the_hold_ends_at_the_window_whether_or_not_the_others_came() -> None:
     assert out.hold_s == pytest.approx(0.04)  # counted from when 1 became ready
     out = scheduler.schedule(requests, 0, now=10.1, busy_share=1.0)  # 2's audio is late
     assert out.run == [1] and out.hold_s is None
-    requests[1].features.num_frames_ready += GEOMETRY.stride_frames  # 1's next chunk
+    requests[1].windower.next_start_frame += GEOMETRY.stride_frames  # its chunk was run
+    requests[1].features.num_frames_ready += GEOMETRY.stride_frames  # and its next came
     out = scheduler.schedule(requests, 0, now=10.15, busy_share=1.0)
     assert out.hold_s == pytest.approx(0.1)  # a new hold from the new ready chunk
 
@@ -192,6 +193,17 @@ def test_streams_that_will_not_send_more_are_not_waited_for() -> None:
     requests = {1: running(1, WINDOW), 2: ended, 3: finished_input, 4: away}
     out = scheduler.schedule(requests, 0, now=10.0, busy_share=1.0)
     assert out.run == [1, 3] and out.hold_s is None
+
+
+def test_a_stream_with_a_backlog_is_not_held() -> None:
+    """Audio that came faster than it was decoded (an upload, a stall caught up): the step
+    has work now, so nothing waits for a stream due."""
+    scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
+    requests = {1: running(1, WINDOW + GEOMETRY.stride_frames), 2: running(2, WINDOW - 2)}
+    out = scheduler.schedule(requests, 0, now=10.0, busy_share=1.0)
+    assert out.run == [1] and out.hold_s is None
+    requests[1].features.num_frames_ready -= 1  # one chunk ready, not two: held
+    assert scheduler.schedule(requests, 0, now=10.0, busy_share=1.0).hold_s is not None
 
 
 def test_no_window_no_hold() -> None:
