@@ -135,7 +135,7 @@ class ASREngine:
         self._apply_commands(now)
         self._extract_features()
         plan = self.scheduler.schedule(self.requests, self._num_admissible(), now,
-                                       self.stats.busy_share(now))
+                                       lambda: self.stats.busy_share(now))
         self.hold_s = plan.hold_s
         for stream_id in plan.admit:
             self._admit(stream_id, now)

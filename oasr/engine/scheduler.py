@@ -7,6 +7,7 @@ decision to the engine as a `SchedulerOutput`. It never touches caches or the mo
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from oasr.audio import MODEL_SAMPLE_RATE
@@ -76,11 +77,12 @@ class Scheduler:
             self.waiting.remove(stream_id)
 
     def schedule(self, requests: dict[int, Request], num_free_slots: int,
-                 now: float, busy_share: float = 0.0) -> SchedulerOutput:
+                 now: float, busy_share: Callable[[], float] | None = None) -> SchedulerOutput:
         """Decide this step's admissions, refusals, timeouts, finishes and cohort;
         ``num_free_slots``: how many waiting streams may be admitted (slots free, within the
         step's cost budget: `oasr.engine.admission`); ``busy_share``: the engine's recent
-        share of time in steps, which scales the batching hold (`hold_s`)."""
+        share of time in steps, which scales the batching hold (`hold_s`; asked only when a
+        hold could apply; None: no hold)."""
         out = SchedulerOutput()
         self._expire(requests, now, out)
         if num_free_slots > 0 and self.waiting:
@@ -109,7 +111,7 @@ class Scheduler:
         return out
 
     def hold_s(self, requests: dict[int, Request], ready: list[int], now: float,
-               busy_share: float) -> float | None:
+               busy_share: Callable[[], float] | None) -> float | None:
         """How long to hold the ``ready`` streams' chunks for other streams due soon, or None
         to run them now.
 
@@ -122,10 +124,12 @@ class Scheduler:
         Nothing is held while a ready stream has a backlog (more than one chunk ready): the
         engine has work for the step now.
         """
-        window = self.config.batch_window_s * min(1.0, busy_share / BUSY_FOR_FULL_WINDOW)
-        if window <= 0.0 or not ready:
+        if self.config.batch_window_s <= 0.0 or not ready or busy_share is None:
             return None
         if any(requests[s].windower.has_backlog(requests[s].features) for s in ready):
+            return None
+        window = self.config.batch_window_s * min(1.0, busy_share() / BUSY_FOR_FULL_WINDOW)
+        if window <= 0.0:
             return None
         oldest = min(t for t in (requests[s].ready_since for s in ready) if t is not None)
         left = oldest + window - now

@@ -139,6 +139,11 @@ def running(stream_id: int, frames: int, finished: bool = False) -> Request:
     return request
 
 
+def fully_busy() -> float:
+    """The engine's busy share: all of its time in steps."""
+    return 1.0
+
+
 def hold_config(window_s: float = 0.1) -> EngineConfig:
     return EngineConfig(batch_window_s=window_s, min_audio_rate=0.0)
 
@@ -146,10 +151,10 @@ def hold_config(window_s: float = 0.1) -> EngineConfig:
 def test_a_busy_engine_holds_a_ready_chunk_for_a_stream_due_within_the_window() -> None:
     scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
     requests = {1: running(1, WINDOW), 2: running(2, WINDOW - 6)}  # 2 is due in 60 ms
-    out = scheduler.schedule(requests, 0, now=10.0, busy_share=1.0)
+    out = scheduler.schedule(requests, 0, now=10.0, busy_share=fully_busy)
     assert out.run == [] and out.hold_s == pytest.approx(0.1)
     requests[2].features.num_frames_ready = WINDOW  # its audio came
-    out = scheduler.schedule(requests, 0, now=10.05, busy_share=1.0)
+    out = scheduler.schedule(requests, 0, now=10.05, busy_share=fully_busy)
     assert out.run == [1, 2] and out.hold_s is None  # one step for both
     assert requests[1].ready_since is None and requests[2].ready_since is None
 
@@ -157,14 +162,14 @@ def test_a_busy_engine_holds_a_ready_chunk_for_a_stream_due_within_the_window() 
 def test_the_hold_ends_at_the_window_whether_or_not_the_others_came() -> None:
     scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
     requests = {1: running(1, WINDOW), 2: running(2, WINDOW - 3)}  # due in 30 ms
-    assert scheduler.schedule(requests, 0, now=10.0, busy_share=1.0).hold_s == pytest.approx(0.1)
-    out = scheduler.schedule(requests, 0, now=10.06, busy_share=1.0)
+    assert scheduler.schedule(requests, 0, now=10.0, busy_share=fully_busy).hold_s == pytest.approx(0.1)
+    out = scheduler.schedule(requests, 0, now=10.06, busy_share=fully_busy)
     assert out.hold_s == pytest.approx(0.04)  # counted from when 1 became ready
-    out = scheduler.schedule(requests, 0, now=10.1, busy_share=1.0)  # 2's audio is late
+    out = scheduler.schedule(requests, 0, now=10.1, busy_share=fully_busy)  # 2's audio is late
     assert out.run == [1] and out.hold_s is None
     requests[1].windower.next_start_frame += GEOMETRY.stride_frames  # its chunk was run
     requests[1].features.num_frames_ready += GEOMETRY.stride_frames  # and its next came
-    out = scheduler.schedule(requests, 0, now=10.15, busy_share=1.0)
+    out = scheduler.schedule(requests, 0, now=10.15, busy_share=fully_busy)
     assert out.hold_s == pytest.approx(0.1)  # a new hold from the new ready chunk
 
 
@@ -179,7 +184,7 @@ def test_the_window_follows_the_engines_busy_share(busy: float, missing: int,
                                                    held: bool) -> None:
     scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
     requests = {1: running(1, WINDOW), 2: running(2, WINDOW - missing)}
-    out = scheduler.schedule(requests, 0, now=10.0, busy_share=busy)
+    out = scheduler.schedule(requests, 0, now=10.0, busy_share=lambda: busy)
     assert (out.hold_s is not None) is held and (out.run == []) is held
 
 
@@ -191,7 +196,7 @@ def test_streams_that_will_not_send_more_are_not_waited_for() -> None:
     away = running(4, WINDOW - 2)
     away.suspended_until = 20.0
     requests = {1: running(1, WINDOW), 2: ended, 3: finished_input, 4: away}
-    out = scheduler.schedule(requests, 0, now=10.0, busy_share=1.0)
+    out = scheduler.schedule(requests, 0, now=10.0, busy_share=fully_busy)
     assert out.run == [1, 3] and out.hold_s is None
 
 
@@ -200,13 +205,13 @@ def test_a_stream_with_a_backlog_is_not_held() -> None:
     has work now, so nothing waits for a stream due."""
     scheduler = Scheduler(hold_config(), feature_frame_s=0.01)
     requests = {1: running(1, WINDOW + GEOMETRY.stride_frames), 2: running(2, WINDOW - 2)}
-    out = scheduler.schedule(requests, 0, now=10.0, busy_share=1.0)
+    out = scheduler.schedule(requests, 0, now=10.0, busy_share=fully_busy)
     assert out.run == [1] and out.hold_s is None
     requests[1].features.num_frames_ready -= 1  # one chunk ready, not two: held
-    assert scheduler.schedule(requests, 0, now=10.0, busy_share=1.0).hold_s is not None
+    assert scheduler.schedule(requests, 0, now=10.0, busy_share=fully_busy).hold_s is not None
 
 
 def test_no_window_no_hold() -> None:
     scheduler = Scheduler(hold_config(0.0), feature_frame_s=0.01)
     requests = {1: running(1, WINDOW), 2: running(2, WINDOW - 1)}
-    assert scheduler.schedule(requests, 0, now=10.0, busy_share=1.0).run == [1]
+    assert scheduler.schedule(requests, 0, now=10.0, busy_share=fully_busy).run == [1]
