@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 ENERGY_FLOOR_DB = -100.0
+POWER_FLOOR = 10.0 ** (ENERGY_FLOOR_DB / 10.0)
 
 
 class FrameEnergy:
@@ -33,12 +34,15 @@ class FrameEnergy:
     def append(self, samples: np.ndarray) -> None:
         """Add (N,) float32 samples; every frame they complete gets its energy."""
         joined = np.concatenate([self._rest, np.asarray(samples, dtype=np.float32)])
-        n = len(joined) // self.samples_per_frame
-        frames = joined[: n * self.samples_per_frame].reshape(n, self.samples_per_frame)
-        power = np.mean(frames.astype(np.float64) ** 2, axis=1)  # (n,)
-        db = 10.0 * np.log10(np.maximum(power, 10.0 ** (ENERGY_FLOOR_DB / 10.0)))
-        self.values = np.concatenate([self.values, db.astype(np.float32)])
-        self._rest = joined[n * self.samples_per_frame:]
+        size = self.samples_per_frame
+        n = len(joined) // size
+        if n:  # (every stream calls this for every message: numpy's per-call cost counts)
+            frames = joined[: n * size].reshape(n, size).astype(np.float64)
+            power = np.square(frames, out=frames).sum(axis=1) / size  # (n,) mean square
+            db = np.log10(np.maximum(power, POWER_FLOOR, out=power), out=power)
+            db *= 10.0
+            self.values = np.concatenate([self.values, db.astype(np.float32)])
+        self._rest = joined[n * size:]
 
     def discard_before(self, frame: int) -> None:
         """Forget frames before absolute index ``frame``."""

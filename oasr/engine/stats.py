@@ -152,12 +152,13 @@ class EngineStats:
         cfg = res.cache_config
         running = [r for r in requests.values() if r.status is RequestStatus.RUNNING]
         admission = self.admission
+        frame_shift_s = res.family.timing.frame_shift_s
         return EngineSnapshot(
             pool=self._pool_entry(),
             streams=StreamsSnapshot(
                 active=len(running), waiting=len(scheduler.waiting),
                 max_batch_size=cfg.max_batch_size,
-                entries=tuple(self._stream_entry(r) for r in running),
+                entries=tuple(self._stream_entry(r, frame_shift_s) for r in running),
                 suspended=sum(r.is_suspended for r in running),
                 admissible=None if admission is None else admission.room(len(running)),
                 cost_per_audio_s=None if admission is None else admission.per_audio_s,
@@ -249,9 +250,9 @@ class EngineStats:
             refine_interval_s=round(refiner.avg_interval_s, 2),
         )
 
-    def _stream_entry(self, request: Request) -> StreamEntry:
+    def _stream_entry(self, request: Request, frame_shift_s: float) -> StreamEntry:
         received_s = request.num_samples_received / MODEL_SAMPLE_RATE
-        decoded_s = request.num_frames_decoded * self.resources.family.timing.frame_shift_s
+        decoded_s = request.num_frames_decoded * frame_shift_s
         attention = self.resources.attention
         return StreamEntry(
             stream_id=request.stream_id,

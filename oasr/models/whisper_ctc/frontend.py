@@ -9,11 +9,13 @@ the floor uses a running maximum instead of the utterance's maximum.
 
 The spectra are computed in float32 with torch, many streams' frames in one call
 (`CausalLogMel.accept_many`: the engine's step hands every stream's new audio over at once, so one FFT and
-one mel product cover them all); each stream keeps only its samples and its running maximum.
+one mel product cover them all, and the floors of every stream are applied in a few array
+operations); each stream keeps only its samples and its running maximum.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,17 +42,30 @@ class LogMelSpectra:
         # each bin's weight twice, for its real and imaginary part squared: the power
         # spectrum's sum happens inside the product
         self.filters = filters.repeat_interleave(2, dim=0).contiguous()  # (402, M)
+        self._frames = threading.local()  # per thread: its reused (rows, 400) frames buffer
 
     def log_mel(self, windows: Sequence[torch.Tensor]) -> torch.Tensor:
         """(F_i, 400) float32 windows of samples, any number of pieces -> (sum F_i, n_mels)
         float32 log10 mel, before the floor: one FFT and one product for every row, however
         many streams they came from."""
-        frames = torch.cat(list(windows))  # a copy: the pieces may view a stream's buffer
-        if not len(frames):
+        total = sum(len(w) for w in windows)
+        if not total:
             return torch.zeros((0, self.n_mels))  # (MKL's FFT refuses an empty batch)
+        # a copy (the pieces may view a stream's buffer) into a buffer kept between calls: at
+        # hundreds of streams the frames are tens of MiB, which a fresh tensor would have
+        # faulted in page by page on every step (`oasr.engine.runner.host_memory`)
+        frames = torch.cat(list(windows), out=self._frames_buffer(total))
         spectrum = torch.fft.rfft(frames.mul_(self.window), n=N_FFT)  # (F, 201) complex
         squares = torch.view_as_real(spectrum).square_().view(len(frames), -1)  # (F, 402)
         return (squares @ self.filters).clamp_min_(LOG_FLOOR).log10_()
+
+    def _frames_buffer(self, rows: int) -> torch.Tensor:
+        """This thread's frames buffer, ``rows`` rows long (grown to 1.25x when short)."""
+        buffer: torch.Tensor | None = getattr(self._frames, "buffer", None)
+        if buffer is None or len(buffer) < rows:
+            buffer = torch.empty((rows + rows // 4, N_FFT), dtype=torch.float32)
+            self._frames.buffer = buffer
+        return buffer[:rows]
 
 
 def _apply_floor(log_mel: np.ndarray, running_max: float) -> tuple[np.ndarray, float]:
@@ -63,6 +78,35 @@ def _apply_floor(log_mel: np.ndarray, running_max: float) -> tuple[np.ndarray, f
     floored = np.maximum(log_mel, peaks[:, None] - DYNAMIC_RANGE)
     new_max = float(peaks[-1]) if len(peaks) else running_max
     return ((floored + 4.0) / 4.0).astype(np.float32, copy=False), new_max
+
+
+def _apply_floors(log_mel: np.ndarray, counts: Sequence[int], running_max: Sequence[float]
+                  ) -> tuple[np.ndarray, list[float]]:
+    """`_apply_floor` of many streams' frames at once, the same values bit for bit.
+
+    Args:
+        log_mel: (sum counts, n_mels) float32, stream i's ``counts[i] >= 1`` rows in order.
+        running_max: each stream's running maximum before these frames.
+    Returns:
+        ((sum counts, n_mels) float32 features, each stream's new running maximum).
+
+    The running maximum restarts at every stream's first row: the rows of the streams with
+    one count are a (streams, count) array whose cumulative maximum runs along its rows (a
+    step's streams mostly share one count).
+    """
+    counts_arr = np.asarray(counts, dtype=np.int64)
+    starts = np.cumsum(counts_arr) - counts_arr  # (S,) each stream's first row
+    frame_max = log_mel.max(axis=1)  # (F,) float32
+    peaks = np.empty_like(frame_max)
+    before = np.asarray(running_max, dtype=np.float32)  # (exact: each is a float32's value)
+    for count in np.unique(counts_arr).tolist():
+        members = np.flatnonzero(counts_arr == count)  # streams with ``count`` rows
+        rows = starts[members, None] + np.arange(count)  # (S_c, count) their rows
+        running = np.maximum.accumulate(frame_max[rows], axis=1)
+        peaks[rows] = np.maximum(running, before[members, None])
+    floored = np.maximum(log_mel, peaks[:, None] - DYNAMIC_RANGE)
+    features = ((floored + 4.0) / 4.0).astype(np.float32, copy=False)
+    return features, peaks[starts + counts_arr - 1].tolist()
 
 
 class CausalLogMel:
@@ -111,15 +155,19 @@ class CausalLogMel:
             groups.setdefault(id(extractor._spectra), []).append(i)
         out: list[np.ndarray] = [np.zeros((0, e.n_mels), np.float32) for e in extractors]
         for members in groups.values():
-            rows = [windows[i] for i in members if counts[i]]
-            if not rows:
+            fed = [i for i in members if counts[i]]
+            if not fed:
                 continue
-            log_mel = extractors[members[0]]._spectra.log_mel(rows).numpy()
+            log_mel = extractors[fed[0]]._spectra.log_mel([windows[i] for i in fed]).numpy()
+            features, maxima = _apply_floors(log_mel, [counts[i] for i in fed],
+                                             [extractors[i]._running_max for i in fed])
             offset = 0
-            for i in members:
-                if counts[i]:
-                    out[i] = extractors[i]._floored(log_mel[offset:offset + counts[i]])
-                    offset += counts[i]
+            for i, new_max in zip(fed, maxima, strict=True):
+                # a copy: a view would keep the whole step's array alive while any stream
+                # retains its frames
+                out[i] = features[offset:offset + counts[i]].copy()
+                extractors[i]._running_max = new_max
+                offset += counts[i]
         return out
 
     def flush(self) -> np.ndarray:

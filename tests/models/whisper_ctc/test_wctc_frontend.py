@@ -1,8 +1,11 @@
 """The causal log-mel: pieces == whole, causality of the running-maximum floor, frame count,
 and Whisper's own log-mel values where only the padding could differ."""
 
+import threading
+
 import numpy as np
 import pytest
+import torch
 
 from oasr.models.whisper import WhisperFrontend
 from oasr.models.whisper_ctc import CausalLogMel, causal_log_mel
@@ -112,3 +115,49 @@ def test_streams_sharing_one_spectra_are_one_product_and_others_their_own() -> N
         np.testing.assert_allclose(f, frames[0], atol=1e-6)
     with pytest.raises(ValueError, match="80 mels"):
         CausalLogMel(64, shared)
+
+
+def test_the_floors_of_many_streams_at_once_equal_each_streams_own_bit_for_bit() -> None:
+    """`_apply_floors` (every stream of a step in a few array operations) gives each stream
+    the values and running maximum `_apply_floor` gives it alone, whatever its row count,
+    running maximum so far (none yet, or above all its rows), or a NaN in its rows, which
+    stays that stream's own."""
+    from oasr.models.whisper_ctc.frontend import _apply_floor, _apply_floors
+
+    rng = np.random.default_rng(3)
+    counts = [5, 1, 5, 12, 5, 3]
+    running = [-np.inf, 0.7, -2.0, 9.5, -np.inf, 1.25]
+    log_mel = rng.uniform(-10.0, 4.0, (sum(counts), 80)).astype(np.float32)
+    log_mel[7, 3] = np.nan  # the third stream's second row
+    got, maxima = _apply_floors(log_mel, counts, running)
+    start = 0
+    for count, before, new_max in zip(counts, running, maxima, strict=True):
+        want, want_max = _apply_floor(log_mel[start:start + count], before)
+        np.testing.assert_array_equal(got[start:start + count], want)
+        assert new_max == want_max or (np.isnan(new_max) and np.isnan(want_max))
+        start += count
+    assert got.dtype == np.float32 and np.isnan(maxima[2]) and not np.isnan(maxima[3])
+
+
+def test_the_frames_buffer_is_reused_across_calls_and_kept_per_thread() -> None:
+    from oasr.models.whisper_ctc.frontend import LogMelSpectra
+
+    spectra = LogMelSpectra(80)
+    windows = [np.lib.stride_tricks.sliding_window_view(speechlike(0.3, s), 400)[::160]
+               for s in range(3)]
+    pieces = [torch.from_numpy(np.ascontiguousarray(w)) for w in windows]
+    first = spectra.log_mel(pieces).clone()
+    buffer = spectra._frames.buffer
+    again = spectra.log_mel(pieces[:2])  # fewer rows: the same buffer
+    assert spectra._frames.buffer is buffer
+    # (the same rows: equal up to how many rows shared the product)
+    torch.testing.assert_close(again, first[:len(pieces[0]) + len(pieces[1])], rtol=0,
+                               atol=1e-5)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(
+        (spectra.log_mel(pieces), spectra._frames.buffer)))
+    thread.start()
+    thread.join()
+    torch.testing.assert_close(seen[0][0], first, rtol=0, atol=0)
+    assert seen[0][1] is not buffer  # another thread's own
+    assert spectra.log_mel([torch.zeros((0, 400))]).shape == (0, 80)
