@@ -8,6 +8,7 @@ from oasr.decoding.endpoint import (
     EndpointDecision,
     Endpointer,
     EndpointRule,
+    quiet_middle,
     quietest_frame,
 )
 from oasr.decoding.state import DecoderState
@@ -37,6 +38,7 @@ __all__ = [
     "StreamStep",
     "Tokenizer",
     "load_tokenizer",
+    "quiet_middle",
     "quietest_frame",
     "read_units",
     "write_units",

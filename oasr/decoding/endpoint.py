@@ -346,6 +346,33 @@ class Endpointer:
         )
 
 
+def quiet_middle(frame_energy_db: np.ndarray, margin_db: float = 6.0,
+                 smooth_frames: int = 5) -> int:
+    """Index of the middle of the quietest pause of ``frame_energy_db`` (F,): the run of
+    frames around the quietest one (`quietest_frame`) whose smoothed energy stays within
+    ``margin_db`` of it, and the frame halfway along it. In digital silence that is the
+    middle of the whole silence, not its last frame before the next sound."""
+    energy = np.asarray(frame_energy_db, dtype=np.float64)
+    if energy.size == 0:
+        raise ValueError("quiet_middle needs at least one frame")
+    smooth = _smoothed(energy, smooth_frames)
+    quietest = int(energy.size - 1 - np.argmin(smooth[::-1]))
+    quiet = smooth <= smooth[quietest] + margin_db
+    first = last = quietest
+    while first > 0 and quiet[first - 1]:
+        first -= 1
+    while last + 1 < energy.size and quiet[last + 1]:
+        last += 1
+    return (first + last) // 2
+
+
+def _smoothed(energy: np.ndarray, smooth_frames: int) -> np.ndarray:
+    """The mean of ``smooth_frames`` frames centred on each frame (edges repeated)."""
+    k = max(1, min(smooth_frames, energy.size))
+    padded = np.pad(energy, (k // 2, k - 1 - k // 2), mode="edge")
+    return np.convolve(padded, np.ones(k) / k, mode="valid")  # (F,)
+
+
 def quietest_frame(frame_energy_db: np.ndarray, smooth_frames: int = 5) -> int:
     """Index of the quietest frame of ``frame_energy_db`` (F,): the lowest mean energy over
     ``smooth_frames`` frames centred on it (a pause, not one quiet frame inside a word); the
@@ -353,7 +380,5 @@ def quietest_frame(frame_energy_db: np.ndarray, smooth_frames: int = 5) -> int:
     energy = np.asarray(frame_energy_db, dtype=np.float64)
     if energy.size == 0:
         raise ValueError("quietest_frame needs at least one frame")
-    k = max(1, min(smooth_frames, energy.size))
-    padded = np.pad(energy, (k // 2, k - 1 - k // 2), mode="edge")
-    smooth = np.convolve(padded, np.ones(k) / k, mode="valid")  # (F,)
+    smooth = _smoothed(energy, smooth_frames)
     return int(energy.size - 1 - np.argmin(smooth[::-1]))

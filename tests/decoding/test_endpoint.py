@@ -12,6 +12,7 @@ from oasr.decoding import (
     FrameStats,
     GpuDecoderConfig,
     GpuStreamingDecoder,
+    quiet_middle,
     quietest_frame,
 )
 
@@ -218,3 +219,20 @@ def test_endpoint_config_validation() -> None:
     with pytest.raises(ValueError, match="max_cut_window_s must be >= 0, got -1"):
         EndpointConfig(max_cut_window_s=-1)
 
+
+
+def test_quiet_middle_is_the_middle_of_the_quietest_pause_not_its_edge() -> None:
+    energy = np.full(60, -20.0)  # speech
+    energy[10:12] = -45.0  # a short dip inside a word
+    energy[30:50] = -100.0  # digital silence between sentences
+    energy[50] = -70.0  # the next word's soft onset
+    assert 37 <= quiet_middle(energy) <= 42  # about halfway along the silence (30-49)
+    assert quietest_frame(energy) == 47  # (the latest quiet frame: the silence's far edge)
+    # a noisy pause: frames within the margin of its quietest count as the pause
+    rng = np.random.default_rng(0)
+    noisy = np.full(60, -20.0)
+    noisy[20:40] = -60.0 + rng.uniform(-2.0, 2.0, 20)
+    assert 27 <= quiet_middle(noisy) <= 32
+    assert quiet_middle(np.array([-50.0])) == 0
+    with pytest.raises(ValueError, match="at least one frame"):
+        quiet_middle(np.zeros(0))

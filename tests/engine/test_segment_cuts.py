@@ -1,5 +1,6 @@
-"""Where a length cut falls (`SegmentCuts.cut_frame`): at the quietest frame of the window
-before the limit, never before the audio of committed refined words."""
+"""Where a cut falls (`SegmentCuts.cut_frame`): a length cut at the quietest frame of the
+window before the limit, never before the audio of committed refined words; a silence rule's
+trailing pause in the middle of its quiet audio."""
 
 from __future__ import annotations
 
@@ -114,3 +115,31 @@ def test_the_pause_after_the_last_word_is_heard_from_where_its_sound_ends() -> N
     assert cuts.heard_pause(flat, hyp) == 0
     assert SegmentCuts(endpointer, ChunkGeometry(32, 2)).heard_pause(request, hyp) == 0
     assert cuts.heard_pause(request, Hypothesis([], "", 0.0, [])) == 0
+
+
+def test_a_trailing_pause_ends_in_its_middle_not_in_the_next_words_onset() -> None:
+    """A silence rule fires at the chunk's end, but the speaker went on before it: the CTC
+    pass has not written the next word yet, so its blank frames run into that word's sound.
+    The segment ends in the middle of the quiet audio after the last word instead, and the
+    next word's sound starts the next segment."""
+    endpointer = Endpointer(EndpointConfig(frame_shift_s=0.02))  # LiveStream.energy's frames
+    cuts = SegmentCuts(endpointer, ChunkGeometry(chunk_size=32, subsampling=2))
+    start, decoded = 100, 96  # the segment's frames so far: absolute 100-195
+    # speech to absolute 150 (the last token at 140), a pause 150-184, the next word from 185
+    request = _request(start, range(150, 185), start + decoded)
+    request.view.num_frames_decoded = start + decoded
+    request.ctc_hyp = Hypothesis([1, 2], "", 0.0, [10, 40])  # segment-relative frames
+    decision = EndpointDecision("rule2", decoded)  # 55 blank frames: the rule's 1 s passed
+    cut = cuts.cut_frame(request, decision)
+    assert 150 - start < cut < 185 - start  # in the pause ...
+    assert abs((start + cut) - 167) <= 3  # ... about its middle, not its far edge
+    # a pause inside the chunk (the endpointer's own cut) stays where it was decided
+    assert cuts.cut_frame(request, EndpointDecision("rule2", 60)) == 60
+    # no words in the segment (silence alone ended it): the chunk's end
+    request.ctc_hyp = Hypothesis([], "", 0.0, [])
+    assert cuts.cut_frame(request, decision) == decoded
+    # the pause after the last word's sound is all beyond the chunk: the chunk's end
+    request.ctc_hyp = Hypothesis([1, 2], "", 0.0, [10, 94])
+    assert cuts.cut_frame(request, decision) == decoded
+    # no endpointer: as decided
+    assert SegmentCuts(None, ChunkGeometry(32, 2)).cut_frame(request, decision) == decoded

@@ -1,7 +1,12 @@
 """Where a segment ends when an endpoint rule fires: the policy behind `ASREngine`'s cuts.
 
-Most endpoints end the segment where the endpointer says (the chunk's end, or the middle of a
-pause inside the latest chunk). A length endpoint (rule 3) looks back over the last
+A pause inside the latest chunk ends the segment in its middle, where the endpointer says. A
+silence rule whose pause trails the decoded audio would end it at the chunk's end, but the
+CTC pass counts as blank the start of a word it has not written yet: a speaker who went on
+after a short pause, at a chunk's end, lost the first sound of the next sentence ("She
+ordered" began its segment as "order"). Such a cut moves back into the pause as the audio
+tells it: the middle of the quietest run of frames (`quiet_middle`) after the last word
+(`WORD_TAIL_S` after its last CTC token). A length endpoint (rule 3) looks back over the last
 ``max_cut_window_s`` and cuts at the quietest frame of the stream's audio (`FrameEnergy`), so a
 long sentence is split in a breath, not mid-word, but never before the audio its committed
 refined words came from. The frames after a cut in the past are
@@ -17,9 +22,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from oasr.audio import ChunkGeometry
-from oasr.decoding import EndpointDecision, Endpointer, Hypothesis, quietest_frame
+from oasr.decoding import EndpointDecision, Endpointer, Hypothesis, quiet_middle, quietest_frame
 from oasr.engine.live.quiet_tail import QuietTail
 from oasr.engine.live.state import HeardPause, LiveStream
+
+# a CTC token comes up to this long before its word's sound ends: a trailing pause's cut
+# (`SegmentCuts.cut_frame`) is looked for after it
+WORD_TAIL_S = 0.25
 
 
 class SegmentCuts:
@@ -41,9 +50,12 @@ class SegmentCuts:
         A length cut looks no further back than the audio a refinement with committed words
         has seen: those words were shown as never changing, so the final must begin with them
         (`FinalPublisher`), which it can only where its audio holds them; when that audio
-        reaches the chunk's end, the segment ends there."""
-        if not decision.is_length_cut or self.endpointer is None:
+        reaches the chunk's end, the segment ends there. A silence rule's pause that trails
+        the decoded audio ends in its quiet middle (`_in_trailing_pause`)."""
+        if self.endpointer is None:
             return decision.cut_frame
+        if not decision.is_length_cut:
+            return self._in_trailing_pause(stream, decision)
         start = stream.segment_start_frame
         end = start + decision.cut_frame
         refine = stream.refine
@@ -53,6 +65,23 @@ class SegmentCuts:
         if len(energy) == 0:
             return decision.cut_frame
         return lo + quietest_frame(energy) - start + 1  # the segment keeps the quiet frame
+
+    def _in_trailing_pause(self, stream: LiveStream, decision: EndpointDecision) -> int:
+        """A silence rule's cut: when it is the chunk's end after a pause with speech before
+        it, the middle of that pause's quietest run of frames, at least `WORD_TAIL_S` after
+        the last CTC token (the frames after it start the next segment); else as decided."""
+        cut, hyp = decision.cut_frame, stream.ctc_hyp
+        if (self.endpointer is None or cut < stream.segment_frames or hyp is None
+                or not hyp.timestamps):
+            return cut
+        start = stream.segment_start_frame
+        tail = round(WORD_TAIL_S / self.endpointer.config.frame_shift_s)
+        lo = max(start + hyp.timestamps[-1] + 1 + tail, stream.energy.first_frame)
+        end = start + cut
+        energy = stream.energy.span(lo, end)
+        if len(energy) < 2 or len(energy) != end - lo:  # no pause left, or not all held
+            return cut
+        return lo + quiet_middle(energy) - start
 
     @staticmethod
     def refined_before(stream: LiveStream, cut: int) -> bool:
