@@ -32,7 +32,13 @@ real-time pace in 100 ms frames, and the script reports:
 - ``one_word_finals``: finals of one word (a sentence's last word cut off alone, or "yes.");
 - ``mid_sentence_cuts``: finals that end more than 0.3 s inside a sentence's speech, i.e.
   segments that cut a sentence (at a breath, at a reader's pause, or mid-word; JFK's
-  recording is one sentence with three long pauses).
+  recording is one sentence with three long pauses);
+- ``final_errors``: per passage, its sessions and their final word errors and words;
+- with ``--alone FILE`` (the output of a one-client run over every passage, ``--levels 1
+  --passes N``), ``final_wer_alone``: the WER the same sessions' passages had at one client.
+  Clients read different passages at different loads, and the passages differ far more in
+  difficulty (a TTS voice the model never heard) than a load costs: ``final_wer`` minus
+  ``final_wer_alone`` is what the load cost in words.
 
 Passages: the devset's read recordings (LibriVox, JFK) joined with sentence pauses, and
 sentences synthesised by TTS voices the streaming model never trained on (flite awb,
@@ -45,6 +51,8 @@ between pauses of 0.6-1.2 s. WER after ``oasr.text.wer.normalize_transcript``.
     python bench/read_passages.py --out /tmp/passages
     python bench/live_text.py --levels 2 --passes 3 --passages /tmp/passages --match real_ tts_awb
     python bench/live_text.py --levels 32 --passes 2 --passages /tmp/passages --stagger 30
+    python bench/live_text.py --levels 1 --passes 15 --passages /tmp/passages --out /tmp/alone.json
+    python bench/live_text.py --levels 32 --passes 2 --passages /tmp/passages --alone /tmp/alone.json
 """
 
 from __future__ import annotations
@@ -260,6 +268,7 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
     references = {p.name: p.reference for p in material}
     sentences = {p.name: p.sentences for p in material}
     last_partial, finals = ErrorCounts(), ErrorCounts()
+    by_passage: dict[str, ErrorCounts] = {}
     lags, after_decision, after_speech, settled = [], [], [], []
     partial_lat, changed, refined = [], 0, 0
     one_word, mid_sentence = 0, 0
@@ -325,6 +334,8 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
                              "after_speech": None if waited is None else round(waited, 2)})
         last_partial.add(references[log.passage], " ".join(shown))
         finals.add(references[log.passage], " ".join(final_texts))
+        by_passage.setdefault(log.passage, ErrorCounts()).add(references[log.passage],
+                                                              " ".join(final_texts))
         refined += shown_refined
         texts.append({"passage": log.passage, "finals": read})
     return {
@@ -344,8 +355,24 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         "partial_p95": round(percentile(partial_lat, 0.95), 3),
         "changed_committed": changed, "changed_examples": examples,
         "refined_share": round(refined / max(len(logs), 1), 2),
+        "final_errors": {name: {"sessions": c.utterances, "word_errors": c.word_errors,
+                                "words": c.words} for name, c in sorted(by_passage.items())},
         "finals": texts,
     }
+
+
+def wer_alone(final_errors: dict[str, dict[str, int]], alone: dict[str, dict[str, int]]
+              ) -> float | None:
+    """The WER of the same sessions' passages as one client had them: each passage's word
+    errors per session in ``alone`` (an earlier run's ``final_errors``), as many times as
+    ``final_errors`` has sessions of it; None when ``alone`` lacks one of its passages."""
+    errors = words = 0.0
+    for name, row in final_errors.items():
+        if name not in alone or not alone[name]["sessions"]:
+            return None
+        errors += row["sessions"] * alone[name]["word_errors"] / alone[name]["sessions"]
+        words += row["words"]
+    return round(100.0 * errors / max(words, 1.0), 1)
 
 
 @contextlib.contextmanager
@@ -392,10 +419,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds over which the clients' starts are spread (0.64: within "
                         "one chunk, so clients reading the same passage end its sentences "
                         "together; longer: independent speakers)")
+    parser.add_argument("--alone", type=Path, default=None,
+                        help="a one-client run's --out over the same passages: report "
+                        "final_wer_alone, the WER those sessions' passages had alone")
     parser.add_argument("server_flags", nargs="*", help="more oasr-server flags, after --")
     args = parser.parse_args(argv)
     material = (read_passages(args.passages, args.match) if args.passages is not None
                 else passages(args.devset))
+    alone = None
+    if args.alone is not None:
+        alone = json.loads(args.alone.read_text())[0]["final_errors"]
     print("passages: " + ", ".join(f"{p.name} {len(p.audio) / SR:.1f} s" for p in material))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -409,12 +442,17 @@ def main(argv: list[str] | None = None) -> int:
                    "endpoints_between_chunks": stats.get("endpoints_between_chunks"),
                    "second_pass": {k: v for k, v in stats.get("second_pass", {}).items()
                                    if isinstance(v, int | float | bool)}}
+            if alone is not None:
+                row["final_wer_alone"] = wer_alone(row["final_errors"], alone)
             rows.append(row)
-            print(json.dumps({k: v for k, v in row.items() if k != "finals"}), flush=True)
+            print(json.dumps({k: v for k, v in row.items()
+                              if k not in ("finals", "final_errors")}), flush=True)
     keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
             "after_speech_p50", "after_speech_p95", "after_decision_p50", "after_decision_p95",
             "settled_p50", "settled_p95", "num_finals", "one_word_finals", "mid_sentence_cuts",
             "partial_p50", "partial_p95", "changed_committed", "refined_share"]
+    if alone is not None:
+        keys.insert(3, "final_wer_alone")
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:
         print("| " + " | ".join(str(row[k]) for k in keys) + " |")

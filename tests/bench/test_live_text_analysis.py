@@ -125,3 +125,24 @@ def test_the_devsets_passage_knows_where_each_sentence_was_spoken() -> None:
         assert last_clip_end - 0.5 < end <= last_clip_end
         t += length
     assert len(devset.audio) / live.SR == pytest.approx(t, abs=1e-3)
+
+
+def test_the_same_sessions_passages_alone_tell_the_load_from_the_material() -> None:
+    """``final_errors`` counts each passage's sessions, word errors and words; ``wer_alone``
+    weighs a one-client run's errors per session of each passage by how many sessions of it
+    the loaded run had, so a load that reads harder passages more often is not blamed."""
+    live = load_script()
+    logs = []
+    for text in ("the quick brown fox", "the quick brown box"):  # 0 and 1 errors
+        log = client_log(live)
+        log.messages = [(103.0, final(0, text, 2.0))]
+        logs.append(log)
+    row = live.analyse(logs, [passage(live, "the quick brown fox")])
+    assert row["final_errors"] == {"p": {"sessions": 2, "word_errors": 1, "words": 8}}
+    alone = {"p": {"sessions": 1, "word_errors": 1, "words": 4},
+             "q": {"sessions": 2, "word_errors": 0, "words": 10}}
+    assert live.wer_alone(row["final_errors"], alone) == 25.0  # 2 x 1 error over 8 words
+    loaded = {"p": {"sessions": 3, "word_errors": 3, "words": 12},
+              "q": {"sessions": 1, "word_errors": 2, "words": 5}}
+    assert live.wer_alone(loaded, alone) == round(100 * 3 / 17, 1)  # q: 0 errors alone
+    assert live.wer_alone({"r": {"sessions": 1, "word_errors": 0, "words": 3}}, alone) is None
