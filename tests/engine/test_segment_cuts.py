@@ -8,7 +8,13 @@ import numpy as np
 from engine_helpers import live_stream
 
 from oasr.audio import ChunkGeometry
-from oasr.decoding import EndpointConfig, EndpointDecision, Endpointer, Hypothesis
+from oasr.decoding import (
+    EndpointConfig,
+    EndpointDecision,
+    Endpointer,
+    EndpointRule,
+    Hypothesis,
+)
 from oasr.decoding.decoder import FrameStats, StreamStep
 from oasr.engine.live.agreement import RefineState
 from oasr.engine.live.quiet_tail import QuietTail
@@ -141,5 +147,13 @@ def test_a_trailing_pause_ends_in_its_middle_not_in_the_next_words_onset() -> No
     # the pause after the last word's sound is all beyond the chunk: the chunk's end
     request.ctc_hyp = Hypothesis([1, 2], "", 0.0, [10, 94])
     assert cuts.cut_frame(request, decision) == decoded
+    # a rule that needs no silence (a length with no cut window) ends at the chunk
+    every_second = Endpointer(EndpointConfig(
+        rule1=None, rule2=None, rule4=None, max_cut_window_s=0.0, frame_shift_s=0.02,
+        rule3=EndpointRule(must_contain_speech=False, min_trailing_silence_s=0.0,
+                           min_utterance_length_s=1.0)))
+    request.ctc_hyp = Hypothesis([1, 2], "", 0.0, [10, 40])
+    length = SegmentCuts(every_second, ChunkGeometry(32, 2))
+    assert length.cut_frame(request, EndpointDecision("rule3", decoded)) == decoded
     # no endpointer: as decided
     assert SegmentCuts(None, ChunkGeometry(32, 2)).cut_frame(request, decision) == decoded

@@ -69,13 +69,16 @@ class SegmentCuts:
     def _in_trailing_pause(self, stream: LiveStream, decision: EndpointDecision) -> int:
         """A silence rule's cut: when it is the chunk's end after a pause with speech before
         it, the middle of that pause's quietest run of frames, at least `WORD_TAIL_S` after
-        the last CTC token (the frames after it start the next segment); else as decided."""
+        the last CTC token (the frames after it start the next segment); else as decided (a
+        rule that needs no silence, e.g. a length with the cut window off, ends at the
+        chunk)."""
         cut, hyp = decision.cut_frame, stream.ctc_hyp
-        if (self.endpointer is None or cut < stream.segment_frames or hyp is None
-                or not hyp.timestamps):
+        endpointer = stream.endpointer or self.endpointer
+        if (endpointer is None or not endpointer.is_silence_rule(decision.rule)
+                or cut < stream.segment_frames or hyp is None or not hyp.timestamps):
             return cut
         start = stream.segment_start_frame
-        tail = round(WORD_TAIL_S / self.endpointer.config.frame_shift_s)
+        tail = round(WORD_TAIL_S / endpointer.config.frame_shift_s)
         lo = max(start + hyp.timestamps[-1] + 1 + tail, stream.energy.first_frame)
         end = start + cut
         energy = stream.energy.span(lo, end)
