@@ -157,3 +157,21 @@ def test_a_trailing_pause_ends_in_its_middle_not_in_the_next_words_onset() -> No
     assert length.cut_frame(request, EndpointDecision("rule3", decoded)) == decoded
     # no endpointer: as decided
     assert SegmentCuts(None, ChunkGeometry(32, 2)).cut_frame(request, decision) == decoded
+
+
+def test_a_long_trailing_pause_is_cut_no_further_back_than_a_cut_may_reach() -> None:
+    """A client's silence rule of many seconds: the pause's quietest stretch may lie far back,
+    but the frames after a cut are decoded again and the stream keeps only so many."""
+    endpointer = Endpointer(EndpointConfig(frame_shift_s=0.02))  # a 3 s (150 frame) window
+    cuts = SegmentCuts(endpointer, ChunkGeometry(chunk_size=32, subsampling=2))
+    decoded = 600  # 12 s: speech to frame 100, then quiet, quietest (digital silence) 110-159
+    request = _request(0, range(100, decoded), 0)
+    rng = np.random.default_rng(1)
+    audio = 0.3 * rng.standard_normal(decoded * SAMPLES_PER_FRAME).astype(np.float32)
+    audio[100 * SAMPLES_PER_FRAME:] *= 1e-3
+    audio[110 * SAMPLES_PER_FRAME:160 * SAMPLES_PER_FRAME] = 0.0
+    request.energy.append(audio)
+    request.view.num_frames_decoded = decoded
+    request.ctc_hyp = Hypothesis([1], "", 0.0, [90])
+    cut = cuts.cut_frame(request, EndpointDecision("rule2", decoded))
+    assert decoded - cuts.max_cut_back_frames <= cut < decoded

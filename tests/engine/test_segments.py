@@ -11,7 +11,7 @@ import pytest
 from support.paths import DEVSET_DIR
 
 from oasr.audio import read_audio
-from oasr.decoding import EndpointConfig
+from oasr.decoding import EndpointConfig, EndpointRule
 from oasr.engine import ASREngine, EngineConfig, Final, Partial
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.engine.live.policy import SegmentEnd
@@ -180,3 +180,24 @@ def test_a_segment_ended_before_noise_keeps_its_words_and_drops_the_tokens_after
         if not engine.requests:
             break
     assert len(finals) == 2 and finals[1].start >= 130 * 0.02
+
+
+@pytest.mark.parametrize("silence_s", [1.0, 6.0])
+def test_a_trailing_pause_ends_inside_the_pause_and_the_next_sentence_keeps_its_words(
+        silence_s: float) -> None:
+    """A silence rule fires at a chunk's end, after the pause: the segment ends inside the
+    pause's audio (never in the next sentence's first sound), however long the rule's silence
+    (a client may ask for up to 60 s: a cut cannot reach back further than the frames the
+    stream keeps to decode again), and the two segments hold every word."""
+    gap = silence_s + 0.7
+    audio, gaps = passage([SS.format(870), gap, SS.format(880)])
+    rule = EndpointRule(must_contain_speech=True, min_trailing_silence_s=silence_s)
+    endpoint = EndpointConfig(rule1=None, rule2=rule, rule4=None)
+    got = segments(audio, endpoint)
+    assert len(got) == 2, got
+    (lo, hi), cut = gaps[0], got[0][1]
+    assert lo < cut <= hi, (lo, hi, got)
+    whole = segments(audio, EndpointConfig(rule1=None, rule2=None, rule3=None, rule4=None))
+    joined = " ".join(text for text, _ in got).split()
+    assert abs(len(joined) - len(whole[0][0].split())) <= 1, (got, whole)
+    assert got[1][0].split()[0] == "he", got  # "He was not ...": its first sound kept

@@ -40,8 +40,9 @@ class SegmentCuts:
         self.endpointer = endpointer
         self.quiet = quiet
         window = endpointer.max_cut_window_frames if endpointer is not None else 0
-        # a cut reaches back at most the window, or (a pause) one chunk
-        self.max_rewind_frames = max(window, geometry.chunk_size) + geometry.chunk_size
+        # a cut reaches back at most the window, or (a pause) one chunk, before the chunk's end
+        self.max_cut_back_frames = max(window, geometry.chunk_size)
+        self.max_rewind_frames = self.max_cut_back_frames + geometry.chunk_size
         self.retain_feature_frames = self.max_rewind_frames * geometry.subsampling
 
     def cut_frame(self, stream: LiveStream, decision: EndpointDecision) -> int:
@@ -69,9 +70,10 @@ class SegmentCuts:
     def _in_trailing_pause(self, stream: LiveStream, decision: EndpointDecision) -> int:
         """A silence rule's cut: when it is the chunk's end after a pause with speech before
         it, the middle of that pause's quietest run of frames, at least `WORD_TAIL_S` after
-        the last CTC token (the frames after it start the next segment); else as decided (a
-        rule that needs no silence, e.g. a length with the cut window off, ends at the
-        chunk)."""
+        the last CTC token and no further back than a length cut may reach (a client's long
+        silence rule: the frames after a cut are decoded again, and the stream keeps only
+        so many); else as decided (a rule that needs no silence, e.g. a length with the cut
+        window off, ends at the chunk)."""
         cut, hyp = decision.cut_frame, stream.ctc_hyp
         endpointer = stream.endpointer or self.endpointer
         if (endpointer is None or not endpointer.is_silence_rule(decision.rule)
@@ -79,8 +81,9 @@ class SegmentCuts:
             return cut
         start = stream.segment_start_frame
         tail = round(WORD_TAIL_S / endpointer.config.frame_shift_s)
-        lo = max(start + hyp.timestamps[-1] + 1 + tail, stream.energy.first_frame)
         end = start + cut
+        lo = max(start + hyp.timestamps[-1] + 1 + tail, stream.energy.first_frame,
+                 end - self.max_cut_back_frames)  # (what the windower can decode again)
         energy = stream.energy.span(lo, end)
         if len(energy) < 2 or len(energy) != end - lo:  # no pause left, or not all held
             return cut
