@@ -68,21 +68,10 @@ class LogMelSpectra:
         return buffer[:rows]
 
 
-def _apply_floor(log_mel: np.ndarray, running_max: float) -> tuple[np.ndarray, float]:
-    """Floor each frame at (running max incl. that frame) - 8 and rescale.
-
-    Returns ((F, n_mels) float32 features, the new running maximum).
-    """
-    frame_max = np.maximum.accumulate(log_mel.max(axis=1)) if len(log_mel) else log_mel[:, 0]
-    peaks = np.maximum(frame_max, running_max)  # (F,)
-    floored = np.maximum(log_mel, peaks[:, None] - DYNAMIC_RANGE)
-    new_max = float(peaks[-1]) if len(peaks) else running_max
-    return ((floored + 4.0) / 4.0).astype(np.float32, copy=False), new_max
-
-
 def _apply_floors(log_mel: np.ndarray, counts: Sequence[int], running_max: Sequence[float]
                   ) -> tuple[np.ndarray, list[float]]:
-    """`_apply_floor` of many streams' frames at once, the same values bit for bit.
+    """Floor each stream's frames at (its running maximum, that frame included) - 8 and
+    rescale, many streams at once.
 
     Args:
         log_mel: (sum counts, n_mels) float32, stream i's ``counts[i] >= 1`` rows in order.
@@ -207,7 +196,10 @@ class CausalLogMel:
         return windows
 
     def _floored(self, log_mel: np.ndarray) -> np.ndarray:
-        feats, self._running_max = _apply_floor(log_mel, self._running_max)
+        if not len(log_mel):
+            return log_mel.astype(np.float32, copy=False)
+        feats, (self._running_max,) = _apply_floors(log_mel, [len(log_mel)],
+                                                    [self._running_max])
         return feats
 
 

@@ -117,12 +117,22 @@ def test_streams_sharing_one_spectra_are_one_product_and_others_their_own() -> N
         CausalLogMel(64, shared)
 
 
+def _floor_row_by_row(rows: np.ndarray, before: float) -> tuple[np.ndarray, float]:
+    """The floor's definition, one frame at a time: the running maximum including the frame
+    (a NaN stays), the frame floored at it minus 8, then (x + 4) / 4, all in float32."""
+    peak, out = np.float32(before), []
+    for row in rows:
+        peak = np.maximum(peak, row.max())
+        out.append(((np.maximum(row, peak - 8.0) + 4.0) / 4.0).astype(np.float32))
+    return np.stack(out), float(peak)
+
+
 def test_the_floors_of_many_streams_at_once_equal_each_streams_own_bit_for_bit() -> None:
     """`_apply_floors` (every stream of a step in a few array operations) gives each stream
-    the values and running maximum `_apply_floor` gives it alone, whatever its row count,
+    the values and running maximum its frames give one at a time, whatever its row count,
     running maximum so far (none yet, or above all its rows), or a NaN in its rows, which
     stays that stream's own."""
-    from oasr.models.whisper_ctc.frontend import _apply_floor, _apply_floors
+    from oasr.models.whisper_ctc.frontend import _apply_floors
 
     rng = np.random.default_rng(3)
     counts = [5, 1, 5, 12, 5, 3]
@@ -132,7 +142,7 @@ def test_the_floors_of_many_streams_at_once_equal_each_streams_own_bit_for_bit()
     got, maxima = _apply_floors(log_mel, counts, running)
     start = 0
     for count, before, new_max in zip(counts, running, maxima, strict=True):
-        want, want_max = _apply_floor(log_mel[start:start + count], before)
+        want, want_max = _floor_row_by_row(log_mel[start:start + count], before)
         np.testing.assert_array_equal(got[start:start + count], want)
         assert new_max == want_max or (np.isnan(new_max) and np.isnan(want_max))
         start += count
