@@ -217,14 +217,13 @@ class ChunkWindower:
         finished (no more frames will come)."""
         if source.is_finished:
             return None
-        end = self.next_start_frame + self.geometry.window_frames
-        return max(0, end - source.num_frames_ready)
+        return max(0, self._full_window_end(self.next_start_frame) - source.num_frames_ready)
 
     def has_backlog(self, source: FrameSource) -> bool:
         """True when the window after the next is complete too (audio came faster than it
         was decoded)."""
-        end = self.next_start_frame + self.geometry.stride_frames + self.geometry.window_frames
-        return source.num_frames_ready >= end
+        after_next = self.next_start_frame + self.geometry.stride_frames
+        return source.num_frames_ready >= self._full_window_end(after_next)
 
     def is_exhausted(self, source: FrameSource) -> bool:
         """True when the input has finished and every window has been taken."""
@@ -256,12 +255,16 @@ class ChunkWindower:
         source.drop_frames_before(min(keep_from, source.num_frames_ready))
         return window
 
+    def _full_window_end(self, start: int) -> int:
+        """The end of a whole window that begins at frame ``start``."""
+        return start + self.geometry.window_frames
+
     def _next_window_end(self, source: FrameSource) -> int | None:
-        geometry, start = self.geometry, self.next_start_frame
-        ready = source.num_frames_ready
-        if ready >= start + geometry.window_frames:
-            return start + geometry.window_frames
-        if source.is_finished and ready >= start + geometry.min_window_frames:
+        start, ready = self.next_start_frame, source.num_frames_ready
+        end = self._full_window_end(start)
+        if ready >= end:
+            return end
+        if source.is_finished and ready >= start + self.geometry.min_window_frames:
             return ready
         return None
 

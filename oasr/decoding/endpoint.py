@@ -356,7 +356,7 @@ def quiet_middle(frame_energy_db: np.ndarray, margin_db: float = 6.0,
     if energy.size == 0:
         raise ValueError("quiet_middle needs at least one frame")
     smooth = _smoothed(energy, smooth_frames)
-    quietest = int(energy.size - 1 - np.argmin(smooth[::-1]))
+    quietest = _latest_minimum(smooth)
     quiet = smooth <= smooth[quietest] + margin_db
     first = last = quietest
     while first > 0 and quiet[first - 1]:
@@ -373,6 +373,11 @@ def _smoothed(energy: np.ndarray, smooth_frames: int) -> np.ndarray:
     return np.convolve(padded, np.ones(k) / k, mode="valid")  # (F,)
 
 
+def _latest_minimum(values: np.ndarray) -> int:
+    """Index of the smallest value, the latest one on ties."""
+    return int(values.size - 1 - np.argmin(values[::-1]))
+
+
 def quietest_frame(frame_energy_db: np.ndarray, smooth_frames: int = 5) -> int:
     """Index of the quietest frame of ``frame_energy_db`` (F,): the lowest mean energy over
     ``smooth_frames`` frames centred on it (a pause, not one quiet frame inside a word); the
@@ -380,5 +385,4 @@ def quietest_frame(frame_energy_db: np.ndarray, smooth_frames: int = 5) -> int:
     energy = np.asarray(frame_energy_db, dtype=np.float64)
     if energy.size == 0:
         raise ValueError("quietest_frame needs at least one frame")
-    smooth = _smoothed(energy, smooth_frames)
-    return int(energy.size - 1 - np.argmin(smooth[::-1]))
+    return _latest_minimum(_smoothed(energy, smooth_frames))
