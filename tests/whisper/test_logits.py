@@ -202,6 +202,37 @@ def test_int8_gives_the_best_candidates_float32_logits(rows: int, layout: str) -
 
 
 @torch.inference_mode()
+@pytest.mark.parametrize("backend", ["torch", "int8"])
+@pytest.mark.parametrize("rows", [1, 30])
+def test_top_log_probs_are_the_best_of_the_whole_softmax(rows: int, backend: str) -> None:
+    """A beam step's candidates: the k likeliest tokens, best first, with their log-probs
+    under the softmax over the whole vocabulary (the suppressed ids out), as ranking
+    ``log_softmax`` of the same projection's logits gives them. For int8 they are float32
+    values, and suppressed ids never take a rescored place (a broken path that chose the 64
+    before suppressing would leave fewer than k rescored candidates here)."""
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    projection = LogitsProjection(weight, backend)
+    h = peaked_rows(weight, rows)[:, 0]  # (N, d)
+    # suppress most of each row's float32 best, so that fewer than k of the int8 best 64
+    # would be left unsuppressed
+    ranked = F.linear(h, weight).topk(RESCORED, dim=-1).indices
+    suppressed = torch.unique(ranked[:, : RESCORED - 4])
+    k = 10
+    best, ids = projection.top_log_probs(h, suppressed, k)
+    assert best.shape == ids.shape == (rows, k) and best.dtype == torch.float32
+    assert not torch.isin(ids, suppressed).any()
+    assert torch.all(best[:, :-1] >= best[:, 1:])  # best first
+    exact = F.linear(h, weight)
+    exact[:, suppressed] = float("-inf")
+    expected, expected_ids = torch.log_softmax(exact, dim=-1).topk(k, dim=-1)
+    assert torch.equal(ids, expected_ids)  # the float32 ranking
+    if backend == "torch":
+        torch.testing.assert_close(best, expected)
+    else:  # float32 logits; the normaliser's tail (past the rescored 64) in int8
+        torch.testing.assert_close(best, expected, rtol=0, atol=1e-3)
+
+
+@torch.inference_mode()
 def test_int8_packs_once_per_storage_and_falls_back_off_the_cpu_path(
         packs: list[int]) -> None:
     parameter = torch.nn.Parameter(vocabulary_major(torch.randn(VOCAB, WIDTH)),

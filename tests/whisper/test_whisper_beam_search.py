@@ -36,7 +36,8 @@ def test_best_candidates_are_the_best_of_all_tokens_of_all_beams(width: int) -> 
     batch, vocab, wanted = 3, 500, 10
     scores = torch.randn(batch, width, generator=generator) * 4
     log_probs = torch.log_softmax(torch.randn(batch * width, vocab, generator=generator) * 3, -1)
-    top_scores, parents, tokens = best_candidates(scores, log_probs, wanted)
+    best, best_tokens = log_probs.topk(wanted, dim=-1)  # each beam's own best, as a step gives
+    top_scores, parents, tokens = best_candidates(scores, best, best_tokens, wanted)
     every = (scores.unsqueeze(-1) + log_probs.view(batch, width, vocab)).view(batch, -1)
     expected_scores, expected = every.topk(wanted, dim=-1)
     torch.testing.assert_close(top_scores, expected_scores)
@@ -63,8 +64,8 @@ def test_rows_that_stop_leave_the_batch_and_the_others_decode_as_alone(
     with torch.no_grad():
         model.decoder.embedding.weight[TINY_SPEC.eot] *= 5.0  # some rows end early
     encoded = tiny_encoded(6, seed=33)
-    widths: list[int] = []
-    hook = model.decoder.register_forward_hook(
+    widths: list[int] = []  # rows of each decoder call (its final LayerNorm sees them all)
+    hook = model.decoder.norm.register_forward_hook(
         lambda _m, args, _out: widths.append(args[0].size(0)))
     try:
         batched = beam_search(model, TINY_SPEC, DecoderKv(model.decoder.cross_kv(encoded), 20,
@@ -119,7 +120,7 @@ def test_a_stop_gives_the_search_up_before_its_next_decoder_call() -> None:
     model = tiny_model(seed=31)
     cross = model.decoder.cross_kv(tiny_encoded(2, seed=32))
     calls = []
-    hook = model.decoder.register_forward_hook(lambda *_: calls.append(1))
+    hook = model.decoder.norm.register_forward_hook(lambda *_: calls.append(1))
     try:
         asked = [0]
 

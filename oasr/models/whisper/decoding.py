@@ -47,6 +47,13 @@ def suppression_masks(spec: DecodingSpec, vocab: int, device: torch.device) -> t
     return always, first
 
 
+def suppressed_ids(spec: DecodingSpec, vocab: int, device: torch.device) -> torch.Tensor:
+    """(S,) int64: the ids suppressed at every step (those ``suppression_masks``' ``always``
+    mask sets to -inf), for `LogitsProjection.top_log_probs`."""
+    ids = sorted({t for t in spec.suppress_ids if 0 <= t < vocab})
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
 def default_max_new_tokens(model: WhisperModel, spec: DecodingSpec) -> int:
     """Tokens a row may generate: the decoder's positions minus the prompt."""
     return model.config.n_text_ctx - len(spec.prompt)
@@ -208,14 +215,17 @@ def beam_search(
         raise SearchStopped
     prompt_logits = model.decoder(prompt, kv)  # (B, P, V)
     no_speech = no_speech_probs(prompt_logits, spec, start)
-    log_probs = torch.log_softmax(prompt_logits[:, -1] + first, dim=-1)  # (B, V)
+    wanted = 2 * beam_size
+    suppressed = suppressed_ids(spec, model.config.n_vocab, device)
+    # each live beam's best ``wanted`` next tokens: their log-probs and ids (B * K, wanted)
+    best, best_tokens = torch.log_softmax(prompt_logits[:, -1] + first, dim=-1).topk(wanted, dim=-1)
     scores = torch.zeros(batch, 1, device=device)  # (B, K) summed log-probs of live beams
     history = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (B, K, t)
     token_lps = torch.zeros(batch, 1, 0, device=device)  # (B, K, t) each token's log-prob
     finished: list[list[BeamHypothesis]] = [[] for _ in range(batch)]
     rows = list(range(batch))  # the original row of each row still searched
     for step in range(limit):
-        top_scores, parents, tokens = best_candidates(scores, log_probs, 2 * beam_size)
+        top_scores, parents, tokens = best_candidates(scores, best, best_tokens, wanted)
         picked = top_scores - scores.gather(1, parents)  # (B, 2K) the tokens' log-probs
         keep = _collect_finished([finished[r] for r in rows], top_scores, parents, tokens,
                                  history, spec.eot, beam_size, length_penalty,
@@ -243,11 +253,11 @@ def beam_search(
                              chosen_tokens.unsqueeze(-1)], dim=-1)
         token_lps = torch.cat([token_lps.view(batch * width, -1)[flat].view(batch, beam_size, -1),
                                picked.gather(1, keep).unsqueeze(-1)], dim=-1)
-        logits = model.decoder(chosen_tokens.view(-1, 1), kv)[:, -1] + always  # (B*K, V)
-        log_probs = torch.log_softmax(logits, dim=-1)
-    best = [max(f, key=lambda h: h.score) for f in finished]
+        hidden = model.decoder.hidden(chosen_tokens.view(-1, 1), kv)[:, -1]  # (B*K, d)
+        best, best_tokens = model.decoder.logits.top_log_probs(hidden, suppressed, wanted)
+    chosen = [max(f, key=lambda h: h.score) for f in finished]
     return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns, h.token_log_probs)
-            for h, ns in zip(best, no_speech, strict=True)]
+            for h, ns in zip(chosen, no_speech, strict=True)]
 
 
 def draft_tensor(drafts: Sequence[Sequence[int]], pad: int,
@@ -285,21 +295,23 @@ def accepted_draft(logits: torch.Tensor, guess: torch.Tensor,
     return torch.cumprod(ok.long(), dim=1).sum(dim=1), chosen  # per row: the agreeing run
 
 
-def best_candidates(scores: torch.Tensor, log_probs: torch.Tensor,
+def best_candidates(scores: torch.Tensor, best: torch.Tensor, best_tokens: torch.Tensor,
                     wanted: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The ``wanted`` best continuations of each row's live beams, best first: their summed
     log-probabilities, parent beams and tokens, each (B, wanted).
 
     Args:
         scores: (B, W) summed log-probabilities of the W live beams of each row.
-        log_probs: (B * W, V) each beam's next-token log-probabilities.
+        best: (B * W, C) each beam's C >= ``wanted`` likeliest next tokens' log-probabilities
+            (`LogitsProjection.top_log_probs`), and ``best_tokens`` (B * W, C) their ids.
 
     A row's best ``wanted`` candidates are among its beams' own best ``wanted`` tokens, so
-    those are ranked (B, W * wanted), not all W * V (a 5-beam step: 50 of 259,320)."""
+    those are ranked (B, W * C), not all W * V (a 5-beam step: 50 of 259,320)."""
     batch, width = scores.shape
-    best, best_tokens = log_probs.view(batch, width, -1).topk(wanted, dim=-1)  # (B, W, wanted)
-    top_scores, top_ids = (scores.unsqueeze(-1) + best).view(batch, -1).topk(wanted, dim=-1)
-    return top_scores, top_ids // wanted, best_tokens.view(batch, -1).gather(1, top_ids)
+    per_beam = best.size(-1)
+    top_scores, top_ids = (scores.unsqueeze(-1) + best.view(batch, width, -1)).view(
+        batch, -1).topk(wanted, dim=-1)
+    return top_scores, top_ids // per_beam, best_tokens.view(batch, -1).gather(1, top_ids)
 
 
 def _collect_finished(

@@ -180,12 +180,17 @@ class WhisperDecoder(nn.Module):
 
         Advances ``kv`` by T tokens.
         """
+        return self.logits(self.hidden(tokens, kv))  # (B, T, V) float32
+
+    def hidden(self, tokens: torch.Tensor, kv: DecoderKvStore) -> torch.Tensor:
+        """``forward`` up to the output projection: the final states (B, T, d), for a caller
+        that projects only what it ranks (`LogitsProjection.top_log_probs`). Advances ``kv``."""
         positions = kv.begin(tokens.size(1))  # (B, T); the store checks its capacity
         x = self.embedding(tokens) + self.positions[positions].to(self.embedding.weight.dtype)
         for block in self._blocks():
             x = block(x, kv)
         kv.advance(tokens.size(1))
-        return self.logits(self.norm(x))  # (B, T, V) float32
+        return self.norm(x)
 
 
 class WhisperModel(nn.Module):
