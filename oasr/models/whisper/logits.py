@@ -28,8 +28,8 @@ A beam step needs only each beam's best few tokens and their log-probabilities
 (`LogitsProjection.top_log_probs`): the suppressed tokens are set to -inf before the 64 are
 chosen, the step's candidates are the best of the rescored 64, and the normaliser is one
 ``log_softmax`` pass. Ranking the vocabulary a second time and adding the suppression mask to
-every logit are gone: on a Sapphire Rapids core a beam-5 final of six 17.5 s segments took 5-8 %
-less time with the same texts (`bench/beam_batches.py`).
+every logit are gone: on a Sapphire Rapids core batched beam-5 finals took 6-14 % less time,
+with the same texts (`bench/beam_batches.py`, docs/benchmarks.md).
 
 For int8 logits (and a bfloat16 model's) the weight is best stored contiguous (V, d), as
 `load_for_decoding` stores it: the rescoring then gathers 64 rows per beam, 1 ms for 30 rows (a
