@@ -233,6 +233,20 @@ def test_top_log_probs_are_the_best_of_the_whole_softmax(rows: int, backend: str
 
 
 @torch.inference_mode()
+@pytest.mark.parametrize("backend", ["torch", "int8"])
+def test_top_log_probs_never_give_a_suppressed_token(backend: str) -> None:
+    """With fewer tokens left than the int8 path rescores, the suppressed ones it ranks among
+    its 64 keep their -inf: the k best are the tokens left, then -inf."""
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    h = peaked_rows(weight, 3)[:, 0]
+    left = torch.tensor([3, 50, 400, 999])
+    suppressed = torch.tensor([t for t in range(VOCAB) if t not in left.tolist()])
+    best, ids = LogitsProjection(weight, backend).top_log_probs(h, suppressed, 10)
+    assert torch.isfinite(best[:, :4]).all() and torch.isneginf(best[:, 4:]).all()
+    assert all(set(row[:4]) == set(left.tolist()) for row in ids.tolist())
+
+
+@torch.inference_mode()
 def test_int8_packs_once_per_storage_and_falls_back_off_the_cpu_path(
         packs: list[int]) -> None:
     parameter = torch.nn.Parameter(vocabulary_major(torch.randn(VOCAB, WIDTH)),

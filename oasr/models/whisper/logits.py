@@ -145,6 +145,8 @@ class LogitsProjection:
             logits.index_fill_(-1, suppressed, float("-inf"))
         top = logits.topk(min(RESCORED, logits.shape[-1]), dim=-1).indices  # (N, M)
         exact = self._exact(rows, top)
+        if suppressed is not None:  # fewer than M tokens left: the suppressed stay -inf
+            exact.masked_fill_(logits.gather(-1, top).isneginf(), float("-inf"))
         return logits.scatter_(-1, top, exact), top, exact
 
     def top_log_probs(self, h: torch.Tensor, suppressed: torch.Tensor,
