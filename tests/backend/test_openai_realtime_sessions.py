@@ -78,7 +78,7 @@ def test_a_session_without_a_turn_outlives_the_stream_idle_timeout(
     ws.receive_json()
     time.sleep(1.2)  # four idle timeouts: it used to get "timeout" and a close here
     assert update(ws, MANUAL_16K)["type"] == "session.updated"
-    append(ws, synthetic_pcm(2.64))
+    append(ws, synthetic_pcm(1.0))
     ws.send_json({"type": "input_audio_buffer.commit"})
     assert receive_until(ws, COMPLETED)[-1]["usage"]["seconds"] == 1.0
 
@@ -101,7 +101,7 @@ def test_a_turn_that_sends_nothing_still_frees_its_slot(
     ws = connect(client)
     ws.receive_json()
     update(ws, {"format": {"type": "audio/pcm", "rate": 16000}})
-    append(ws, synthetic_pcm(2.64))
+    append(ws, synthetic_pcm(0.5))
     wait_until(lambda: stats(client)["finish_reasons"].get("timeout", 0) == 1,
                what="the silent turn's stream ended by the engine")
     assert pool_is_full(stats(client))
@@ -129,7 +129,7 @@ def test_idle_timeout_ms_counts_the_audio_appended_while_quiet(
         make_client: Callable[..., TestClient], blank_model_dir: Path) -> None:
     client = make_client({"model": str(blank_model_dir)})  # it hears no speech, ever
     ws, _ = vad_socket(client, idle_timeout_ms=1500)
-    append(ws, synthetic_pcm(2.64))
+    append(ws, synthetic_pcm(1.0))
     triggered = receive_until(ws, "input_audio_buffer.timeout_triggered")[-1]
     assert (triggered["audio_start_ms"], triggered["audio_end_ms"]) == (0, 1000)
 
@@ -168,7 +168,7 @@ def test_a_commit_with_server_vad_is_answered_even_when_nothing_was_heard(
         make_client: Callable[..., TestClient], blank_model_dir: Path) -> None:
     client = make_client({"model": str(blank_model_dir)})  # it hears no speech, ever
     ws, _ = vad_socket(client)
-    append(ws, synthetic_pcm(2.64))
+    append(ws, synthetic_pcm(0.5))
     ws.send_json({"type": "input_audio_buffer.commit"})
     committed, completed = ws.receive_json(), ws.receive_json()
     assert committed["type"] == "input_audio_buffer.committed"
@@ -186,7 +186,7 @@ def test_a_dropped_session_resumes_with_its_buffer(client: TestClient) -> None:
     ws = connect(client)
     token = ws.receive_json()["resume_token"]
     update(ws, MANUAL_16K)
-    append(ws, synthetic_pcm(2.64))
+    append(ws, synthetic_pcm(1.0))
     wait_until(lambda: stats(client)["streams"]["active"] == 1, what="the turn's stream")
     ws.close(DROP)
     wait_until(lambda: stats(client)["streams"]["suspended"] == 1, what="turn suspended")
@@ -205,7 +205,7 @@ def test_events_decided_while_away_arrive_on_resume(client: TestClient) -> None:
     token = ws.receive_json()["resume_token"]
     update(ws, MANUAL_16K)
     with engine_held(client):  # the transcript cannot come before the drop
-        append(ws, synthetic_pcm(2.64))
+        append(ws, synthetic_pcm(1.0))
         ws.send_json({"type": "input_audio_buffer.commit"})
         assert ws.receive_json()["type"] == "input_audio_buffer.committed"
         ws.close(DROP)
@@ -254,7 +254,7 @@ def test_a_session_not_resumed_in_time_ends_and_its_turn_is_abandoned(
     ws = connect(client)
     token = ws.receive_json()["resume_token"]
     update(ws, MANUAL_16K)
-    append(ws, synthetic_pcm(2.64))
+    append(ws, synthetic_pcm(1.0))
     wait_until(lambda: stats(client)["streams"]["active"] == 1, what="the turn's stream")
     ws.close(DROP)
     wait_until(lambda: stats(client)["finish_reasons"].get("abandoned", 0) == 1,
@@ -266,7 +266,7 @@ def test_a_deliberate_close_ends_the_session(client: TestClient) -> None:
     ws = connect(client)
     token = ws.receive_json()["resume_token"]
     update(ws, MANUAL_16K)
-    append(ws, synthetic_pcm(2.64))
+    append(ws, synthetic_pcm(1.0))
     wait_until(lambda: stats(client)["streams"]["active"] == 1, what="the turn's stream")
     ws.close(1000)
     wait_until(lambda: stats(client)["finish_reasons"].get("abort", 0) == 1, what="abort")
