@@ -37,10 +37,10 @@ class WhisperTranscript:
 
 
 def suppression_masks(spec: DecodingSpec, vocab: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Additive (V,) float32 masks: always-suppressed ids, and those suppressed at step one."""
+    """Additive (V,) float32 masks: always-suppressed ids (`suppressed_ids`), and those
+    suppressed at step one."""
     always = torch.zeros(vocab, device=device)
-    ids = [t for t in spec.suppress_ids if 0 <= t < vocab]
-    always[torch.tensor(ids, dtype=torch.long, device=device)] = float("-inf")
+    always[suppressed_ids(spec, vocab, device)] = float("-inf")
     first = always.clone()
     begin = [t for t in spec.suppress_ids_begin if 0 <= t < vocab]
     first[torch.tensor(begin, dtype=torch.long, device=device)] = float("-inf")
@@ -48,8 +48,8 @@ def suppression_masks(spec: DecodingSpec, vocab: int, device: torch.device) -> t
 
 
 def suppressed_ids(spec: DecodingSpec, vocab: int, device: torch.device) -> torch.Tensor:
-    """(S,) int64: the ids suppressed at every step (those ``suppression_masks``' ``always``
-    mask sets to -inf), for `LogitsProjection.top_log_probs`."""
+    """(S,) int64: the ids suppressed at every step, for `LogitsProjection.top_log_probs`
+    (``suppression_masks``' ``always`` mask is -inf at them)."""
     ids = sorted({t for t in spec.suppress_ids if 0 <= t < vocab})
     return torch.tensor(ids, dtype=torch.long, device=device)
 
