@@ -192,29 +192,66 @@ def test_token_budget_cuts_a_row_that_never_ends(tmp_path: Path) -> None:
     assert decoder.manager.pool.num_free_blocks == decoder.manager.pool.num_blocks
 
 
-def test_beam_first_decodes_equal_beam_search_alone(tmp_path: Path) -> None:
-    from oasr.models.whisper import beam_search
+def _beam_config(beam_size: int = 3) -> WhisperDecodeConfig:
     from oasr.models.whisper.safeguards import FallbackRule
 
-    checkpoint = tiny_checkpoint(tmp_path, seed=32)
-    encoded = tiny_encoded(3, seed=33)
-    config = WhisperDecodeConfig(max_rows=4, max_new_tokens=12, block_size=4, beam_size=3,
-                                 token_budget=None, repetition=None,
-                                 fallback=FallbackRule(temperatures=(0.0,)))
-    decoder = ContinuousWhisperDecoder(checkpoint, config)
-    for request in range(3):
-        decoder.submit_encoded(request, encoded[request])
-    results = decoder.step()  # the three first decodes, one batched beam search
-    assert sorted(r.request_id for r in results) == [0, 1, 2] and not decoder.has_work()
+    return WhisperDecodeConfig(max_rows=4, max_new_tokens=12, block_size=4, beam_size=beam_size,
+                               token_budget=None, repetition=None,
+                               fallback=FallbackRule(temperatures=(0.0,)))
+
+
+def _beam_alone(checkpoint, states: torch.Tensor, beam_size: int = 3):  # type: ignore[no-untyped-def]
+    from oasr.models.whisper import beam_search
+
     model = checkpoint.model
     with torch.inference_mode():
-        for result in results:
-            row = encoded[result.request_id][None]
-            kv = DecoderKv(model.decoder.cross_kv(row), len(TINY_SPEC.prompt) + 12)
-            (alone_hyp,) = beam_search(model, TINY_SPEC, kv, 3, 12)
-            assert result.tokens == alone_hyp.tokens
-            assert result.avg_log_prob == pytest.approx(
-                alone_hyp.log_prob / (len(alone_hyp.tokens) + 1), abs=1e-5)
+        kv = DecoderKv(model.decoder.cross_kv(states[None]), len(TINY_SPEC.prompt) + 12)
+        (hyp,) = beam_search(model, TINY_SPEC, kv, beam_size, 12)
+    return hyp
+
+
+@pytest.mark.parametrize("joins_at", [(0, 0, 0), (0, 2, 5), (0, 1, 9)])
+def test_beam_first_decodes_equal_beam_search_alone(tmp_path: Path,
+                                                    joins_at: tuple[int, ...]) -> None:
+    # requests submitted while others are being searched join the running search at the next
+    # step (at different token positions); each still decodes as it would alone (alone these
+    # take 12, 12 and 5 tokens)
+    checkpoint = tiny_checkpoint(tmp_path, seed=35)
+    encoded = tiny_encoded(3, seed=39)
+    decoder = ContinuousWhisperDecoder(checkpoint, _beam_config())
+    results, step = [], 0
+    while step <= max(joins_at) or decoder.has_work():
+        for request, at in enumerate(joins_at):
+            if at == step:
+                decoder.submit_encoded(request, encoded[request])
+        results += decoder.step()
+        step += 1
+        if step == 3 and joins_at == (0, 2, 5):  # 0 and 1 searched together, at two positions
+            assert decoder._search.num_groups == 2 and decoder._search.kv is not None
+            assert decoder._search.kv.lengths is not None
+    assert sorted(r.request_id for r in results) == [0, 1, 2]
+    for result in results:
+        alone = _beam_alone(checkpoint, encoded[result.request_id])
+        assert result.tokens == alone.tokens
+        assert result.avg_log_prob == pytest.approx(
+            alone.log_prob / (len(alone.tokens) + 1), abs=1e-5)
+
+
+def test_the_segment_cap_holds_later_requests_until_a_search_ends(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=32)
+    encoded = tiny_encoded(6, seed=34)
+    decoder = ContinuousWhisperDecoder(checkpoint, _beam_config())  # max_rows 4
+    for request in range(6):
+        decoder.submit_encoded(request, encoded[request])
+    results = decoder.step()
+    assert decoder._search.num_groups == 4 and decoder.num_waiting == 2
+    most = 4
+    while decoder.has_work():
+        results += decoder.step()
+        most = max(most, decoder._search.num_groups)
+    assert most == 4 and sorted(r.request_id for r in results) == list(range(6))
+    for result in results:
+        assert result.tokens == _beam_alone(checkpoint, encoded[result.request_id]).tokens
 
 
 def test_a_fallback_samples_the_same_text_whatever_shares_its_batch(tmp_path: Path) -> None:
@@ -255,40 +292,31 @@ def test_a_fallback_samples_the_same_text_whatever_shares_its_batch(tmp_path: Pa
         hook.remove()
 
 
-def test_a_beam_decode_whose_requests_are_all_aborted_midway_is_given_up(tmp_path: Path) -> None:
-    checkpoint = tiny_checkpoint(tmp_path, seed=32)
-    encoded = tiny_encoded(3, seed=33)
-    config = WhisperDecodeConfig(max_rows=4, max_new_tokens=12, block_size=4, beam_size=3,
-                                 token_budget=None, repetition=None,
-                                 fallback=FallbackRule(temperatures=(0.0,)))
-    decoder = ContinuousWhisperDecoder(checkpoint, config)
+def test_an_aborted_request_leaves_the_beam_search_and_the_others_go_on(tmp_path: Path) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=36)
+    encoded = tiny_encoded(3, seed=34)  # alone: 12, 12 and 3 tokens
+    decoder = ContinuousWhisperDecoder(checkpoint, _beam_config())
     asked: list[int] = []
     aborted: set[int] = set()
 
     def cancelled(request_id: int) -> bool:
         asked.append(request_id)
-        if len(asked) == 4:  # the aborts arrive while the decode runs
-            aborted.update({0, 1})
         return request_id in aborted
 
     decoder.cancelled = cancelled
-    decoder.submit_encoded(0, encoded[0])
-    decoder.submit_encoded(1, encoded[1])
-    assert decoder.step() == [] and not decoder.has_work()  # given up, nothing answered
-    assert decoder.num_cancelled == 1
-    assert set(asked) == {0, 1} and len(asked) < 2 * 12  # asked each step, stopped at once
-
-    # one request of a batch still wanted: the decode goes on and answers both
-    aborted.clear()
-    decoder.cancelled = lambda request_id: request_id == 1
-    decoder.submit_encoded(1, encoded[1])
-    decoder.submit_encoded(2, encoded[2])
-    results = {r.request_id: r.tokens for r in decoder.step()}
-    assert set(results) == {1, 2} and decoder.num_cancelled == 1
-    fresh = ContinuousWhisperDecoder(checkpoint, config)  # the same as a decoder never stopped
-    fresh.submit_encoded(1, encoded[1])
-    fresh.submit_encoded(2, encoded[2])
-    assert {r.request_id: r.tokens for r in fresh.step()} == results
+    for request in range(3):
+        decoder.submit_encoded(request, encoded[request])
+    assert decoder.step() == [] and decoder._search.num_groups == 3
+    aborted.add(0)  # told by the loop while the search runs
+    results = decoder.step()
+    assert decoder._search.group_keys() == [1, 2] and results == [] and decoder.num_cancelled == 1
+    assert decoder.abort(2)  # an abort command between steps drops it too
+    assert decoder.num_cancelled == 2 and not decoder.abort(2)
+    while decoder.has_work():
+        results += decoder.step()
+    assert [r.request_id for r in results] == [1] and set(asked) >= {0, 1, 2}
+    assert results[0].tokens == _beam_alone(checkpoint, encoded[1]).tokens
+    assert decoder._search.kv is None  # nothing held once every search ended
 
 
 def test_a_greedy_result_carries_each_generated_tokens_log_probability(tmp_path: Path) -> None:

@@ -1,19 +1,20 @@
 """The second pass's first decodes by beam search (``WhisperDecodeConfig.beam_size`` > 1).
 
-A batch of waiting requests with one prompt length is decoded to the end in one batched call,
-on dense per-request K/V with the cross K/V shared by a request's beams (a beam grid would
-alias the paged pool's pages, see `oasr.cache.decoder_kv.PagedDecoderKv.select`). Each best
-beam is then judged as a sampled row is: cut at the request's token budget, checked for loops.
+Waiting requests join the running `BeamSearch` between its steps, on dense per-request K/V with
+the cross K/V shared by a request's beams (a beam grid would alias the paged pool's pages, see
+`oasr.cache.decoder_kv.PagedDecoderKv.select`): a final that arrives while others are being
+searched starts at the next step instead of waiting for them to end. Each best beam is then
+judged as a sampled row is: cut at the request's token budget, checked for loops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from oasr.models.whisper.decode_requests import DecodeRequest
-from oasr.models.whisper.decoding import beam_search
+from oasr.models.whisper.decoding import BeamHypothesis, BeamSearch
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.loader import WhisperCheckpoint
 from oasr.models.whisper.safeguards import DecodeAttempt
@@ -21,43 +22,37 @@ from oasr.models.whisper.transcriber import WhisperDecodeConfig
 from oasr.models.whisper.window import EncodedSegments, SegmentEncoder
 
 
-def beam_first_decodes(checkpoint: WhisperCheckpoint, encoder: SegmentEncoder,
-                       config: WhisperDecodeConfig, requests: Sequence[DecodeRequest],
-                       prompts: Sequence[tuple[int, ...]],
-                       stop: Callable[[], bool] | None = None,
-                       start: int = 0) -> list[DecodeAttempt]:
-    """The temperature-0 decode of each request, by beam search in one batched call.
+def join_beam_search(search: BeamSearch, encoder: SegmentEncoder, config: WhisperDecodeConfig,
+                     requests: Sequence[DecodeRequest], prompts: Sequence[tuple[int, ...]],
+                     start: int = 0) -> None:
+    """Add encoded requests to ``search`` as groups keyed by their request ids.
 
     Args:
         encoder: the encoder whose cross K/V the requests' encoder states are turned into.
-        requests: encoded requests (``encoded`` set), all with ``prompts`` of one length.
+        requests: encoded requests (``encoded`` set), all with ``prompts`` of one length;
+            each may generate its own ``max_new_tokens``.
         prompts: each request's decoder prompt (start tokens, then its forced prefix).
-        stop: asked before each decoder call; True gives the decode up.
         start: where the start tokens begin in each prompt (after a previous-text prompt of
             that length).
-    Returns:
-        One attempt per request, in order (``looped`` / ``truncated`` as the row rules say).
-    Raises:
-        SearchStopped: ``stop`` said so.
     """
-    model, spec = checkpoint.model, checkpoint.spec
     states = [r.encoded for r in requests]
     encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
                               tuple(s.num_encoded[0] for s in states if s is not None))
-    limit = max(r.max_new_tokens for r in requests)
-    kv = DecoderKv(encoder.cross_kv(encoded), len(prompts[0]) + limit, config.kv_cache,
+    limits = [r.max_new_tokens for r in requests]
+    kv = DecoderKv(encoder.cross_kv(encoded), len(prompts[0]) + max(limits), config.kv_cache,
                    shared_cross=True)
-    prompt = torch.tensor([list(p) for p in prompts], device=model.device)  # (N, P)
-    hyps = beam_search(model, spec, kv, config.beam_size, limit, prompt=prompt, stop=stop,
-                       start=start)
-    attempts = []
+    prompt = torch.tensor([list(p) for p in prompts], device=search.model.device)  # (N, P)
+    search.add(kv, [r.request_id for r in requests], limits, prompt, start)
+
+
+def beam_attempt(checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig,
+                 request: DecodeRequest, hyp: BeamHypothesis) -> DecodeAttempt:
+    """The request's temperature-0 attempt from its best beam (``looped`` / ``truncated`` as
+    the row rules say)."""
+    tokens = hyp.tokens[: request.max_new_tokens]
+    truncated = len(hyp.tokens) >= request.max_new_tokens
     repetition = config.repetition
-    for request, hyp in zip(requests, hyps, strict=True):
-        tokens = hyp.tokens[: request.max_new_tokens]
-        truncated = len(hyp.tokens) >= request.max_new_tokens
-        looped = repetition is not None and any(
-            repetition.is_looping(tokens[:n]) for n in range(1, len(tokens) + 1))
-        attempts.append(request.attempt(checkpoint.tokenizer, tokens, 0.0, hyp.log_prob,
-                                        hyp.no_speech_prob, looped, truncated and not looped,
-                                        hyp.token_log_probs))
-    return attempts
+    looped = repetition is not None and any(
+        repetition.is_looping(tokens[:n]) for n in range(1, len(tokens) + 1))
+    return request.attempt(checkpoint.tokenizer, tokens, 0.0, hyp.log_prob, hyp.no_speech_prob,
+                           looped, truncated and not looped, hyp.token_log_probs)

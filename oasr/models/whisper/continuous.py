@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from oasr.cache.decoder_kv import PagedDecoderKv
-from oasr.models.whisper.beam_pass import beam_first_decodes
+from oasr.models.whisper.beam_pass import beam_attempt, join_beam_search
 from oasr.models.whisper.decode_requests import (
     DecodeRequest,
     PendingDecode,
@@ -38,7 +38,7 @@ from oasr.models.whisper.decode_requests import (
     SecondPassResult,
 )
 from oasr.models.whisper.decoding import (
-    SearchStopped,
+    BeamSearch,
     accepted_draft,
     default_max_new_tokens,
     draft_tensor,
@@ -95,13 +95,17 @@ class ContinuousWhisperDecoder:
         self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO
         self._background: deque[PendingDecode] = deque()  # refinements: when nothing else waits
         self._running: list[RunningRow] = []
+        # temperature-0 decodes of urgent requests when the beam is wider than 1: one search
+        # that requests join and leave between its steps, and its requests by id
+        self._search = BeamSearch(model, spec, self.config.beam_size)
+        self._beam_requests: dict[int, DecodeRequest] = {}
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
         self.num_fallbacks = 0  # first decodes that failed and went down the temperature ladder
         self.num_loops = 0  # rows stopped by the repetition rule
-        # asked between the steps of a beam decode (one long call) whether a request has been
-        # aborted meanwhile: when all of a batch's have, the decode is given up
-        # (``num_cancelled``); the second-pass loop answers from the aborts it has been sent
+        # asked at each beam step whether a searched request has been aborted since the
+        # commands were last taken (its search is then dropped, ``num_cancelled``); the
+        # second-pass loop answers from the aborts it has been sent
         self.cancelled: Callable[[int], bool] = _never
         self.num_cancelled = 0
 
@@ -119,7 +123,7 @@ class ContinuousWhisperDecoder:
         return len(self._running)
 
     def has_work(self) -> bool:
-        return bool(self._waiting or self._background or self._running)
+        return bool(self._waiting or self._background or self._running or self._beam_requests)
 
     def word_ends(self, tokens: tuple[int, ...]) -> list[int]:
         """Where each word of ``tokens``' text ends (``WhisperTokenizer.word_ends``)."""
@@ -213,8 +217,9 @@ class ContinuousWhisperDecoder:
 
     @torch.inference_mode()
     def step(self) -> list[SecondPassResult]:
-        """Beam-decode the waiting first decodes (``beam_size`` > 1), then admit, prefill the
-        admitted, advance the others by one token; the finished."""
+        """One token of the beam search, which the waiting first decodes join (``beam_size``
+        > 1), then admit, prefill the admitted, advance the other rows by one token; the
+        finished."""
         finished = self._beam_step() if self.config.beam_size > 1 else []
         stepping = list(self._running)
         finished += self._advance(stepping) if stepping else []
@@ -224,37 +229,46 @@ class ContinuousWhisperDecoder:
         return finished
 
     def _beam_step(self) -> list[SecondPassResult]:
-        """The waiting requests' temperature-0 decodes, up to ``max_rows`` of them, by beam
-        search (`beam_first_decodes`); each then passes, or waits for its sampled fallback."""
-        firsts = [p for p in self._waiting if self._beamed(p.request)]
-        if not firsts:
-            return []
-        shape = self._shape(firsts[0].request)  # one prompt shape per batch
-        batch = [p for p in firsts if self._shape(p.request) == shape][: self.config.max_rows]
-        for p in batch:
-            self._waiting.remove(p)
-        requests = [p.request for p in batch]
-
-        def unwanted() -> bool:
-            return all(self.cancelled(r.request_id) for r in requests)
-
-        try:
-            if unwanted():
-                raise SearchStopped
-            self._encode(batch)
-            attempts = beam_first_decodes(self.checkpoint, self.encoder, self.config, requests,
-                                          [self._prompt(r) for r in requests], stop=unwanted,
-                                          start=shape[0])
-        except SearchStopped:  # every request of the batch was aborted: nothing to answer
-            self.num_cancelled += 1
-            return []
+        """One token of the running beam search, after the waiting temperature-0 decodes have
+        joined it (up to ``max_rows`` segments searched at once); each request whose search
+        ended then passes, or waits for its sampled fallback."""
+        for request_id in [r for r in self._beam_requests if self.cancelled(r)]:
+            self._drop_beamed(request_id)  # aborted while its search ran
+        self._join_beams()
         done = []
-        for request, attempt in zip(requests, attempts, strict=True):
+        for key, hyp in self._search.step():
+            request = self._beam_requests.pop(key)  # type: ignore[call-overload]
             request.samples, request.num_rows = [], 1
-            result = self._settle(request, attempt)
+            result = self._settle(request, beam_attempt(self.checkpoint, self.config, request,
+                                                        hyp))
             if result is not None:
                 done.append(result)
         return done
+
+    def _join_beams(self) -> None:
+        """Waiting first decodes (one prompt shape, as many as the segment cap leaves room
+        for) encoded and added to the running search."""
+        room = self.config.max_rows - self._search.num_groups
+        firsts = [p for p in self._waiting if self._beamed(p.request)]
+        if not firsts or room < 1:
+            return
+        shape = self._shape(firsts[0].request)  # one prompt shape per prefill
+        batch = [p for p in firsts if self._shape(p.request) == shape][:room]
+        for p in batch:
+            self._waiting.remove(p)
+        self._encode(batch)
+        requests = [p.request for p in batch]
+        join_beam_search(self._search, self.encoder, self.config, requests,
+                         [self._prompt(r) for r in requests], start=shape[0])
+        self._beam_requests.update((r.request_id, r) for r in requests)
+
+    def _drop_beamed(self, request_id: int) -> bool:
+        """Stop the beam search of an aborted request (counted in ``num_cancelled``)."""
+        if self._beam_requests.pop(request_id, None) is None:
+            return False
+        self._search.drop(request_id)
+        self.num_cancelled += 1
+        return True
 
     def _prompt(self, request: DecodeRequest) -> tuple[int, ...]:
         """The request's decoder prompt: ``<|startofprev|>`` and its previous-text prompt
@@ -487,7 +501,7 @@ class ContinuousWhisperDecoder:
                 self.manager.free_row(row.row_id)
                 self._running.remove(row)
                 found = True
-        return found
+        return self._drop_beamed(request_id) or found
 
 
 def _never(request_id: int) -> bool:

@@ -10,7 +10,7 @@ end-of-transcript token are finished; the batch stops when every row is finished
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -183,17 +183,11 @@ def beam_search(
     stop: Callable[[], bool] | None = None,
     start: int = 0,
 ) -> list[BeamHypothesis]:
-    """Beam search of each of ``kv``'s B rows on dense per-group buffers.
-
-    Every step keeps ``beam_size`` live beams per row (``kv.select`` copies the parents' K/V,
-    so repeated parents are fine here, unlike on the paged pool). A candidate ending in the end
-    token finishes with score ``log_prob / len ** length_penalty`` (len counts the end token);
-    a row stops once it has ``beam_size`` finished hypotheses, all rows stop at the token cap.
-    A row that stopped leaves the batch (its beams, and with a shared cross K/V its group:
-    ``kv.keep_groups``), so a short segment decoded beside a long one costs its own steps only.
+    """Beam search of each of ``kv``'s B rows to its end (a `BeamSearch` of them alone).
 
     Args:
         kv: an empty dense store of B rows (cross K/V stored, no tokens yet).
+        max_new_tokens: tokens each row may generate (default: all positions left).
         prompt: (B, P) start tokens per row (default ``spec.prompt``); tokens after
             ``spec.prompt`` are a forced text prefix, which the hypotheses do not include.
         stop: asked before each decoder call; True gives the search up (the caller no
@@ -205,59 +199,191 @@ def beam_search(
         SearchStopped: ``stop`` said so.
     """
     limit = max_new_tokens or default_max_new_tokens(model, spec)
-    batch, device = kv.batch_size, model.device
-    always, first = suppression_masks(spec, model.config.n_vocab, device)
-    if prompt is None:
-        prompt = torch.tensor(spec.prompt, device=device).expand(batch, -1)
-    elif prompt.size(1) - start > len(spec.prompt):
-        first = always  # after a forced text prefix the transcript may end at once
+    search = BeamSearch(model, spec, beam_size, length_penalty)
     if stop is not None and stop():
         raise SearchStopped
-    prompt_logits = model.decoder(prompt, kv)  # (B, P, V)
-    no_speech = no_speech_probs(prompt_logits, spec, start)
-    wanted = 2 * beam_size
-    suppressed = suppressed_ids(spec, model.config.n_vocab, device)
-    # each live beam's best ``wanted`` next tokens: their log-probs and ids (B * K, wanted)
-    best, best_tokens = torch.log_softmax(prompt_logits[:, -1] + first, dim=-1).topk(wanted, dim=-1)
-    scores = torch.zeros(batch, 1, device=device)  # (B, K) summed log-probs of live beams
-    history = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (B, K, t)
-    token_lps = torch.zeros(batch, 1, 0, device=device)  # (B, K, t) each token's log-prob
-    finished: list[list[BeamHypothesis]] = [[] for _ in range(batch)]
-    rows = list(range(batch))  # the original row of each row still searched
-    for step in range(limit):
-        top_scores, parents, tokens = best_candidates(scores, best, best_tokens, wanted)
-        picked = top_scores - scores.gather(1, parents)  # (B, 2K) the tokens' log-probs
-        keep = _collect_finished([finished[r] for r in rows], top_scores, parents, tokens,
-                                 history, spec.eot, beam_size, length_penalty,
-                                 last_step=step + 1 == limit, token_lps=(token_lps, picked))
-        if all(len(f) >= beam_size for f in finished) or step + 1 == limit:
-            break
+    rows = range(kv.batch_size)
+    search.add(kv, list(rows), [limit] * len(rows), prompt, start)
+    found: dict[object, BeamHypothesis] = {}
+    while search.num_groups:
+        found.update(search.step(stop))
+    return [found[row] for row in rows]
+
+
+@dataclass
+class _BeamGroup:
+    """One segment of a running `BeamSearch`: its live beams' tokens and their log-probs,
+    the hypotheses it finished, and the tokens it may take."""
+
+    key: object
+    limit: int
+    no_speech_prob: float | None
+    history: list[list[int]]
+    token_lps: list[list[float]]
+    finished: list[BeamHypothesis] = field(default_factory=list)
+    steps: int = 0  # tokens chosen so far
+
+
+class BeamSearch:
+    """Beam search of segments that join and leave between steps, on one dense store.
+
+    Every group (a segment) keeps ``beam_size`` live beams. A step ranks each group's best
+    continuations, moves those ending in the end token into its finished hypotheses (with
+    score ``log_prob / len ** length_penalty``, len counting the end token), keeps the best
+    ``beam_size`` that go on (``DecoderKv.select`` copies their parents' K/V) and runs them
+    through the decoder in ONE call, whatever step each group is at. A group ends once it has
+    ``beam_size`` hypotheses or has taken its ``limit`` tokens, and leaves the store
+    (``DecoderKv.keep_groups``); `add` brings new groups in between steps (``DecoderKv.join``),
+    so a segment that arrives while others are being searched does not wait for them.
+
+    Invariant: a group's result does not depend on the groups beside it (up to the rounding
+    of batched matrix products): its rows attend only their own tokens and frames, it joins
+    with one live beam (the others at -inf), and its own ``limit`` ends it.
+    """
+
+    def __init__(self, model: WhisperModel, spec: DecodingSpec, beam_size: int,
+                 length_penalty: float = 1.0) -> None:
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        self.model, self.spec = model, spec
+        self.beam_size, self.length_penalty = beam_size, length_penalty
+        self.wanted = 2 * beam_size  # candidates ranked per group
+        device = model.device
+        self._always, self._first = suppression_masks(spec, model.config.n_vocab, device)
+        self._suppressed = suppressed_ids(spec, model.config.n_vocab, device)
+        self.kv: DecoderKv | None = None
+        self.groups: list[_BeamGroup] = []
+        # (G, K) summed log-probs of the live beams; (G * K, wanted) each beam's likeliest
+        # next tokens' log-probs and ids
+        self._scores = self._best = self._best_tokens = torch.empty(0)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    def group_keys(self) -> list[object]:
+        """The keys of the groups being searched, in the order they joined."""
+        return [g.key for g in self.groups]
+
+    def add(self, kv: DecoderKv, keys: Sequence[object], limits: Sequence[int],
+            prompt: torch.Tensor | None = None, start: int = 0) -> None:
+        """Bring ``kv``'s rows in as new groups: their prompts through the decoder (one call),
+        their first candidates ranked at the next `step`.
+
+        Args:
+            kv: an empty dense store of G rows, one per new group (cross K/V stored).
+            keys: each group's key (returned with its hypothesis); ``limits``: the tokens
+                each may generate.
+            prompt: (G, P) start tokens (default ``spec.prompt``), as `beam_search`'s.
+            start: where ``spec.prompt`` begins in ``prompt``.
+        """
+        batch, spec, device = kv.batch_size, self.spec, self.model.device
+        if not len(keys) == len(limits) == batch:
+            raise ValueError(f"{len(keys)} keys and {len(limits)} limits for {batch} rows")
+        if kv.num_tokens:
+            raise ValueError("BeamSearch.add takes an empty store")
+        first = self._first
+        if prompt is None:
+            prompt = torch.tensor(spec.prompt, device=device).expand(batch, -1)
+        elif prompt.size(1) - start > len(spec.prompt):
+            first = self._always  # after a forced text prefix the transcript may end at once
+        prompt_logits = self.model.decoder(prompt, kv)  # (G, P, V)
+        no_speech = no_speech_probs(prompt_logits, spec, start)
+        best, best_tokens = torch.log_softmax(prompt_logits[:, -1] + first,
+                                              dim=-1).topk(self.wanted, dim=-1)
+        # K rows per group from the start; all but the first at -inf until the first step
+        width = self.beam_size
+        kv.select(torch.arange(batch, device=device).repeat_interleave(width))
+        scores = torch.full((batch, width), float("-inf"), device=device)
+        scores[:, 0] = 0.0
+        groups = [_BeamGroup(key, limit, ns, [[] for _ in range(width)],
+                             [[] for _ in range(width)])
+                  for key, limit, ns in zip(keys, limits, no_speech, strict=True)]
+        best, best_tokens = best.repeat_interleave(width, 0), best_tokens.repeat_interleave(width, 0)
+        if self.kv is None:
+            self.kv, self._scores, self._best, self._best_tokens = kv, scores, best, best_tokens
+        else:
+            self.kv.join(kv)
+            self._scores = torch.cat([self._scores, scores])
+            self._best = torch.cat([self._best, best])
+            self._best_tokens = torch.cat([self._best_tokens, best_tokens])
+        self.groups += groups
+
+    def drop(self, key: object) -> bool:
+        """Stop searching group ``key`` (nothing returned for it); False when unknown."""
+        kept = [i for i, g in enumerate(self.groups) if g.key != key]
+        if len(kept) == len(self.groups):
+            return False
+        if not kept:
+            self._clear()
+            return True
+        assert self.kv is not None
+        index = torch.tensor(kept, dtype=torch.long, device=self._scores.device)
+        width = self.beam_size
+        rows = (index.unsqueeze(1) * width + torch.arange(width, device=index.device)).view(-1)
+        self.kv.keep_groups(index)
+        self.kv.select(rows)
+        self._scores = self._scores.index_select(0, index)
+        self._best, self._best_tokens = (self._best.index_select(0, rows),
+                                         self._best_tokens.index_select(0, rows))
+        self.groups = [self.groups[i] for i in kept]
+        return True
+
+    def step(self, stop: Callable[[], bool] | None = None) -> list[tuple[object, BeamHypothesis]]:
+        """One token for every group: the groups that ended, each with its best hypothesis.
+
+        Raises:
+            SearchStopped: ``stop`` (asked before the decoder call) said so.
+        """
+        if not self.groups:
+            return []
+        assert self.kv is not None
+        width, groups = self.beam_size, self.groups
+        top_scores, parents, tokens = best_candidates(self._scores, self._best,
+                                                      self._best_tokens, self.wanted)
+        picked = top_scores - self._scores.gather(1, parents)  # (G, 2K) the tokens' log-probs
+        last = [g.steps + 1 >= g.limit for g in groups]
+        keep = _collect_finished(groups, top_scores, parents, tokens, picked, self.spec.eot,
+                                 width, self.length_penalty, last)
+        ended: list[int] = []
+        live: list[int] = []
+        for i, group in enumerate(groups):
+            group.steps += 1
+            (ended if len(group.finished) >= width or last[i] else live).append(i)
+        results = []
+        for i in ended:
+            best = max(groups[i].finished, key=lambda h: h.score)
+            results.append((groups[i].key, BeamHypothesis(
+                best.tokens, best.log_prob, best.score, groups[i].no_speech_prob,
+                best.token_log_probs)))
+        if not live:
+            self._clear()
+            return results
         if stop is not None and stop():
             raise SearchStopped
-        width = history.size(1)
-        groups = torch.arange(batch, device=device)  # each searched row's group in ``kv``
-        live = [i for i, r in enumerate(rows) if len(finished[r]) < beam_size]
-        if len(live) < batch:  # stopped rows leave the batch
-            groups = torch.tensor(live, dtype=torch.long, device=device)
+        index = torch.arange(len(groups), device=keep.device)
+        if len(live) < len(groups):  # ended groups leave the batch
+            index = torch.tensor(live, dtype=torch.long, device=keep.device)
             top_scores, parents, tokens, picked, keep = (
-                t.index_select(0, groups) for t in (top_scores, parents, tokens, picked, keep))
-            history, token_lps = history.index_select(0, groups), token_lps.index_select(0, groups)
-            kv.keep_groups(groups)
-            rows, batch = [rows[i] for i in live], len(live)
-        scores = top_scores.gather(1, keep)  # (B, K)
+                t.index_select(0, index) for t in (top_scores, parents, tokens, picked, keep))
+            self.kv.keep_groups(index)
+            groups = self.groups = [groups[i] for i in live]
+        self._scores = top_scores.gather(1, keep)  # (G, K)
         chosen_parents, chosen_tokens = parents.gather(1, keep), tokens.gather(1, keep)
-        kv.select((groups.unsqueeze(1) * width + chosen_parents).view(-1))  # rows of ``kv``
-        flat = (torch.arange(batch, device=device).unsqueeze(1) * width
-                + chosen_parents).view(-1)  # rows of ``history``
-        history = torch.cat([history.view(batch * width, -1)[flat].view(batch, beam_size, -1),
-                             chosen_tokens.unsqueeze(-1)], dim=-1)
-        token_lps = torch.cat([token_lps.view(batch * width, -1)[flat].view(batch, beam_size, -1),
-                               picked.gather(1, keep).unsqueeze(-1)], dim=-1)
-        hidden = model.decoder.hidden(chosen_tokens.view(-1, 1), kv)[:, -1]  # (B*K, d)
-        best, best_tokens = model.decoder.logits.top_log_probs(hidden, suppressed, wanted)
-    chosen = [max(f, key=lambda h: h.score) for f in finished]
-    return [BeamHypothesis(h.tokens, h.log_prob, h.score, ns, h.token_log_probs)
-            for h, ns in zip(chosen, no_speech, strict=True)]
+        self.kv.select((index.unsqueeze(1) * width + chosen_parents).view(-1))
+        lps = picked.gather(1, keep).tolist()
+        for group, row_parents, row_tokens, row_lps in zip(
+                groups, chosen_parents.tolist(), chosen_tokens.tolist(), lps, strict=True):
+            group.history = [group.history[p] + [t] for p, t in zip(row_parents, row_tokens, strict=True)]
+            group.token_lps = [group.token_lps[p] + [lp] for p, lp in zip(row_parents, row_lps, strict=True)]
+        hidden = self.model.decoder.hidden(chosen_tokens.view(-1, 1), self.kv)[:, -1]  # (G*K, d)
+        self._best, self._best_tokens = self.model.decoder.logits.top_log_probs(
+            hidden, self._suppressed, self.wanted)
+        return results
+
+    def _clear(self) -> None:
+        self.kv, self.groups = None, []
+        self._scores = self._best = self._best_tokens = torch.empty(0)
 
 
 def draft_tensor(drafts: Sequence[Sequence[int]], pad: int,
@@ -315,39 +441,37 @@ def best_candidates(scores: torch.Tensor, best: torch.Tensor, best_tokens: torch
 
 
 def _collect_finished(
-    finished: list[list[BeamHypothesis]],
+    groups: list[_BeamGroup],
     top_scores: torch.Tensor,
     parents: torch.Tensor,
     tokens: torch.Tensor,
-    history: torch.Tensor,
+    picked: torch.Tensor,
     eot: int,
     beam_size: int,
     length_penalty: float,
-    last_step: bool,
-    token_lps: tuple[torch.Tensor, torch.Tensor] | None = None,
+    last_step: list[bool],
 ) -> torch.Tensor:
-    """Move end-token candidates (all candidates at the last step) into ``finished``; returns
-    (B, K) indices into the 2K candidates of the best ``beam_size`` that go on.
-    ``token_lps``: the live beams' tokens' log-probs (B, K, t) and the candidates' (B, 2K),
-    kept with each finished hypothesis."""
+    """Move end-token candidates (all candidates at a group's last step) into its
+    ``finished``; returns (G, K) indices into the 2K candidates of the best ``beam_size`` that
+    go on. ``picked``: the candidates' own tokens' log-probs (G, 2K), kept with each finished
+    hypothesis after its parent's."""
     keep_rows = []
-    for b, row in enumerate(finished):
+    rows = zip(groups, top_scores.tolist(), parents.tolist(), tokens.tolist(), picked.tolist(),
+               last_step, strict=True)
+    for group, row_scores, row_parents, row_tokens, row_picked, last in rows:
         keep: list[int] = []
-        candidates = zip(top_scores[b].tolist(), parents[b].tolist(), tokens[b].tolist(), strict=True)
-        for j, (score, parent, token) in enumerate(candidates):  # best first
+        candidates = zip(row_scores, row_parents, row_tokens, row_picked, strict=True)
+        for j, (score, parent, token, lp) in enumerate(candidates):  # best first
             if len(keep) == beam_size:
                 break  # end tokens ranked below the kept beams are not hypotheses
-            prefix = history[b, parent].tolist()
-            if token == eot or last_step:
+            if token == eot or last:
+                prefix = group.history[parent]
                 text = prefix if token == eot else prefix + [token]
-                if len(row) < beam_size:
+                if len(group.finished) < beam_size:
                     norm = max(len(text), 1) ** length_penalty
-                    lps: tuple[float, ...] = ()
-                    if token_lps is not None:
-                        lps = tuple(token_lps[0][b, parent].tolist())
-                        lps += () if token == eot else (float(token_lps[1][b, j]),)
-                    row.append(BeamHypothesis(tuple(text), score, score / norm,
-                                              token_log_probs=lps))
+                    lps = tuple(group.token_lps[parent]) + (() if token == eot else (lp,))
+                    group.finished.append(BeamHypothesis(tuple(text), score, score / norm,
+                                                         token_log_probs=lps))
             else:
                 keep.append(j)
         keep_rows.append(keep + [keep[-1] if keep else 0] * (beam_size - len(keep)))
