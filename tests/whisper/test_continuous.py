@@ -309,7 +309,8 @@ def test_an_aborted_request_leaves_the_beam_search_and_the_others_go_on(tmp_path
     assert decoder.step() == [] and decoder._search.num_groups == 3
     aborted.add(0)  # told by the loop while the search runs
     results = decoder.step()
-    assert decoder._search.group_keys() == [1, 2] and results == [] and decoder.num_cancelled == 1
+    assert sorted(decoder._search.group_keys()) == [1, 2] and results == []
+    assert decoder.num_cancelled == 1
     assert decoder.abort(2)  # an abort command between steps drops it too
     assert decoder.num_cancelled == 2 and not decoder.abort(2)
     while decoder.has_work():

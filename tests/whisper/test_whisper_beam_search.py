@@ -84,17 +84,31 @@ def test_rows_that_stop_leave_the_batch_and_the_others_decode_as_alone(
         assert got.token_log_probs == pytest.approx(alone.token_log_probs, abs=1e-4)
 
 
-def test_keep_groups_keeps_the_groups_cross_kv() -> None:
-    k = torch.randn(3, 5, 2, 4)
+def test_keep_groups_keeps_the_groups_cross_kv_in_place() -> None:
+    k = torch.randn(4, 5, 2, 4)
     kv = DecoderKv([(k, -k)], 4, shared_cross=True)
-    kv.keep_groups(torch.tensor([2, 0]))
-    kv.select(torch.tensor([0, 0, 1, 1]))  # two rows per kept group
+    order = kv.keep_groups([1, 3])  # group 3 moves into the slot group 0 left
+    assert order == [3, 1]
+    kv.select(torch.tensor([3, 3, 1, 1]))  # two rows per kept group, in that order
     assert kv.num_groups == 2 and kv.batch_size == 4
-    torch.testing.assert_close(kv._cross[0][0].read(5, torch.float32), k[[2, 0]])
-    torch.testing.assert_close(kv._cross[0][1].read(5, torch.float32), -k[[2, 0]])
+    torch.testing.assert_close(kv._cross[0][0].read(5, torch.float32)[:2], k[[3, 1]])
+    torch.testing.assert_close(kv._cross[0][1].read(5, torch.float32)[:2], -k[[3, 1]])
+    assert kv.keep_groups([0]) == [0]  # nothing to move
+    torch.testing.assert_close(kv._cross[0][0].read(5, torch.float32)[:1], k[[3]])
     plain = DecoderKv([(k, k)], 4)
-    plain.keep_groups(torch.tensor([1]))  # a per-row cross K/V: select alone decides
-    assert plain._cross[0][0].read(5, torch.float32).shape[0] == 3
+    assert plain.keep_groups([1]) == [1]  # a per-row cross K/V: select alone decides
+    assert plain._cross[0][0].read(5, torch.float32).shape[0] == 4
+
+
+def test_a_store_with_room_takes_joining_groups_in_place() -> None:
+    k = torch.randn(3, 5, 2, 4)
+    kv = DecoderKv([(k[:1], -k[:1])], 4, shared_cross=True)
+    kv.reserve_groups(4)
+    held = kv._cross[0][0].data
+    kv.join(DecoderKv([(k[1:], -k[1:])], 4, shared_cross=True))
+    assert kv._cross[0][0].data is held and kv.num_groups == 3 and kv.batch_size == 3
+    torch.testing.assert_close(kv._cross[0][0].read(5, torch.float32)[:3], k)
+    torch.testing.assert_close(kv._cross[0][1].read(5, torch.float32)[:3], -k)
 
 
 @pytest.mark.slow

@@ -97,7 +97,8 @@ class ContinuousWhisperDecoder:
         self._running: list[RunningRow] = []
         # temperature-0 decodes of urgent requests when the beam is wider than 1: one search
         # that requests join and leave between its steps, and its requests by id
-        self._search = BeamSearch(model, spec, self.config.beam_size)
+        self._search = BeamSearch(model, spec, self.config.beam_size,
+                                  max_groups=self.config.max_rows)
         self._beam_requests: dict[int, DecodeRequest] = {}
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
@@ -247,10 +248,12 @@ class ContinuousWhisperDecoder:
 
     def _join_beams(self) -> None:
         """Waiting first decodes (one prompt shape, as many as the segment cap leaves room
-        for) encoded and added to the running search."""
+        for) encoded and added to the running search. While more wait than there is room,
+        they join in groups of at least a quarter of the cap (each join copies the running
+        segments' cross K/V, and a batch encodes and prefills together)."""
         room = self.config.max_rows - self._search.num_groups
         firsts = [p for p in self._waiting if self._beamed(p.request)]
-        if not firsts or room < 1:
+        if not firsts or room < min(len(firsts), max(1, self.config.max_rows // 4)):
             return
         shape = self._shape(firsts[0].request)  # one prompt shape per prefill
         batch = [p for p in firsts if self._shape(p.request) == shape][:room]

@@ -242,12 +242,13 @@ class BeamSearch:
     """
 
     def __init__(self, model: WhisperModel, spec: DecodingSpec, beam_size: int,
-                 length_penalty: float = 1.0) -> None:
+                 length_penalty: float = 1.0, max_groups: int | None = None) -> None:
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         self.model, self.spec = model, spec
         self.beam_size, self.length_penalty = beam_size, length_penalty
         self.wanted = 2 * beam_size  # candidates ranked per group
+        self.max_groups = max_groups  # the store's room for groups, taken when a search starts
         device = model.device
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, device)
         self._suppressed = suppressed_ids(spec, model.config.n_vocab, device)
@@ -265,6 +266,7 @@ class BeamSearch:
         """The keys of the groups being searched, in the order they joined."""
         return [g.key for g in self.groups]
 
+    @torch.inference_mode()
     def add(self, kv: DecoderKv, keys: Sequence[object], limits: Sequence[int],
             prompt: torch.Tensor | None = None, start: int = 0) -> None:
         """Bring ``kv``'s rows in as new groups: their prompts through the decoder (one call),
@@ -302,6 +304,8 @@ class BeamSearch:
         best, best_tokens = best.repeat_interleave(width, 0), best_tokens.repeat_interleave(width, 0)
         if self.kv is None:
             self.kv, self._scores, self._best, self._best_tokens = kv, scores, best, best_tokens
+            if self.max_groups is not None:
+                kv.reserve_groups(self.max_groups)
         else:
             self.kv.join(kv)
             self._scores = torch.cat([self._scores, scores])
@@ -309,6 +313,7 @@ class BeamSearch:
             self._best_tokens = torch.cat([self._best_tokens, best_tokens])
         self.groups += groups
 
+    @torch.inference_mode()
     def drop(self, key: object) -> bool:
         """Stop searching group ``key`` (nothing returned for it); False when unknown."""
         kept = [i for i, g in enumerate(self.groups) if g.key != key]
@@ -318,17 +323,18 @@ class BeamSearch:
             self._clear()
             return True
         assert self.kv is not None
-        index = torch.tensor(kept, dtype=torch.long, device=self._scores.device)
+        order = self.kv.keep_groups(kept)
+        index = torch.tensor(order, dtype=torch.long, device=self._scores.device)
         width = self.beam_size
         rows = (index.unsqueeze(1) * width + torch.arange(width, device=index.device)).view(-1)
-        self.kv.keep_groups(index)
         self.kv.select(rows)
         self._scores = self._scores.index_select(0, index)
         self._best, self._best_tokens = (self._best.index_select(0, rows),
                                          self._best_tokens.index_select(0, rows))
-        self.groups = [self.groups[i] for i in kept]
+        self.groups = [self.groups[i] for i in order]
         return True
 
+    @torch.inference_mode()
     def step(self, stop: Callable[[], bool] | None = None) -> list[tuple[object, BeamHypothesis]]:
         """One token for every group: the groups that ended, each with its best hypothesis.
 
@@ -363,11 +369,11 @@ class BeamSearch:
             raise SearchStopped
         index = torch.arange(len(groups), device=keep.device)
         if len(live) < len(groups):  # ended groups leave the batch
-            index = torch.tensor(live, dtype=torch.long, device=keep.device)
+            order = self.kv.keep_groups(live)
+            index = torch.tensor(order, dtype=torch.long, device=keep.device)
             top_scores, parents, tokens, picked, keep = (
                 t.index_select(0, index) for t in (top_scores, parents, tokens, picked, keep))
-            self.kv.keep_groups(index)
-            groups = self.groups = [groups[i] for i in live]
+            groups = self.groups = [groups[i] for i in order]
         self._scores = top_scores.gather(1, keep)  # (G, K)
         chosen_parents, chosen_tokens = parents.gather(1, keep), tokens.gather(1, keep)
         self.kv.select((index.unsqueeze(1) * width + chosen_parents).view(-1))

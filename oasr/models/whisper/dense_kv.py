@@ -71,6 +71,28 @@ class _LayerBuffer:
             setattr(out, name, both)
         return out
 
+    def resized(self, rows: int, used: int) -> None:
+        """Hold ``rows`` rows, the first ``used`` kept (the rest unset)."""
+        for name in ("data", "scales"):
+            old = getattr(self, name)
+            if old is not None:
+                grown = old.new_empty((rows, *old.shape[1:]))
+                grown[:used] = old[:used]
+                setattr(self, name, grown)
+
+    def put_rows(self, start: int, other: _LayerBuffer, count: int) -> None:
+        """``other``'s first ``count`` rows written at rows ``start`` onwards."""
+        self.data[start : start + count] = other.data[:count]
+        if self.scales is not None and other.scales is not None:
+            self.scales[start : start + count] = other.scales[:count]
+
+    def move_rows(self, moves: list[tuple[int, int]]) -> None:
+        """Row ``src`` copied to row ``dst`` for each (src, dst)."""
+        for src, dst in moves:
+            self.data[dst] = self.data[src]
+            if self.scales is not None:
+                self.scales[dst] = self.scales[src]
+
     def read(self, length: int, dtype: torch.dtype) -> torch.Tensor:
         """(B, length, H, D) in ``dtype`` (dequantized when fp8); a view when not fp8."""
         if self.scales is None:
@@ -190,6 +212,8 @@ class DecoderKv:
         k_buf, v_buf = self._cross[layer]
         keys = k_buf.read(self.cross_len, q.dtype)
         values = v_buf.read(self.cross_len, q.dtype)
+        if self.shared_cross:  # the groups in use (slots past them are free)
+            keys, values = keys[: self.num_groups], values[: self.num_groups]
         rows, steps, heads, dim = q.shape
         groups = keys.size(0)
         q = q.reshape(groups, (rows // groups) * steps, heads, dim)  # a group's rows as queries
@@ -226,14 +250,31 @@ class DecoderKv:
         self._self = [(_LayerBuffer.joined(k1, k2, capacity, held),
                        _LayerBuffer.joined(v1, v2, capacity, held))
                       for (k1, v1), (k2, v2) in zip(self._self, other._self, strict=True)]
-        frames = (self.cross_len, self.cross_len)
-        self._cross = [(_LayerBuffer.joined(k1, k2, self.cross_len, frames),
-                        _LayerBuffer.joined(v1, v2, self.cross_len, frames))
-                       for (k1, v1), (k2, v2) in zip(self._cross, other._cross, strict=True)]
+        if self.shared_cross:  # other's groups into this store's next slots
+            self.reserve_groups(self.num_groups + other.num_groups)
+            for (k1, v1), (k2, v2) in zip(self._cross, other._cross, strict=True):
+                k1.put_rows(self.num_groups, k2, other.num_groups)
+                v1.put_rows(self.num_groups, v2, other.num_groups)
+        else:
+            frames = (self.cross_len, self.cross_len)
+            self._cross = [(_LayerBuffer.joined(k1, k2, self.cross_len, frames),
+                            _LayerBuffer.joined(v1, v2, self.cross_len, frames))
+                           for (k1, v1), (k2, v2) in zip(self._cross, other._cross, strict=True)]
         self.capacity = capacity
         self.batch_size += other.batch_size
         self.num_groups += other.num_groups
         self._set_lengths(lengths)
+
+    def reserve_groups(self, num_groups: int) -> None:
+        """With ``shared_cross``: room for ``num_groups`` groups' cross K/V, so that groups
+        joining later are written into it instead of the store being copied (a no-op without
+        ``shared_cross`` or with the room already there)."""
+        slots = self._cross[0][0].data.size(0)
+        if not self.shared_cross or num_groups <= slots:
+            return
+        for k_buf, v_buf in self._cross:
+            k_buf.resized(num_groups, self.num_groups)
+            v_buf.resized(num_groups, self.num_groups)
 
     def row_lengths(self) -> torch.Tensor:
         """(B,) int64 the tokens each row holds."""
@@ -248,16 +289,30 @@ class DecoderKv:
         self.num_tokens = longest
         self.lengths = None if bool((lengths == longest).all()) else lengths
 
-    def keep_groups(self, groups: torch.Tensor) -> None:
-        """With ``shared_cross``: keep only the groups ``groups`` (G',) int64, in that order
-        (their cross K/V; the next `select` then picks their rows, G' * K of them). Without
-        it a no-op: `select` copies each kept row's cross K/V anyway."""
+    def keep_groups(self, groups: list[int]) -> list[int]:
+        """Keep only the groups ``groups`` (indices, increasing); their new order, as indices
+        of the old groups: the next `select` picks their rows in it (K per group).
+
+        With ``shared_cross`` the cross K/V stays in place: a kept group past the new number
+        of groups moves into a slot a leaving group freed (one group's copy each, not the
+        whole store's), so the order is the old one with those moved in. Without it the order
+        is ``groups``' (`select` copies each kept row's cross K/V anyway).
+        """
         if not self.shared_cross:
-            return
+            return list(groups)
+        count = len(groups)
+        kept = set(groups)
+        holes = [slot for slot in range(count) if slot not in kept]
+        movers = [g for g in groups if g >= count]
+        order = [slot for slot in range(count)]
+        for hole, mover in zip(holes, movers, strict=True):
+            order[hole] = mover
+        moves = list(zip(movers, holes, strict=True))
         for k_buf, v_buf in self._cross:
-            k_buf.select(groups, self.cross_len)
-            v_buf.select(groups, self.cross_len)
-        self.num_groups = int(groups.numel())
+            k_buf.move_rows(moves)
+            v_buf.move_rows(moves)
+        self.num_groups = count
+        return order
 
     def select(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (B',) int64 in that order; repeats copy (beam expansion).
