@@ -210,25 +210,24 @@ def _beam_alone(checkpoint, states: torch.Tensor, beam_size: int = 3):  # type: 
     return hyp
 
 
-@pytest.mark.parametrize("joins_at", [(0, 0, 0), (0, 2, 5), (0, 1, 9)])
+@pytest.mark.parametrize("submitted_at", [(0, 0, 0), (0, 2, 5), (0, 1, 9)])
 def test_beam_first_decodes_equal_beam_search_alone(tmp_path: Path,
-                                                    joins_at: tuple[int, ...]) -> None:
-    # requests submitted while others are being searched join the running search at the next
-    # step (at different token positions); each still decodes as it would alone (alone these
-    # take 12, 12 and 5 tokens)
+                                                    submitted_at: tuple[int, ...]) -> None:
+    # requests submitted while others are being searched wait for the search to end and are
+    # searched together after it; each decodes as it would alone (alone these take 12, 12
+    # and 5 tokens)
     checkpoint = tiny_checkpoint(tmp_path, seed=35)
     encoded = tiny_encoded(3, seed=39)
     decoder = ContinuousWhisperDecoder(checkpoint, _beam_config())
     results, step = [], 0
-    while step <= max(joins_at) or decoder.has_work():
-        for request, at in enumerate(joins_at):
+    while step <= max(submitted_at) or decoder.has_work():
+        for request, at in enumerate(submitted_at):
             if at == step:
                 decoder.submit_encoded(request, encoded[request])
         results += decoder.step()
         step += 1
-        if step == 3 and joins_at == (0, 2, 5):  # 0 and 1 searched together, at two positions
-            assert decoder._search.num_groups == 2 and decoder._search.kv is not None
-            assert decoder._search.kv.lengths is not None
+        if step == 3 and submitted_at == (0, 2, 5):  # 1 waits while 0 is searched
+            assert decoder._search.group_keys() == [0] and decoder.num_waiting == 1
     assert sorted(r.request_id for r in results) == [0, 1, 2]
     for result in results:
         alone = _beam_alone(checkpoint, encoded[result.request_id])

@@ -1,10 +1,9 @@
 """The second pass's first decodes by beam search (``WhisperDecodeConfig.beam_size`` > 1).
 
-Waiting requests join the running `BeamSearch` between its steps, on dense per-request K/V with
-the cross K/V shared by a request's beams (a beam grid would alias the paged pool's pages, see
-`oasr.cache.decoder_kv.PagedDecoderKv.select`): a final that arrives while others are being
-searched starts at the next step instead of waiting for them to end. Each best beam is then
-judged as a sampled row is: cut at the request's token budget, checked for loops.
+A batch of waiting requests is searched together by a `BeamSearch`, one token per decoder step,
+on dense per-request K/V with the cross K/V shared by a request's beams (a beam grid would alias
+the paged pool's pages, see `oasr.cache.decoder_kv.PagedDecoderKv.select`). Each best beam is
+then judged as a sampled row is: cut at the request's token budget, checked for loops.
 """
 
 from __future__ import annotations
@@ -22,10 +21,10 @@ from oasr.models.whisper.transcriber import WhisperDecodeConfig
 from oasr.models.whisper.window import EncodedSegments, SegmentEncoder
 
 
-def join_beam_search(search: BeamSearch, encoder: SegmentEncoder, config: WhisperDecodeConfig,
-                     requests: Sequence[DecodeRequest], prompts: Sequence[tuple[int, ...]],
-                     start: int = 0) -> None:
-    """Add encoded requests to ``search`` as groups keyed by their request ids.
+def start_beam_search(search: BeamSearch, encoder: SegmentEncoder, config: WhisperDecodeConfig,
+                      requests: Sequence[DecodeRequest], prompts: Sequence[tuple[int, ...]],
+                      start: int = 0) -> None:
+    """Start ``search`` (idle) on encoded requests, as groups keyed by their request ids.
 
     Args:
         encoder: the encoder whose cross K/V the requests' encoder states are turned into.
@@ -42,7 +41,7 @@ def join_beam_search(search: BeamSearch, encoder: SegmentEncoder, config: Whispe
     kv = DecoderKv(encoder.cross_kv(encoded), len(prompts[0]) + max(limits), config.kv_cache,
                    shared_cross=True)
     prompt = torch.tensor([list(p) for p in prompts], device=search.model.device)  # (N, P)
-    search.add(kv, [r.request_id for r in requests], limits, prompt, start)
+    search.start(kv, [r.request_id for r in requests], limits, prompt, start)
 
 
 def beam_attempt(checkpoint: WhisperCheckpoint, config: WhisperDecodeConfig,

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from oasr.cache.decoder_kv import PagedDecoderKv
-from oasr.models.whisper.beam_pass import beam_attempt, join_beam_search
+from oasr.models.whisper.beam_pass import beam_attempt, start_beam_search
 from oasr.models.whisper.decode_requests import (
     DecodeRequest,
     PendingDecode,
@@ -95,10 +95,9 @@ class ContinuousWhisperDecoder:
         self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO
         self._background: deque[PendingDecode] = deque()  # refinements: when nothing else waits
         self._running: list[RunningRow] = []
-        # temperature-0 decodes of urgent requests when the beam is wider than 1: one search
-        # that requests join and leave between its steps, and its requests by id
-        self._search = BeamSearch(model, spec, self.config.beam_size,
-                                  max_groups=self.config.max_rows)
+        # temperature-0 decodes of urgent requests when the beam is wider than 1: the batch
+        # being searched (one token per step), and its requests by id
+        self._search = BeamSearch(model, spec, self.config.beam_size)
         self._beam_requests: dict[int, DecodeRequest] = {}
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
@@ -218,9 +217,8 @@ class ContinuousWhisperDecoder:
 
     @torch.inference_mode()
     def step(self) -> list[SecondPassResult]:
-        """One token of the beam search, which the waiting first decodes join (``beam_size``
-        > 1), then admit, prefill the admitted, advance the other rows by one token; the
-        finished."""
+        """One token of the beam search of first decodes (``beam_size`` > 1), then admit,
+        prefill the admitted, advance the other rows by one token; the finished."""
         finished = self._beam_step() if self.config.beam_size > 1 else []
         stepping = list(self._running)
         finished += self._advance(stepping) if stepping else []
@@ -230,12 +228,13 @@ class ContinuousWhisperDecoder:
         return finished
 
     def _beam_step(self) -> list[SecondPassResult]:
-        """One token of the running beam search, after the waiting temperature-0 decodes have
-        joined it (up to ``max_rows`` segments searched at once); each request whose search
+        """One token of the running beam search; when none runs, the waiting temperature-0
+        decodes (up to ``max_rows`` of one prompt shape) start one. Each request whose search
         ended then passes, or waits for its sampled fallback."""
         for request_id in [r for r in self._beam_requests if self.cancelled(r)]:
             self._drop_beamed(request_id)  # aborted while its search ran
-        self._join_beams()
+        if not self._search.num_groups:
+            self._start_beams()
         done = []
         for key, hyp in self._search.step():
             request = self._beam_requests.pop(key)  # type: ignore[call-overload]
@@ -246,23 +245,21 @@ class ContinuousWhisperDecoder:
                 done.append(result)
         return done
 
-    def _join_beams(self) -> None:
-        """Waiting first decodes (one prompt shape, as many as the segment cap leaves room
-        for) encoded and added to the running search. While more wait than there is room,
-        they join in groups of at least a quarter of the cap (each join copies the running
-        segments' cross K/V, and a batch encodes and prefills together)."""
-        room = self.config.max_rows - self._search.num_groups
+    def _start_beams(self) -> None:
+        """The waiting first decodes of one prompt shape, up to ``max_rows``, encoded and
+        searched together. Finals that arrive meanwhile wait for the next search: joining a
+        running one was measured slower at the tail (docs/benchmarks.md)."""
         firsts = [p for p in self._waiting if self._beamed(p.request)]
-        if not firsts or room < min(len(firsts), max(1, self.config.max_rows // 4)):
+        if not firsts:
             return
-        shape = self._shape(firsts[0].request)  # one prompt shape per prefill
-        batch = [p for p in firsts if self._shape(p.request) == shape][:room]
+        shape = self._shape(firsts[0].request)  # one prompt shape per search
+        batch = [p for p in firsts if self._shape(p.request) == shape][: self.config.max_rows]
         for p in batch:
             self._waiting.remove(p)
         self._encode(batch)
         requests = [p.request for p in batch]
-        join_beam_search(self._search, self.encoder, self.config, requests,
-                         [self._prompt(r) for r in requests], start=shape[0])
+        start_beam_search(self._search, self.encoder, self.config, requests,
+                          [self._prompt(r) for r in requests], start=shape[0])
         self._beam_requests.update((r.request_id, r) for r in requests)
 
     def _drop_beamed(self, request_id: int) -> bool:

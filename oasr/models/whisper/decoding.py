@@ -203,7 +203,7 @@ def beam_search(
     if stop is not None and stop():
         raise SearchStopped
     rows = range(kv.batch_size)
-    search.add(kv, list(rows), [limit] * len(rows), prompt, start)
+    search.start(kv, list(rows), [limit] * len(rows), prompt, start)
     found: dict[object, BeamHypothesis] = {}
     while search.num_groups:
         found.update(search.step(stop))
@@ -225,30 +225,30 @@ class _BeamGroup:
 
 
 class BeamSearch:
-    """Beam search of segments that join and leave between steps, on one dense store.
+    """Beam search of a batch of segments, one token a `step`, on one dense store.
 
     Every group (a segment) keeps ``beam_size`` live beams. A step ranks each group's best
     continuations, moves those ending in the end token into its finished hypotheses (with
     score ``log_prob / len ** length_penalty``, len counting the end token), keeps the best
     ``beam_size`` that go on (``DecoderKv.select`` copies their parents' K/V) and runs them
-    through the decoder in ONE call, whatever step each group is at. A group ends once it has
-    ``beam_size`` hypotheses or has taken its ``limit`` tokens, and leaves the store
-    (``DecoderKv.keep_groups``); `add` brings new groups in between steps (``DecoderKv.join``),
-    so a segment that arrives while others are being searched does not wait for them.
+    through the decoder in ONE call. A group ends once it has ``beam_size`` hypotheses or has
+    taken its own ``limit`` of tokens, and leaves the store (``DecoderKv.keep_groups``), so a
+    short segment searched beside a long one costs its own steps only; `drop` takes a group
+    out between steps. Its caller steps it between other work (the continuous decoder
+    advances its greedy rows and takes commands between the steps).
 
     Invariant: a group's result does not depend on the groups beside it (up to the rounding
-    of batched matrix products): its rows attend only their own tokens and frames, it joins
-    with one live beam (the others at -inf), and its own ``limit`` ends it.
+    of batched matrix products): its rows attend only their own tokens and frames, and its
+    own ``limit`` ends it.
     """
 
     def __init__(self, model: WhisperModel, spec: DecodingSpec, beam_size: int,
-                 length_penalty: float = 1.0, max_groups: int | None = None) -> None:
+                 length_penalty: float = 1.0) -> None:
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         self.model, self.spec = model, spec
         self.beam_size, self.length_penalty = beam_size, length_penalty
         self.wanted = 2 * beam_size  # candidates ranked per group
-        self.max_groups = max_groups  # the store's room for groups, taken when a search starts
         device = model.device
         self._always, self._first = suppression_masks(spec, model.config.n_vocab, device)
         self._suppressed = suppressed_ids(spec, model.config.n_vocab, device)
@@ -263,27 +263,32 @@ class BeamSearch:
         return len(self.groups)
 
     def group_keys(self) -> list[object]:
-        """The keys of the groups being searched, in the order they joined."""
+        """The keys of the groups being searched (their order changes as groups leave)."""
         return [g.key for g in self.groups]
 
     @torch.inference_mode()
-    def add(self, kv: DecoderKv, keys: Sequence[object], limits: Sequence[int],
-            prompt: torch.Tensor | None = None, start: int = 0) -> None:
-        """Bring ``kv``'s rows in as new groups: their prompts through the decoder (one call),
-        their first candidates ranked at the next `step`.
+    def start(self, kv: DecoderKv, keys: Sequence[object], limits: Sequence[int],
+              prompt: torch.Tensor | None = None, start: int = 0) -> None:
+        """Begin searching ``kv``'s rows, one group each: their prompts through the decoder
+        (one call), their first candidates ranked at the first `step`.
 
         Args:
-            kv: an empty dense store of G rows, one per new group (cross K/V stored).
+            kv: an empty dense store of G rows (cross K/V stored).
             keys: each group's key (returned with its hypothesis); ``limits``: the tokens
                 each may generate.
             prompt: (G, P) start tokens (default ``spec.prompt``), as `beam_search`'s.
             start: where ``spec.prompt`` begins in ``prompt``.
+        Raises:
+            ValueError: a search is still running, the store is not empty, or the keys and
+                limits do not match its rows.
         """
         batch, spec, device = kv.batch_size, self.spec, self.model.device
+        if self.groups:
+            raise ValueError(f"BeamSearch.start: {len(self.groups)} groups are still searched")
         if not len(keys) == len(limits) == batch:
             raise ValueError(f"{len(keys)} keys and {len(limits)} limits for {batch} rows")
         if kv.num_tokens:
-            raise ValueError("BeamSearch.add takes an empty store")
+            raise ValueError("BeamSearch.start takes an empty store")
         first = self._first
         if prompt is None:
             prompt = torch.tensor(spec.prompt, device=device).expand(batch, -1)
@@ -291,27 +296,12 @@ class BeamSearch:
             first = self._always  # after a forced text prefix the transcript may end at once
         prompt_logits = self.model.decoder(prompt, kv)  # (G, P, V)
         no_speech = no_speech_probs(prompt_logits, spec, start)
-        best, best_tokens = torch.log_softmax(prompt_logits[:, -1] + first,
-                                              dim=-1).topk(self.wanted, dim=-1)
-        # K rows per group from the start; all but the first at -inf until the first step
-        width = self.beam_size
-        kv.select(torch.arange(batch, device=device).repeat_interleave(width))
-        scores = torch.full((batch, width), float("-inf"), device=device)
-        scores[:, 0] = 0.0
-        groups = [_BeamGroup(key, limit, ns, [[] for _ in range(width)],
-                             [[] for _ in range(width)])
-                  for key, limit, ns in zip(keys, limits, no_speech, strict=True)]
-        best, best_tokens = best.repeat_interleave(width, 0), best_tokens.repeat_interleave(width, 0)
-        if self.kv is None:
-            self.kv, self._scores, self._best, self._best_tokens = kv, scores, best, best_tokens
-            if self.max_groups is not None:
-                kv.reserve_groups(self.max_groups)
-        else:
-            self.kv.join(kv)
-            self._scores = torch.cat([self._scores, scores])
-            self._best = torch.cat([self._best, best])
-            self._best_tokens = torch.cat([self._best_tokens, best_tokens])
-        self.groups += groups
+        self._best, self._best_tokens = torch.log_softmax(prompt_logits[:, -1] + first,
+                                                          dim=-1).topk(self.wanted, dim=-1)
+        self._scores = torch.zeros(batch, 1, device=device)  # one live beam until the first step
+        self.kv = kv
+        self.groups = [_BeamGroup(key, limit, ns, [[]], [[]])
+                       for key, limit, ns in zip(keys, limits, no_speech, strict=True)]
 
     @torch.inference_mode()
     def drop(self, key: object) -> bool:
@@ -325,7 +315,7 @@ class BeamSearch:
         assert self.kv is not None
         order = self.kv.keep_groups(kept)
         index = torch.tensor(order, dtype=torch.long, device=self._scores.device)
-        width = self.beam_size
+        width = self._scores.size(1)  # live beams per group: 1 before the first step
         rows = (index.unsqueeze(1) * width + torch.arange(width, device=index.device)).view(-1)
         self.kv.select(rows)
         self._scores = self._scores.index_select(0, index)
@@ -344,18 +334,19 @@ class BeamSearch:
         if not self.groups:
             return []
         assert self.kv is not None
-        width, groups = self.beam_size, self.groups
+        groups = self.groups
+        width = self._scores.size(1)  # live beams per group: 1 before the first step
         top_scores, parents, tokens = best_candidates(self._scores, self._best,
                                                       self._best_tokens, self.wanted)
         picked = top_scores - self._scores.gather(1, parents)  # (G, 2K) the tokens' log-probs
         last = [g.steps + 1 >= g.limit for g in groups]
         keep = _collect_finished(groups, top_scores, parents, tokens, picked, self.spec.eot,
-                                 width, self.length_penalty, last)
+                                 self.beam_size, self.length_penalty, last)
         ended: list[int] = []
         live: list[int] = []
         for i, group in enumerate(groups):
             group.steps += 1
-            (ended if len(group.finished) >= width or last[i] else live).append(i)
+            (ended if len(group.finished) >= self.beam_size or last[i] else live).append(i)
         results = []
         for i in ended:
             best = max(groups[i].finished, key=lambda h: h.score)

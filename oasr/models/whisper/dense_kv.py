@@ -1,8 +1,6 @@
 """Dense per-group decoder K/V: one capacity buffer per layer for a group of rows that advance
 together (a greedy batch, or a beam group). Beam search reorders and repeats rows with
-``select``, which copies the self-attention K/V, so rows never share it. A store takes another's
-rows after its own with ``join`` (segments joining a running beam search); rows then hold
-different numbers of tokens and step one token at a time, each at its own position.
+``select``, which copies the self-attention K/V, so rows never share it.
 
 With ``shared_cross=True`` the cross-attention K/V is stored once per group (one row per
 segment) and never copied: the rows of a group stay contiguous (beam search's children of
@@ -39,53 +37,6 @@ class _LayerBuffer:
         self.data[:, :, start:end] = quantized.data.transpose(1, 2)
         self.scales[:, :, start:end] = quantized.scales.transpose(1, 2)
 
-    def write_rows(self, positions: torch.Tensor, x: torch.Tensor) -> None:
-        """x: (B, 1, H, D) stored at row b's position ``positions[b]``."""
-        rows = torch.arange(x.size(0), device=x.device)
-        if self.scales is None:
-            self.data[rows, :, positions] = x[:, 0].to(self.data.dtype)
-            return
-        quantized = quantize_fp8(x)
-        self.data[rows, :, positions] = quantized.data[:, 0]
-        self.scales[rows, :, positions] = quantized.scales[:, 0]
-
-    @classmethod
-    def joined(cls, first: _LayerBuffer, second: _LayerBuffer, capacity: int,
-               lengths: tuple[int, int]) -> _LayerBuffer:
-        """``first``'s rows then ``second``'s in one buffer of ``capacity`` positions: the
-        first ``lengths`` positions of each copied, zeros after them up to the longer length
-        (read, masked, by the shorter rows: they must be finite), the rest unset."""
-        out = cls.__new__(cls)
-        rows = first.data.size(0)
-        top = min(max(lengths) + 1, capacity)
-        for name in ("data", "scales"):
-            a, b = getattr(first, name), getattr(second, name)
-            if a is None:
-                setattr(out, name, None)
-                continue
-            both = a.new_empty((rows + b.size(0), a.size(1), capacity, *a.shape[3:]))
-            both[:rows, :, : lengths[0]] = a[:, :, : lengths[0]]
-            both[rows:, :, : lengths[1]] = b[:, :, : lengths[1]]
-            both[:rows, :, lengths[0] : top] = 0
-            both[rows:, :, lengths[1] : top] = 0
-            setattr(out, name, both)
-        return out
-
-    def resized(self, rows: int, used: int) -> None:
-        """Hold ``rows`` rows, the first ``used`` kept (the rest unset)."""
-        for name in ("data", "scales"):
-            old = getattr(self, name)
-            if old is not None:
-                grown = old.new_empty((rows, *old.shape[1:]))
-                grown[:used] = old[:used]
-                setattr(self, name, grown)
-
-    def put_rows(self, start: int, other: _LayerBuffer, count: int) -> None:
-        """``other``'s first ``count`` rows written at rows ``start`` onwards."""
-        self.data[start : start + count] = other.data[:count]
-        if self.scales is not None and other.scales is not None:
-            self.scales[start : start + count] = other.scales[:count]
-
     def move_rows(self, moves: list[tuple[int, int]]) -> None:
         """Row ``src`` copied to row ``dst`` for each (src, dst)."""
         for src, dst in moves:
@@ -110,18 +61,15 @@ class _LayerBuffer:
 
 
 def _select_rows(buffer: torch.Tensor, index: torch.Tensor, length: int) -> torch.Tensor:
-    """(B', H, cap, ...) rows ``index`` of ``buffer`` (B, H, cap, ...): the first ``length``
-    positions copied, position ``length`` zero (rows shorter than the longest read it masked
-    at the next step, so it must be finite; the longest write it), the rest unset."""
+    """(B', H, cap, ...) rows ``index`` of ``buffer`` (B, H, cap, ...), positions past
+    ``length`` left unset."""
     out = buffer.new_empty((int(index.numel()), *buffer.shape[1:]))
     out[:, :, :length] = buffer[:, :, :length].index_select(0, index)
-    out[:, :, length : length + 1] = 0
     return out
 
 
 class DecoderKv:
-    """Dense decoder K/V of B rows: all holding ``num_tokens`` tokens, or after a `join` each
-    its own number (``lengths``).
+    """Dense decoder K/V of B rows that share one length (``num_tokens``).
 
     Self-attention K/V per layer is a (B, H, capacity, D) buffer; the cross-attention K/V is
     (B, H, S, D) per layer, stored once. With ``kv_cache="fp8_e4m3"`` both are fp8 with one fp32
@@ -152,8 +100,7 @@ class DecoderKv:
         fp8 = kv_cache == "fp8_e4m3"
         self.dtype = k0.dtype
         self.capacity = capacity
-        self.num_tokens = 0  # the tokens the longest row holds
-        self.lengths: torch.Tensor | None = None  # (B,) each row's tokens; None: num_tokens
+        self.num_tokens = 0
         self.batch_size = batch
         self.num_groups = batch
         self.shared_cross = shared_cross
@@ -178,24 +125,12 @@ class DecoderKv:
                 f"{self.capacity}"
             )
         device = self._self[0][0].data.device
-        if self.lengths is not None:
-            if num_tokens != 1:
-                raise ValueError(f"rows holding different numbers of tokens take one token a "
-                                 f"step, not {num_tokens}")
-            return self.lengths.unsqueeze(1)
         pos = torch.arange(self.num_tokens, self.num_tokens + num_tokens, device=device)
         return pos.unsqueeze(0).expand(self.batch_size, -1)
 
     def attend_self(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Store K/V (B, T, H, D) at the next positions; causal attention of q (B, T, H, D)."""
         k_buf, v_buf = self._self[layer]
-        if self.lengths is not None:  # one token per row, each at its own position
-            k_buf.write_rows(self.lengths, k)
-            v_buf.write_rows(self.lengths, v)
-            length = self.num_tokens + 1
-            keys, values = k_buf.read(length, q.dtype), v_buf.read(length, q.dtype)
-            valid = torch.arange(length, device=q.device)[None] <= self.lengths[:, None]
-            return dense_attention(q, keys, values, valid)
         k_buf.write(self.num_tokens, k)
         v_buf.write(self.num_tokens, v)
         num_new = q.size(1)
@@ -212,7 +147,7 @@ class DecoderKv:
         k_buf, v_buf = self._cross[layer]
         keys = k_buf.read(self.cross_len, q.dtype)
         values = v_buf.read(self.cross_len, q.dtype)
-        if self.shared_cross:  # the groups in use (slots past them are free)
+        if self.shared_cross:  # the groups kept (slots past them were left)
             keys, values = keys[: self.num_groups], values[: self.num_groups]
         rows, steps, heads, dim = q.shape
         groups = keys.size(0)
@@ -221,73 +156,6 @@ class DecoderKv:
 
     def advance(self, num_tokens: int) -> None:
         self.num_tokens += num_tokens
-        if self.lengths is not None:
-            self.lengths = self.lengths + num_tokens
-
-    def join(self, other: DecoderKv) -> None:
-        """Take ``other``'s rows (and groups) after this store's own, each row keeping its
-        tokens; the capacity becomes the larger of the two.
-
-        Raises:
-            ValueError: the stores differ in how they keep the cross K/V (shared or not,
-                frames, fp8), or with a shared cross K/V in rows per group.
-        """
-        if (self.shared_cross, self.cross_len, self.fp8, self.dtype) != (
-                other.shared_cross, other.cross_len, other.fp8, other.dtype):
-            raise ValueError(
-                "DecoderKv.join: the stores keep their K/V differently (shared cross "
-                f"{self.shared_cross} / {other.shared_cross}, {self.cross_len} / "
-                f"{other.cross_len} frames, fp8 {self.fp8} / {other.fp8}, {self.dtype} / "
-                f"{other.dtype})")
-        if self.shared_cross and (self.batch_size * other.num_groups
-                                  != other.batch_size * self.num_groups):
-            raise ValueError(f"DecoderKv.join: {self.batch_size} rows in {self.num_groups} "
-                             f"groups and {other.batch_size} in {other.num_groups}; a shared "
-                             "cross K/V needs the same number of rows per group")
-        lengths = torch.cat([self.row_lengths(), other.row_lengths()])
-        capacity = max(self.capacity, other.capacity)
-        held = (self.num_tokens, other.num_tokens)
-        self._self = [(_LayerBuffer.joined(k1, k2, capacity, held),
-                       _LayerBuffer.joined(v1, v2, capacity, held))
-                      for (k1, v1), (k2, v2) in zip(self._self, other._self, strict=True)]
-        if self.shared_cross:  # other's groups into this store's next slots
-            self.reserve_groups(self.num_groups + other.num_groups)
-            for (k1, v1), (k2, v2) in zip(self._cross, other._cross, strict=True):
-                k1.put_rows(self.num_groups, k2, other.num_groups)
-                v1.put_rows(self.num_groups, v2, other.num_groups)
-        else:
-            frames = (self.cross_len, self.cross_len)
-            self._cross = [(_LayerBuffer.joined(k1, k2, self.cross_len, frames),
-                            _LayerBuffer.joined(v1, v2, self.cross_len, frames))
-                           for (k1, v1), (k2, v2) in zip(self._cross, other._cross, strict=True)]
-        self.capacity = capacity
-        self.batch_size += other.batch_size
-        self.num_groups += other.num_groups
-        self._set_lengths(lengths)
-
-    def reserve_groups(self, num_groups: int) -> None:
-        """With ``shared_cross``: room for ``num_groups`` groups' cross K/V, so that groups
-        joining later are written into it instead of the store being copied (a no-op without
-        ``shared_cross`` or with the room already there)."""
-        slots = self._cross[0][0].data.size(0)
-        if not self.shared_cross or num_groups <= slots:
-            return
-        for k_buf, v_buf in self._cross:
-            k_buf.resized(num_groups, self.num_groups)
-            v_buf.resized(num_groups, self.num_groups)
-
-    def row_lengths(self) -> torch.Tensor:
-        """(B,) int64 the tokens each row holds."""
-        if self.lengths is not None:
-            return self.lengths
-        device = self._self[0][0].data.device
-        return torch.full((self.batch_size,), self.num_tokens, dtype=torch.long, device=device)
-
-    def _set_lengths(self, lengths: torch.Tensor) -> None:
-        """Rows' lengths (B,); kept only while they differ."""
-        longest = int(lengths.max()) if lengths.numel() else 0
-        self.num_tokens = longest
-        self.lengths = None if bool((lengths == longest).all()) else lengths
 
     def keep_groups(self, groups: list[int]) -> list[int]:
         """Keep only the groups ``groups`` (indices, increasing); their new order, as indices
@@ -304,7 +172,7 @@ class DecoderKv:
         kept = set(groups)
         holes = [slot for slot in range(count) if slot not in kept]
         movers = [g for g in groups if g >= count]
-        order = [slot for slot in range(count)]
+        order = list(range(count))
         for hole, mover in zip(holes, movers, strict=True):
             order[hole] = mover
         moves = list(zip(movers, holes, strict=True))
@@ -332,5 +200,3 @@ class DecoderKv:
             k_buf.select(index, self.cross_len)
             v_buf.select(index, self.cross_len)
         self.batch_size = rows
-        if self.lengths is not None:
-            self._set_lengths(self.lengths.index_select(0, index))
