@@ -210,25 +210,15 @@ def _beam_alone(checkpoint, states: torch.Tensor, beam_size: int = 3):  # type: 
     return hyp
 
 
-@pytest.mark.parametrize("submitted_at", [(0, 0, 0), (0, 2, 5), (0, 1, 9)])
-def test_beam_first_decodes_equal_beam_search_alone(tmp_path: Path,
-                                                    submitted_at: tuple[int, ...]) -> None:
-    # requests submitted while others are being searched wait for the search to end and are
-    # searched together after it; each decodes as it would alone (alone these take 12, 12
-    # and 5 tokens)
+def test_beam_first_decodes_equal_beam_search_alone(tmp_path: Path) -> None:
+    # alone these take 12, 12 and 5 tokens: the short one leaves the search first
     checkpoint = tiny_checkpoint(tmp_path, seed=35)
     encoded = tiny_encoded(3, seed=39)
     decoder = ContinuousWhisperDecoder(checkpoint, _beam_config())
-    results, step = [], 0
-    while step <= max(submitted_at) or decoder.has_work():
-        for request, at in enumerate(submitted_at):
-            if at == step:
-                decoder.submit_encoded(request, encoded[request])
-        results += decoder.step()
-        step += 1
-        if step == 3 and submitted_at == (0, 2, 5):  # 1 waits while 0 is searched
-            assert decoder._search.group_keys() == [0] and decoder.num_waiting == 1
-    assert sorted(r.request_id for r in results) == [0, 1, 2]
+    for request in range(3):
+        decoder.submit_encoded(request, encoded[request])
+    results = decoder.step()  # the three first decodes, one batched beam search
+    assert sorted(r.request_id for r in results) == [0, 1, 2] and not decoder.has_work()
     for result in results:
         alone = _beam_alone(checkpoint, encoded[result.request_id])
         assert result.tokens == alone.tokens
@@ -236,20 +226,17 @@ def test_beam_first_decodes_equal_beam_search_alone(tmp_path: Path,
             alone.log_prob / (len(alone.tokens) + 1), abs=1e-5)
 
 
-def test_the_segment_cap_holds_later_requests_until_a_search_ends(tmp_path: Path) -> None:
+def test_the_segment_cap_holds_later_requests_for_the_next_search(tmp_path: Path) -> None:
     checkpoint = tiny_checkpoint(tmp_path, seed=32)
     encoded = tiny_encoded(6, seed=34)
     decoder = ContinuousWhisperDecoder(checkpoint, _beam_config())  # max_rows 4
     for request in range(6):
         decoder.submit_encoded(request, encoded[request])
-    results = decoder.step()
-    assert decoder._search.num_groups == 4 and decoder.num_waiting == 2
-    most = 4
-    while decoder.has_work():
-        results += decoder.step()
-        most = max(most, decoder._search.num_groups)
-    assert most == 4 and sorted(r.request_id for r in results) == list(range(6))
-    for result in results:
+    first = decoder.step()
+    assert sorted(r.request_id for r in first) == [0, 1, 2, 3] and decoder.num_waiting == 2
+    second = decoder.step()
+    assert sorted(r.request_id for r in second) == [4, 5] and not decoder.has_work()
+    for result in first + second:
         assert result.tokens == _beam_alone(checkpoint, encoded[result.request_id]).tokens
 
 
@@ -300,23 +287,23 @@ def test_an_aborted_request_leaves_the_beam_search_and_the_others_go_on(tmp_path
 
     def cancelled(request_id: int) -> bool:
         asked.append(request_id)
+        if len(asked) == 7:  # told by the loop while the search runs (its second token)
+            aborted.update({0, 2})
         return request_id in aborted
 
     decoder.cancelled = cancelled
     for request in range(3):
         decoder.submit_encoded(request, encoded[request])
-    assert decoder.step() == [] and decoder._search.num_groups == 3
-    aborted.add(0)  # told by the loop while the search runs
     results = decoder.step()
-    assert sorted(decoder._search.group_keys()) == [1, 2] and results == []
-    assert decoder.num_cancelled == 1
-    assert decoder.abort(2)  # an abort command between steps drops it too
-    assert decoder.num_cancelled == 2 and not decoder.abort(2)
-    while decoder.has_work():
-        results += decoder.step()
-    assert [r.request_id for r in results] == [1] and set(asked) >= {0, 1, 2}
+    assert [r.request_id for r in results] == [1] and decoder.num_cancelled == 2
     assert results[0].tokens == _beam_alone(checkpoint, encoded[1]).tokens
-    assert decoder._search.kv is None  # nothing held once every search ended
+    assert asked.count(1) > 6 and asked.count(0) == asked.count(2) == 3  # asked every token
+    assert decoder._search.kv is None and not decoder.has_work()
+
+    # all of a batch aborted before it was encoded: nothing decoded, nothing answered
+    decoder.cancelled = lambda request_id: True
+    decoder.submit_encoded(5, encoded[0])
+    assert decoder.step() == [] and decoder.num_cancelled == 3 and not decoder.has_work()
 
 
 def test_a_greedy_result_carries_each_generated_tokens_log_probability(tmp_path: Path) -> None:

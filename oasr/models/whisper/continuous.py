@@ -96,7 +96,7 @@ class ContinuousWhisperDecoder:
         self._background: deque[PendingDecode] = deque()  # refinements: when nothing else waits
         self._running: list[RunningRow] = []
         # temperature-0 decodes of urgent requests when the beam is wider than 1: the batch
-        # being searched (one token per step), and its requests by id
+        # being searched (within one step), and its requests by id
         self._search = BeamSearch(model, spec, self.config.beam_size)
         self._beam_requests: dict[int, DecodeRequest] = {}
         self._row_ids = itertools.count()
@@ -217,8 +217,8 @@ class ContinuousWhisperDecoder:
 
     @torch.inference_mode()
     def step(self) -> list[SecondPassResult]:
-        """One token of the beam search of first decodes (``beam_size`` > 1), then admit,
-        prefill the admitted, advance the other rows by one token; the finished."""
+        """Beam-search the waiting first decodes (``beam_size`` > 1), then admit, prefill the
+        admitted, advance the others by one token; the finished."""
         finished = self._beam_step() if self.config.beam_size > 1 else []
         stepping = list(self._running)
         finished += self._advance(stepping) if stepping else []
@@ -228,27 +228,29 @@ class ContinuousWhisperDecoder:
         return finished
 
     def _beam_step(self) -> list[SecondPassResult]:
-        """One token of the running beam search; when none runs, the waiting temperature-0
-        decodes (up to ``max_rows`` of one prompt shape) start one. Each request whose search
-        ended then passes, or waits for its sampled fallback."""
-        for request_id in [r for r in self._beam_requests if self.cancelled(r)]:
-            self._drop_beamed(request_id)  # aborted while its search ran
-        if not self._search.num_groups:
-            self._start_beams()
+        """The waiting temperature-0 decodes (up to ``max_rows`` of one prompt shape) beam-
+        searched together to their ends in this step; before each token the searched requests
+        that have been aborted meanwhile (``cancelled``) leave the search. Each request then
+        passes, or waits for its sampled fallback."""
+        self._start_beams()
         done = []
-        for key, hyp in self._search.step():
-            request = self._beam_requests.pop(key)  # type: ignore[call-overload]
-            request.samples, request.num_rows = [], 1
-            result = self._settle(request, beam_attempt(self.checkpoint, self.config, request,
-                                                        hyp))
-            if result is not None:
-                done.append(result)
+        while self._search.num_groups:
+            for request_id in [r for r in self._beam_requests if self.cancelled(r)]:
+                self._drop_beamed(request_id)  # aborted while its search ran
+            for key, hyp in self._search.step():
+                request = self._beam_requests.pop(key)  # type: ignore[call-overload]
+                request.samples, request.num_rows = [], 1
+                result = self._settle(request, beam_attempt(self.checkpoint, self.config,
+                                                            request, hyp))
+                if result is not None:
+                    done.append(result)
         return done
 
     def _start_beams(self) -> None:
         """The waiting first decodes of one prompt shape, up to ``max_rows``, encoded and
-        searched together. Finals that arrive meanwhile wait for the next search: joining a
-        running one was measured slower at the tail (docs/benchmarks.md)."""
+        started as one search. Finals that arrive meanwhile wait for the next one: joining a
+        running search, or stepping it between other rows, was measured slower
+        (docs/benchmarks.md)."""
         firsts = [p for p in self._waiting if self._beamed(p.request)]
         if not firsts:
             return
@@ -256,6 +258,11 @@ class ContinuousWhisperDecoder:
         batch = [p for p in firsts if self._shape(p.request) == shape][: self.config.max_rows]
         for p in batch:
             self._waiting.remove(p)
+        wanted = [p for p in batch if not self.cancelled(p.request.request_id)]
+        self.num_cancelled += len(batch) - len(wanted)  # aborted before they were encoded
+        if not wanted:
+            return
+        batch = wanted
         self._encode(batch)
         requests = [p.request for p in batch]
         start_beam_search(self._search, self.encoder, self.config, requests,
