@@ -99,7 +99,7 @@ class _SnapshotCollector(Collector):
                 value=second.num_temperature_fallbacks)
             yield CounterMetricFamily(
                 "oasr_second_pass_decodes_cancelled",
-                "Whisper beam searches given up midway because their segment was aborted "
+                "Finals whose Whisper beam search was given up because the segment was aborted "
                 "(an early final the speaker went on from)",
                 value=second.num_decodes_cancelled)
             yield CounterMetricFamily(

@@ -158,7 +158,7 @@ class SecondPassSnapshot:
     # keep their CTC text)
     num_evicted: int = 0
     num_decoders: int = 1  # decoding processes working side by side (second_pass_processes)
-    num_decodes_cancelled: int = 0  # beam searches given up midway: their job was aborted
+    num_decodes_cancelled: int = 0  # finals' beam searches given up: the job was aborted
     # decodes redone on their segment's audio alone: Whisper ended right after the context
     num_context_retries: int = 0
     refine: RefineSnapshot | None = None

@@ -99,8 +99,8 @@ class LoopCounters:
             segment's text, after Whisper ended the transcript right after it.
         num_refinements: refinements decoded.
         num_fallbacks: decodes redone at a higher temperature.
-        num_cancelled: beam searches given up midway: their final was aborted (an early
-            final the speaker went on from) while it was searched.
+        num_cancelled: finals whose beam search was given up: aborted (an early final the
+            speaker went on from) while it was searched or before it began.
         busy_seconds: time spent in decoder steps.
     """
 
@@ -121,7 +121,7 @@ class SecondPassLoop:
         decoder: ``oasr.models.whisper.continuous.ContinuousWhisperDecoder`` (or a test's
             scripted one): ``submit``, ``step``, ``abort``, ``has_work``, ``text_tokens``,
             ``text_of``, ``word_ends``, ``max_new_tokens``; where it has a ``cancelled``
-            attribute, the loop sets it to `is_aborted` (asked during a step).
+            attribute, the loop sets it to `is_aborted` (asked during a long step).
         emit: receives each answer (`SecondPassDone` or `RefineDone`), exactly once per job
             not aborted.
         no_speech: when a segment holds no speech.
@@ -233,9 +233,10 @@ class SecondPassLoop:
 
     def is_aborted(self, job_id: int) -> bool:
         """Whether ``job_id`` has been aborted (or the loop stopped) since the commands were
-        last handled: asked by the decoder during a step (for each final it beam-searches), so
-        that a decode nobody wants any more is given up. The commands it takes meanwhile are
-        handled after the step, in the order they came."""
+        last handled: asked by the decoder during a long step (before each token of a beam
+        search, for each final in it), so that a decode nobody wants any more is given up.
+        The commands it takes meanwhile are handled after the step, in the order they
+        came."""
         while self._get is not None:
             try:
                 command = self._get(False)
