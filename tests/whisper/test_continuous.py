@@ -306,6 +306,31 @@ def test_an_aborted_request_leaves_the_beam_search_and_the_others_go_on(tmp_path
     assert decoder.step() == [] and decoder.num_cancelled == 3 and not decoder.has_work()
 
 
+def test_a_beam_search_that_fails_leaves_nothing_behind(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint = tiny_checkpoint(tmp_path, seed=36)
+    encoded = tiny_encoded(2, seed=34)
+    decoder = ContinuousWhisperDecoder(checkpoint, _beam_config())
+    search_step = decoder._search.step
+    calls = [0]
+
+    def failing_step():  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RuntimeError("out of memory")
+        return search_step()
+
+    monkeypatch.setattr(decoder._search, "step", failing_step)
+    decoder.submit_encoded(0, encoded[0])
+    with pytest.raises(RuntimeError, match="out of memory"):
+        decoder.step()
+    assert decoder._search.num_groups == 0 and decoder._search.kv is None
+    assert not decoder.has_work()
+    decoder.submit_encoded(1, encoded[1])  # the next search starts afresh
+    (result,) = decoder.step()
+    assert result.tokens == _beam_alone(checkpoint, encoded[1]).tokens
+
+
 def test_a_greedy_result_carries_each_generated_tokens_log_probability(tmp_path: Path) -> None:
     checkpoint = tiny_checkpoint(tmp_path, seed=29)
     config = without_safeguards(WhisperDecodeConfig(max_rows=2, max_new_tokens=10, block_size=4))

@@ -1,9 +1,10 @@
 """The second pass's first decodes by beam search (``WhisperDecodeConfig.beam_size`` > 1).
 
-A batch of waiting requests is searched together by a `BeamSearch`, one token per decoder step,
-on dense per-request K/V with the cross K/V shared by a request's beams (a beam grid would alias
-the paged pool's pages, see `oasr.cache.decoder_kv.PagedDecoderKv.select`). Each best beam is
-then judged as a sampled row is: cut at the request's token budget, checked for loops.
+A batch of waiting requests is searched together by a `BeamSearch`, one token for all of them
+per decoder call, on dense per-request K/V with the cross K/V shared by a request's beams (a beam
+grid would alias the paged pool's pages, see `oasr.cache.decoder_kv.PagedDecoderKv.select`).
+Each best beam is then judged as a sampled row is: cut at the request's token budget, checked
+for loops.
 """
 
 from __future__ import annotations

@@ -95,10 +95,9 @@ class ContinuousWhisperDecoder:
         self._waiting: deque[PendingDecode] = deque()  # finals and their fallbacks, FIFO
         self._background: deque[PendingDecode] = deque()  # refinements: when nothing else waits
         self._running: list[RunningRow] = []
-        # temperature-0 decodes of urgent requests when the beam is wider than 1: the batch
-        # being searched (within one step), and its requests by id
+        # temperature-0 decodes of urgent requests when the beam is wider than 1 (a batch is
+        # searched from start to end within one step: no search outlives it)
         self._search = BeamSearch(model, spec, self.config.beam_size)
-        self._beam_requests: dict[int, DecodeRequest] = {}
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
         self.num_fallbacks = 0  # first decodes that failed and went down the temperature ladder
@@ -123,7 +122,7 @@ class ContinuousWhisperDecoder:
         return len(self._running)
 
     def has_work(self) -> bool:
-        return bool(self._waiting or self._background or self._running or self._beam_requests)
+        return bool(self._waiting or self._background or self._running)
 
     def word_ends(self, tokens: tuple[int, ...]) -> list[int]:
         """Where each word of ``tokens``' text ends (``WhisperTokenizer.word_ends``)."""
@@ -230,30 +229,36 @@ class ContinuousWhisperDecoder:
     def _beam_step(self) -> list[SecondPassResult]:
         """The waiting temperature-0 decodes (up to ``max_rows`` of one prompt shape) beam-
         searched together to their ends in this step; before each token the searched requests
-        that have been aborted meanwhile (``cancelled``) leave the search. Each request then
-        passes, or waits for its sampled fallback."""
-        self._start_beams()
+        that have been aborted meanwhile (``cancelled``) leave the search (``num_cancelled``).
+        Each request then passes, or waits for its sampled fallback."""
+        searched = self._start_beams()
         done = []
-        while self._search.num_groups:
-            for request_id in [r for r in self._beam_requests if self.cancelled(r)]:
-                self._drop_beamed(request_id)  # aborted while its search ran
-            for key, hyp in self._search.step():
-                request = self._beam_requests.pop(key)  # type: ignore[call-overload]
-                request.samples, request.num_rows = [], 1
-                result = self._settle(request, beam_attempt(self.checkpoint, self.config,
-                                                            request, hyp))
-                if result is not None:
-                    done.append(result)
+        try:
+            while self._search.num_groups:
+                for request_id in [r for r in searched if self.cancelled(r)]:
+                    del searched[request_id]  # aborted while its search ran
+                    self._search.drop(request_id)
+                    self.num_cancelled += 1
+                for key, hyp in self._search.step():
+                    request = searched.pop(key)  # type: ignore[call-overload]
+                    request.samples, request.num_rows = [], 1
+                    result = self._settle(request, beam_attempt(self.checkpoint, self.config,
+                                                                request, hyp))
+                    if result is not None:
+                        done.append(result)
+        except BaseException:  # the requests are lost (the loop answers them as failed)
+            self._search.clear()
+            raise
         return done
 
-    def _start_beams(self) -> None:
+    def _start_beams(self) -> dict[int, DecodeRequest]:
         """The waiting first decodes of one prompt shape, up to ``max_rows``, encoded and
-        started as one search. Finals that arrive meanwhile wait for the next one: joining a
-        running search, or stepping it between other rows, was measured slower
-        (docs/benchmarks.md)."""
+        started as one search; its requests by id. Finals that arrive meanwhile wait for the
+        next one: joining a running search, or stepping it between other rows, was measured
+        slower (docs/benchmarks.md)."""
         firsts = [p for p in self._waiting if self._beamed(p.request)]
         if not firsts:
-            return
+            return {}
         shape = self._shape(firsts[0].request)  # one prompt shape per search
         batch = [p for p in firsts if self._shape(p.request) == shape][: self.config.max_rows]
         for p in batch:
@@ -261,21 +266,12 @@ class ContinuousWhisperDecoder:
         wanted = [p for p in batch if not self.cancelled(p.request.request_id)]
         self.num_cancelled += len(batch) - len(wanted)  # aborted before they were encoded
         if not wanted:
-            return
-        batch = wanted
-        self._encode(batch)
-        requests = [p.request for p in batch]
+            return {}
+        self._encode(wanted)
+        requests = [p.request for p in wanted]
         start_beam_search(self._search, self.encoder, self.config, requests,
                           [self._prompt(r) for r in requests], start=shape[0])
-        self._beam_requests.update((r.request_id, r) for r in requests)
-
-    def _drop_beamed(self, request_id: int) -> bool:
-        """Stop the beam search of an aborted request (counted in ``num_cancelled``)."""
-        if self._beam_requests.pop(request_id, None) is None:
-            return False
-        self._search.drop(request_id)
-        self.num_cancelled += 1
-        return True
+        return {r.request_id: r for r in requests}
 
     def _prompt(self, request: DecodeRequest) -> tuple[int, ...]:
         """The request's decoder prompt: ``<|startofprev|>`` and its previous-text prompt
@@ -508,7 +504,7 @@ class ContinuousWhisperDecoder:
                 self.manager.free_row(row.row_id)
                 self._running.remove(row)
                 found = True
-        return self._drop_beamed(request_id) or found
+        return found
 
 
 def _never(request_id: int) -> bool:

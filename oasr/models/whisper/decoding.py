@@ -310,7 +310,7 @@ class BeamSearch:
         if len(kept) == len(self.groups):
             return False
         if not kept:
-            self._clear()
+            self.clear()
             return True
         assert self.kv is not None
         order = self.kv.keep_groups(kept)
@@ -354,7 +354,7 @@ class BeamSearch:
                 best.tokens, best.log_prob, best.score, groups[i].no_speech_prob,
                 best.token_log_probs)))
         if not live:
-            self._clear()
+            self.clear()
             return results
         if stop is not None and stop():
             raise SearchStopped
@@ -378,7 +378,8 @@ class BeamSearch:
             hidden, self._suppressed, self.wanted)
         return results
 
-    def _clear(self) -> None:
+    def clear(self) -> None:
+        """Stop searching every group (the store is let go)."""
         self.kv, self.groups = None, []
         self._scores = self._best = self._best_tokens = torch.empty(0)
 
