@@ -341,6 +341,8 @@ def _masked_attention(
     if backend == "sdpa":
         mask = _sdpa_mask(keep, attn_bias, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if keep is None and attn_bias is None and math.frexp(scale)[0] == 0.5:
+        return _unmasked_attention(q, k, v, scale)
     scores = torch.matmul(q, k.transpose(-2, -1)).float().mul_(scale)  # (..., T, L)
     if attn_bias is not None:
         scores.add_(attn_bias)
@@ -351,6 +353,18 @@ def _masked_attention(
         scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.matmul(probs, v)  # (..., T, D)
+
+
+def _unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        scale: float) -> torch.Tensor:
+    """``_masked_attention`` with nothing to mask and a power-of-two ``scale``, in three passes:
+    the scale folded into the queries (a power of two scales exactly, so the scores round as
+    the unscaled product's do), the softmax read from and written in the operands' dtype (it
+    computes in float32 inside, as the masked path's explicit casts do). A decoder's lone
+    token over 1,500 encoder frames is this case; the masked path's cast, scale and cast-back
+    passes over its scores took as long as the two matmuls."""
+    scores = torch.matmul(q * scale, k.transpose(-2, -1))  # (..., T, L) in q's dtype
+    return torch.matmul(torch.softmax(scores, dim=-1), v)  # (..., T, D)
 
 
 def _sdpa_mask(keep: torch.Tensor | None, attn_bias: torch.Tensor | None,

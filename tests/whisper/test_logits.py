@@ -163,9 +163,9 @@ def packs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     packed: list[int] = []
     pack = logits_module.pack_int8
 
-    def counted(weight: torch.Tensor) -> object | None:
+    def counted(weight: torch.Tensor, *args: object) -> object | None:
         packed.append(weight.data_ptr())
-        return pack(weight)
+        return pack(weight, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(logits_module, "pack_int8", counted)
     return packed
@@ -275,14 +275,74 @@ def test_int8_falls_back_to_float_where_torch_cannot_pack(monkeypatch: pytest.Mo
 
     weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
     h = torch.randn(5, 1, WIDTH)
-    products = torch.ops.quantized.linear_dynamic
-    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", refuse)  # packs, cannot multiply
-    assert logits_module.pack_int8(weight) is None
-    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", products)
-    monkeypatch.setattr(torch, "quantize_per_channel", refuse)
+    # one kernel that packs but cannot multiply: the other one is kept
+    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", refuse)
+    assert logits_module.pack_int8(weight).kernel == "onednn"  # type: ignore[union-attr]
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.ops.onednn, "qlinear_pointwise", refuse)
+    assert logits_module.pack_int8(weight).kernel == "fbgemm"  # type: ignore[union-attr]
+    monkeypatch.setattr(torch, "quantize_per_channel", refuse)  # neither: float logits
     assert logits_module.pack_int8(weight) is None
     projection = LogitsProjection(weight, "int8", timer_favouring("torch"))
     torch.testing.assert_close(projection(h), F.linear(h, weight))
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("fast", ["onednn", "fbgemm"])
+def test_int8_keeps_the_faster_kernel(fast: str) -> None:
+    from oasr.models.whisper.logits import INT8_TIMED_ROWS, pack_int8
+
+    timed: list[tuple[str, int]] = []
+
+    def timer(kernel: str, fn) -> float:  # type: ignore[no-untyped-def]
+        timed.append((kernel, int(fn().shape[0])))
+        return 0.5 if kernel == fast else 1.0
+
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    packed = pack_int8(weight, timer)
+    assert packed is not None and packed.kernel == fast
+    # both kernels, on a beam's rows and on a batch of beams
+    assert {kernel for kernel, _ in timed} == {"onednn", "fbgemm"}
+    assert {rows for _, rows in timed} == set(INT8_TIMED_ROWS)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("kernel", ["onednn", "fbgemm"])
+def test_each_int8_kernel_is_near_the_float_product(kernel: str) -> None:
+    """Both kernels' logits within 3 % of each row's range of float32's; the oneDNN kernel
+    quantizes each row by its own range, so a row's logits are the same beside any rows, and
+    a quiet row beside loud ones keeps its resolution (fbgemm's rows share one range)."""
+    from oasr.models.whisper.logits import Int8Weight
+
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    packed = Int8Weight(weight, kernel)
+    rows = peaked_rows(weight, 6)[:, 0]
+    rows[3] *= 0.01  # a quiet row
+    exact = F.linear(rows, weight)
+    logits = packed(rows.contiguous())
+    spread = exact.amax(-1, keepdim=True) - exact.amin(-1, keepdim=True)
+    error = (logits - exact).abs() / spread  # (6, V)
+    assert error[[0, 1, 2, 4, 5]].max() < 0.03
+    if kernel == "onednn":
+        assert error[3].max() < 0.03
+        alone = packed(rows[3:4].contiguous())
+        assert torch.equal(alone[0], logits[3])
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("vocab", [51864, 1000, 40])
+def test_top_indices_are_topks(vocab: int) -> None:
+    """The two-pass top-k gives ``topk``'s values (and so a valid set of indices), whatever the
+    vocabulary's size against the group, with -inf (suppressed) tokens and with many ties."""
+    from oasr.models.whisper.logits import top_indices
+
+    logits = torch.randn(7, vocab) * 3
+    logits[:, ::3] = float("-inf")
+    logits[5] = torch.randint(0, 4, (vocab,)).float()  # ties across groups
+    for k in (1, 5, min(64, vocab)):
+        ids = top_indices(logits, k)
+        assert torch.equal(logits.gather(1, ids), logits.topk(k, dim=-1).values)
+        assert all(len(set(row)) == k for row in ids.tolist())
 
 
 def test_the_decode_config_refuses_an_unknown_logits_backend() -> None:

@@ -13,9 +13,12 @@ else (a GPU, another dtype, a prefill's many rows, a layout numpy cannot read wi
 goes through torch.
 
 The "int8" backend stores E as int8 with one scale per token (symmetric, absmax / 127) and
-quantizes each product's rows on the fly (fbgemm's dynamic int8 GEMM, torch's quantized
-``linear_dynamic``): a quarter of the bytes per step, and on the same EPYC 5 rows took 4-7 ms
-against 24-30 ms for torch's float32. Those logits are off by ~1.5% of their range, enough to
+quantizes each product's rows on the fly (`Int8Weight`): a quarter of the bytes per step, and
+on the same EPYC 5 rows took 4-7 ms against 24-30 ms for torch's float32. Two int8 kernels
+serve it, timed against each other when the weight is packed (`pack_int8`): oneDNN's int8
+matmul (the matrix units' int8 on a CPU with AMX: 40 rows, eight segments' beams searched
+together, in 1.8 ms against 6.5 ms on a Sapphire Rapids core) and fbgemm's dynamic int8
+linear (torch's quantized ``linear_dynamic``). Those logits are off by ~1.5% of their range, enough to
 re-rank close candidates (alone, they cost the finals 7 more word errors in 2,500), so each
 row's best ``RESCORED`` tokens by them are computed again in float32 from E (a gather of 64
 columns per beam; with it the finals over 2,500 words had float32's 192 errors, 3 of 137
@@ -61,6 +64,7 @@ MAX_BLAS_ROWS = 16  # a beam step's rows, or a greedy batch's; a prefill's many 
 ROW_BUCKETS = (1, 2, 4, 8, MAX_BLAS_ROWS)  # rows are timed per bucket (the bucket's size)
 BLAS_MARGIN = 0.9  # OpenBLAS is kept only when it takes at most this share of torch's time
 TIMED_ROUNDS = 5  # alternated rounds per choice, after one untimed call of each
+TOP_GROUP = 32  # vocabulary entries per group of `top_indices`' first pass
 
 Timer = Callable[[str, Callable[[], object]], float]  # (backend, one call) -> seconds
 
@@ -105,7 +109,7 @@ class LogitsProjection:
         self._view: np.ndarray | None = None  # the weight's (d, V) storage, as numpy reads it
         self._blas_pool: ThreadpoolController | None = None  # numpy's BLAS pools
         self._int8_storage: int | None = None  # the weight's data_ptr the packed int8 is of
-        self._int8: object | None = None  # the packed int8 weight (None: not packable here)
+        self._int8: Int8Weight | None = None  # the packed int8 weight (None: not here)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         if self.backend == "int8" and self.int8_applies(h):
@@ -126,24 +130,24 @@ class LogitsProjection:
         return (self.weight.device.type == "cpu"
                 and self.weight.dtype in (torch.float32, torch.bfloat16))
 
-    def _int8_logits(self, h: torch.Tensor, packed: object) -> torch.Tensor:
+    def _int8_logits(self, h: torch.Tensor, packed: Int8Weight) -> torch.Tensor:
         """Every token's logit in int8, then each row's best ``RESCORED`` again in float32:
         the candidates a search ranks get float32 logits; the int8 rest only add to the
         softmax's normaliser, where their error is a small share of a small mass."""
         logits, _, _ = self._int8_rescored(h.reshape(-1, h.shape[-1]), packed, None)
         return logits.view(*h.shape[:-1], -1)
 
-    def _int8_rescored(self, h: torch.Tensor, packed: object, suppressed: torch.Tensor | None,
+    def _int8_rescored(self, h: torch.Tensor, packed: Int8Weight, suppressed: torch.Tensor | None,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """h (N, d) -> logits (N, V) float32, int8 products but for each row's best
         ``RESCORED`` tokens (N, M), whose float32 logits (N, M) are also returned. The
         ``suppressed`` ids are -inf before the best are chosen, so all of them are tokens a
         search may pick."""
         rows = h.float().contiguous()  # (N, d)
-        logits = torch.ops.quantized.linear_dynamic(rows, packed, True)  # (N, V)
+        logits = packed(rows)  # (N, V)
         if suppressed is not None:
             logits.index_fill_(-1, suppressed, float("-inf"))
-        top = logits.topk(min(RESCORED, logits.shape[-1]), dim=-1).indices  # (N, M)
+        top = top_indices(logits, min(RESCORED, logits.shape[-1]))  # (N, M)
         exact = self._exact(rows, top)
         if suppressed is not None:  # fewer than M tokens left: the suppressed stay -inf
             exact.masked_fill_(logits.gather(-1, top).isneginf(), float("-inf"))
@@ -181,10 +185,10 @@ class LogitsProjection:
             return torch.einsum("nd,dnm->nm", rows, columns.view(weight.shape[1], *top.shape))
         return torch.bmm(weight[top].float(), rows.unsqueeze(-1)).squeeze(-1)  # (N, M, d) rows
 
-    def _packed_int8(self) -> object | None:
+    def _packed_int8(self) -> Int8Weight | None:
         if self._int8_storage != self.weight.data_ptr():
             self._int8_storage = self.weight.data_ptr()
-            self._int8 = pack_int8(self.weight)
+            self._int8 = pack_int8(self.weight, self.timer)
         return self._int8
 
     def serve(self, backend: str, beam_size: int) -> None:
@@ -258,21 +262,110 @@ class LogitsProjection:
         return torch.from_numpy(logits).view(*h.shape[:-1], -1)  # (B, T, V)
 
 
-def pack_int8(weight: torch.Tensor) -> object | None:
-    """``weight`` (V, d) as fbgemm's packed int8 matrix, one scale per row; None (logged) where
-    this torch cannot build it."""
-    w = weight.detach().float().contiguous()
-    scales = (w.abs().amax(dim=1).clamp_min(1e-12) / INT8_MAX).double()
-    zero_points = torch.zeros(w.shape[0], dtype=torch.long)
-    try:
-        with warnings.catch_warnings():  # torch marks its quantized tensors as deprecated
-            warnings.simplefilter("ignore", UserWarning)
-            q = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
-            packed = torch.ops.quantized.linear_prepack(q, None)
-            # one product now: an engine that packs but cannot multiply is found here,
-            # not in a live decode
-            torch.ops.quantized.linear_dynamic(torch.zeros(1, w.shape[1]), packed, True)
-            return packed
-    except (AttributeError, NotImplementedError, RuntimeError) as exc:
-        logger.warning("whisper logits: int8 is not available in this torch (%s); float32", exc)
+def top_indices(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices (N, k) of each row's ``k`` largest ``logits`` (N, V), largest first, as
+    ``topk`` gives them (equal values in either's order), in two passes over a small share:
+    the maximum of each group of ``TOP_GROUP`` consecutive entries, the ``k`` best groups,
+    then the best ``k`` of those groups' entries (and of the few past the last whole group).
+    A row's ``k`` largest lie in its ``k`` groups of largest maxima (a group holding one has a
+    maximum at least as large), so this is exact. ``topk`` over the whole vocabulary took 4 ms
+    for 40 rows of 51,864 on a Sapphire Rapids core, this 2.6 ms."""
+    rows, vocab = logits.shape
+    groups = vocab // TOP_GROUP
+    if groups < k:
+        return logits.topk(k, dim=-1).indices
+    whole = groups * TOP_GROUP
+    maxima = logits[:, :whole].reshape(rows, groups, TOP_GROUP).amax(dim=-1)  # (N, groups)
+    best = maxima.topk(k, dim=-1).indices  # (N, k)
+    within = torch.arange(TOP_GROUP, device=logits.device)
+    columns = (best.unsqueeze(-1) * TOP_GROUP + within).reshape(rows, k * TOP_GROUP)
+    if whole < vocab:
+        rest = torch.arange(whole, vocab, device=logits.device).expand(rows, -1)
+        columns = torch.cat([columns, rest], dim=1)
+    place = logits.gather(1, columns).topk(k, dim=-1).indices  # (N, k)
+    return columns.gather(1, place)
+
+
+INT8_KERNELS = ("onednn", "fbgemm")
+INT8_TIMED_ROWS = (5, 40)  # a beam's rows, and eight segments' beams searched together
+
+
+class Int8Weight:
+    """The embedding E (V, d) in int8, one scale per token (symmetric, absmax / 127), packed
+    for one int8 GEMM kernel; ``int8_weight(rows)`` is the product of float32 rows (N, d) with
+    it, (N, V) float32.
+
+    ``onednn``: oneDNN's int8 matmul (the matrix units' int8 where the CPU has AMX, VNNI
+    elsewhere); each row is quantized by its own absmax, so a row's logits do not depend on
+    the rows multiplied beside it. ``fbgemm``: torch's dynamic int8 linear, whose rows share
+    one uint8 range per product. Building one runs a product, so a kernel that packs but
+    cannot multiply fails here, not in a live decode.
+
+    Raises:
+        AttributeError, NotImplementedError, RuntimeError: the kernel is not in this torch or
+            cannot run on this CPU.
+    """
+
+    def __init__(self, weight: torch.Tensor, kernel: str) -> None:
+        if kernel not in INT8_KERNELS:
+            raise ValueError(f"int8 kernel must be one of {INT8_KERNELS}, got {kernel!r}")
+        w = weight.detach().float().contiguous()
+        scales = w.abs().amax(dim=1).clamp_min(1e-12) / INT8_MAX  # (V,)
+        zero_points = torch.zeros(w.shape[0], dtype=torch.long)
+        self.kernel = kernel
+        self._scales = scales
+        self._zero_points = zero_points
+        if kernel == "onednn":
+            q = torch.round(w / scales[:, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+            self._packed = torch.ops.onednn.qlinear_prepack(q, None)
+        else:
+            with warnings.catch_warnings():  # torch marks its quantized tensors as deprecated
+                warnings.simplefilter("ignore", UserWarning)
+                q = torch.quantize_per_channel(w, scales.double(), zero_points, 0, torch.qint8)
+                self._packed = torch.ops.quantized.linear_prepack(q, None)
+        self(torch.zeros(1, w.shape[1]))
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows (N, d) float32, contiguous -> logits (N, V) float32."""
+        if self.kernel == "fbgemm":
+            return torch.ops.quantized.linear_dynamic(rows, self._packed, True)
+        absmax = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)  # (N, 1)
+        q = torch.round(rows * (INT8_MAX / absmax)).to(torch.int8)
+        logits = torch.ops.onednn.qlinear_pointwise(
+            q, 1.0 / INT8_MAX, 0, self._packed, self._scales, self._zero_points, None, 1.0, 0,
+            torch.float32, "none", [], "")
+        return logits.mul_(absmax)
+
+
+def pack_int8(weight: torch.Tensor, timer: Timer = _seconds) -> Int8Weight | None:
+    """``weight`` (V, d) packed for the faster int8 kernel this torch and CPU run (`Int8Weight`:
+    both are timed on a beam's rows and on eight beams' rows, alternated, ``timer`` timing one
+    call); None (logged) where neither runs.
+
+    On a Sapphire Rapids core (AMX-int8) oneDNN took 1.8 ms for 40 rows against fbgemm's
+    6.5 ms, and 1.1 against 1.2 ms for 5 rows; the choice is made per machine, not assumed."""
+    kernels = []
+    for kernel in INT8_KERNELS:
+        try:
+            kernels.append(Int8Weight(weight, kernel))
+        except (AttributeError, NotImplementedError, RuntimeError) as exc:
+            logger.info("whisper logits: the %s int8 kernel is not available here (%s)", kernel, exc)
+    if not kernels:
+        logger.warning("whisper logits: int8 is not available in this torch; float32")
         return None
+    if len(kernels) == 1:
+        return kernels[0]
+    times: dict[str, float] = dict.fromkeys(INT8_KERNELS, 0.0)
+    for rows in INT8_TIMED_ROWS:
+        h = torch.randn(rows, weight.shape[1])
+        per_kernel: dict[str, list[float]] = {k.kernel: [] for k in kernels}
+        for _ in range(TIMED_ROUNDS):
+            for k in kernels:
+                per_kernel[k.kernel].append(timer(k.kernel, lambda k=k, h=h: k(h)))
+        for name, seconds in per_kernel.items():
+            times[name] += statistics.median(seconds)
+    chosen = min(kernels, key=lambda k: times[k.kernel])
+    logger.info("whisper logits, int8 kernels (%s rows): %s; %s kept",
+                " + ".join(map(str, INT8_TIMED_ROWS)),
+                ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in times.items()), chosen.kernel)
+    return chosen
