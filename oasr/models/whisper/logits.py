@@ -44,6 +44,7 @@ product on the matrix units with the same rescoring took as long, 6.8 ms: the pr
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import time
@@ -361,7 +362,7 @@ def pack_int8(weight: torch.Tensor, timer: Timer = _seconds) -> Int8Weight | Non
         per_kernel: dict[str, list[float]] = {k.kernel: [] for k in kernels}
         for _ in range(TIMED_ROUNDS):
             for k in kernels:
-                per_kernel[k.kernel].append(timer(k.kernel, lambda k=k, h=h: k(h)))
+                per_kernel[k.kernel].append(timer(k.kernel, functools.partial(k, h)))
         for name, seconds in per_kernel.items():
             times[name] += statistics.median(seconds)
     chosen = min(kernels, key=lambda k: times[k.kernel])
