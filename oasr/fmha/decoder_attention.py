@@ -77,13 +77,14 @@ def gather_pages_head_major(cache: PagedKVCache, length: int, dtype: torch.dtype
     return out[0], out[1]
 
 
-def attend_head_major(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor,
-                      bias: torch.Tensor | None = None) -> torch.Tensor:
+def attend_head_major(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      valid: torch.Tensor | None, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``dense_attention`` over head-major keys, with (head, row) pairs as its batch so every
     matmul operand is contiguous (a token-major (B, L, H, D) gather costs a copy per matmul).
 
     Args:
-        q: (B, T, H, D); k, v: (H, B, L, D); valid: (B, L); bias: (B, 1 or H, T, L) or None.
+        q: (B, T, H, D); k, v: (H, B, L, D); valid: (B, L), or None when every key is real;
+        bias: (B, 1 or H, T, L) or None.
     Returns:
         (B, T, H, D).
     """
@@ -95,7 +96,8 @@ def attend_head_major(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: 
     if bias is not None:
         bias = bias.expand(batch, heads, tokens, length).transpose(0, 1)
         bias = bias.reshape(heads * batch, 1, tokens, length)
-    out = dense_attention(q_flat, k_flat, v_flat, valid.repeat(heads, 1), bias)  # (HB, T, 1, D)
+    keep = None if valid is None else valid.repeat(heads, 1)
+    out = dense_attention(q_flat, k_flat, v_flat, keep, bias)  # (HB, T, 1, D)
     return out.reshape(heads, batch, tokens, dim).permute(1, 2, 0, 3)
 
 
@@ -123,5 +125,12 @@ def decoder_self_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def decoder_cross_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                             kv_lens: torch.Tensor) -> torch.Tensor:
     """q (B, T, H, D) over each row's ``kv_lens[b]`` encoder frames, keys and values (H, B, L, D)
-    from `gather_pages_head_major` -> (B, T, H, D)."""
-    return attend_head_major(q, keys, values, key_padding_mask(kv_lens, keys.size(2)))
+    from `gather_pages_head_major` -> (B, T, H, D).
+
+    On CPU, rows that all hold every gathered frame (Whisper's rows all hold the 1,500 frames
+    of a window) attend unmasked: the softmax then runs in the operands' dtype without the
+    masked path's cast, fill and cast-back passes over the scores."""
+    valid = key_padding_mask(kv_lens, keys.size(2))
+    if keys.device.type == "cpu" and bool(valid.all()):
+        return attend_head_major(q, keys, values, None)
+    return attend_head_major(q, keys, values, valid)

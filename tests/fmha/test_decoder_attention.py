@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from oasr.fmha import PagedKVCache, dense_attention, write_chunk_kv
 from oasr.fmha.decoder_attention import (
+    attend_head_major,
     causal_bias,
     decoder_cross_attention,
     decoder_self_attention,
@@ -56,3 +58,25 @@ def test_cross_attention_reads_each_rows_frames_only() -> None:
     for b, n in enumerate(held):
         want = dense_attention(q[b : b + 1], keys[b], values[b], torch.ones(1, n, dtype=torch.bool))
         torch.testing.assert_close(out[b : b + 1], want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_attention_over_full_rows_equals_the_masked_path(dtype: torch.dtype) -> None:
+    """Rows that hold every gathered frame attend unmasked (the faster path, taken with a head
+    dim of 16: a power-of-two scale): the same result as masking nothing, and a row holding
+    fewer frames still masks them."""
+    gen = torch.Generator().manual_seed(2)
+    keys = torch.randn(H, 2, 8, 16, generator=gen).to(dtype)
+    values = torch.randn(H, 2, 8, 16, generator=gen).to(dtype)
+    q = torch.randn(2, 1, H, 16, generator=gen).to(dtype)
+    full = torch.tensor([8, 8])
+    out = decoder_cross_attention(q, keys, values, full)
+    masked = attend_head_major(q, keys, values, torch.ones(2, 8, dtype=torch.bool))
+    torch.testing.assert_close(out, masked, atol=1e-2 if dtype == torch.bfloat16 else 0, rtol=0)
+    short = decoder_cross_attention(q, keys, values, torch.tensor([8, 5]))
+    torch.testing.assert_close(short[:1], out[:1], atol=1e-2 if dtype == torch.bfloat16 else 0,
+                               rtol=0)
+    want = attend_head_major(q[1:], keys[:, 1:, :5], values[:, 1:, :5],
+                             torch.ones(1, 5, dtype=torch.bool))
+    torch.testing.assert_close(short[1:], want, atol=1e-2 if dtype == torch.bfloat16 else 1e-6,
+                               rtol=0)

@@ -143,6 +143,28 @@ def test_no_key_mask_is_every_key_real(backend: str) -> None:
                               dense_attention(q, k, v, one_masked, backend=backend))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dim", [16, 64, 24])
+def test_unmasked_attention_is_the_masked_softmax(dim: int, dtype: torch.dtype) -> None:
+    """With no key to mask and a power-of-two scale (head dims 16 and 64) the ``torch`` backend
+    folds the scale into the queries and runs the softmax in the operands' dtype: float32 gives
+    the masked path's result exactly, bfloat16 within a rounding of it; a scale that is not a
+    power of two (dim 24) keeps the masked path. A scale left out, or applied twice, fails."""
+    g = torch.Generator().manual_seed(5)
+    q = (torch.randn(3, 2, 4, dim, generator=g) * 2).to(dtype)
+    k, v = (torch.randn(3, 40, 4, dim, generator=g).to(dtype) for _ in range(2))
+    everything = torch.ones(3, 40, dtype=torch.bool)
+    fast, masked = dense_attention(q, k, v, None), dense_attention(q, k, v, everything)
+    if dtype == torch.float32:
+        assert torch.equal(fast, masked)
+    else:
+        torch.testing.assert_close(fast, masked, atol=2e-2, rtol=2e-2)
+    scores = torch.einsum("bthd,blhd->bhtl", q.double(), k.double()) / math.sqrt(dim)
+    reference = torch.einsum("bhtl,blhd->bthd", scores.softmax(-1), v.double())
+    tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(fast.double(), reference, atol=tolerance, rtol=tolerance)
+
+
 def test_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OASR_ATTN_BACKEND", raising=False)
     # the measured rule: the fused kernel for every float dtype on CPU; CUDA keeps torch

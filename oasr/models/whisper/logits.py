@@ -184,7 +184,8 @@ class LogitsProjection:
         if weight.t().is_contiguous():  # stored (d, V), as on CPU: gather its columns
             columns = weight.t().index_select(1, top.flatten()).float()  # (d, N * M)
             return torch.einsum("nd,dnm->nm", rows, columns.view(weight.shape[1], *top.shape))
-        return torch.bmm(weight[top].float(), rows.unsqueeze(-1)).squeeze(-1)  # (N, M, d) rows
+        picked = weight.index_select(0, top.flatten()).view(*top.shape, -1)  # (N, M, d) rows
+        return torch.bmm(picked.float(), rows.unsqueeze(-1)).squeeze(-1)
 
     def _packed_int8(self) -> Int8Weight | None:
         if self._int8_storage != self.weight.data_ptr():
