@@ -288,6 +288,24 @@ def test_int8_falls_back_to_float_where_torch_cannot_pack(monkeypatch: pytest.Mo
 
 
 @torch.inference_mode()
+def test_an_int8_kernel_that_multiplies_wrongly_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose products are off (here oneDNN's clipped, as an int8 path that saturates
+    on some CPU would give them) is refused when packing, and the other kernel serves."""
+    from oasr.models.whisper.logits import pack_int8
+
+    product = torch.ops.onednn.qlinear_pointwise
+
+    def saturating(*args: object) -> torch.Tensor:
+        out = product(*args)
+        return out.clamp(-0.1 * float(out.abs().max()), 0.1 * float(out.abs().max()))
+
+    monkeypatch.setattr(torch.ops.onednn, "qlinear_pointwise", saturating)
+    weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
+    packed = pack_int8(weight, timer_favouring("onednn"))
+    assert packed is not None and packed.kernel == "fbgemm"
+
+
+@torch.inference_mode()
 @pytest.mark.parametrize("fast", ["onednn", "fbgemm"])
 def test_int8_keeps_the_faster_kernel(fast: str) -> None:
     from oasr.models.whisper.logits import INT8_TIMED_ROWS, pack_int8

@@ -290,6 +290,7 @@ def top_indices(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 
 INT8_KERNELS = ("onednn", "fbgemm")
+INT8_MAX_ERROR = 0.05  # a kernel's products off by more than this share of a row's range: refused
 INT8_TIMED_ROWS = (5, 40)  # a beam's rows, and eight segments' beams searched together
 
 
@@ -301,8 +302,8 @@ class Int8Weight:
     ``onednn``: oneDNN's int8 matmul (the matrix units' int8 where the CPU has AMX, VNNI
     elsewhere); each row is quantized by its own absmax, so a row's logits do not depend on
     the rows multiplied beside it. ``fbgemm``: torch's dynamic int8 linear, whose rows share
-    one uint8 range per product. Building one runs a product, so a kernel that packs but
-    cannot multiply fails here, not in a live decode.
+    one uint8 range per product. Building one runs a product and checks it against float32
+    (`_check`), so a kernel that packs but cannot multiply, or multiplies wrongly, fails here.
 
     Raises:
         AttributeError, NotImplementedError, RuntimeError: the kernel is not in this torch or
@@ -326,7 +327,21 @@ class Int8Weight:
                 warnings.simplefilter("ignore", UserWarning)
                 q = torch.quantize_per_channel(w, scales.double(), zero_points, 0, torch.qint8)
                 self._packed = torch.ops.quantized.linear_prepack(q, None)
-        self(torch.zeros(1, w.shape[1]))
+        self._check(w)
+
+    def _check(self, w: torch.Tensor) -> None:
+        """One product now, against float32's on rows like a decoder's states (near some
+        tokens' embeddings): a kernel that cannot multiply here, or whose results are off by
+        more than ``INT8_MAX_ERROR`` of a row's range (an int8 path that saturates on this
+        CPU), is refused here, not found in a live decode."""
+        picks = torch.linspace(0, w.shape[0] - 1, 8).long()
+        rows = (w[picks] * 3.0).contiguous()  # (8, d)
+        exact = rows @ w.t()
+        spread = (exact.amax(-1) - exact.amin(-1)).clamp_min(1e-12)
+        error = ((self(rows) - exact).abs().amax(-1) / spread).max().item()
+        if not error <= INT8_MAX_ERROR:
+            raise RuntimeError(f"{self.kernel} int8 products are off by {error:.1%} of a row's "
+                               f"range here (at most {INT8_MAX_ERROR:.0%} kept)")
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (N, d) float32, contiguous -> logits (N, V) float32."""
