@@ -14,6 +14,7 @@ from whisper_testutil import TINY, tiny_model
 from oasr.engine import EngineConfig
 from oasr.engine.options import add_engine_arguments, engine_config_from_args
 from oasr.models.whisper import WhisperCheckpoint, WhisperFrontend
+from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import N_FRAMES
 from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
 from oasr.text.wer import ErrorCounts, normalize_transcript
@@ -100,6 +101,16 @@ def test_fit_mode_encodes_each_bucket_and_completes_with_silence() -> None:
             assert k.shape == (4, TINY.n_audio_ctx, TINY.n_audio_head, 16)
             torch.testing.assert_close(k, k_ref)
             torch.testing.assert_close(v, v_ref)
+        # stored head-major, which a DecoderKv keeps as it is (no copy) and attends to as it
+        # does to a copy
+        assert all(k.transpose(1, 2).is_contiguous() for k, _ in cross)
+        copied = DecoderKv([(k.contiguous(), v.contiguous()) for k, v in cross], 4,
+                           shared_cross=True)
+        kept = DecoderKv(cross, 4, shared_cross=True)
+        assert kept._cross[0][0].data.data_ptr() == cross[0][0].data_ptr()
+        assert copied._cross[0][0].data.data_ptr() != cross[0][0].data_ptr()
+        q = torch.randn(4, 1, TINY.n_audio_head, 16, generator=gen)
+        assert torch.equal(kept.attend_cross(1, q), copied.attend_cross(1, q))
     assert [g.rows for g in encoder.features(waves)] == [(1, 3), (0,), (2,)]
     with pytest.raises(ValueError, match="at least one waveform, got 0"):
         encoder([])

@@ -23,9 +23,19 @@ class _LayerBuffer:
     without a copy."""
 
     def __init__(self, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device,
-                 fp8: bool) -> None:
-        self.data = torch.zeros(shape, dtype=FP8_DTYPE if fp8 else dtype, device=device)
-        self.scales = torch.zeros(shape[:3], dtype=torch.float32, device=device) if fp8 else None
+                 fp8: bool, zeroed: bool = True) -> None:
+        make = torch.zeros if zeroed else torch.empty
+        self.data = make(shape, dtype=FP8_DTYPE if fp8 else dtype, device=device)
+        self.scales = make(shape[:3], dtype=torch.float32, device=device) if fp8 else None
+
+    @classmethod
+    def holding(cls, x: torch.Tensor) -> _LayerBuffer:
+        """A buffer over ``x`` (B, L, H, D) itself, a view of head-major (B, H, L, D) storage in
+        the served dtype: nothing copied (the buffer then writes into ``x``'s storage)."""
+        buffer = cls.__new__(cls)
+        buffer.data = x.transpose(1, 2)
+        buffer.scales = None
+        return buffer
 
     def write(self, start: int, x: torch.Tensor) -> None:
         """x: (B, T, H, D) stored at positions start .. start + T - 1."""
@@ -77,7 +87,10 @@ class DecoderKv:
     served dtype (they are stored quantized for later steps).
 
     Args:
-        cross_kv: per layer (K, V), each (B, S, H, D), from ``WhisperDecoder.cross_kv``.
+        cross_kv: per layer (K, V), each (B, S, H, D), from ``WhisperDecoder.cross_kv`` or
+            `SegmentEncoder.cross_kv`; one that is a view of head-major (B, H, S, D) storage
+            in the served dtype is kept as it is, not copied (and is written in place by
+            `keep_groups`: the caller hands it over).
         capacity: self-attention tokens each row may hold (prompt plus generated).
         kv_cache: None (served dtype) or ``"fp8_e4m3"``.
         shared_cross: keep the cross K/V once per group of rows (the B rows of ``cross_kv``
@@ -108,14 +121,21 @@ class DecoderKv:
         shape = (batch, heads, capacity, dim)
         self._self = [(_LayerBuffer(shape, k0.dtype, k0.device, fp8),
                        _LayerBuffer(shape, k0.dtype, k0.device, fp8)) for _ in cross_kv]
-        self._cross = []
-        for k, v in cross_kv:
-            ck = _LayerBuffer((batch, heads, frames, dim), k.dtype, k.device, fp8)
-            cv = _LayerBuffer((batch, heads, frames, dim), v.dtype, v.device, fp8)
-            ck.write(0, k)
-            cv.write(0, v)
-            self._cross.append((ck, cv))
+        self._cross = [(self._cross_buffer(k, fp8), self._cross_buffer(v, fp8))
+                       for k, v in cross_kv]
         self.fp8 = fp8
+
+    @staticmethod
+    def _cross_buffer(x: torch.Tensor, fp8: bool) -> _LayerBuffer:
+        """The buffer of one layer's cross K or V (B, S, H, D): ``x``'s own storage where it is
+        head-major already in the served dtype (as `SegmentEncoder.cross_kv` builds a window
+        completed with silence), else a copy."""
+        if not fp8 and x.transpose(1, 2).is_contiguous():
+            return _LayerBuffer.holding(x)
+        batch, frames, heads, dim = x.shape
+        buffer = _LayerBuffer((batch, heads, frames, dim), x.dtype, x.device, fp8, zeroed=False)
+        buffer.write(0, x)
+        return buffer
 
     def begin(self, num_tokens: int) -> torch.Tensor:
         """(B, T) positions of the next ``num_tokens`` tokens; refuses past the capacity."""

@@ -199,13 +199,15 @@ class SegmentEncoder:
     def cross_kv(self, encoded: EncodedSegments) -> CrossKv:
         """Per decoder layer the cross K, V (B, n_audio_ctx, H, D) of ``encoded``: projected
         for each row's encoded frames, the silent window's for the rest (a projection is per
-        frame, so this equals projecting the whole window)."""
+        frame, so this equals projecting the whole window). Where rows end in silence the
+        tensors are views of head-major (B, H, n_audio_ctx, D) storage, which `DecoderKv`
+        keeps without a copy."""
         states, ctx = encoded.states, encoded.states.size(1)
         decoder = self.model.decoder
         if all(n == ctx for n in encoded.num_encoded):
             return decoder.cross_kv(states)
         batch = states.size(0)
-        out = [(k.expand(batch, -1, -1, -1).clone(), v.expand(batch, -1, -1, -1).clone())
+        out = [(_head_major_rows(k, batch), _head_major_rows(v, batch))
                for k, v in self.silence_cross_kv()]
         for frames in sorted(set(encoded.num_encoded)):
             rows = [i for i, n in enumerate(encoded.num_encoded) if n == frames]
@@ -215,3 +217,10 @@ class SegmentEncoder:
                 k_out[index, :frames] = k  # (b, frames, H, D)
                 v_out[index, :frames] = v
         return out
+
+
+def _head_major_rows(x: torch.Tensor, batch: int) -> torch.Tensor:
+    """``batch`` copies of ``x`` (1, S, H, D), stored head-major (B, H, S, D) and returned as
+    the (B, S, H, D) view."""
+    rows = x[0].transpose(0, 1).expand(batch, -1, -1, -1)  # (B, H, S, D)
+    return rows.clone(memory_format=torch.contiguous_format).transpose(1, 2)
