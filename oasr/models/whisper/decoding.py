@@ -234,8 +234,9 @@ class BeamSearch:
     through the decoder in ONE call. A group ends once it has ``beam_size`` hypotheses or has
     taken its own ``limit`` of tokens, and leaves the store (``DecoderKv.keep_groups``), so a
     short segment searched beside a long one costs its own steps only; `drop` takes a group
-    out between steps. Its caller steps it between other work (the continuous decoder
-    advances its greedy rows and takes commands between the steps).
+    out between steps. Its callers step it to its end: `beam_search`, and the continuous
+    decoder, which searches a batch within one of its steps and drops the segments aborted
+    meanwhile before each token.
 
     Invariant: a group's result does not depend on the groups beside it (up to the rounding
     of batched matrix products): its rows attend only their own tokens and frames, and its

@@ -77,6 +77,18 @@ def _seconds(backend: str, fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def _median_seconds(runs: dict[str, Callable[[], object]], timer: Timer) -> dict[str, float]:
+    """Each run's median seconds over ``TIMED_ROUNDS`` rounds, the runs alternated within a
+    round, after one untimed call of each; ``timer`` times one call."""
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for fn in runs.values():
+        fn()
+    for _ in range(TIMED_ROUNDS):
+        for name, fn in runs.items():
+            seconds[name].append(timer(name, fn))
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
 def _bucket(rows: int) -> int:
     return next(b for b in ROW_BUCKETS if rows <= b)
 
@@ -234,14 +246,9 @@ class LogitsProjection:
     def _time(self, threads: int, rows: int) -> str:
         """Time both on ``rows`` rows, alternated; "blas" only when clearly faster."""
         h = torch.randn(rows, 1, self.weight.shape[1])
-        runs = {"torch": lambda: F.linear(h, self.weight), "blas": lambda: self._blas(h)}
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for fn in runs.values():
-            fn()
-        for _ in range(TIMED_ROUNDS):
-            for name, fn in runs.items():
-                times[name].append(self.timer(name, fn))
-        torch_s, blas_s = (statistics.median(times[name]) for name in ("torch", "blas"))
+        times = _median_seconds({"torch": lambda: F.linear(h, self.weight),
+                                 "blas": lambda: self._blas(h)}, self.timer)
+        torch_s, blas_s = times["torch"], times["blas"]
         choice = "blas" if blas_s <= BLAS_MARGIN * torch_s else "torch"
         logger.info("whisper logits, %d rows on %d threads: torch %.1f ms, OpenBLAS %.1f ms: %s",
                     rows, threads, torch_s * 1e3, blas_s * 1e3, choice)
@@ -376,12 +383,9 @@ def pack_int8(weight: torch.Tensor, timer: Timer = _seconds) -> Int8Weight | Non
     times: dict[str, float] = dict.fromkeys(INT8_KERNELS, 0.0)
     for rows in INT8_TIMED_ROWS:
         h = torch.randn(rows, weight.shape[1])
-        per_kernel: dict[str, list[float]] = {k.kernel: [] for k in kernels}
-        for _ in range(TIMED_ROUNDS):
-            for k in kernels:
-                per_kernel[k.kernel].append(timer(k.kernel, functools.partial(k, h)))
-        for name, seconds in per_kernel.items():
-            times[name] += statistics.median(seconds)
+        medians = _median_seconds({k.kernel: functools.partial(k, h) for k in kernels}, timer)
+        for name, seconds in medians.items():
+            times[name] += seconds
     chosen = min(kernels, key=lambda k: times[k.kernel])
     logger.info("whisper logits, int8 kernels (%s rows): %s; %s kept",
                 " + ".join(map(str, INT8_TIMED_ROWS)),
