@@ -8,6 +8,7 @@ import torch
 from oasr.fmha import PagedKVCache, dense_attention, write_chunk_kv
 from oasr.fmha.decoder_attention import (
     attend_head_major,
+    attend_with_shared_tail,
     causal_bias,
     decoder_cross_attention,
     decoder_self_attention,
@@ -80,3 +81,27 @@ def test_cross_attention_over_full_rows_equals_the_masked_path(dtype: torch.dtyp
                              torch.ones(1, 5, dtype=torch.bool))
     torch.testing.assert_close(short[1:], want, atol=1e-2 if dtype == torch.bfloat16 else 1e-6,
                                rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shared_tail_attention_is_attention_over_the_joined_keys(dtype: torch.dtype) -> None:
+    """Each group's query rows over its own keys and then keys every group shares: one softmax
+    over both blocks (not one per block), as dense attention over the keys joined."""
+    gen = torch.Generator().manual_seed(3)
+    groups, rows, own, tail, dim = 3, 5, 7, 11, 16
+    q = torch.randn(groups, H, rows, dim, generator=gen).to(dtype).transpose(1, 2)  # strided
+    k_own = torch.randn(groups, H, own, dim, generator=gen).to(dtype)  # head-major storage
+    v_own = torch.randn(groups, H, own, dim, generator=gen).to(dtype)
+    k_tail = torch.randn(H, tail, dim, generator=gen).to(dtype)
+    v_tail = torch.randn(H, tail, dim, generator=gen).to(dtype)
+    got = attend_with_shared_tail(q, k_own.transpose(1, 2), v_own.transpose(1, 2), k_tail, v_tail)
+    assert got.shape == (groups, rows, H, dim) and got.dtype == dtype
+    keys = torch.cat([k_own, k_tail.expand(groups, -1, -1, -1)], dim=2).transpose(1, 2)
+    values = torch.cat([v_own, v_tail.expand(groups, -1, -1, -1)], dim=2).transpose(1, 2)
+    want = dense_attention(q.float(), keys.float(), values.float(), None)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(got.float(), want, atol=tol, rtol=0)
+    # the tail's keys count: without them the answer is another
+    alone = dense_attention(q.float(), k_own.transpose(1, 2).float(),
+                            v_own.transpose(1, 2).float(), None)
+    assert (alone - want).abs().max() > 10 * tol

@@ -14,6 +14,7 @@ from whisper_testutil import TINY, tiny_model
 from oasr.engine import EngineConfig
 from oasr.engine.options import add_engine_arguments, engine_config_from_args
 from oasr.models.whisper import WhisperCheckpoint, WhisperFrontend
+from oasr.models.whisper import window as window_module
 from oasr.models.whisper.dense_kv import DecoderKv
 from oasr.models.whisper.frontend import N_FRAMES
 from oasr.models.whisper.window import EncoderWindow, SegmentEncoder
@@ -114,6 +115,43 @@ def test_fit_mode_encodes_each_bucket_and_completes_with_silence() -> None:
     assert [g.rows for g in encoder.features(waves)] == [(1, 3), (0,), (2,)]
     with pytest.raises(ValueError, match="at least one waveform, got 0"):
         encoder([])
+
+
+def test_split_cross_kv_is_the_window_in_two_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows' own frames (up to the most any row encoded) and the silent window's tail, once:
+    joined they are ``cross_kv``'s window, and a DecoderKv over the two parts attends as one
+    over the window, also after a group leaves. One row, or rows encoded past
+    ``SPLIT_MAX_OWN`` frames, keep the whole window."""
+    model = tiny_model(seed=5)  # 20 encoder frames
+    encoder = SegmentEncoder(model, EncoderWindow(margin_s=0.05, bucket_s=0.1))
+    gen = torch.Generator().manual_seed(7)
+    waves = [0.2 * torch.randn(n, generator=gen) for n in (2400, 800, 700)]
+    with torch.inference_mode():
+        encoded = encoder.encode(waves)
+        assert encoded.num_encoded == (10, 5, 5)
+        whole = encoder.cross_kv(encoded)
+        own, tail = encoder.split_cross_kv(encoded)
+        assert tail is not None
+        heads = TINY.n_audio_head
+        for (k, v), (k_own, v_own), (k_tail, v_tail) in zip(whole, own, tail, strict=True):
+            assert k_own.shape == (3, 10, heads, 16) and k_tail.shape == (1, 10, heads, 16)
+            assert k_own.transpose(1, 2).is_contiguous()  # kept by DecoderKv without a copy
+            assert torch.equal(torch.cat([k_own, k_tail.expand(3, -1, -1, -1)], 1), k)
+            assert torch.equal(torch.cat([v_own, v_tail.expand(3, -1, -1, -1)], 1), v)
+        split = DecoderKv(own, 4, shared_cross=True, shared_tail=tail)
+        full = DecoderKv(whole, 4, shared_cross=True)
+        for layer in range(TINY.n_text_layer):
+            q = torch.randn(3, 2, heads, 16, generator=gen)
+            torch.testing.assert_close(split.attend_cross(layer, q), full.attend_cross(layer, q),
+                                       atol=1e-5, rtol=1e-5)
+        assert split.keep_groups([0, 2]) == full.keep_groups([0, 2])
+        q = torch.randn(2, 1, heads, 16, generator=gen)
+        torch.testing.assert_close(split.attend_cross(0, q), full.attend_cross(0, q),
+                                   atol=1e-5, rtol=1e-5)
+        assert encoder.split_cross_kv(encoder.encode(waves[:1]))[1] is None
+        monkeypatch.setattr(window_module, "SPLIT_MAX_OWN", 9)
+        kept, no_tail = encoder.split_cross_kv(encoded)
+        assert no_tail is None and kept[0][0].shape == whole[0][0].shape
 
 
 def _devset_wer(checkpoint: WhisperCheckpoint, recordings, hyps) -> ErrorCounts:

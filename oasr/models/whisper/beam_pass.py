@@ -39,8 +39,9 @@ def start_beam_search(search: BeamSearch, encoder: SegmentEncoder, config: Whisp
     encoded = EncodedSegments(torch.cat([s.states for s in states if s is not None]),
                               tuple(s.num_encoded[0] for s in states if s is not None))
     limits = [r.max_new_tokens for r in requests]
-    kv = DecoderKv(encoder.cross_kv(encoded), len(prompts[0]) + max(limits), config.kv_cache,
-                   shared_cross=True)
+    own, tail = encoder.split_cross_kv(encoded)
+    kv = DecoderKv(own, len(prompts[0]) + max(limits), config.kv_cache, shared_cross=True,
+                   shared_tail=tail)
     prompt = torch.tensor([list(p) for p in prompts], device=search.model.device)  # (N, P)
     search.start(kv, [r.request_id for r in requests], limits, prompt, start)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from oasr.fmha import dense_attention
-from oasr.fmha.decoder_attention import causal_bias
+from oasr.fmha.decoder_attention import attend_with_shared_tail, causal_bias
 from oasr.fmha.fp8 import FP8_DTYPE, QuantizedKv, check_kv_cache_format, quantize_fp8
 
 
@@ -96,6 +96,11 @@ class DecoderKv:
         shared_cross: keep the cross K/V once per group of rows (the B rows of ``cross_kv``
             are the groups; ``select`` may then widen each group to K rows, see the module
             docstring).
+        shared_tail: per layer (K, V), each (1, T, H, D): frames every row attends after its
+            own S frames of ``cross_kv`` (`SegmentEncoder.split_cross_kv`: the silent window's
+            last frames), stored once in the served dtype and read once per step for all rows
+            (`oasr.fmha.decoder_attention.attend_with_shared_tail`); None: the rows' S frames
+            are all their frames.
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class DecoderKv:
         capacity: int,
         kv_cache: str | None = None,
         shared_cross: bool = False,
+        shared_tail: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> None:
         check_kv_cache_format(kv_cache)
         if capacity < 1:
@@ -123,6 +129,10 @@ class DecoderKv:
                        _LayerBuffer(shape, k0.dtype, k0.device, fp8)) for _ in cross_kv]
         self._cross = [(self._cross_buffer(k, fp8), self._cross_buffer(v, fp8))
                        for k, v in cross_kv]
+        # (H, T, D) contiguous per layer: the matmuls read it as it is
+        self._tail = None if shared_tail is None else [
+            (k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous())
+            for k, v in shared_tail]
         self.fp8 = fp8
 
     @staticmethod
@@ -163,7 +173,8 @@ class DecoderKv:
         return dense_attention(q, keys, values, None, causal_bias(held, num_new, length))
 
     def attend_cross(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """q (B, T, H, D) over the row's S encoder frames -> (B, T, H, D)."""
+        """q (B, T, H, D) over the row's S encoder frames (then the shared tail's, if any)
+        -> (B, T, H, D)."""
         k_buf, v_buf = self._cross[layer]
         keys = k_buf.read(self.cross_len, q.dtype)
         values = v_buf.read(self.cross_len, q.dtype)
@@ -172,7 +183,12 @@ class DecoderKv:
         rows, steps, heads, dim = q.shape
         groups = keys.size(0)
         q = q.reshape(groups, (rows // groups) * steps, heads, dim)  # a group's rows as queries
-        return dense_attention(q, keys, values, None).reshape(rows, steps, heads, dim)
+        if self._tail is not None:
+            k_tail, v_tail = self._tail[layer]
+            out = attend_with_shared_tail(q, keys, values, k_tail, v_tail)
+        else:
+            out = dense_attention(q, keys, values, None)
+        return out.reshape(rows, steps, heads, dim)
 
     def advance(self, num_tokens: int) -> None:
         self.num_tokens += num_tokens

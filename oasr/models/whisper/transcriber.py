@@ -309,20 +309,23 @@ class WhisperTranscriber:
                 cross K/V projection uses it (the silent frames' K/V are computed once).
         """
         model, spec = self.checkpoint.model, self.checkpoint.spec
-        cross = (model.decoder.cross_kv(encoded) if num_encoded is None
-                 else self.encoder.cross_kv(EncodedSegments(encoded, tuple(num_encoded))))
+        segments = None if num_encoded is None else EncodedSegments(encoded, tuple(num_encoded))
         batch = encoded.size(0)
         if self.manager is None:
+            cross, tail = ((model.decoder.cross_kv(encoded), None) if segments is None
+                           else self.encoder.split_cross_kv(segments))
             capacity = len(spec.prompt) + self.max_new_tokens
             beam = self.config.beam_size > 1
-            kv = DecoderKv(cross, capacity, self.config.kv_cache, shared_cross=beam)
+            kv = DecoderKv(cross, capacity, self.config.kv_cache, shared_cross=beam,
+                           shared_tail=tail)
             if beam:
                 beams = beam_search(model, spec, kv, self.config.beam_size, self.max_new_tokens)
                 hyps = [GreedyHypothesis(h.tokens, h.log_prob, h.no_speech_prob) for h in beams]
             else:
                 hyps = greedy_search(model, spec, kv, batch, self.max_new_tokens)
         else:
-            hyps = self._decode_paged(cross, batch)
+            hyps = self._decode_paged(model.decoder.cross_kv(encoded) if segments is None
+                                      else self.encoder.cross_kv(segments), batch)
         decode = self.checkpoint.tokenizer.decode
         return [WhisperTranscript(h.tokens, decode(h.tokens), h.avg_log_prob, h.no_speech_prob)
                 for h in hyps]
