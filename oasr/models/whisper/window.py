@@ -7,8 +7,8 @@ silence it always saw after the speech, and then loops (repeated digits, repeate
 What restores it is the silence: the encoder runs on the segment's frames plus a margin
 (rounded up to a bucket so that few shapes occur), and the encoder states of the rest of the
 window are those of a silent 30 s window, computed once per model. Cross-attention still spans
-the whole window (a silent tail cut to 5 or 10 s brought the loops back), so only the
-encoder's cost shrinks with the segment.
+the whole window (a silent tail cut to 5 or 10 s brought the loops back); a batch of segments
+reads the silent tail's K/V once for all of them (`SegmentEncoder.split_cross_kv`).
 
 Measured with tiny.en, greedy, on the devset (16 real recordings of 3-11 s, 153 words; 12
 synthesised sentences, 106 words), WER after ``oasr.text.wer.normalize_transcript``:
@@ -42,9 +42,9 @@ from oasr.models.whisper.model import WhisperModel
 
 WINDOW_MODES = ("full", "fit")
 # `SegmentEncoder.split_cross_kv` splits a batch's cross K/V when its rows' own frames are at
-# most this many (20 s of 30): a layer of 8 segments attended in 2.0 against 4.0 ms with 300
-# own frames, 2.7 against 3.6 with 600, even with 1,000, and slower with 1,200 (one thread,
-# Sapphire Rapids Xeon, bfloat16)
+# most this many (20 s of 30): a layer of 8 segments attended in 1.8-2.0 against 4.0 ms with
+# 300 own frames, 2.5-2.7 against 3.4-3.6 with 600, even with 1,000, and slower with 1,200
+# (one thread, Sapphire Rapids Xeon, bfloat16)
 SPLIT_MAX_OWN = 1000
 _FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100 mel frames per second
 
