@@ -22,7 +22,7 @@ from backend.app import AppContext, create_app
 from backend.config import ServerConfig
 from backend.keepalive import BackpressureKeepaliveProtocol
 from backend.limits import request_timeout_protocol
-from oasr.engine import EngineThread, configure_process
+from oasr.engine import EngineThread, configure_process, freeze_startup_objects
 from oasr.engine.events import FinishReason
 
 # uvicorn's own frame limit sits above ours so that an oversized frame gets the protocol's
@@ -155,6 +155,8 @@ async def _serve(server: DrainingServer, config: ServerConfig) -> None:
     if server.started:
         port = server.servers[0].sockets[0].getsockname()[1] if config.port == 0 else config.port
         url = dataclasses.replace(config, port=port).url
+        if engine is not None and engine.ready:
+            freeze_startup_objects()  # the model and start-up objects: out of the GC's scans
         if engine is None or engine.ready:
             print(f"\n  oasr is ready: open {url} and press the mic button\n", flush=True)
         watcher = asyncio.create_task(server.watch_engine())

@@ -121,7 +121,7 @@ def main() -> int:
     args = p.parse_args()
 
     from oasr.benchmarks.features import blas_threads
-    from oasr.engine import configure_process
+    from oasr.engine import configure_process, freeze_startup_objects
     from oasr.engine.commands import AppendAudio, OpenStream
 
     configure_process(args.threads)
@@ -129,6 +129,7 @@ def main() -> int:
     events: list[Any] = []
     with blas_threads(args.threads):
         engine, bench, speech = build_engine(args, timer)
+        freeze_startup_objects()  # as the server does once its engine is ready
         first = bench.samples_for_frames(bench.chunk_size)
         step_samples = bench.chunk_samples
         positions = [0] * len(speech)

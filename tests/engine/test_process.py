@@ -1,8 +1,10 @@
 """Process-wide settings: applied by the entry points (``configure_process``), never by an
-engine's constructor; the host allocator setting reuses freed step buffers."""
+engine's constructor; the host allocator setting reuses freed step buffers; the garbage
+collector's threshold and the start-up objects' freeze."""
 
 from __future__ import annotations
 
+import gc
 import platform
 import resource
 import subprocess
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from oasr.engine import ASREngine, EngineConfig, configure_process
+from oasr.engine.process import GC_YOUNG_THRESHOLD
 from oasr.engine.runner.host_memory import retain_freed_host_memory
 from oasr.engine.second_pass.worker import second_pass_threads
 
@@ -34,9 +37,20 @@ def test_building_an_engine_leaves_the_process_threads_alone(
     assert torch.get_num_threads() == 2
 
 
-def test_configure_process_sets_the_threads(torch_threads: int) -> None:
+@pytest.fixture
+def gc_threshold() -> Iterator[tuple[int, ...]]:
+    """The collector's thresholds for the test, put back afterwards."""
+    before = gc.get_threshold()
+    yield before
+    gc.set_threshold(*before)
+
+
+def test_configure_process_sets_the_threads(torch_threads: int,
+                                            gc_threshold: tuple[int, ...]) -> None:
+    gc.set_threshold(700, 10, 10)
     configure_process(1)
     assert torch.get_num_threads() == 1
+    assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, 10, 10)
     configure_process(None)  # None keeps what the process has
     assert torch.get_num_threads() == 1
     with pytest.raises(ValueError, match="num_threads must be >= 1"):
@@ -103,3 +117,33 @@ def test_buffers_past_the_mmap_threshold_are_reused_on_the_engines_thread() -> N
     # 2 x 4 x 40 MiB faulted in again = 81,920 pages of 4 KiB (fewer with huge pages)
     assert faults("default") > 10_000
     assert faults("set") < 2_000
+
+
+# In a process of its own: a freeze holds for the rest of the process.
+_FREEZE = textwrap.dedent("""
+    import gc, weakref
+    from oasr.engine import freeze_startup_objects
+    class Node: pass
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+    gc.disable()  # no collection but the ones asked for
+    startup_garbage = cycle()  # unreachable already: collected before the freeze, not kept
+    kept = Node()
+    frozen = freeze_startup_objects()
+    later_garbage = cycle()
+    assert startup_garbage() is None
+    assert frozen == gc.get_freeze_count() > 1000
+    assert gc.is_tracked(kept) and not any(o is kept for o in gc.get_objects())  # not scanned
+    found = gc.collect()  # what start-up left is not scanned; later cycles still are
+    assert later_garbage() is None and found >= 2, found
+    print(frozen, found)
+""")
+
+
+def test_freezing_the_startup_objects_keeps_collecting_later_garbage() -> None:
+    out = subprocess.run([sys.executable, "-c", _FREEZE], check=True, capture_output=True,
+                         text=True, timeout=120)
+    frozen, found = map(int, out.stdout.split())
+    assert frozen > 1000 and found >= 2
