@@ -32,7 +32,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.types import Message, Receive
+from starlette.types import Message, Receive, Scope, Send
 
 from backend import openai_formats as fmt
 from backend.auth import openai_error
@@ -105,6 +105,25 @@ def limited_receive(receive: Receive, limit: int) -> Receive:
 
 class ClientLeft(Exception):
     """The client closed its connection before its answer."""
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A `StreamingResponse` whose body generator is closed however the response ends.
+
+    When the client has gone, Starlette's response stops at the failed send (it raises
+    ``ClientDisconnect`` before its background task) and leaves the generator suspended for
+    the garbage collector. The generator's ``finally`` (the upload's decoder and temporary
+    file closed, the stream aborted) then ran whenever a collection found it, by which time
+    the collector could have closed the file under the decoder. Closing it here runs that
+    cleanup at once, in order."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 class ClientWatch:
@@ -312,8 +331,8 @@ async def _answer(engine: EngineThread, upload: Upload, params: TranscriptionPar
                 await _finish(stream, feeder)
                 await upload.close()
 
-            return StreamingResponse(_sse(stream, finish), media_type="text/event-stream",
-                                     background=BackgroundTask(finish))
+            return ClosingStreamingResponse(_sse(stream, finish), media_type="text/event-stream",
+                                            background=BackgroundTask(finish))
         segments = [s async for s in _segments(stream)]
     except BaseException:
         await _finish(stream, feeder)

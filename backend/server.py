@@ -133,6 +133,7 @@ def run(config: ServerConfig) -> int:
         print(f"oasr-server: {exc}", file=sys.stderr, flush=True)
         return EXIT_BAD_CONFIG
     uvicorn_config = build_uvicorn_config(config, engine)
+    freeze_startup_objects()  # the model, tables and imports: out of the collector's scans
     context = uvicorn_config.app.state.context  # type: ignore[union-attr]
     server = DrainingServer(uvicorn_config, context)
     try:
@@ -155,8 +156,6 @@ async def _serve(server: DrainingServer, config: ServerConfig) -> None:
     if server.started:
         port = server.servers[0].sockets[0].getsockname()[1] if config.port == 0 else config.port
         url = dataclasses.replace(config, port=port).url
-        if engine is not None and engine.ready:
-            freeze_startup_objects()  # the model and start-up objects: out of the GC's scans
         if engine is None or engine.ready:
             print(f"\n  oasr is ready: open {url} and press the mic button\n", flush=True)
         watcher = asyncio.create_task(server.watch_engine())

@@ -135,3 +135,50 @@ def test_a_chunked_body_over_the_limit_is_413_while_reading(
 
 def test_a_file_over_the_limit_is_413(small_limit_client: TestClient) -> None:
     assert_error(post(small_limit_client, file=wav_bytes(1.0)), 413, None, "limit of 8192")
+
+
+@pytest.mark.parametrize("spec_version", ["2.4", "2.3"])
+def test_a_streamed_answer_runs_its_cleanup_when_the_client_has_gone(spec_version: str) -> None:
+    """A send that fails (the client left mid-stream) ends the response; the body's ``finally``
+    (where the upload is closed and the stream aborted) runs then, not when a garbage
+    collection finds the generator."""
+    import asyncio
+    import gc
+
+    from starlette.requests import ClientDisconnect
+
+    from backend.openai_http import ClosingStreamingResponse
+
+    cleaned: list[str] = []
+
+    async def body():  # noqa: ANN202 - an async generator
+        try:
+            for i in range(100):
+                yield f"data: {i}\n\n".encode()
+        finally:
+            await asyncio.sleep(0)  # the cleanup awaits, as closing an upload does
+            cleaned.append("closed")
+
+    async def receive() -> dict[str, str]:
+        await asyncio.sleep(3600)  # the client sends nothing more
+        return {"type": "http.disconnect"}
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+        if message.get("type") == "http.response.body" and len(sent) > 2:
+            raise OSError("the client has gone")
+
+    async def respond() -> None:
+        scope = {"type": "http", "asgi": {"spec_version": spec_version}}
+        response = ClosingStreamingResponse(body(), media_type="text/event-stream")
+        with pytest.raises((ClientDisconnect, OSError)):
+            await response(scope, receive, send)
+
+    gc.disable()  # no collection may run the cleanup in the test's place
+    try:
+        asyncio.run(respond())
+        assert cleaned == ["closed"]
+    finally:
+        gc.enable()
