@@ -53,6 +53,29 @@ def test_dense_select_copies_repeated_rows() -> None:
     torch.testing.assert_close(read, k[[1, 1, 0]])
 
 
+@pytest.mark.parametrize("kv_cache", [None, "fp8_e4m3"])
+def test_a_beam_step_reorders_its_self_kv_in_place(kv_cache: str | None) -> None:
+    """A select that keeps the row count (a beam step) rewrites only the rows whose parent is
+    another row, in place: every row then reads its parent's tokens as they were (a parent
+    that is itself replaced is read before), and the buffers are the same tensors."""
+    gen = torch.Generator().manual_seed(4)
+    cross = torch.randn(1, 3, 2, 4, generator=gen)
+    kv = DecoderKv([(cross, cross)], 6, kv_cache, shared_cross=True)
+    kv.select(torch.tensor([0, 0, 0, 0]))  # 4 beams of the one group
+    q = torch.randn(4, 3, 2, 4, generator=gen)
+    keys, values = torch.randn(4, 3, 2, 4, generator=gen), torch.randn(4, 3, 2, 4, generator=gen)
+    kv.attend_self(0, q, keys, values)
+    kv.advance(3)
+    before = [buf.read(3, torch.float32).clone() for buf in kv._self[0]]
+    storage = kv._self[0][0].data.data_ptr()
+    index = torch.tensor([2, 0, 2, 1])  # row 0 takes row 2's, row 1 row 0's (before), ...
+    kv.select(index)
+    after = [buf.read(3, torch.float32) for buf in kv._self[0]]
+    assert kv._self[0][0].data.data_ptr() == storage
+    for old, new in zip(before, after, strict=True):
+        assert torch.equal(new, old[index])
+
+
 @torch.inference_mode()
 @pytest.mark.parametrize("kv_cache", [None, "fp8_e4m3"])
 @pytest.mark.parametrize("shared_cross", [True, False])
