@@ -233,7 +233,7 @@ class SegmentEncoder:
     def _window_kv(self, encoded: EncodedSegments, frames: int) -> CrossKv:
         """Per layer K, V (B, frames, H, D) of the first ``frames`` frames of each row's window
         (its encoded frames, then the silent window's); head-major storage unless every row was
-        encoded whole."""
+        encoded whole. ``frames`` is at least every row's encoded frames."""
         states, ctx = encoded.states, encoded.states.size(1)
         decoder = self.model.decoder
         if all(n == ctx for n in encoded.num_encoded):
@@ -241,14 +241,13 @@ class SegmentEncoder:
         batch = states.size(0)
         out = [(_head_major_rows(k[:, :frames], batch), _head_major_rows(v[:, :frames], batch))
                for k, v in self.silence_cross_kv()]
-        for encoded_frames in sorted(set(encoded.num_encoded)):
+        for encoded_frames in sorted(set(encoded.num_encoded)):  # each <= frames
             rows = [i for i, n in enumerate(encoded.num_encoded) if n == encoded_frames]
             index = torch.tensor(rows, device=states.device)
-            kept = min(encoded_frames, frames)
-            for (k_out, v_out), (k, v) in zip(out, decoder.cross_kv(states[index, :kept]),
-                                               strict=True):
-                k_out[index, :kept] = k  # (b, kept, H, D)
-                v_out[index, :kept] = v
+            for (k_out, v_out), (k, v) in zip(
+                    out, decoder.cross_kv(states[index, :encoded_frames]), strict=True):
+                k_out[index, :encoded_frames] = k  # (b, encoded_frames, H, D)
+                v_out[index, :encoded_frames] = v
         return out
 
 
