@@ -23,6 +23,9 @@ from oasr.fmha.paged import (
 
 Fp8Scales = tuple[torch.Tensor, torch.Tensor]
 
+# torch's fused CPU attention, which also returns each query's log-sum-exp of its scores
+_flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
 
 def causal_bias(num_cached: torch.Tensor, num_new: int, length: int) -> torch.Tensor | None:
     """(B, 1, T, L) additive mask letting new token t of row b see keys j <= num_cached[b] + t.
@@ -146,9 +149,10 @@ def attend_with_shared_tail(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.T
     Whisper's decoder is the case: the frames of a window past a segment's audio are a silent
     window's, the same for every segment of a batch, so each segment's K/V is read for its own
     frames only and the silent tail's once for all (an 8-segment layer of 300 own frames in
-    1,500 reads a quarter of the bytes). The two score blocks share one softmax: each row's
-    maximum over both, their exponentials summed in float32, and the two products added before
-    dividing by the sum.
+    1,500 reads a quarter of the bytes). The two score blocks share one softmax: each block's
+    result is weighted by its share of the exponentials summed over both (on CPU from each
+    block's log-sum-exp, which torch's fused attention returns; elsewhere from each row's
+    maximum over both and the exponentials summed in float32).
 
     Args:
         q: (G, R, H, D) each group's R query rows (any strides).
@@ -159,8 +163,39 @@ def attend_with_shared_tail(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.T
     Returns:
         (G, R, H, D) in q's dtype.
     """
+    scale = scale if scale is not None else q.size(-1) ** -0.5
+    if q.device.type == "cpu":
+        return _shared_tail_fused(q, k_own, v_own, k_tail, v_tail, scale)
+    return _shared_tail_passes(q, k_own, v_own, k_tail, v_tail, scale)
+
+
+def _shared_tail_fused(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor,
+                       k_tail: torch.Tensor, v_tail: torch.Tensor, scale: float) -> torch.Tensor:
+    """`attend_with_shared_tail` on CPU: each block through torch's fused CPU attention, which
+    also returns each query's log-sum-exp of its scores, and the two results weighted by their
+    shares of the joined softmax (``exp(lse_block - lse_both)``), in float32. No score tensor is
+    written: 8 segments of 300 own frames in 1,500 took 1.5 against 2.0 ms a layer with
+    `_shared_tail_passes`, 600 frames 2.3 against 2.5, 1,000 frames 3.2 against 3.1 (one
+    Sapphire Rapids core, bfloat16)."""
     groups, rows, heads, dim = q.shape
-    scale = scale if scale is not None else dim ** -0.5
+    qh = q.transpose(1, 2)  # (G, H, R, D)
+    own, own_lse = _flash_cpu(qh, k_own.transpose(1, 2), v_own.transpose(1, 2),
+                              scale=scale)[:2]  # (G, H, R, D), (G, H, R)
+    q_tail = qh.transpose(0, 1).reshape(1, heads, groups * rows, dim)
+    tail, tail_lse = _flash_cpu(q_tail, k_tail.unsqueeze(0), v_tail.unsqueeze(0),
+                                scale=scale)[:2]  # (1, H, G R, D), (1, H, G R)
+    tail = tail[0].view(heads, groups, rows, dim).transpose(0, 1)  # (G, H, R, D)
+    tail_lse = tail_lse[0].view(heads, groups, rows).transpose(0, 1)  # (G, H, R)
+    both = torch.logaddexp(own_lse, tail_lse)
+    out = own.float().mul_(own_lse.sub_(both).exp_().unsqueeze(-1))
+    out.addcmul_(tail.float(), tail_lse.sub_(both).exp_().unsqueeze(-1))
+    return out.to(q.dtype).transpose(1, 2)  # (G, R, H, D)
+
+
+def _shared_tail_passes(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor,
+                        k_tail: torch.Tensor, v_tail: torch.Tensor, scale: float) -> torch.Tensor:
+    """`attend_with_shared_tail` in matmuls and element-wise passes (any device)."""
+    groups, rows, heads, dim = q.shape
     qh = q.transpose(1, 2) * scale  # (G, H, R, D)
     own = torch.matmul(qh, k_own.transpose(1, 2).transpose(-2, -1)).float()  # (G, H, R, L)
     q_tail = qh.transpose(0, 1).reshape(heads, groups * rows, dim)  # (H, G R, D)

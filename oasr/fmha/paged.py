@@ -337,8 +337,14 @@ def _masked_attention(
 
     Returns:
         (..., T, D).
+
+    On CPU a lone query (T = 1: a decoder's next token, against its own tokens or an encoder
+    window) takes torch's fused kernel whatever the backend: over 20-1,500 keys in bfloat16
+    it ran 2-5x faster than the torch backend's passes (the scores' matmul, softmax and the
+    values' matmul; with a mask, also its casts and fill), and it reads the strided views of
+    a decoder's K/V buffers without copying them.
     """
-    if backend == "sdpa":
+    if backend == "sdpa" or (q.size(-2) == 1 and q.device.type == "cpu"):
         mask = _sdpa_mask(keep, attn_bias, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if keep is None and attn_bias is None and math.frexp(scale)[0] == 0.5:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
 from oasr.fmha import PagedKVCache, dense_attention, write_chunk_kv
 from oasr.fmha.decoder_attention import (
+    _shared_tail_passes,
     attend_head_major,
     attend_with_shared_tail,
     causal_bias,
@@ -83,10 +86,14 @@ def test_cross_attention_over_full_rows_equals_the_masked_path(dtype: torch.dtyp
                                rtol=0)
 
 
+@pytest.mark.parametrize("attend", [attend_with_shared_tail, _shared_tail_passes],
+                         ids=["default", "passes"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_shared_tail_attention_is_attention_over_the_joined_keys(dtype: torch.dtype) -> None:
+def test_shared_tail_attention_is_attention_over_the_joined_keys(dtype: torch.dtype,
+                                                                 attend: Callable) -> None:
     """Each group's query rows over its own keys and then keys every group shares: one softmax
-    over both blocks (not one per block), as dense attention over the keys joined."""
+    over both blocks (not one per block), as dense attention over the keys joined; on CPU
+    through the fused kernel's log-sum-exps, and in the passes other devices take."""
     gen = torch.Generator().manual_seed(3)
     groups, rows, own, tail, dim = 3, 5, 7, 11, 16
     q = torch.randn(groups, H, rows, dim, generator=gen).to(dtype).transpose(1, 2)  # strided
@@ -94,7 +101,8 @@ def test_shared_tail_attention_is_attention_over_the_joined_keys(dtype: torch.dt
     v_own = torch.randn(groups, H, own, dim, generator=gen).to(dtype)
     k_tail = torch.randn(H, tail, dim, generator=gen).to(dtype)
     v_tail = torch.randn(H, tail, dim, generator=gen).to(dtype)
-    got = attend_with_shared_tail(q, k_own.transpose(1, 2), v_own.transpose(1, 2), k_tail, v_tail)
+    got = attend(q, k_own.transpose(1, 2), v_own.transpose(1, 2), k_tail, v_tail,
+                 scale=dim ** -0.5)
     assert got.shape == (groups, rows, H, dim) and got.dtype == dtype
     keys = torch.cat([k_own, k_tail.expand(groups, -1, -1, -1)], dim=2).transpose(1, 2)
     values = torch.cat([v_own, v_tail.expand(groups, -1, -1, -1)], dim=2).transpose(1, 2)

@@ -252,3 +252,35 @@ def test_a_gather_workspace_grows_to_the_largest_gather() -> None:
     assert torch.equal(k, torch.cat([pool[[5, 6]], pool[[7, 2]]]).view(2, 2 * BLOCK, HEADS, DIM))
     assert torch.equal(v, k)
     assert workspace.nbytes == 2 * 4 * BLOCK * HEADS * DIM * 4  # keys and values, 4 blocks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_lone_query_attends_as_the_reference(dtype: torch.dtype, masked: bool) -> None:
+    """A decoder's next token (one query per row and head; torch's fused kernel on CPU) over
+    keys read through a strided view, as a decoder's K/V buffer holds them: the float64
+    softmax of the scaled scores, with the masked keys out (they hold huge values, so one
+    read would show), and a row with no key left as the torch backend gives it (finite)."""
+    g = torch.Generator().manual_seed(11)
+    rows, length, heads, dim = 4, 30, 3, 64
+    q = torch.randn(rows, 1, heads, dim, generator=g).to(dtype)
+    storage = torch.randn(2, rows, heads, 48, dim, generator=g).to(dtype)  # (K|V, B, H, cap, D)
+    k, v = (storage[i, :, :, :length].transpose(1, 2) for i in range(2))  # (B, L, H, D) views
+    valid = None
+    if masked:
+        valid = torch.arange(length)[None, :] < torch.tensor([30, 17, 1, 9])[:, None]
+        k, v = (x.masked_fill(~valid[:, :, None, None], 1e4) for x in (k, v))
+    out = dense_attention(q, k, v, valid)
+    scores = torch.einsum("bthd,blhd->bhtl", q.double(), k.double()) / math.sqrt(dim)
+    if valid is not None:
+        scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    reference = torch.einsum("bhtl,blhd->bthd", scores.softmax(-1), v.double())
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), reference, atol=tolerance, rtol=tolerance)
+    if masked:  # every key of row 2 but its first masked too: no key at all, as the torch passes
+        nothing = valid.clone()
+        nothing[2] = False
+        lone = dense_attention(q, k, v, nothing)
+        two = dense_attention(torch.cat([q, q], dim=1), k, v, nothing)[:, :1]  # the passes
+        assert torch.isfinite(lone).all()
+        torch.testing.assert_close(lone, two, atol=tolerance, rtol=tolerance)
