@@ -3,7 +3,8 @@
 One `ASREngine` with the server's live-text policy (endpointing, quiet-tail cuts, partials,
 finals; the second pass off unless ``--second-pass whisper``) steps ``--streams`` streams of
 dev-set speech, each fed one chunk of audio before every step, as clients at real-time pace
-would. Each step's wall time is split by the functions that own its parts:
+would (in one message, or with ``--message-ms 100`` in 100 ms messages, as the browser page
+sends them: the per-message work then counts as a server's does). Each step's wall time is split by the functions that own its parts:
 
 - ``features``: the engine's feature extraction (`ASREngine._extract_features`);
 - ``model``: the batched encoder call (`ModelRunner.forward`), staging included;
@@ -22,7 +23,7 @@ the model call's other intra-op threads are not in it) are printed. ``--profile`
 cProfile functions with the most own time over the measured steps (cProfile slows Python,
 so its figures are for ranking, not for the table).
 
-    python bench/host_work.py --streams 256 --steps 6 --threads 2
+    python bench/host_work.py --streams 256 --steps 6 --threads 2 [--message-ms 100]
     python bench/host_work.py --streams 256 --steps 4 --profile 25
 """
 
@@ -113,6 +114,10 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6, help="measured steps")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--message-ms", type=float, default=None, metavar="MS",
+                   help="send each stream's audio in messages of this many milliseconds (the "
+                        "browser page sends 100), several per step; default: one message per "
+                        "step")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--second-pass", default="none", choices=("none", "whisper"))
     p.add_argument("--profile", type=int, default=0, metavar="N",
@@ -133,6 +138,7 @@ def main() -> int:
         first = bench.samples_for_frames(bench.chunk_size)
         step_samples = bench.chunk_samples
         positions = [0] * len(speech)
+        message = None if args.message_ms is None else round(args.message_ms * 16)  # samples
         for stream in range(len(speech)):
             engine.submit(OpenStream(stream, events.append))
 
@@ -141,8 +147,10 @@ def main() -> int:
                 start = positions[stream]
                 size = first if start == 0 else step_samples
                 positions[stream] = start + size
-                if start < len(audio):
-                    engine.submit(AppendAudio(stream, audio[start : start + size]))
+                piece = audio[start : start + size]
+                step = len(piece) if message is None else message
+                for at in range(0, len(piece), max(step, 1)):
+                    engine.submit(AppendAudio(stream, piece[at : at + step]))
             engine.step()
             timer.end_step()
 

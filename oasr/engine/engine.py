@@ -133,7 +133,7 @@ class ASREngine:
         started = time.perf_counter()
         now = self.clock()
         self._apply_commands(now)
-        self._extract_features()
+        self._extract_features(now)
         plan = self.scheduler.schedule(self.requests, self._num_admissible(), now,
                                        lambda: self.stats.busy_share(now))
         self.hold_s = plan.hold_s
@@ -224,7 +224,6 @@ class ASREngine:
         if request.input_ended:
             return
         request.pending_audio.append(command.samples)
-        self.live.on_audio(request.stream_id, command.samples, now)
         request.num_samples_received += len(command.samples)
         request.last_audio_at = now
         pending_s = (request.num_pending_samples / MODEL_SAMPLE_RATE
@@ -234,12 +233,16 @@ class ASREngine:
                        f"{pending_s:.1f} s of audio queued and not yet decoded "
                        f"(limit {self.config.max_pending_audio_s:.0f} s): send at real-time pace")
 
-    def _extract_features(self) -> None:
+    def _extract_features(self, now: float) -> None:
         """Every stream's new audio to features, in one call where the family's extractor
         computes many streams at once (`accept_waveforms`); a stream whose audio fails fails
-        alone."""
+        alone. The live policy gets each stream's audio of the step joined, once (a client's
+        messages of about 100 ms are six or seven a chunk: numpy's per-call cost of the
+        energies then counts once)."""
         fed = [(stream_id, audio) for stream_id, request in self.requests.items()
                if (audio := request.take_pending_audio()) is not None]
+        for stream_id, audio in fed:
+            self.live.on_audio(stream_id, audio, now)
         errors = accept_waveforms([self.requests[s].features for s, _ in fed],
                                   [audio for _, audio in fed])
         for (stream_id, _), exc in zip(fed, errors, strict=True):

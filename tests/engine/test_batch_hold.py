@@ -31,8 +31,9 @@ def _first_window_samples(engine: ASREngine) -> int:
     fed = 0
     while not request.windower.is_window_ready(request.features):
         engine.submit(AppendAudio(1, np.zeros(160, dtype=np.float32)))
-        engine._apply_commands(engine.clock())
-        engine._extract_features()
+        now = engine.clock()
+        engine._apply_commands(now)
+        engine._extract_features(now)
         fed += 160
     return fed
 

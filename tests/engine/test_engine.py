@@ -11,6 +11,7 @@ import pytest
 import torch
 from engine_helpers import Collector, assert_pool_full, run_until_idle, stream_all, transcribe_alone
 
+from oasr.audio import FrameEnergy
 from oasr.decoding import EndpointConfig
 from oasr.engine import ASREngine, EngineConfig, Error, Final, Partial, Ready
 from oasr.engine.commands import AbortStream, AppendAudio, EndStream, OpenStream
@@ -294,3 +295,28 @@ def test_engine_config_rejects_bad_values() -> None:
     with pytest.raises(ValueError, match="max_wait_time_s=-1.0: it must be >= 0"):
         EngineConfig(max_wait_time_s=-1.0)
     assert EngineConfig(max_wait_time_s=math.inf).max_wait_time_s == math.inf
+
+
+def test_the_live_policy_gets_a_step_s_messages_joined_once(engine_config: EngineConfig,
+                                                           speech: list[np.ndarray]) -> None:
+    """A client's 100 ms messages reach the live policy (energies, the second pass's audio,
+    the pace) once a step, joined in order: the energies are those of the audio appended whole,
+    and no message is lost or repeated."""
+    engine = ASREngine(engine_config)
+    engine.submit(OpenStream(1, lambda event: None))
+    engine.step()
+    calls: list[int] = []
+    on_audio = engine.live.on_audio
+    engine.live.on_audio = lambda sid, samples, now: (  # type: ignore[method-assign]
+        calls.append(len(samples)), on_audio(sid, samples, now))
+    audio = speech[0][: 16000 * 2]
+    for step_start in range(0, len(audio), 10240):
+        for at in range(step_start, min(step_start + 10240, len(audio)), 1600):
+            engine.submit(AppendAudio(1, audio[at : min(at + 1600, step_start + 10240)]))
+        engine.step()
+    assert calls == [10240, 10240, 10240, 1280]  # one call a step, 6-7 messages each
+    whole = FrameEnergy(engine.live.timing.samples_per_frame)
+    whole.append(audio)
+    held = engine.live.streams[1].energy  # (the frames before a rewind's reach are let go)
+    assert held.num_frames == whole.num_frames == len(audio) // whole.samples_per_frame
+    np.testing.assert_array_equal(held.values, whole.span(held.first_frame, whole.num_frames))

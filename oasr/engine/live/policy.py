@@ -155,8 +155,9 @@ class LivePolicy:
         self.streams[view.stream_id] = stream
 
     def on_audio(self, stream_id: int, samples: np.ndarray, now: float) -> None:
-        """Audio received (16 kHz) at ``now``: its energies, the samples the second pass may
-        need, and the stream's pace (`LiveStream.is_paced`)."""
+        """The stream's audio received by ``now`` (16 kHz; the engine joins a step's messages
+        and calls this once a step): its energies, the samples the second pass may need, and
+        the stream's pace (`LiveStream.is_paced`)."""
         stream = self.streams[stream_id]
         if stream.first_audio_at is None:
             stream.first_audio_at = now
