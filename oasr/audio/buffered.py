@@ -45,9 +45,13 @@ class BatchExtractor(IncrementalExtractor, Protocol):
 class BufferedFeatures:
     """One stream's features from an `IncrementalExtractor`, absolutely indexed from 0.
 
-    Invariant: frames ``[num_frames_dropped, num_frames_ready)`` are retained, in ``_pieces``
-    (arrays as the extractor returned them, oldest first); they are joined into one array only
-    when read, so appending is O(new frames) however long the backlog.
+    Invariant: frames ``[num_frames_dropped, num_frames_ready)`` are retained, in rows
+    ``[_first, _first + num_frames_retained)`` of ``_frames``, a buffer with room after them.
+    New frames are written into that room, and dropped ones only move ``_first``; when the room
+    runs out the retained rows move to the front (when they and the new ones fill between a
+    quarter and half of the buffer) or into a buffer twice the size of both. Appending is O(new frames) amortized and
+    a read copies only the frames it asks for, however long the backlog (a stream keeps a few
+    seconds of frames for a cut in the past: joining them anew each chunk copied them all).
     """
 
     def __init__(self, extractor: IncrementalExtractor, dim: int) -> None:
@@ -59,7 +63,8 @@ class BufferedFeatures:
         self.num_frames_ready = 0
         self.num_samples_accepted = 0
         self.is_finished = False
-        self._pieces: list[np.ndarray] = []
+        self._frames = np.zeros((0, dim), dtype=np.float32)
+        self._first = 0
 
     @property
     def num_frames_retained(self) -> int:
@@ -99,17 +104,27 @@ class BufferedFeatures:
             raise ValueError(
                 f"extractor returned frames of shape {tuple(frames.shape)}, expected (F, {self.dim})"
             )
-        if frames.shape[0]:
-            self._pieces.append(np.asarray(frames, dtype=np.float32))
-            self.num_frames_ready += frames.shape[0]
+        count = frames.shape[0]
+        if count:
+            self._make_room(count)
+            end = self._first + self.num_frames_retained
+            self._frames[end : end + count] = frames
+            self.num_frames_ready += count
 
-    def _joined(self) -> np.ndarray:
-        """The retained frames as one (R, dim) array (joins the pieces once)."""
-        if len(self._pieces) != 1:
-            joined = (np.concatenate(self._pieces) if self._pieces
-                      else np.zeros((0, self.dim), np.float32))
-            self._pieces = [joined]
-        return self._pieces[0]
+    def _make_room(self, count: int) -> None:
+        """Room for ``count`` more rows after the retained ones."""
+        held = self.num_frames_retained
+        if self._first + held + count <= len(self._frames):
+            return
+        kept = self._frames[self._first : self._first + held]
+        size = 2 * (held + count)
+        if size <= len(self._frames) <= 2 * size:
+            self._frames[:held] = kept  # (numpy copies an overlapping source first)
+        else:  # grown, or shrunk after a backlog was read
+            resized = np.empty((size, self.dim), dtype=np.float32)
+            resized[:held] = kept
+            self._frames = resized
+        self._first = 0
 
     def get_frames(self, start: int, end: int) -> np.ndarray:
         """Copy retained frames ``[start, end)`` (absolute indices).
@@ -120,8 +135,8 @@ class BufferedFeatures:
             IndexError: the range is reversed, already dropped or not ready yet.
         """
         check_frame_range(self, start, end)
-        base = self.num_frames_dropped
-        return self._joined()[start - base : end - base].copy()
+        base = self._first - self.num_frames_dropped
+        return self._frames[start + base : end + base].copy()
 
     def drop_frames_before(self, index: int) -> None:
         """Forget every frame before absolute ``index``; a no-op for already dropped ones.
@@ -130,8 +145,7 @@ class BufferedFeatures:
             IndexError: ``index`` is beyond `num_frames_ready`.
         """
         if check_drop_index(self, index):
-            kept = self._joined()[index - self.num_frames_dropped :]
-            self._pieces = [kept] if kept.shape[0] else []
+            self._first += index - self.num_frames_dropped
             self.num_frames_dropped = index
 
 

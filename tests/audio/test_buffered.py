@@ -122,3 +122,39 @@ def test_a_failing_batch_fails_its_streams_and_others_go_on(
     errors = accept_waveforms(sources, [_samples(3200), _samples(3200)])
     assert isinstance(errors[0], MemoryError) and errors[1] is None
     assert fbank.num_samples_accepted == 3200
+
+
+def test_frames_read_back_as_appended_through_growth_drops_and_compaction() -> None:
+    """Pieces of random sizes appended, random prefixes dropped and random ranges read, as a
+    windower and a backlog do: every read is the frames appended there, while the buffer
+    grows, moves its retained rows to the front and shrinks after a long backlog is read."""
+
+    class Counting:  # an extractor whose frame i holds i in every column
+        def __init__(self) -> None:
+            self.made = 0
+
+        def accept(self, samples: np.ndarray) -> np.ndarray:
+            rows = np.arange(self.made, self.made + len(samples), dtype=np.float32)
+            self.made += len(samples)
+            return np.repeat(rows[:, None], 3, axis=1)
+
+        def flush(self) -> np.ndarray:
+            return np.zeros((0, 3), np.float32)
+
+    features = BufferedFeatures(Counting(), 3)  # type: ignore[arg-type]
+    rng = np.random.default_rng(4)
+    sizes = set()
+    for step in range(400):
+        backlog = 200 <= step < 220  # frames pile up unread, then are read and dropped
+        features.accept_waveform(np.zeros(int(rng.integers(0, 40 if not backlog else 400)),
+                                          np.float32))
+        sizes.add(len(features._frames))
+        lo, hi = features.num_frames_dropped, features.num_frames_ready
+        if hi > lo:
+            a = int(rng.integers(lo, hi))
+            b = int(rng.integers(a, hi + 1))
+            np.testing.assert_array_equal(features.get_frames(a, b)[:, 1], np.arange(a, b))
+            if not backlog:
+                features.drop_frames_before(max(lo, hi - int(rng.integers(0, 60))))
+    assert len(sizes) > 3  # it grew (and shrank after the backlog)
+    assert len(features._frames) < max(sizes) // 2

@@ -136,7 +136,8 @@ class CausalLogMel:
     def accept_many(cls, extractors: Sequence[CausalLogMel],
                     samples: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``extractors[i].accept(samples[i])`` for every i, with one FFT and one mel product
-        over all their new frames. Returns each extractor's (F_i, n_mels) float32 frames."""
+        over all their new frames. Returns each extractor's (F_i, n_mels) float32 frames (views
+        of one array: a caller that keeps many streams' frames copies them)."""
         windows = [e._take_windows(e._append(s)) for e, s in zip(extractors, samples, strict=True)]
         counts = [len(w) for w in windows]
         groups: dict[int, list[int]] = {}  # extractors sharing one spectra: one product
@@ -152,9 +153,9 @@ class CausalLogMel:
                                              [extractors[i]._running_max for i in fed])
             offset = 0
             for i, new_max in zip(fed, maxima, strict=True):
-                # a copy: a view would keep the whole step's array alive while any stream
-                # retains its frames
-                out[i] = features[offset:offset + counts[i]].copy()
+                # a view of the step's array: `BufferedFeatures` copies the frames it retains
+                # into its own buffer, so none keeps the whole step's array alive
+                out[i] = features[offset:offset + counts[i]]
                 extractors[i]._running_max = new_max
                 offset += counts[i]
         return out
