@@ -363,6 +363,22 @@ def test_top_indices_are_topks(vocab: int) -> None:
         assert all(len(set(row)) == k for row in ids.tolist())
 
 
+def test_best_indices_are_argmaxs_with_ties_suppressed_tokens_and_nan() -> None:
+    """A greedy step's pick is ``argmax``'s: the first of equal maxima, past -inf tokens, and
+    a NaN's index where a row holds one; over rows and over (rows, steps)."""
+    from oasr.models.whisper.logits import best_indices
+
+    logits = torch.randn(6, 51864) * 3
+    logits[:, ::2] = float("-inf")
+    logits[1] = torch.randint(0, 3, (51864,)).float()  # many ties: the first one counts
+    logits[2, [7, 40_001]] = 50.0
+    logits[4, 123] = float("nan")
+    assert logits.argmax(dim=-1)[2] == 7 and logits.argmax(dim=-1)[4] == 123
+    assert torch.equal(best_indices(logits), logits.argmax(dim=-1))
+    steps = logits.view(2, 3, -1)
+    assert torch.equal(best_indices(steps), steps.argmax(dim=-1))
+
+
 def test_the_decode_config_refuses_an_unknown_logits_backend() -> None:
     from oasr.models.whisper.transcriber import WhisperDecodeConfig
 

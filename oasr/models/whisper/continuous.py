@@ -47,6 +47,7 @@ from oasr.models.whisper.decoding import (
 )
 from oasr.models.whisper.frontend import HOP_LENGTH, N_SAMPLES
 from oasr.models.whisper.loader import WhisperCheckpoint
+from oasr.models.whisper.logits import best_indices
 from oasr.models.whisper.safeguards import DecodeAttempt, best_attempt
 from oasr.models.whisper.transcriber import (
     WhisperDecodeConfig,
@@ -408,7 +409,7 @@ class ContinuousWhisperDecoder:
     def _pick(self, rows: list[RunningRow], logits: torch.Tensor) -> tuple[list[int], list[float]]:
         """Each row's next token from its logits (B, V): argmax at temperature 0, else sampled
         from softmax(logits / T); with the token's log-probability under the plain logits."""
-        picked = logits.argmax(dim=-1)  # (B,)
+        picked = best_indices(logits)  # (B,)
         hot = [i for i, r in enumerate(rows) if r.temperature > 0]
         if hot:
             scale = torch.tensor([rows[i].temperature for i in hot], device=logits.device)

@@ -16,6 +16,7 @@ import torch
 
 from oasr.models.whisper.config import DecodingSpec
 from oasr.models.whisper.dense_kv import DecoderKv
+from oasr.models.whisper.logits import best_indices
 from oasr.models.whisper.model import DecoderKvStore, WhisperModel
 
 
@@ -123,7 +124,7 @@ def greedy_search(
     log_prob = torch.zeros(batch_size, device=device)
     steps: list[torch.Tensor] = []
     for step in range(limit):
-        next_tokens = logits.argmax(dim=-1)  # (B,)
+        next_tokens = best_indices(logits)  # (B,)
         picked = torch.log_softmax(logits, dim=-1).gather(1, next_tokens[:, None])[:, 0]
         log_prob += torch.where(finished, torch.zeros_like(picked), picked)
         next_tokens = torch.where(finished, torch.full_like(next_tokens, spec.eot), next_tokens)
@@ -414,7 +415,7 @@ def accepted_draft(logits: torch.Tensor, guess: torch.Tensor,
     masks = torch.stack([first] + [always] * (width - 1))  # (D, V)
     log_probs = torch.log_softmax(logits[:, :width].float() + masks, dim=-1)  # (B, D, V)
     chosen = log_probs.gather(-1, guess[..., None])[..., 0]  # (B, D)
-    ok = log_probs.argmax(dim=-1) == guess
+    ok = best_indices(log_probs) == guess
     lengths = torch.tensor([len(d) for d in drafts], device=guess.device)
     ok &= torch.arange(width, device=guess.device)[None] < lengths[:, None]
     return torch.cumprod(ok.long(), dim=1).sum(dim=1), chosen  # per row: the agreeing run
