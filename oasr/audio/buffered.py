@@ -49,9 +49,10 @@ class BufferedFeatures:
     ``[_first, _first + num_frames_retained)`` of ``_frames``, a buffer with room after them.
     New frames are written into that room, and dropped ones only move ``_first``; when the room
     runs out the retained rows move to the front (when they and the new ones fill between a
-    quarter and half of the buffer) or into a buffer twice the size of both. Appending is O(new frames) amortized and
-    a read copies only the frames it asks for, however long the backlog (a stream keeps a few
-    seconds of frames for a cut in the past: joining them anew each chunk copied them all).
+    quarter and half of the buffer) or into a buffer twice the size of both. Appending is
+    O(new frames) amortized and a read copies only the frames it asks for, however long the
+    backlog (a stream keeps a few seconds of frames for a cut in the past: joining them anew
+    each chunk copied them all).
     """
 
     def __init__(self, extractor: IncrementalExtractor, dim: int) -> None:
