@@ -98,3 +98,30 @@ def test_select_reorders_like_dense_select() -> None:
     torch.testing.assert_close(model.decoder(step, paged), model.decoder(step, dense),
                                rtol=1e-5, atol=1e-5)
     assert [mgr.num_tokens(r) for r in (0, 1, 2)] == [3, 3, 3]
+
+
+@torch.inference_mode()
+def test_rows_leaving_keep_the_cross_reads_already_gathered() -> None:
+    """A greedy batch whose rows leave one by one: the view keeps the kept rows' cross K/V it
+    had gathered (selected, not read from the pages again), and steps as dense rows selected
+    the same way do."""
+    model = tiny_model(seed=7)
+    cross = model.decoder.cross_kv(tiny_encoded(3, seed=9))
+    prompt = torch.tensor(TINY_SPEC.prompt).expand(3, -1)
+    mgr = tiny_manager(max_num_blocks=60, block_size=4)
+    for row in range(3):
+        mgr.allocate_row(row, 8)
+    mgr.build_cross_kv([0, 1, 2], cross)
+    paged = mgr.view([0, 1, 2])
+    dense = DecoderKv(cross, 8)
+    model.decoder(prompt, paged)
+    model.decoder(prompt, dense)
+    gathered = paged._cross_reads[0][0]  # (H, B, L, D)
+    paged.select([2, 0])  # row 1 left
+    kept = paged._cross_reads[0][0]
+    assert kept.shape[1] == 2
+    torch.testing.assert_close(kept, gathered[:, [2, 0], : kept.shape[2]])
+    dense.select(torch.tensor([2, 0]))
+    step = torch.tensor([[3], [5]])
+    torch.testing.assert_close(model.decoder(step, paged), model.decoder(step, dense),
+                               rtol=1e-5, atol=1e-5)

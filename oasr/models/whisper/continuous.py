@@ -401,9 +401,13 @@ class ContinuousWhisperDecoder:
         model = self.checkpoint.model
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=model.device)  # (B, 1)
         row_ids = [r.row_id for r in rows]
-        if self._view is None or self._view.row_ids != row_ids:  # the batch changed
-            self._view = self.manager.view(row_ids)
         view = self._view
+        if view is None or view.row_ids != row_ids:  # the batch changed
+            held = {row_id: i for i, row_id in enumerate(view.row_ids)} if view else {}
+            if view is not None and all(row_id in held for row_id in row_ids):
+                view.select([held[row_id] for row_id in row_ids])  # rows left: no new gather
+            else:
+                view = self._view = self.manager.view(row_ids)
         return self._record(rows, model.decoder(last, view)[:, -1] + self._always)
 
     def _pick(self, rows: list[RunningRow], logits: torch.Tensor) -> tuple[list[int], list[float]]:
