@@ -4,7 +4,8 @@ One `ASREngine` with the server's live-text policy (endpointing, quiet-tail cuts
 finals; the second pass off unless ``--second-pass whisper``) steps ``--streams`` streams of
 dev-set speech, each fed one chunk of audio before every step, as clients at real-time pace
 would (in one message, or with ``--message-ms 100`` in 100 ms messages, as the browser page
-sends them: the per-message work then counts as a server's does). Each step's wall time is split by the functions that own its parts:
+sends them: the per-message work then counts as a server's does). Each step's wall time is
+split by the functions that own its parts:
 
 - ``features``: the engine's feature extraction (`ASREngine._extract_features`);
 - ``model``: the batched encoder call (`ModelRunner.forward`), staging included;
@@ -148,9 +149,9 @@ def main() -> int:
                 size = first if start == 0 else step_samples
                 positions[stream] = start + size
                 piece = audio[start : start + size]
-                step = len(piece) if message is None else message
-                for at in range(0, len(piece), max(step, 1)):
-                    engine.submit(AppendAudio(stream, piece[at : at + step]))
+                per_message = message or len(piece) or 1
+                for at in range(0, len(piece), per_message):
+                    engine.submit(AppendAudio(stream, piece[at : at + per_message]))
             engine.step()
             timer.end_step()
 

@@ -321,6 +321,12 @@ class PagedDecoderKv:
         k_pool, v_pool = self.manager.pool.get_kv_view(layer)
         return PagedKVCache(k_pool, v_pool, table, lens, self.manager.block_size, host)
 
+    def _cross_cache(self, layer: int) -> tuple[PagedKVCache, int]:
+        """This layer's cross region of the rows, and the key columns a read of it gathers
+        (the longest row's pages)."""
+        cache = self._cache(layer, self.cross_table, self.cross_lens, self.host_cross)
+        return cache, gather_length(cache, 0)
+
     def _layer_scales(self, layer: int) -> Fp8Scales | None:
         """This layer's FP8 (k, v) scales, each (physical blocks, page, H_kv); None unless FP8."""
         m = self.manager
@@ -350,8 +356,8 @@ class PagedDecoderKv:
         if layer in self._cross_reads:
             keys, values = self._cross_reads[layer]
         else:
-            cache = self._cache(layer, self.cross_table, self.cross_lens, self.host_cross)
-            keys, values = gather_pages_head_major(cache, gather_length(cache, 0), q.dtype,
+            cache, length = self._cross_cache(layer)
+            keys, values = gather_pages_head_major(cache, length, q.dtype,
                                                    self._layer_scales(layer))
             if self.reuse_cross:
                 self._cross_reads[layer] = (keys, values)
@@ -386,8 +392,7 @@ class PagedDecoderKv:
         self._slots = self._slots[order]
         self._refresh()
         if self._cross_reads:
-            length = gather_length(self._cache(0, self.cross_table, self.cross_lens,
-                                               self.host_cross), 0)
+            length = self._cross_cache(0)[1]
             self._cross_reads = {
                 layer: (keys[:, :, :length].index_select(1, order),
                         values[:, :, :length].index_select(1, order))  # (H, B', L', D)

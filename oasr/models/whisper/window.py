@@ -42,9 +42,9 @@ from oasr.models.whisper.model import WhisperModel
 
 WINDOW_MODES = ("full", "fit")
 # `SegmentEncoder.split_cross_kv` splits a batch's cross K/V when its rows' own frames are at
-# most this many (20 s of 30): a layer of 8 segments attended in 1.8-2.0 against 4.0 ms with
-# 300 own frames, 2.5-2.7 against 3.4-3.6 with 600, even with 1,000, and slower with 1,200
-# (one thread, Sapphire Rapids Xeon, bfloat16)
+# most this many (20 s of 30): a layer of 8 segments attended in 1.5 against 4.0 ms with 300
+# own frames, 2.3 against 3.4-3.6 with 600, about even with 1,000 (3.2 against 3.4-3.8), and
+# slower with 1,200 (one thread, Sapphire Rapids Xeon, bfloat16)
 SPLIT_MAX_OWN = 1000
 _FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100 mel frames per second
 
