@@ -13,6 +13,10 @@ from `read_passages.py`'s longer read passages:
   17.5 s (the passages' starts, as lockstep clients end their first sentence together),
   8 of 10 s and 8 of 5 s from the passages' middles.
 
+With ``--fast`` every final is decoded as a busy server decodes them (more finals waiting
+than ``--second-pass-fast-backlog``) and as refinements are: greedy, each segment on its own
+window, rows joining and leaving the running batch as the decoder steps.
+
 Rounds alternate the batches; each prints its median. ``--out`` writes the seconds and the
 texts; ``--against`` an earlier ``--out`` names the texts that differ.
 
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one untimed)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--fast", action="store_true",
+                        help="greedy finals on the segments' own windows (a busy server's)")
     parser.add_argument("--out", type=Path, default=None, help="write seconds and texts here")
     parser.add_argument("--against", type=Path, default=None,
                         help="an earlier --out: print the texts that differ from it")
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def decode(batch: Batch) -> list[str]:
         for i, wave in enumerate(batch):
-            decoder.submit(i, torch.from_numpy(np.ascontiguousarray(wave)))
+            decoder.submit(i, torch.from_numpy(np.ascontiguousarray(wave)), fast=args.fast)
         results = []
         while decoder.has_work():
             results += decoder.step()
@@ -108,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             seconds[name].append(time.perf_counter() - start)
 
     machine = machine_description(torch.device("cpu"))
+    decoding = "greedy, own windows" if args.fast else f"beam {config.beam_size}"
     print(f"{machine['cpu']}, {args.threads} thread(s), torch {machine['torch']}, "
-          f"{checkpoint.model.dtype}, beam {config.beam_size}, logits {config.logits}; median of "
+          f"{checkpoint.model.dtype}, {decoding}, logits {config.logits}; median of "
           f"{args.rounds} rounds, 1-min load {machine.get('load_average_1min_at_start')}")
     print("| batch | segments | audio s | decode s (median) | rounds |")
     print("|---|---|---|---|---|")

@@ -63,7 +63,6 @@ def bench_engine_config(num_streams: int, num_chunks: int, num_left_chunks: int 
 
 
 @dataclass
-@dataclass
 class StreamFeed:
     """Hands each stream its audio one chunk at a time (the first slice fills one window).
 

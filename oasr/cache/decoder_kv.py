@@ -398,6 +398,53 @@ class PagedDecoderKv:
                         values[:, :, :length].index_select(1, order))  # (H, B', L', D)
                 for layer, (keys, values) in self._cross_reads.items()}
 
+    @classmethod
+    def joined(cls, parts: Sequence[PagedDecoderKv], row_ids: Sequence[int]) -> PagedDecoderKv:
+        """A view over ``row_ids`` (in this order), each a row of one of ``parts``, that keeps
+        the cross K/V the parts have gathered.
+
+        A layer that every part giving rows has read is copied into the new view row by row
+        (a row's encoder frames; the columns past them, up to the longest row's pages, are
+        zero and masked), not read from the pages again. A greedy batch that takes the rows
+        just prefilled, whose prefill gathered their cross K/V, then costs one copy of each
+        row's instead of a page gather and a head-major copy of every row's. Other layers
+        are read from the pages when first attended.
+
+        Raises:
+            ValueError: no parts, parts of different managers, or a row in none of them.
+        """
+        if not parts:
+            raise ValueError("joined() needs at least one view")
+        manager = parts[0].manager
+        if any(part.manager is not manager for part in parts):
+            raise ValueError("cannot join views of different decoder K/V managers")
+        where: dict[int, tuple[PagedDecoderKv, int]] = {}
+        for part in parts:
+            for index, row_id in enumerate(part.row_ids):
+                where.setdefault(row_id, (part, index))
+        missing = [row_id for row_id in row_ids if row_id not in where]
+        if missing:
+            raise ValueError(f"decoder rows {missing} are in none of the views joined")
+        view = cls(manager, list(row_ids), parts[0].reuse_cross)
+        sources = [where[row_id] for row_id in row_ids]
+        giving = list({id(part): part for part, _ in sources}.values())
+        layers = set.intersection(*(set(part._cross_reads) for part in giving))
+        if not view.reuse_cross or not layers:
+            return view
+        length = view._cross_cache(0)[1]
+        frames = [manager._row(row_id).cross_len for row_id in row_ids]
+        for layer in sorted(layers):
+            joined = []
+            for which in (0, 1):  # keys, values: each (H, B, L, D)
+                first = sources[0][0]._cross_reads[layer][which]
+                out = first.new_empty(first.size(0), len(sources), length, first.size(3))
+                for b, ((part, index), n) in enumerate(zip(sources, frames, strict=True)):
+                    out[:, b, :n] = part._cross_reads[layer][which][:, index, :n]
+                    out[:, b, n:] = 0
+                joined.append(out)
+            view._cross_reads[layer] = (joined[0], joined[1])
+        return view
+
     def merge(self, other: PagedDecoderKv) -> PagedDecoderKv:
         """One view over this view's rows then ``other``'s (e.g. running rows plus rows just
         prefilled); the rows' self and cross regions come along. Refuses shared rows."""

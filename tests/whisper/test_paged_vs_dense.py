@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from whisper_testutil import TINY_SPEC, forced_logits, tiny_encoded, tiny_manager, tiny_model
+from whisper_testutil import (
+    TINY,
+    TINY_SPEC,
+    forced_logits,
+    tiny_encoded,
+    tiny_manager,
+    tiny_model,
+)
 
+from oasr.cache.decoder_kv import PagedDecoderKv
 from oasr.models.whisper import DecoderKv, greedy_decode
 
 
@@ -125,3 +133,53 @@ def test_rows_leaving_keep_the_cross_reads_already_gathered() -> None:
     step = torch.tensor([[3], [5]])
     torch.testing.assert_close(model.decoder(step, paged), model.decoder(step, dense),
                                rtol=1e-5, atol=1e-5)
+
+
+@torch.inference_mode()
+def test_rows_joining_keep_the_cross_reads_of_their_prefill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of a running batch and rows just prefilled (each view having gathered its rows'
+    cross K/V) join into one view that steps without reading the pages again, each row as
+    it steps alone; rows of different encoded lengths, one leaving as the others join."""
+    model = tiny_model(seed=11)
+    encoded = tiny_encoded(3, seed=12)
+    lengths = (20, 10, 14)
+    crosses = [model.decoder.cross_kv(encoded[i : i + 1, :n]) for i, n in enumerate(lengths)]
+    forced = torch.randint(0, 60, (3, 8), generator=torch.Generator().manual_seed(13))
+    alone = [forced_logits(model, DecoderKv(crosses[i], 16), forced[i : i + 1])
+             for i in range(3)]  # (1, 9, V) each: after the prompt, then after each step
+
+    mgr = tiny_manager(max_num_blocks=60, block_size=4)
+    for row in range(3):
+        mgr.allocate_row(row, 16)
+        mgr.build_cross_kv([row], crosses[row])
+    prompt = torch.tensor(TINY_SPEC.prompt)
+    running = mgr.view([0, 1])
+    model.decoder(prompt.expand(2, -1), running)
+    model.decoder(forced[:2, :1], running)  # rows 0 and 1 one token on
+    fresh = mgr.view([2])
+    model.decoder(prompt[None], fresh)  # row 2 prefilled: its view read its cross K/V
+
+    def no_gather(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a joined view read pages it had gathered")
+
+    joint = PagedDecoderKv.joined([running, fresh], [2, 1])  # row 0 left, row 2 joined
+    assert set(joint._cross_reads) == set(range(TINY.n_text_layer))
+    keys = joint._cross_reads[0][0]  # (H, 2, L, D): L covers the longer row's (row 2's) pages
+    assert keys.shape[1:3] == (2, 16)
+    torch.testing.assert_close(keys[:, 0, :14], fresh._cross_reads[0][0][:, 0, :14])
+    torch.testing.assert_close(keys[:, 1, :10], running._cross_reads[0][0][:, 1, :10])
+    assert not keys[:, 0, 14:].any() and not keys[:, 1, 10:].any()  # past a row's frames
+    monkeypatch.setattr("oasr.cache.decoder_kv.gather_pages_head_major", no_gather)
+    for i in range(3):
+        step = torch.stack([forced[2, i], forced[1, 1 + i]]).unsqueeze(1)  # (2, 1)
+        logits = model.decoder(step, joint)[:, -1]
+        torch.testing.assert_close(logits[0], alone[2][0, 1 + i], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(logits[1], alone[1][0, 2 + i], rtol=1e-5, atol=1e-5)
+
+    with pytest.raises(ValueError, match="in none of the views"):
+        PagedDecoderKv.joined([running], [0, 2])
+    with pytest.raises(ValueError, match="different decoder K/V managers"):
+        PagedDecoderKv.joined([running, tiny_manager().view([])], [0])
+    for row in range(3):
+        mgr.free_row(row)
+    assert mgr.pool.num_free_blocks == 60 and mgr.num_reserved_blocks == 0

@@ -101,6 +101,7 @@ class ContinuousWhisperDecoder:
         self._search = BeamSearch(model, spec, self.config.beam_size)
         self._row_ids = itertools.count()
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
+        self._joining: PagedDecoderKv | None = None  # the last prefill's, until its rows join
         self.num_fallbacks = 0  # first decodes that failed and went down the temperature ladder
         self.num_loops = 0  # rows stopped by the repetition rule
         # asked at each beam step whether a searched request has been aborted since the
@@ -389,7 +390,11 @@ class ContinuousWhisperDecoder:
             row.log_prob = float(sum(row.token_log_probs))
         after = prompt_logits[torch.arange(len(rows)), width - 1 + runs]  # (B, V)
         masks = torch.stack([first if run == 0 else self._always for run in taken])
-        return self._record(rows, after + masks)
+        done = self._record(rows, after + masks)
+        running = {r.row_id for r in self._running}
+        # the rows' cross K/V this prefill gathered, for the step they join the batch
+        self._joining = view if any(r.row_id in running for r in rows) else None
+        return done
 
     def _row_generator(self, request: DecodeRequest, place: int) -> torch.Generator:
         """The generator of the request's ``place``-th sampled row of its ladder (seeded with
@@ -401,11 +406,15 @@ class ContinuousWhisperDecoder:
         model = self.checkpoint.model
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=model.device)  # (B, 1)
         row_ids = [r.row_id for r in rows]
-        view = self._view
+        view, joining, self._joining = self._view, self._joining, None
         if view is None or view.row_ids != row_ids:  # the batch changed
             held = {row_id: i for i, row_id in enumerate(view.row_ids)} if view else {}
+            parts = [v for v in (view, joining) if v is not None]
             if view is not None and all(row_id in held for row_id in row_ids):
                 view.select([held[row_id] for row_id in row_ids])  # rows left: no new gather
+            elif parts and all(any(r in v.row_ids for v in parts) for r in row_ids):
+                # rows just prefilled joined: their prefill's reads and the others' are kept
+                view = self._view = PagedDecoderKv.joined(parts, row_ids)
             else:
                 view = self._view = self.manager.view(row_ids)
         return self._record(rows, model.decoder(last, view)[:, -1] + self._always)
