@@ -241,8 +241,7 @@ class ASREngine:
         energies then counts once)."""
         fed = [(stream_id, audio) for stream_id, request in self.requests.items()
                if (audio := request.take_pending_audio()) is not None]
-        for stream_id, audio in fed:
-            self.live.on_audio(stream_id, audio, now)
+        self.live.on_audio(fed, now)
         errors = accept_waveforms([self.requests[s].features for s, _ in fed],
                                   [audio for _, audio in fed])
         for (stream_id, _), exc in zip(fed, errors, strict=True):

@@ -307,8 +307,8 @@ def test_the_live_policy_gets_a_step_s_messages_joined_once(engine_config: Engin
     engine.step()
     calls: list[int] = []
     on_audio = engine.live.on_audio
-    engine.live.on_audio = lambda sid, samples, now: (  # type: ignore[method-assign]
-        calls.append(len(samples)), on_audio(sid, samples, now))
+    engine.live.on_audio = lambda fed, now: (  # type: ignore[method-assign]
+        calls.extend(len(samples) for _, samples in fed), on_audio(fed, now))
     audio = speech[0][: 16000 * 2]
     for step_start in range(0, len(audio), 10240):
         for at in range(step_start, min(step_start + 10240, len(audio)), 1600):

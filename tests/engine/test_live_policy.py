@@ -89,7 +89,7 @@ def test_audio_is_kept_for_the_second_pass_only_when_it_is_on() -> None:
     off, on = _policy(), _policy(_QueueingWorker())
     for policy in (off, on):
         _opened(policy)
-        policy.on_audio(1, np.ones(1600, dtype=np.float32), 0.0)
+        policy.on_audio([(1, np.ones(1600, dtype=np.float32))], 0.0)
     assert off.streams[1].audio.num_held == 0 and on.streams[1].audio.num_held == 1600
     assert off.streams[1].energy.num_frames == on.streams[1].energy.num_frames == 5
 

@@ -139,7 +139,7 @@ def test_the_floors_of_many_streams_at_once_equal_each_streams_own_bit_for_bit()
     running = [-np.inf, 0.7, -2.0, 9.5, -np.inf, 1.25]
     log_mel = rng.uniform(-10.0, 4.0, (sum(counts), 80)).astype(np.float32)
     log_mel[7, 3] = np.nan  # the third stream's second row
-    got, maxima = _apply_floors(log_mel, counts, running)
+    got, maxima = _apply_floors(log_mel.copy(), counts, running)  # (it writes over its input)
     start = 0
     for count, before, new_max in zip(counts, running, maxima, strict=True):
         want, want_max = _floor_row_by_row(log_mel[start:start + count], before)
