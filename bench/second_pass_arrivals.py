@@ -7,6 +7,8 @@ settings (`EngineConfig().second_pass_decode`: beam 5, int8 logits, the served d
 stepped as the worker steps it, on ``--threads`` torch threads (the worker's one by default).
 Unlike `beam_batches.py` (bursts submitted at once) this shows how finals that arrive while
 others decode wait. One line per gap and round: latency p50 / p90 / p95 / mean in seconds.
+With ``--fast`` every final is decoded as a busy server decodes them: greedy on the segment's
+own window, rows joining and leaving the running batch between tokens.
 
     python bench/read_passages.py --out /tmp/passages
     python bench/second_pass_arrivals.py --passages /tmp/passages --gaps 0.5 0.3 0.2
@@ -42,7 +44,8 @@ def arrivals(passages: list[np.ndarray], count: int, gap: float,
     return out
 
 
-def replay(decoder: object, work: list[tuple[float, np.ndarray]]) -> list[float]:
+def replay(decoder: object, work: list[tuple[float, np.ndarray]], fast: bool = False
+           ) -> list[float]:
     """Each segment submitted at its arrival time, the decoder stepped while it has work;
     the latencies (answer - arrival), in arrival order."""
     answered: dict[int, float] = {}
@@ -52,7 +55,8 @@ def replay(decoder: object, work: list[tuple[float, np.ndarray]]) -> list[float]
         now = time.perf_counter() - begin
         while submitted < len(work) and work[submitted][0] <= now:
             wave = np.ascontiguousarray(work[submitted][1])
-            decoder.submit(submitted, torch.from_numpy(wave))  # type: ignore[attr-defined]
+            decoder.submit(submitted, torch.from_numpy(wave),  # type: ignore[attr-defined]
+                           fast=fast)
             submitted += 1
         if decoder.has_work():  # type: ignore[attr-defined]
             for result in decoder.step():  # type: ignore[attr-defined]
@@ -76,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=60, help="segments per run")
     parser.add_argument("--rounds", type=int, default=2, help="runs per gap (seeds 1, 2, ...)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--fast", action="store_true",
+                        help="greedy finals on the segments' own windows (a busy server's)")
     args = parser.parse_args(argv)
 
     from oasr.engine import EngineConfig
@@ -89,17 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     passages = [read_audio(f) for f in sorted(args.passages.glob("*.wav"))]
     if not passages:
         raise SystemExit(f"{args.passages}: no passages (python bench/read_passages.py --out DIR)")
-    replay(decoder, arrivals(passages, 4, 0.0, seed=0))  # untimed: the first decodes
+    replay(decoder, arrivals(passages, 4, 0.0, seed=0), args.fast)  # untimed: first decodes
     machine = machine_description(torch.device("cpu"))
+    decoding = "greedy, own windows" if args.fast else f"beam {config.beam_size}"
     print(f"{machine['cpu']}, {args.threads} thread(s), torch {machine['torch']}, "
-          f"{checkpoint.model.dtype}, beam {config.beam_size}, logits {config.logits}, "
+          f"{checkpoint.model.dtype}, {decoding}, logits {config.logits}, "
           f"{args.count} segments of 3-12 s, 1-min load "
           f"{machine.get('load_average_1min_at_start')}")
     print("| mean gap s | round | latency p50 | p90 | p95 | mean |")
     print("|---|---|---|---|---|---|")
     for gap in args.gaps:
         for round_ in range(1, args.rounds + 1):
-            latency = sorted(replay(decoder, arrivals(passages, args.count, gap, seed=round_)))
+            work = arrivals(passages, args.count, gap, seed=round_)
+            latency = sorted(replay(decoder, work, args.fast))
             print(f"| {gap} | {round_} | {statistics.median(latency):.2f} "
                   f"| {quantile(latency, 0.90):.2f} | {quantile(latency, 0.95):.2f} "
                   f"| {statistics.mean(latency):.2f} |", flush=True)

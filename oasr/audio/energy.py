@@ -3,8 +3,6 @@ segment at its quietest point)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 ENERGY_FLOOR_DB = -100.0
@@ -35,34 +33,16 @@ class FrameEnergy:
 
     def append(self, samples: np.ndarray) -> None:
         """Add (N,) float32 samples; every frame they complete gets its energy."""
-        FrameEnergy.append_many([self], [samples])
-
-    @staticmethod
-    def append_many(energies: Sequence[FrameEnergy], samples: Sequence[np.ndarray]) -> None:
-        """``energies[i].append(samples[i])`` for every i, the frames of all of them squared,
-        summed and logged in one pass (an engine step's hundreds of streams: numpy's per-call
-        cost would otherwise count once per stream for each of those passes)."""
-        groups: dict[int, list[tuple[FrameEnergy, np.ndarray]]] = {}  # by frame size
-        for energy, new in zip(energies, samples, strict=True):
-            new = np.asarray(new, dtype=np.float32).reshape(-1)
-            joined = np.concatenate([energy._rest, new]) if len(energy._rest) else new
-            size = energy.samples_per_frame
-            n = len(joined) // size
-            energy._rest = joined[n * size:].copy()  # (a view would pin the caller's array)
-            if n:
-                groups.setdefault(size, []).append((energy, joined[: n * size]))
-        for size, members in groups.items():
-            frames = np.concatenate([whole for _, whole in members]).reshape(-1, size)
-            frames = frames.astype(np.float64)
-            power = np.square(frames, out=frames).sum(axis=1) / size  # (F,) mean square
+        joined = np.concatenate([self._rest, np.asarray(samples, dtype=np.float32)])
+        size = self.samples_per_frame
+        n = len(joined) // size
+        if n:  # (every stream calls this for every message: numpy's per-call cost counts)
+            frames = joined[: n * size].reshape(n, size).astype(np.float64)
+            power = np.square(frames, out=frames).sum(axis=1) / size  # (n,) mean square
             db = np.log10(np.maximum(power, POWER_FLOOR, out=power), out=power)
             db *= 10.0
-            values = db.astype(np.float32)
-            offset = 0
-            for energy, whole in members:
-                n = len(whole) // size
-                energy.values = np.concatenate([energy.values, values[offset:offset + n]])
-                offset += n
+            self.values = np.concatenate([self.values, db.astype(np.float32)])
+        self._rest = joined[n * size:]
 
     def discard_before(self, frame: int) -> None:
         """Forget frames before absolute index ``frame``."""

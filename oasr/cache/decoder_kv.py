@@ -440,7 +440,8 @@ class PagedDecoderKv:
                 out = first.new_empty(first.size(0), len(sources), length, first.size(3))
                 for b, ((part, index), n) in enumerate(zip(sources, frames, strict=True)):
                     out[:, b, :n] = part._cross_reads[layer][which][:, index, :n]
-                    out[:, b, n:] = 0
+                    if n < length:
+                        out[:, b, n:] = 0
                 joined.append(out)
             view._cross_reads[layer] = (joined[0], joined[1])
         return view

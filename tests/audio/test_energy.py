@@ -53,26 +53,3 @@ def test_discard_and_span_use_absolute_frames():
     with pytest.raises(ValueError, match="samples_per_frame must be >= 1, got 0"):
         FrameEnergy(0)
 
-
-def test_many_streams_at_once_equal_each_alone():
-    """`append_many` over streams of two frame sizes, with and without samples carried from
-    their last piece, some completing no frame, gives each stream the values and the carried
-    samples its own `append` calls give."""
-    rng = np.random.default_rng(3)
-    sizes = [320, 320, 160, 320, 160]
-    alone = [FrameEnergy(size) for size in sizes]
-    many = [FrameEnergy(size) for size in sizes]
-    for step in range(4):
-        pieces = [(rng.standard_normal(int(rng.integers(0, 900))) * 10.0 ** -rng.integers(0, 4))
-                  .astype(np.float32) for _ in sizes]
-        pieces[step] = pieces[step][:100]  # completes no frame, or one with what it carries
-        for energy, piece in zip(alone, pieces, strict=True):
-            energy.append(piece)
-        FrameEnergy.append_many(many, pieces)
-        for a, m in zip(alone, many, strict=True):
-            assert a.num_frames == m.num_frames
-            np.testing.assert_array_equal(a.values, m.values)
-            np.testing.assert_array_equal(a._rest, m._rest)
-    assert sum(e.num_frames for e in many) > 20
-    with pytest.raises(ValueError):
-        FrameEnergy.append_many(many, [np.zeros(10, np.float32)])

@@ -156,16 +156,16 @@ class LivePolicy:
 
     def on_audio(self, fed: Sequence[tuple[int, np.ndarray]], now: float) -> None:
         """Each (stream, audio) pair: the stream's audio received by ``now`` (16 kHz; the
-        engine joins a step's messages and calls this once a step for every stream that sent
-        some): its energies (every stream's in one pass), the samples the second pass may
-        need, and the stream's pace (`LiveStream.is_paced`)."""
-        streams = [self.streams[stream_id] for stream_id, _ in fed]
-        for stream, (_, samples) in zip(streams, fed, strict=True):
+        engine joins a step's messages and calls this once a step with every stream that
+        sent some): its energies, the samples the second pass may need, and the stream's pace
+        (`LiveStream.is_paced`)."""
+        for stream_id, samples in fed:
+            stream = self.streams[stream_id]
             if stream.first_audio_at is None:
                 stream.first_audio_at = now
+            stream.energy.append(samples)
             if self.finals.worker is not None:
                 stream.audio.append(samples)
-        FrameEnergy.append_many([s.energy for s in streams], [samples for _, samples in fed])
 
     def on_posteriors(self, stream_id: int, first_frame: int, ids: np.ndarray,
                       log_probs: np.ndarray) -> None:
