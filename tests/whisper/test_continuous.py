@@ -478,3 +478,34 @@ def test_no_previous_text_prompt_without_the_token(tmp_path: Path) -> None:
     while decoder.has_work():
         results += decoder.step()
     assert list(results[0].tokens) == alone(checkpoint, encoded[0], 12)
+
+
+def test_a_fast_final_that_fails_is_beam_searched_before_the_ladder(
+        checkpoint: WhisperCheckpoint, recordings) -> None:
+    """A busy server's greedy final (``fast``) that fails the fallback rule is decoded again
+    by the beam search, its window encoded again, before any sampled temperature; one that
+    passes is not, and neither is a refinement (``background``)."""
+    from oasr.models.whisper.safeguards import FallbackRule
+
+    (jfk,) = rows_named(recordings, "jfk")
+    wave = recordings[jfk].waveform
+    failing = FallbackRule(temperatures=(0.0, 1.0), log_prob_threshold=0.0, best_of=1)
+    decoder = ContinuousWhisperDecoder(checkpoint, WhisperDecodeConfig(
+        max_rows=4, beam_size=2, fallback=failing))
+    decoder.submit(0, wave, fast=True)
+    decoder.submit(1, wave, background=True)
+    results = {}
+    while decoder.has_work():
+        results.update({r.request_id: r for r in decoder.step()})
+    # greedy, then the beam search, then the one sampled temperature; all of them failed
+    assert results[0].num_decodes == 3 and results[0].failed
+    assert results[1].num_decodes == 1  # a refinement is never decoded again
+    assert decoder.num_beam_retries == 1 and decoder.num_fallbacks == 1
+
+    passing = ContinuousWhisperDecoder(checkpoint, WhisperDecodeConfig(max_rows=8, beam_size=2))
+    passing.submit(0, wave, fast=True)
+    (result,) = [r for _ in range(300) if passing.has_work() for r in passing.step()]
+    assert result.num_decodes == 1 and not result.failed and "country" in result.text
+    assert passing.num_beam_retries == 0
+    for d in (decoder, passing):
+        assert d.manager.pool.num_free_blocks == d.manager.pool.num_blocks

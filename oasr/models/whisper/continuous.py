@@ -103,6 +103,7 @@ class ContinuousWhisperDecoder:
         self._view: PagedDecoderKv | None = None  # kept while the running rows stay the same
         self._joining: PagedDecoderKv | None = None  # the last prefill's, until its rows join
         self.num_fallbacks = 0  # first decodes that failed and went down the temperature ladder
+        self.num_beam_retries = 0  # greedy fast finals that failed and were beam-searched
         self.num_loops = 0  # rows stopped by the repetition rule
         # asked at each beam step whether a searched request has been aborted since the
         # commands were last taken (its search is then dropped, ``num_cancelled``); the
@@ -321,6 +322,12 @@ class ContinuousWhisperDecoder:
             (self._background if request.background else self._waiting).remove(pending)
         return admitted
 
+    def _retried_by_beam(self, request: DecodeRequest) -> bool:
+        """A fast final's greedy decode that fails the fallback rule is beam-searched next
+        (when the beam is wider than 1), before the temperature ladder."""
+        return (request.fast and not request.background and self.config.beam_size > 1
+                and request.temperature_index == 0 and len(self.config.fallback.temperatures) > 1)
+
     def _beamed(self, request: DecodeRequest) -> bool:
         """Decoded by the batched beam search: a first decode of an urgent request when the
         beam is wider than 1 (background refinements stay greedy: they are for display)."""
@@ -338,6 +345,8 @@ class ContinuousWhisperDecoder:
             for row, p in enumerate(fresh):
                 p.request.encoded = EncodedSegments(encoded.states[row : row + 1],
                                                     (encoded.num_encoded[row],))
+                if self._retried_by_beam(p.request):
+                    p.request.waveform = p.waveform
                 p.waveform = None
 
     def _prefill(self, admitted: list[PendingDecode]) -> list[SecondPassResult]:
@@ -485,6 +494,16 @@ class ContinuousWhisperDecoder:
         ladder was queued (ahead of new requests)."""
         request.attempts.append(attempt)
         rule = self.config.fallback
+        waveform, request.waveform = request.waveform, None
+        if rule.is_failed(attempt) and waveform is not None:
+            # a busy server's greedy final that failed: beam-searched as finals otherwise are
+            # (its window encoded again), before any sampling: the ladder's rows, every
+            # temperature's samples, would run beside the other finals' rows, and the most
+            # uncertain of them run to the token budget, for every row's step
+            request.fast, request.encoded = False, None
+            self.num_beam_retries += 1
+            self._waiting.appendleft(PendingDecode(request, waveform=waveform))
+            return None
         if (rule.is_failed(attempt) and not request.background
                 and len(rule.temperatures) > 1):
             request.temperature_index = 1

@@ -62,6 +62,8 @@ class DecodeRequest:
     draft: tuple[int, ...] = ()
     background: bool = False  # decoded when nothing urgent waits; never falls back
     fast: bool = False  # greedy on the segment's own window (a busy server's finals)
+    # a fast final's waveform, kept until its greedy decode passes (else it is beam-searched)
+    waveform: torch.Tensor | np.ndarray | None = None
     attempts: list[DecodeAttempt] = field(default_factory=list)
     temperature_index: int = 0  # 0: the first decode; 1: the fallback ladder
     samples: list[DecodeAttempt] = field(default_factory=list)  # this temperature's rows so far
