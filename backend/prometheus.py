@@ -108,6 +108,11 @@ class _SnapshotCollector(Collector):
                 "after the previous segment's text ended at once",
                 value=second.num_context_retries)
             yield CounterMetricFamily(
+                "oasr_second_pass_beam_retries",
+                "Greedy finals of a busy server that failed the fallback rule and were decoded "
+                "again by the beam search",
+                value=second.num_beam_retries)
+            yield CounterMetricFamily(
                 "oasr_second_pass_holds",
                 "Times the second pass waited because the streaming step was behind",
                 value=second.num_holds)

@@ -110,7 +110,9 @@ class EngineConfig:
             keeps its CTC text (counted as a first-pass fallback). Default 16.
         second_pass_fast_backlog: once more than this many finals wait for the second pass,
             the next are decoded fast (greedy, on the segment's own window) so a busy server
-            keeps up; None: never. Default `SECOND_PASS_FAST_BACKLOG` (2).
+            keeps up (one whose greedy decode fails the fallback rule is beam-searched next,
+            before any sampled temperature); None: never. Default `SECOND_PASS_FAST_BACKLOG`
+            (2).
         second_pass_yield_s: the second pass decodes only while no live stream has more than
             a chunk plus this much audio waiting to be decoded, so the streaming step gets
             the CPU back when it falls behind (a final held longer than

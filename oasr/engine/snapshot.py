@@ -161,6 +161,8 @@ class SecondPassSnapshot:
     num_decodes_cancelled: int = 0  # finals' beam searches given up: the job was aborted
     # decodes redone on their segment's audio alone: Whisper ended right after the context
     num_context_retries: int = 0
+    # a busy server's greedy finals that failed the fallback rule and were beam-searched
+    num_beam_retries: int = 0
     refine: RefineSnapshot | None = None
 
     def to_json(self) -> dict[str, Any]:

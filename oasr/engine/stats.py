@@ -234,6 +234,7 @@ class EngineStats:
             num_decoders=worker.num_decoders if worker is not None else 0,
             num_decodes_cancelled=worker.num_cancelled if worker is not None else 0,
             num_context_retries=worker.num_context_retries if worker is not None else 0,
+            num_beam_retries=worker.num_beam_retries if worker is not None else 0,
             refine=self._refine_entry(running),
         )
 

@@ -163,7 +163,7 @@ def test_second_pass_metrics_appear_when_it_is_on(client: TestClient) -> None:
     second = replace(engine.second_pass, enabled=True, backlog=2, num_decoders=2,
                      num_second_pass_finals=5,
                      num_first_pass_finals=1, num_temperature_fallbacks=3,
-                     num_decodes_cancelled=4, num_context_retries=6,
+                     num_decodes_cancelled=4, num_context_retries=6, num_beam_retries=7,
                      rejected={**engine.second_pass.rejected, "distance": 1})
     text = ServerMetrics(lambda: replace(engine, second_pass=second)).render().decode()
     assert 'oasr_finals_total{source="whisper"} 5.0' in text
@@ -175,3 +175,4 @@ def test_second_pass_metrics_appear_when_it_is_on(client: TestClient) -> None:
     assert "oasr_second_pass_temperature_fallbacks_total 3.0" in text
     assert "oasr_second_pass_decodes_cancelled_total 4.0" in text
     assert "oasr_second_pass_context_retries_total 6.0" in text
+    assert "oasr_second_pass_beam_retries_total 7.0" in text

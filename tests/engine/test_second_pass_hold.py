@@ -98,7 +98,7 @@ class HoldRecorder:
 
     backlog = num_temperature_fallbacks = num_with_context = num_no_voice = num_no_speech = 0
     num_holds = num_expired = num_evicted = num_refinements = num_cancelled = 0
-    num_context_retries = 0
+    num_context_retries = num_beam_retries = 0
     num_decoders = 1
     held = False
     no_speech = None

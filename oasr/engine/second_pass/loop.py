@@ -99,6 +99,8 @@ class LoopCounters:
             segment's text, after Whisper ended the transcript right after it.
         num_refinements: refinements decoded.
         num_fallbacks: decodes redone at a higher temperature.
+        num_beam_retries: a busy server's greedy finals that failed the fallback rule and
+            were beam-searched.
         num_cancelled: finals whose beam search was given up: aborted (an early final the
             speaker went on from) while it was searched or before it began.
         busy_seconds: time spent in decoder steps.
@@ -110,6 +112,7 @@ class LoopCounters:
     num_context_retries: int = 0
     num_refinements: int = 0
     num_fallbacks: int = 0
+    num_beam_retries: int = 0
     num_cancelled: int = 0
     busy_seconds: float = 0.0
 
@@ -192,6 +195,7 @@ class SecondPassLoop:
                     self._drop(self._active.pop(job_id))
             self.counters.busy_seconds += time.perf_counter() - started
             self.counters.num_fallbacks = int(getattr(self.decoder, "num_fallbacks", 0))
+            self.counters.num_beam_retries = int(getattr(self.decoder, "num_beam_retries", 0))
             self.counters.num_cancelled = int(getattr(self.decoder, "num_cancelled", 0))
             for result in finished:
                 job = self._active.pop(result.request_id, None)

@@ -400,6 +400,12 @@ class SecondPassWorker:
         return self.counters.num_fallbacks
 
     @property
+    def num_beam_retries(self) -> int:
+        """Greedy finals of a busy server that failed the fallback rule and were
+        beam-searched."""
+        return self.counters.num_beam_retries
+
+    @property
     def num_cancelled(self) -> int:
         """Decodes given up midway: all their jobs were aborted while they ran."""
         return self.counters.num_cancelled
