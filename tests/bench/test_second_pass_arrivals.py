@@ -40,9 +40,11 @@ class _Decoder:
 
     def __init__(self) -> None:
         self.pending: list[int] = []
+        self.fast: list[bool] = []
 
-    def submit(self, request_id: int, wave: Any) -> None:
+    def submit(self, request_id: int, wave: Any, fast: bool = False) -> None:
         self.pending.append(request_id)
+        self.fast.append(fast)
 
     def has_work(self) -> bool:
         return bool(self.pending)
@@ -56,7 +58,12 @@ class _Decoder:
 def test_replay_measures_each_answer_from_its_arrival() -> None:
     bench = load_script()
     wave = np.zeros(MODEL_SAMPLE_RATE, dtype=np.float32)
-    latency = bench.replay(_Decoder(), [(0.0, wave), (0.1, wave), (0.3, wave)])
+    decoder = _Decoder()
+    latency = bench.replay(decoder, [(0.0, wave), (0.1, wave), (0.3, wave)])
     assert len(latency) == 3 and all(0.015 < s < 0.2 for s in latency)
+    assert decoder.fast == [False] * 3
+    fast = _Decoder()
+    bench.replay(fast, [(0.0, wave), (0.05, wave)], fast=True)  # --fast: a busy server's finals
+    assert fast.fast == [True, True]
     assert bench.quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 3.0
     assert bench.quantile([1.0, 2.0, 3.0, 4.0], 0.99) == 4.0

@@ -67,7 +67,7 @@ def _open(policy: LivePolicy, stream_id: int, events: list[StreamEvent]) -> Requ
 def _speak(policy: LivePolicy, request: Request, seconds: float, now: float) -> None:
     t = np.arange(int(seconds * RATE)) / RATE
     audio = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
-    policy.on_audio(request.stream_id, audio, now)
+    policy.on_audio([(request.stream_id, audio)], now)
     request.num_samples_received += len(audio)
 
 
