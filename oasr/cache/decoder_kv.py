@@ -448,7 +448,6 @@ class PagedDecoderKv:
 
     def merge(self, other: PagedDecoderKv) -> PagedDecoderKv:
         """One view over this view's rows then ``other``'s (e.g. running rows plus rows just
-        prefilled); the rows' self and cross regions come along. Refuses shared rows."""
-        if other.manager is not self.manager:
-            raise ValueError("cannot merge views of different decoder K/V managers")
-        return PagedDecoderKv(self.manager, self.row_ids + other.row_ids, self.reuse_cross)
+        prefilled); the rows' self and cross regions come along, and the cross K/V both have
+        gathered (`joined`). Refuses shared rows."""
+        return PagedDecoderKv.joined([self, other], self.row_ids + other.row_ids)
