@@ -52,4 +52,3 @@ def test_discard_and_span_use_absolute_frames():
     assert energy.first_frame == 4
     with pytest.raises(ValueError, match="samples_per_frame must be >= 1, got 0"):
         FrameEnergy(0)
-

@@ -419,9 +419,10 @@ class ContinuousWhisperDecoder:
         if view is None or view.row_ids != row_ids:  # the batch changed
             held = {row_id: i for i, row_id in enumerate(view.row_ids)} if view else {}
             parts = [v for v in (view, joining) if v is not None]
+            known = {row_id for part in parts for row_id in part.row_ids}
             if view is not None and all(row_id in held for row_id in row_ids):
                 view.select([held[row_id] for row_id in row_ids])  # rows left: no new gather
-            elif parts and all(any(r in v.row_ids for v in parts) for r in row_ids):
+            elif known.issuperset(row_ids):
                 # rows just prefilled joined: their prefill's reads and the others' are kept
                 view = self._view = PagedDecoderKv.joined(parts, row_ids)
             else:
