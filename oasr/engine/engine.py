@@ -522,7 +522,7 @@ def build_live_policy(config: EngineConfig, resources: StreamResources,
         guard = config.final_guard
         if guard is not None:
             guard = guard.for_first_pass(resources.ctc.decoder.has_lm)
-        worker = SecondPassWorker.load(deliver, config.second_pass_max_backlog,
+        worker = SecondPassWorker.load(deliver, config.resolved_second_pass_max_backlog,
                                        resources.cache_config.device,
                                        config.second_pass_decode_config(), guard,
                                        config.num_threads, config.second_pass_fast_backlog,

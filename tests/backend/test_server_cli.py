@@ -127,6 +127,14 @@ def test_no_flags_give_the_default_server_config() -> None:
     # a demo's load (endpoints between chunks, early finals): 2 streams per process
     assert config.engine.resolved_light_load_streams == 2 * min(2, os.cpu_count() or 1)
     assert on_thread.engine.resolved_light_load_streams == 2
+    # finals the second pass holds before one keeps its CTC text: every decoder's rows
+    processes = min(2, os.cpu_count() or 1)
+    assert config.engine.resolved_second_pass_max_backlog == 16 * processes
+    assert on_thread.engine.resolved_second_pass_max_backlog == 16
+    assert parse("--max-decode-slots", "8").engine.resolved_second_pass_max_backlog == 8 * processes
+    assert parse("--second-pass-max-backlog", "5").engine.resolved_second_pass_max_backlog == 5
+    with pytest.raises(ValueError, match="second_pass_max_backlog must be >= 1"):
+        parse("--second-pass-max-backlog", "0")
     with pytest.raises(ValueError, match="second_pass_nice must be in 0..19"):
         parse("--second-pass-nice", "20")
     with pytest.raises(ValueError, match="needs second_pass_process"):

@@ -97,6 +97,9 @@ def test_abort_drops_pending_finals(config: EngineConfig, speech: list[np.ndarra
     assert events.done(1).finish_reason == "abort"
     assert_pool_full(engine)
     assert engine.live.finals.worker is not None
+    # the default backlog: the rows the one decoder takes at once
+    assert config.second_pass_max_backlog is None
+    assert engine.live.finals.worker.max_backlog == config.resolved_max_decode_slots == 16
     engine.shutdown()
 
 
