@@ -107,6 +107,15 @@ GEMM_OPS = frozenset({
     "aten::mkldnn_convolution", "aten::convolution", "aten::_convolution",
     "aten::_mkldnn_convolution", "aten::cudnn_convolution",
 })
+# Fused attention kernels, by profiler name: their matmuls (the scores, the weighted sum) run
+# inside one op beside the softmax, so their time is neither a GEMM's nor the elementwise rest.
+ATTENTION_OPS = frozenset({
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
+    "aten::_efficient_attention_forward",
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+})
 TOP_OPS = 12  # ops listed in the profile
 
 
@@ -139,6 +148,8 @@ class OpProfile:
             bookkeeping) and the profiler.
         ops: the `TOP_OPS` ops with the most self time, largest first.
         gemm_share: the matrix multiplies' (`GEMM_OPS`) share of ``ops_ms``.
+        attention_share: the fused attention kernels' (`ATTENTION_OPS`) share of ``ops_ms``
+            (0 where attention runs as separate matmuls and a softmax).
     """
 
     num_streams: int
@@ -148,6 +159,7 @@ class OpProfile:
     ops_ms: float
     ops: list[OpShare]
     gemm_share: float
+    attention_share: float
 
 
 def profile_step_ops(bench: BenchModel, audio_dir: Path, num_streams: int, warmup: int = 2,
@@ -175,6 +187,7 @@ def profile_step_ops(bench: BenchModel, audio_dir: Path, num_streams: int, warmu
     ops = [OpShare(name, us / total, us / 1e3 / steps, calls / steps)
            for name, us, calls in rows[:TOP_OPS]]
     gemm = sum(us for name, us, _ in rows if name in GEMM_OPS) / total
+    attention = sum(us for name, us, _ in rows if name in ATTENTION_OPS) / total
     runner = driver.resources.runner
     return OpProfile(num_streams, steps, str(runner.dtype).removeprefix("torch."),
-                     1e3 * seconds / steps, total / 1e3 / steps, ops, gemm)
+                     1e3 * seconds / steps, total / 1e3 / steps, ops, gemm, attention)

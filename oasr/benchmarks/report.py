@@ -150,7 +150,8 @@ def ops_table(prof: dict[str, Any]) -> list[str]:
     out = [f"Where a {prof['num_streams']}-stream step's time goes, by torch op "
            f"({prof['dtype']}, torch.profiler over {prof['steps']} steps; ops "
            f"{_fmt(prof['ops_ms'])} of {_fmt(prof['step_ms'])} ms per step, "
-           f"matrix multiplies {100 * prof['gemm_share']:.0f}% of the ops'):", ""]
+           f"matrix multiplies {100 * prof['gemm_share']:.0f}% of the ops', fused attention "
+           f"{100 * prof.get('attention_share', 0.0):.0f}%):", ""]
     return out + _table(["op", "share", "ms per step", "calls per step"],
                         [[f"`{op['name']}`", f"{100 * op['share']:.1f}%",
                           _fmt(op["ms_per_step"], 2), _fmt(op["calls_per_step"], 0)]

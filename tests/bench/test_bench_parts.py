@@ -119,7 +119,7 @@ def test_op_profile_shares_the_step_among_its_ops(tiny_whisper: BenchModel, audi
     """The per-op profile lists the step's ops by share of its op time, and counts the matrix
     multiplies of whichever path the dtype takes (aten's on float32; oneDNN's fused linears
     on bfloat16 where the CPU multiplies it natively) as GEMMs."""
-    from oasr.benchmarks.profile import GEMM_OPS, profile_step_ops
+    from oasr.benchmarks.profile import ATTENTION_OPS, GEMM_OPS, profile_step_ops
     from oasr.models.fused_linear import fusable
 
     prof = profile_step_ops(tiny_whisper, audio_dir, num_streams=2, warmup=2, steps=2,
@@ -131,6 +131,9 @@ def test_op_profile_shares_the_step_among_its_ops(tiny_whisper: BenchModel, audi
     assert sum(op.share for op in prof.ops) <= 1 + 1e-9
     listed_gemm = sum(op.share for op in prof.ops if op.name in GEMM_OPS)
     assert 0 < listed_gemm <= prof.gemm_share < 1
+    listed_attention = sum(op.share for op in prof.ops if op.name in ATTENTION_OPS)
+    assert listed_attention <= prof.attention_share and prof.gemm_share + prof.attention_share < 1
+    assert prof.attention_share > 0  # the CPU's default backend: torch's fused attention
     fused = dtype == "bfloat16" and fusable(torch.zeros(1, dtype=torch.bfloat16))
     assert ("mkldnn::_linear_pointwise" if fused else "aten::addmm") in names
     # the weights were packed in the warm-up (the first forward), not in the profiled steps

@@ -62,6 +62,7 @@ def test_quick_json_has_the_headline_keys(audio_dir: Path, tmp_path: Path,
     shares = [op["share"] for op in ops]
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
     assert 0 < prof["gemm_share"] < 1 and headline["gemm_share"] == prof["gemm_share"]
+    assert 0 <= prof["attention_share"] < 1 - prof["gemm_share"]
     assert 0 < prof["ops_ms"] <= prof["step_ms"] * 1.05  # op time is part of the wall time
     assert headline["realtime_ceiling_streams"] > 0
     assert headline["realtime_share_of_ceiling"] == pytest.approx(
