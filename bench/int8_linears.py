@@ -1,0 +1,108 @@
+"""The Whisper-CTC block's linears in int8 on the CPU's int8 matrix units, against the bfloat16
+fused linears the engine runs.
+
+For each of the block's linear shapes (QKV 384 -> 1152, FFN up 384 -> 1536 with its GELU, FFN
+down 1536 -> 384) at a chunk's rows for ``--streams`` streams (32 encoder frames each):
+
+- *bfloat16 fused*: the engine's call (`oasr.models.fused_linear.linear`: prepacked oneDNN
+  weight, bias and GELU inside the matmul);
+- *int8*: oneDNN's int8 matmul (``onednn::qlinear_pointwise``, AMX-int8 or VNNI where the CPU
+  has them) on the weight quantized per output channel, with the activations quantized per
+  tensor first (their absolute maximum, a scale, a rounding: the passes eager torch takes),
+  the bias and the GELU inside the matmul, bfloat16 out;
+- *int8 matmul alone*: the same call on activations already quantized (what a fused
+  quantization would leave).
+
+Freed memory stays in the heap as in the engine (`retain_freed_host_memory`). Median ms of
+``--repeats`` calls, the variants alternated.
+
+    python bench/int8_linears.py --streams 64 256 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+SHAPES = (("qkv", 384, 1152, False), ("ffn up", 384, 1536, True), ("ffn down", 1536, 384, False))
+FRAMES_PER_CHUNK = 32  # encoder frames a stream adds per chunk
+
+
+def median_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Each call's median milliseconds over ``repeats`` rounds, the calls alternated."""
+    for call in calls.values():
+        call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
+
+
+def variants(rows: int, k: int, n: int, gelu: bool) -> dict[str, Callable[[], object]]:
+    """The three ways of computing one linear of ``rows`` rows (see the module's doc)."""
+    from oasr.models.fused_linear import linear
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(k, n).to(torch.bfloat16)
+    x = torch.randn(rows, k).to(torch.bfloat16)
+    weight = layer.weight.detach().float()
+    w_scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
+    q_weight = torch.round(weight / w_scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    packed = torch.ops.onednn.qlinear_prepack(q_weight, None)
+    w_zero = torch.zeros(n, dtype=torch.long)
+    bias = layer.bias.detach().float()
+    post, algorithm = ("gelu", "none") if gelu else ("none", "")
+
+    def int8_matmul(q: torch.Tensor, scale: float) -> torch.Tensor:
+        return torch.ops.onednn.qlinear_pointwise(q, scale, 0, packed, w_scales, w_zero, bias,
+                                                  1.0, 0, torch.bfloat16, post, [], algorithm)
+
+    def int8() -> torch.Tensor:
+        absmax = float(x.abs().amax())
+        q = (x * (127 / absmax)).round_().to(torch.int8)
+        return int8_matmul(q, absmax / 127)
+
+    absmax = float(x.abs().amax())
+    quantized = (x * (127 / absmax)).round_().to(torch.int8)
+    return {"bfloat16 fused": lambda: linear(x, layer, gelu=gelu), "int8": int8,
+            "int8 matmul alone": lambda: int8_matmul(quantized, absmax / 127)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--streams", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args(argv)
+
+    from oasr.benchmarks.report import machine_description
+    from oasr.engine.runner.host_memory import retain_freed_host_memory
+
+    torch.set_num_threads(args.threads)
+    retain_freed_host_memory()
+    machine = machine_description(torch.device("cpu"))
+    print(f"{machine['cpu']}, {args.threads} thread(s), torch {machine['torch']}, 1-min load "
+          f"{os.getloadavg()[0]:.1f}; median ms of {args.repeats} calls")
+    print("| streams | rows | linear | bfloat16 fused | int8 | int8 matmul alone |")
+    print("|---|---|---|---|---|---|")
+    for streams in args.streams:
+        rows = streams * FRAMES_PER_CHUNK
+        for name, k, n, gelu in SHAPES:
+            with torch.inference_mode():
+                ms = median_ms(variants(rows, k, n, gelu), args.repeats)
+            print(f"| {streams} | {rows} | {name} ({k} -> {n}) | {ms['bfloat16 fused']:.2f} | "
+                  f"{ms['int8']:.2f} | {ms['int8 matmul alone']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

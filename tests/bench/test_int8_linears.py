@@ -1,0 +1,29 @@
+"""bench/int8_linears.py times three ways of computing the same linear: they must agree (int8
+within its rounding), or the timing compares different work."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support.bench_scripts import load_bench_script
+
+int8_linears = load_bench_script("int8_linears")
+
+
+@pytest.mark.parametrize(("k", "n", "gelu"), [(384, 1152, False), (384, 1536, True),
+                                              (1536, 384, False)])
+def test_the_variants_compute_the_same_linear(k: int, n: int, gelu: bool) -> None:
+    try:
+        calls = int8_linears.variants(64, k, n, gelu)
+        with torch.inference_mode():
+            out = {name: call().float() for name, call in calls.items()}
+    except (RuntimeError, NotImplementedError) as exc:  # no oneDNN int8 on this CPU
+        pytest.skip(f"oneDNN's int8 matmul is not available here: {exc}")
+    reference = out["bfloat16 fused"]
+    assert reference.shape == (64, n)
+    spread = float(reference.abs().max())
+    for name in ("int8", "int8 matmul alone"):
+        assert out[name].shape == reference.shape
+        error = float((out[name] - reference).abs().max()) / spread
+        assert error < 0.05, (name, error)
+    assert torch.equal(out["int8"], out["int8 matmul alone"])  # the same quantized input
