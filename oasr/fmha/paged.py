@@ -269,7 +269,9 @@ def paged_attention(
         finite values the caller ignores.
 
     ``sdpa`` is one fused call: the rows' blocks gathered token-major (`gather_kv`) and read
-    through transposed views, a (B, 1, 1, L) key mask, no score tensor. ``torch`` is the
+    through transposed views, a (B, 1, 1, L) key mask, no score tensor; on CPU, when every row
+    holds all L keys (a steady batch, its history full), no mask at all (at 512 streams the
+    kernel took 25.0 against 26.3 ms a layer with an all-keep mask). ``torch`` is the
     reference: head-major gathers, float32 scores, a masked softmax.
     """
     batch, frames, _, dim = q.shape
@@ -281,7 +283,9 @@ def paged_attention(
         valid &= ~key_padding_mask(cache.cache_starts, length)
     if resolve_backend(backend, q.dtype, q.device.type) == "sdpa":
         k, v = gather_kv(cache, length)  # (B, L, H, D)
-        mask = _sdpa_mask(valid[:, None, None, :], attn_bias, q.dtype)  # (B, 1|H, 1|T, L)
+        # asking whether every key is real is free on CPU; on CUDA it would wait for the device
+        every = q.device.type == "cpu" and attn_bias is None and bool(valid.all())
+        mask = None if every else _sdpa_mask(valid[:, None, None, :], attn_bias, q.dtype)
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
             attn_mask=mask, scale=scale)  # (B, H, T, D)

@@ -284,3 +284,39 @@ def test_a_lone_query_attends_as_the_reference(dtype: torch.dtype, masked: bool)
         two = dense_attention(torch.cat([q, q], dim=1), k, v, nothing)[:, :1]  # the passes
         assert torch.isfinite(lone).all()
         torch.testing.assert_close(lone, two, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_passes_no_mask_when_every_row_holds_every_key(
+        monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    """A steady batch (every row's history fills the gathered window) needs no key mask; one
+    short row brings it back. Both equal the dense reference."""
+    import torch.nn.functional as F
+
+    masks: list[torch.Tensor | None] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        masks.append(kwargs.get("attn_mask"))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    torch.manual_seed(7)
+    chunk = BLOCK
+    for hist_lens, masked in (([8, 8, 8], False), ([8, 3, 8], True)):
+        history = [torch.randn(2, n, HEADS, DIM).to(dtype) for n in hist_lens]
+        k_pool, v_pool, table = _scatter_rows(history, num_blocks=12, max_blocks=3, seed=2)
+        cache = PagedKVCache(k_pool.to(dtype), v_pool.to(dtype), table,
+                             torch.tensor(hist_lens, dtype=torch.int32), BLOCK, max(hist_lens))
+        q = torch.randn(3, chunk, HEADS, DIM).to(dtype)
+        k_new, v_new = (torch.randn(3, chunk, HEADS, DIM).to(dtype) for _ in range(2))
+        write_chunk_kv(cache, k_new, v_new)
+        masks.clear()
+        out = paged_attention(q, cache, backend="sdpa")
+        assert len(masks) == 1 and (masks[0] is not None) == masked
+        for row in range(len(hist_lens)):
+            k = torch.cat([history[row][0], k_new[row]]).unsqueeze(0).float()
+            v = torch.cat([history[row][1], v_new[row]]).unsqueeze(0).float()
+            ref = dense_attention(q[row : row + 1].float(), k, v, None)
+            torch.testing.assert_close(out[row : row + 1].float(), ref, atol=TOLERANCE[dtype],
+                                       rtol=0)
