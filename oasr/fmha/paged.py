@@ -284,8 +284,9 @@ def paged_attention(
     if resolve_backend(backend, q.dtype, q.device.type) == "sdpa":
         k, v = gather_kv(cache, length)  # (B, L, H, D)
         # asking whether every key is real is free on CPU; on CUDA it would wait for the device
-        every = q.device.type == "cpu" and attn_bias is None and bool(valid.all())
-        mask = None if every else _sdpa_mask(valid[:, None, None, :], attn_bias, q.dtype)
+        every = q.device.type == "cpu" and bool(valid.all())
+        keep = None if every else valid[:, None, None, :]
+        mask = _sdpa_mask(keep, attn_bias, q.dtype)  # (B, 1|H, 1|T, L), or None
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
             attn_mask=mask, scale=scale)  # (B, H, T, D)
