@@ -73,7 +73,7 @@ def run(passages: Path, config: EngineConfig) -> dict[str, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("passages", type=Path)
-    p.add_argument("--legacy", action="store_true", help="the old 1 s / 20 s rules")
+    p.add_argument("--legacy", action="store_true", help="WeNet's 1 s / 20 s rules (EndpointConfig.wenet)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--show", action="store_true", help="print every file's finals")
