@@ -33,6 +33,7 @@ import soundfile as sf
 import soxr
 
 from recipes.augment import SAMPLE_RATE, apply_augment, draw_plan
+from recipes.paths import DATA_ROOT
 from recipes.synth import write_wav
 from recipes.text import DIGIT_WORDS, TEST_AUDIO_ROOT, forbidden_sentences
 from recipes.voices import SynthRequest, Voice, sample_voice, synthesize_batch
@@ -206,7 +207,7 @@ def make_digit_strings(data: Path, cfg: DigitStringConfig, audio_root: Path) -> 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/data"))
+    parser.add_argument("--data", type=Path, default=DATA_ROOT)
     parser.add_argument("--audio-root", type=Path, default=TEST_AUDIO_ROOT)
     parser.add_argument("--num-voices", type=int, default=DigitStringConfig.num_voices)
     parser.add_argument("--num-strings", type=int, default=DigitStringConfig.num_strings)

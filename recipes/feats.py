@@ -23,6 +23,7 @@ import numpy as np
 import soundfile as sf
 
 from oasr.audio.fbank import compute_fbank
+from recipes.paths import DATA_ROOT
 
 SPLITS = ("train", "heldout_sentences", "heldout_voices")
 
@@ -115,7 +116,7 @@ def compute_features(data: Path, num_workers: int = 2) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/data"))
+    parser.add_argument("--data", type=Path, default=DATA_ROOT)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     for split, frames in compute_features(args.data, args.workers).items():

@@ -2,7 +2,7 @@
 
 Stages (``python -m recipes.lm_build STAGE``):
 
-- ``build``: count the LM text (``/work/data/text/train.txt``, the acoustic training sentences;
+- ``build``: count the LM text (``<data>/text/train.txt``, the acoustic training sentences;
   optionally WordNet glosses / lemmas), drop every sentence sharing a 6-word sequence with test
   material (`recipes.lm_text`), smooth, prune and write ``char_lm.safetensors`` + ``char_lm.json``.
 - ``words``: the word LM (`oasr.lm.word`): a lexicon (the LM text's words + wordfreq's top
@@ -16,11 +16,11 @@ Stages (``python -m recipes.lm_build STAGE``):
 - ``report``: greedy / beam / beam + char LM / beam + char + word LM on every set.
 - ``cost``: one engine decode step of 64 streams x 32 frames, every setup in turns.
 
-The shipped LMs (``/work/data/lm/words_v1``, 9.5 MB), built by
+The shipped LMs (``<data>/lm/words_v1``, 9.5 MB), built by
 ``build --order 7 --min-context-count 10 --glosses`` (186,738 states, 7.3 MB) and
 ``words --bigram-min-count 1`` (57,791 words, 140,950 trie states, 135,022 bigrams, 2.6 MB);
 tuned on heldout_sentences only: lm_weight 0.5, unit bonus 2.0, word weight 0.5, OOV penalty
-2.0. Default model (top-2, step 4,114) log-probs ``/work/data/lm/logprobs_top2.pt``; WER (CER):
+2.0. Default model (top-2, step 4,114) log-probs ``<data>/lm/logprobs_top2.pt``; WER (CER):
 
 | set | greedy | beam 8 | + char LM (bundled) | + char + word LM | beam 16 + char LM | beam 16 + char + word |
 |---|---|---|---|---|---|---|
@@ -53,19 +53,20 @@ from typing import TYPE_CHECKING
 import torch
 
 from recipes.lm_text import WordLmConfig
+from recipes.paths import DATA_ROOT
 
 if TYPE_CHECKING:
     from oasr.decoding import GpuDecoderConfig
 
-LM_DIR = Path("/work/data/lm")
-TRAIN_TEXT = Path("/work/data/text/train.txt")
+LM_DIR = DATA_ROOT / "lm"
+TRAIN_TEXT = DATA_ROOT / "text/train.txt"
 SETS = ("heldout_sentences", "heldout_voices", "devset_tts", "devset_real")
 
 
 def dump_log_probs(ckpt: Path, out: Path, heldout_limit: int = 1000,
                    feats: Path | None = None) -> None:
     """Save {set: [(name, (T, V) float32 log-probs, reference)]} of chunk-32 streaming; the
-    held-out splits' features come from ``feats`` (default ``/work/data/wctc/feats``)."""
+    held-out splits' features come from ``feats`` (default ``<data>/wctc/feats``)."""
     from recipes.whisper_ctc.evaluate import DEVSET, chunked_rows, load_for_eval, test_sets
     from recipes.whisper_ctc.train import DATA
 
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--ckpt", type=Path, required=True, help="a copy of a training .pt")
     d.add_argument("--out", type=Path, default=LM_DIR / "logprobs.pt")
     d.add_argument("--feats", type=Path, default=None,
-                   help="held-out features dir (default /work/data/wctc/feats)")
+                   help="held-out features dir (default <data>/wctc/feats)")
     k = sub.add_parser("package", help="a model dir with the LM files (--lm auto loads them)")
     k.add_argument("--lm", type=Path, required=True)
     k.add_argument("--out", type=Path, required=True)

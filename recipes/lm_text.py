@@ -2,7 +2,7 @@
 
 Sources (all offline, through Debian packages or PyPI):
 
-- WordNet 3.0 example sentences (``/work/data/text/train.txt``, the acoustic training text) and
+- WordNet 3.0 example sentences (``<data>/text/train.txt``, the acoustic training text) and
   WordNet 3.0 glosses (the definitions, Debian ``wordnet-base``); WordNet 3.0 licence
   (Princeton University: free use, copying and distribution with the copyright notice kept).
 - SCOWL word list (Debian ``wamerican``, ``/usr/share/dict/american-english``): permissive
@@ -11,7 +11,7 @@ Sources (all offline, through Debian packages or PyPI):
   (Robyn Speer et al.). The word LM's frequency column derives from it.
 
 Test material never enters LM text: every transcript under ``tests/data/audio`` (any
-``manifest.tsv``), ``/work/data/text/heldout_*.txt``; no text of Jane Austen's "Sense and
+``manifest.tsv``), ``<data>/text/heldout_*.txt``; no text of Jane Austen's "Sense and
 Sensibility" nor the JFK inaugural address is used as a source. `ExclusionFilter` additionally
 drops every sentence that shares any 6-word sequence with those transcripts or held-out files
 (or equals a shorter one).
@@ -28,9 +28,10 @@ from pathlib import Path
 from oasr.lm import WordLm, WordLmHeader
 from oasr.lm.bigram import estimate_bigrams
 from oasr.lm.word import unigram_from_counts
+from recipes.paths import DATA_ROOT
 from recipes.text import TEST_AUDIO_ROOT, normalize
 
-TEXT_DIR = Path("/work/data/text")
+TEXT_DIR = DATA_ROOT / "text"
 WORDNET_DIR = Path("/usr/share/wordnet")
 DICT_WORDS = Path("/usr/share/dict/american-english")
 EXCLUDE_NGRAM = 6

@@ -25,6 +25,7 @@ import numpy as np
 import soundfile as sf
 
 from recipes.augment import SAMPLE_RATE, AugmentPlan, apply_augment, draw_plan
+from recipes.paths import DATA_ROOT
 from recipes.voices import SynthRequest, Voice, sample_voice, synthesize_batch
 
 
@@ -178,7 +179,7 @@ def synthesize_corpus(data: Path, cfg: SynthConfig) -> dict[str, tuple[int, floa
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/data"))
+    parser.add_argument("--data", type=Path, default=DATA_ROOT)
     parser.add_argument("--num-train", type=int, default=SynthConfig.num_train_utterances)
     parser.add_argument("--workers", type=int, default=SynthConfig.num_workers)
     args = parser.parse_args(argv)

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipes.paths import DATA_ROOT
+
 TEST_AUDIO_ROOT = Path(__file__).resolve().parents[1] / "tests" / "data" / "audio"
 """The test audio in the repository (the dev set and its ``manifest.tsv``): its transcripts never
 enter training or LM text, and the recipes' evaluations score on its dev set."""
@@ -151,7 +153,7 @@ def write_text(out_dir: Path, cfg: TextConfig, audio_root: Path,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/data"))
+    parser.add_argument("--data", type=Path, default=DATA_ROOT)
     parser.add_argument("--audio-root", type=Path, default=TEST_AUDIO_ROOT)
     args = parser.parse_args(argv)
     counts = write_text(args.data / "text", TextConfig(), args.audio_root)

@@ -27,6 +27,7 @@ from oasr.audio.fbank import compute_fbank
 from oasr.audio.wav import read_audio
 from oasr.models import AsrModel, ConformerConfig, load_model
 from recipes.data import FeatureSet
+from recipes.paths import DATA_ROOT
 from recipes.text import TEST_AUDIO_ROOT
 from recipes.wer import ErrorCounts, decode_batch, greedy_ctc
 
@@ -140,9 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="training checkpoint .pt or model dir")
     parser.add_argument("--devset", type=Path, default=TEST_AUDIO_ROOT / "devset")
-    parser.add_argument("--feats", type=Path, default=Path("/work/data/feats"))
+    parser.add_argument("--feats", type=Path, default=DATA_ROOT / "feats")
     parser.add_argument("--heldout-limit", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=Path("/work/data/eval/latest"))
+    parser.add_argument("--out", type=Path, default=DATA_ROOT / "eval/latest")
     args = parser.parse_args(argv)
     report = evaluate(args.source, args.devset, args.feats, args.heldout_limit)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from oasr.models import save_model
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR, WEIGHTS_FILE
 from recipes.conformer.evaluate import load_for_eval
+from recipes.paths import DATA_ROOT
 
 KEEP_FLOAT32 = ("global_cmvn.",)
 
@@ -43,7 +44,7 @@ def export(ckpt: Path, out_dir: Path, eval_report: Path | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", type=Path, nargs="?", default=Path("/work/data/ckpt/best.pt"))
+    parser.add_argument("ckpt", type=Path, nargs="?", default=DATA_ROOT / "ckpt/best.pt")
     parser.add_argument("--out", type=Path, default=DEFAULT_MODEL_DIR)
     parser.add_argument("--eval-report", type=Path, default=None)
     args = parser.parse_args(argv)

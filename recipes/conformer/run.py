@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from recipes.paths import DATA_ROOT
 from recipes.stages import DATA_STAGES, parse_stages, run_data_stage, run_stages
 from recipes.text import TEST_AUDIO_ROOT
 
@@ -62,7 +63,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/data"))
+    parser.add_argument("--data", type=Path, default=DATA_ROOT)
     parser.add_argument("--audio-root", type=Path, default=TEST_AUDIO_ROOT)
     parser.add_argument("--stages", default=",".join(STAGES))
     parser.add_argument("--num-train", type=int, default=10000, help="train utterances")

@@ -29,6 +29,7 @@ from oasr.models import AsrModel, ConformerConfig, load_cmvn, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
 from oasr.text.tokenizer import CharTokenizer
 from recipes.data import FeatureSet, SpecAugmentConfig
+from recipes.paths import DATA_ROOT
 from recipes.train_state import TrainState, resume_latest
 from recipes.wer import ErrorCounts, decode_batch
 
@@ -252,8 +253,8 @@ def _checkpoint(model: AsrModel, opt: torch.optim.Optimizer, state: TrainState,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/data"))
-    parser.add_argument("--ckpt", type=Path, default=Path("/work/data/ckpt"))
+    parser.add_argument("--data", type=Path, default=DATA_ROOT)
+    parser.add_argument("--ckpt", type=Path, default=DATA_ROOT / "ckpt")
     parser.add_argument("--max-hours", type=float, default=0.0, help="<= 0: run until killed")
     parser.add_argument("--total-steps", type=int, default=TrainConfig.total_steps)
     parser.add_argument("--max-frames", type=int, default=TrainConfig.max_frames)

@@ -1,10 +1,10 @@
 """A Whisper-CTC training checkpoint -> oasr's model dir (float16 weights), with provenance.
 
-``python -m recipes.whisper_ctc.export --ckpt /work/data/wctc/ckpt/best.pt`` writes
+``python -m recipes.whisper_ctc.export --ckpt <data>/wctc/ckpt/best.pt`` writes
 ``model.safetensors`` (float16), ``config.json`` (``"model": "whisper_ctc"``), ``units.txt`` and
 ``training.json`` (checkpoint, training state and config, the evaluation report when given) to
-``/work/data/wctc/export`` by default: outside the repository; the bundled default is swapped in
-by hand.
+``<data>/wctc/export`` by default (`recipes.paths.DATA_ROOT`: git ignores it); the bundled
+default is swapped in by hand.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ import soundfile as sf
 
 from oasr.models.whisper_ctc.frontend import causal_log_mel
 from recipes.feats import SPLITS, read_manifest
+from recipes.paths import DATA_ROOT
 
-DEFAULT_OUT = Path("/work/data/wctc/feats")
+DEFAULT_OUT = DATA_ROOT / "wctc/feats"
 
 
 def log_mel_of(path: str) -> np.ndarray:
@@ -59,7 +60,7 @@ def compute_split(manifest: Path, out_dir: Path, split: str, num_workers: int = 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/data"))
+    parser.add_argument("--data", type=Path, default=DATA_ROOT)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--splits", nargs="+", default=list(SPLITS),
                         help="manifests to featurize (e.g. add train_digits)")

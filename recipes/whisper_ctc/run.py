@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipes.paths import DATA_ROOT
 from recipes.stages import DATA_STAGES, parse_stages, run_data_stage, run_stages
 from recipes.text import TEST_AUDIO_ROOT
 
@@ -230,7 +231,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma list of {STAGES}")
-    parser.add_argument("--data", type=Path, default=Path("/work/data"))
+    parser.add_argument("--data", type=Path, default=DATA_ROOT)
     parser.add_argument("--audio-root", type=Path, default=TEST_AUDIO_ROOT)
     parser.add_argument("--out", type=Path, default=None,
                         help="model dir (default <data>/wctc/export; oasr/assets/default_model "

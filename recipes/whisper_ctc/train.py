@@ -30,6 +30,7 @@ from oasr.models.whisper_ctc import WhisperCtcConfig, WhisperCtcModel, init_from
 from oasr.text.tokenizer import CharTokenizer
 from oasr.text.wer import ErrorCounts
 from recipes.data import Batch, FeatureSet, SpecAugmentConfig
+from recipes.paths import DATA_ROOT
 from recipes.train_state import TrainState as RunState
 from recipes.train_state import resume_latest
 from recipes.wer import greedy_ctc
@@ -37,7 +38,7 @@ from recipes.whisper_ctc.augment import FeatureAugmentConfig, augmented_batch
 from recipes.whisper_ctc.distill import DistillConfig, FullContextTeacher, distilled_forward
 
 UNITS = list(BUNDLED_UNITS)
-DATA = Path("/work/data/wctc")
+DATA = DATA_ROOT / "wctc"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from recipes.whisper_ctc.run import (
     train_rounds,
 )
 
-# the augmentation flags of /work/data/wctc/logs/train_s3.cmd and train_s5d.cmd, verbatim
+# the augmentation flags of <data>/wctc/logs/train_s3.cmd and train_s5d.cmd, verbatim
 DOCUMENTED_AUGMENT = """--snapshot-interval-s 900 \
   --freq-masks 2 --freq-width 15 --time-masks 3 --time-width 40 \
   --warp-prob 0.7 --warp-range 0.88 1.12 --band-limit-prob 0.15 --gain-prob 0.5 --max-gain-db 6 \
