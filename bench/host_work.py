@@ -1,7 +1,8 @@
 """The engine thread's host work per step against its model call, at many streams.
 
 One `ASREngine` with the server's live-text policy (endpointing, quiet-tail cuts, partials,
-finals; the second pass off unless ``--second-pass whisper``) steps ``--streams`` streams of
+finals; the second pass off unless ``--second-pass whisper``) and its CTC decoding (beam 16
+with the model's LMs; ``--beam 1`` for greedy) steps ``--streams`` streams of
 dev-set speech, each fed one chunk of audio before every step, as clients at real-time pace
 would (in one message, or with ``--message-ms 100`` in 100 ms messages, as the browser page
 sends them: the per-message work then counts as a server's does). Each step's wall time is
@@ -85,7 +86,7 @@ def build_engine(args: argparse.Namespace, timer: StepTimer) -> tuple[Any, Any, 
     from oasr.engine import ASREngine, EngineConfig
     from oasr.engine.runner.streams import StreamResources
 
-    bench = load_bench_model(None)
+    bench = load_bench_model(None, beam=args.beam)
     num_chunks = args.warmup + args.steps + 2
     speech = load_speech(default_audio_dir(), args.streams, bench.chunk_seconds * num_chunks)
     config = EngineConfig(
@@ -93,6 +94,7 @@ def build_engine(args: argparse.Namespace, timer: StepTimer) -> tuple[Any, Any, 
         max_num_blocks=args.streams * (num_chunks + 2), max_blocks_per_seq=num_chunks + 2,
         max_wait_time_s=math.inf, idle_timeout_s=math.inf, max_pending_audio_s=math.inf,
         second_pass=args.second_pass, num_threads=args.threads)
+    config = bench.with_decoding(config)  # the server's CTC beam and LMs, or --beam's
     engine = ASREngine(config, StreamResources.build(config, bench.model))
     engine.step = timer.wrap("step", engine.step)
     engine._extract_features = timer.wrap("features", engine._extract_features)
@@ -115,6 +117,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6, help="measured steps")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--beam", type=int, default=None,
+                   help="the CTC beam (1: greedy); default: the server's (16, the model's LMs)")
     p.add_argument("--message-ms", type=float, default=None, metavar="MS",
                    help="send each stream's audio in messages of this many milliseconds (the "
                         "browser page sends 100), several per step; default: one message per "

@@ -6,7 +6,7 @@
 - `DenseLoop`: one stream at a time with dense caches, the way WeNet's runtime serves streams:
   per stream and chunk, the family's dense chunk call (`oasr.benchmarks.dense`) concatenates
   the K/V cache with the new frames, then the CTC head and a batch-1 decoder call. Same model,
-  same features, same decoder.
+  same features, same decoder (the bench's beam and LMs, `BenchModel.with_decoding`).
 
 Both consume exactly one chunk of audio per stream per step, so their audio-seconds-per-
 wall-second figures are comparable.
@@ -26,14 +26,14 @@ import torch
 from oasr.audio import ChunkWindower, FeatureSource, FeatureWindow
 from oasr.benchmarks.dense import dense_model_for
 from oasr.benchmarks.workload import BenchModel
-from oasr.decoding import DecoderState, GpuDecoderConfig, GpuStreamingDecoder
+from oasr.decoding import DecoderState, GpuStreamingDecoder
 from oasr.engine import EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
 from oasr.engine.engine import ASREngine
 from oasr.engine.events import Error, StreamEvent
 from oasr.engine.families import family_for
 from oasr.engine.runner.model_runner import BatchPlan
-from oasr.engine.runner.streams import StreamResources
+from oasr.engine.runner.streams import StreamResources, decoder_lm
 from oasr.engine.runner.transducer import TransducerStreams
 
 
@@ -96,6 +96,7 @@ class EngineDriver:
     """N streams in one ASREngine, fed one chunk of audio per stream per step."""
 
     def __init__(self, bench: BenchModel, speech: list[np.ndarray], config: EngineConfig) -> None:
+        config = bench.with_decoding(config)  # the bench's beam and LMs
         self.config = config
         self.resources = StreamResources.build(config, bench.model)
         self.engine = ASREngine(config, self.resources)
@@ -163,8 +164,10 @@ class DenseLoop:
                                      num_left_chunks)
         self.feed = StreamFeed.for_model(bench, speech)
         family = bench.family
-        self.decoder = GpuStreamingDecoder(GpuDecoderConfig(), family.tokenizer,
-                                           device=self.device)
+        decoding = bench.with_decoding(EngineConfig())  # the engine's beam and LMs
+        self.decoder = GpuStreamingDecoder(
+            decoding.decoder, family.tokenizer, device=self.device,
+            lm=decoder_lm(decoding, family.tokenizer, self.device))
         self.transducer = None  # a transducer family decodes as the engine does: greedy
         if family.decoding == "transducer":
             self.transducer = TransducerStreams(self.model, family.tokenizer)  # type: ignore[arg-type]

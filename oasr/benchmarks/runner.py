@@ -77,6 +77,9 @@ class BenchConfig:
         server_seconds: audio each websocket client sends.
         cuda_graphs: the engine's ``cuda_graphs`` in the throughput and real-time runs
             (auto: on for CUDA).
+        beam: the CTC beam of the engine's and the dense loop's decoding; None = the
+            server's for the model (16 with its directory's LMs; greedy for a model without
+            them, or random weights).
     """
 
     quick: bool = False
@@ -96,6 +99,7 @@ class BenchConfig:
     server_levels: tuple[int, ...] = (16, 32, 64, 128)
     server_seconds: float = 8.0
     cuda_graphs: str = "auto"
+    beam: int | None = None
 
     def __post_init__(self) -> None:
         if not self.stream_counts or min(self.stream_counts) < 1:
@@ -114,6 +118,8 @@ class BenchConfig:
                              f"got {self.cuda_graphs!r}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0 = torch's default), got {self.threads}")
+        if self.beam is not None and self.beam < 1:
+            raise ValueError(f"beam must be >= 1 (1 = greedy), got {self.beam}")
         if self.warmup < 1:
             raise ValueError(f"warmup must be >= 1 (the first step admits streams), got {self.warmup}")
 
@@ -159,7 +165,8 @@ def run_benchmarks(config: BenchConfig) -> dict[str, Any]:
 
 
 def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
-    bench = load_bench_model(config.model, tiny=config.tiny_model, family=config.family)
+    bench = load_bench_model(config.model, tiny=config.tiny_model, family=config.family,
+                             beam=config.beam)
     freeze_startup_objects()  # as the server does once its engine is ready
     audio_dir = config.audio_dir or default_audio_dir()
     started = time.perf_counter()
@@ -173,6 +180,7 @@ def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
         "dtype": config.dtype,
         "dtype_resolved": resolved_dtype_name(config, bench.family_name),
         "cuda_graphs": config.cuda_graphs,
+        "decoding": bench.decoding,
     }
     _log(f"model: {bench.source} ({bench.family_name})")
     result.update(_engine_benchmarks(config, bench, audio_dir))
@@ -197,8 +205,8 @@ def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
 def _engine_benchmarks(config: BenchConfig, bench: BenchModel, audio_dir: Path) -> dict[str, Any]:
     """Everything but the server load, with the headline numbers drawn from it."""
     # a copy for a non-default dtype: casting the shared model back would round its weights
-    speed = bench if config.dtype == "auto" else BenchModel(copy.deepcopy(bench.model),
-                                                             bench.source)
+    speed = bench if config.dtype == "auto" else dataclasses.replace(
+        bench, model=copy.deepcopy(bench.model))
     rows = []
     for n in config.stream_counts:
         _log(f"throughput: {n} streams, engine vs dense loop ({config.dtype})")
@@ -368,6 +376,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--warmup", type=int, default=None,
                    help="untimed steps before each throughput point (graph captures land here)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per throughput point")
+    p.add_argument("--beam", type=int, default=None,
+                   help="CTC beam of the engine and the dense loop (1: greedy); default: "
+                        "oasr-server's for the model (16 with the model directory's LMs)")
     return p
 
 
@@ -377,7 +388,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
                                      audio_dir=args.audio_dir, device=args.device,
                                      dtype=args.dtype, threads=args.threads,
                                      cuda_graphs=args.cuda_graphs)
-    for name in ("warmup", "steps"):
+    for name in ("warmup", "steps", "beam"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.streams:
@@ -394,8 +405,14 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    """Run, print (JSON on stdout with ``--json``, else tables), write ``--out``/``--markdown``."""
-    result = run_benchmarks(config_from_args(args))
+    """Run, print (JSON on stdout with ``--json``, else tables), write ``--out``/``--markdown``;
+    a flag's value out of range is said in one line (exit status 2)."""
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"oasr bench: {exc}", file=sys.stderr)
+        return 2
+    result = run_benchmarks(config)
     tables = format_markdown(result)
     print(tables, file=sys.stderr if args.json else sys.stdout)
     if args.json:

@@ -10,6 +10,7 @@ set, each stream a different rotation of its files so no two streams carry ident
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -28,7 +29,9 @@ from oasr.audio import (
     split_windows,
 )
 from oasr.audio.energy import ENERGY_FLOOR_DB
+from oasr.engine.config import EngineConfig
 from oasr.engine.families import ModelFamily, family_for
+from oasr.lm import has_word_lm
 from oasr.models import AsrModel, ConformerConfig, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
 from oasr.models.checkpoint import CONFORMER_CTC, DEFAULT_MODEL_DIR, WHISPER_CTC, model_family_of
@@ -67,10 +70,42 @@ def tiny_whisper_architecture() -> WhisperCtcConfig:
 
 @dataclass(frozen=True)
 class BenchModel:
-    """The model under test, a sentence saying where it came from, and its family's facts."""
+    """The model under test, a sentence saying where it came from, how it is decoded, and
+    its family's facts.
+
+    Attributes:
+        model: the model.
+        source: where it came from, in words (the report's).
+        model_dir: the directory it was loaded from (its LMs are the server's); None for
+            random weights.
+        beam: the CTC beam the engine and the dense loop decode with: 1 greedy; wider, a
+            prefix beam search with ``model_dir``'s LMs when it has them (`with_decoding`).
+    """
 
     model: nn.Module
     source: str
+    model_dir: Path | None = None
+    beam: int = 1
+
+    def with_decoding(self, config: EngineConfig) -> EngineConfig:
+        """``config`` decoding as this bench does: its ``beam``, and the model directory's
+        LMs with a beam (``lm`` "auto"), none without a directory or a beam."""
+        lms = self.model_dir is not None and self.beam > 1
+        return dataclasses.replace(
+            config, decoder=dataclasses.replace(config.decoder, beam_size=self.beam),
+            lm="auto" if lms else "none",
+            model=str(self.model_dir) if self.model_dir is not None else config.model)
+
+    @property
+    def decoding(self) -> dict[str, object]:
+        """What the report says of the decoding: the beam and the LMs it fuses."""
+        if self.family.decoding == "transducer":
+            return {"beam": 1, "lms": "none", "search": "transducer greedy"}
+        lm_dir = self.with_decoding(EngineConfig()).resolve_lm_dir(
+            self.model_dir or DEFAULT_MODEL_DIR) if self.beam > 1 else None
+        lms = "none" if lm_dir is None else "char + word" if has_word_lm(lm_dir) else "char"
+        return {"beam": self.beam, "lms": lms,
+                "search": "CTC prefix beam search" if self.beam > 1 else "CTC greedy"}
 
     @functools.cached_property
     def family(self) -> ModelFamily:
@@ -179,7 +214,7 @@ def resolve_family(name: str | None) -> str:
 
 
 def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0,
-                     family: str | None = None) -> BenchModel:
+                     family: str | None = None, beam: int | None = None) -> BenchModel:
     """The model to benchmark.
 
     Args:
@@ -189,17 +224,23 @@ def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0,
         seed: seed of a random model's weights.
         family: ``conformer`` / ``conformer_ctc`` / ``whisper_ctc``; None = the bundled
             model's family.
+        beam: the CTC beam to decode with; None = the server's for this model
+            (`served_beam`: 16 with the directory's LMs, greedy without them).
     Raises:
-        ValueError: ``path`` holds a model of another family than ``family``.
+        ValueError: ``path`` holds a model of another family than ``family``, or a beam < 1.
     """
+    if beam is not None and beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
     if path is not None:
-        bench = BenchModel(load_model(path), f"model from {path}")
+        bench = BenchModel(load_model(path), f"model from {path}", Path(path),
+                           beam or served_beam(Path(path)))
         if family is not None and bench.family_name != resolve_family(family):
             raise ValueError(f"{path} holds a {bench.family_name} model, not --family {family}")
         return bench
     wanted = resolve_family(family)
     if not tiny and (DEFAULT_MODEL_DIR / "config.json").is_file() and bundled_family() == wanted:
-        return BenchModel(load_model(None), f"bundled default model ({DEFAULT_MODEL_DIR.name})")
+        return BenchModel(load_model(None), f"bundled default model ({DEFAULT_MODEL_DIR.name})",
+                          DEFAULT_MODEL_DIR, beam or served_beam(DEFAULT_MODEL_DIR))
     if tiny:
         what = f"tiny {wanted} test model"
     elif wanted == WHISPER_CTC:
@@ -208,7 +249,16 @@ def load_bench_model(path: str | None = None, tiny: bool = False, seed: int = 0,
         what = "bundled Conformer architecture (recipes/conformer/train.py)"
     why = "" if tiny else f"; the bundled checkpoint is not a {wanted} model"
     return BenchModel(_random_model(wanted, tiny, seed),
-                      f"seeded random weights (seed {seed}), {what}{why}")
+                      f"seeded random weights (seed {seed}), {what}{why}", beam=beam or 1)
+
+
+def served_beam(model_dir: Path) -> int:
+    """The CTC beam ``oasr-server`` decodes a model directory's streams with by default: a
+    beam with the directory's LMs when it has a char LM, else greedy
+    (`oasr.engine.options.default_beam_size`)."""
+    from oasr.engine.options import default_beam_size
+
+    return default_beam_size(str(model_dir), "auto")
 
 
 def default_audio_dir() -> Path:

@@ -34,6 +34,36 @@ def test_engine_and_dense_loop_decode_the_same_audio_to_the_same_text(
     assert any(engine_texts)  # the random model says something, so equality is not vacuous
 
 
+def test_both_ways_decode_as_the_server_does(audio_dir: Path) -> None:
+    """The bundled model is benchmarked with oasr-server's decoding (beam 16, its char and
+    word LMs fused) in the engine and in the dense loop alike, and both write the same
+    text; a bench asked for greedy decodes greedy both ways."""
+    from oasr.benchmarks.workload import load_bench_model
+
+    served = load_bench_model(None)
+    assert served.beam == 16 and served.decoding == {
+        "beam": 16, "lms": "char + word", "search": "CTC prefix beam search"}
+    speech = load_speech(audio_dir, 2, 4.0)
+    engine = EngineDriver(served, speech, bench_engine_config(2, 7, device="cpu",
+                                                               dtype="float32"))
+    dense = DenseLoop(served, speech, device=torch.device("cpu"), dtype=torch.float32)
+    for decoder in (engine.resources.ctc.decoder, dense.decoder):
+        assert decoder.config.beam_size == 16 and decoder._fusion is not None
+    engine.step()  # admits the streams
+    for _ in range(5):
+        engine.step()
+        dense.step()
+    ctc = engine.resources.ctc
+    texts = [ctc.decoder.partial(ctc.get_state(i)).text for i in range(2)]
+    assert texts == [s.text for s in dense.streams] and all(texts)
+    greedy = load_bench_model(None, beam=1)
+    assert greedy.decoding["search"] == "CTC greedy"
+    engine = EngineDriver(greedy, speech[:1], bench_engine_config(1, 3, device="cpu"))
+    dense = DenseLoop(greedy, speech[:1], device=torch.device("cpu"))
+    for decoder in (engine.resources.ctc.decoder, dense.decoder):
+        assert decoder.config.is_greedy and decoder._fusion is None
+
+
 def test_throughput_in_bfloat16_runs_both_ways_in_bfloat16(tiny: BenchModel,
                                                           audio_dir: Path) -> None:
     from oasr.benchmarks.throughput import measure_throughput

@@ -33,6 +33,8 @@ def test_quick_json_has_the_headline_keys(audio_dir: Path, tmp_path: Path,
     result = json.loads(out)  # stdout holds exactly one JSON object
     assert result["family"] == family_id
     assert f"tiny {family_id} test model" in result["model_source"]
+    # random weights have no LMs: the server's decoding of such a model is greedy
+    assert result["decoding"] == {"beam": 1, "lms": "none", "search": "CTC greedy"}
     headline = result["headline"]
     assert set(headline) >= HEADLINE_KEYS
     assert headline["speedup_batched_vs_sequential"] > 0
@@ -70,3 +72,17 @@ def test_quick_json_has_the_headline_keys(audio_dir: Path, tmp_path: Path,
     text = markdown.read_text()
     assert "| streams |" in text and f"chunk {late} / chunk 10" in text
     assert "by torch op" in text and f"`{ops[0]['name']}`" in text
+
+
+def test_quick_runs_with_the_beam_asked_for(audio_dir: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    markdown = tmp_path / "bench.md"
+    code = main(["bench", "--quick", "--json", "--tiny-model", "--family", "whisper_ctc",
+                 "--streams", "2", "--realtime-probes", "1", "--threads", "1", "--beam", "3",
+                 "--audio-dir", str(audio_dir), "--markdown", str(markdown)])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["decoding"] == {"beam": 3, "lms": "none", "search": "CTC prefix beam search"}
+    assert "Decoding (engine and dense loop): CTC prefix beam search, beam 3" in markdown.read_text()
+    assert main(["bench", "--quick", "--beam", "0"]) == 2  # said in a line, no traceback
+    assert capsys.readouterr().err.strip() == "oasr bench: beam must be >= 1 (1 = greedy), got 0"

@@ -127,7 +127,7 @@ class StreamResources:
         attention = None if pool is None else AttentionCacheManager(pool, cache_config, lanes)
         states = family.build_states(cache_config, lanes)
         check_encoder_conditioning(family, states, cls.carries_encoder_conditioning)
-        lm = _decoder_lm(config, family.tokenizer, device)
+        lm = decoder_lm(config, family.tokenizer, device)
         max_segment = segment_frame_limit(config, family, cache_config)
         # the decoder's rows (one per slot) and token buffers, allocated now for good
         decoder = GpuStreamingDecoder(
@@ -443,7 +443,7 @@ def _icefall_decode_setting(config: EngineConfig) -> tuple[int, int]:
     return chunk, chunk * (config.num_left_chunks if config.num_left_chunks > 0 else 4)
 
 
-def _decoder_lm(config: EngineConfig, tokenizer: object,
+def decoder_lm(config: EngineConfig, tokenizer: object,
                 device: torch.device) -> DecoderLm | None:
     """The LMs the config selects (see `EngineConfig.lm`): the directory's char LM and, when
     it has one, its word LM, checked against the model's units; None for none."""
