@@ -2,7 +2,7 @@
 
 One `ASREngine` with the server's live-text policy (endpointing, quiet-tail cuts, partials,
 finals; the second pass off unless ``--second-pass whisper``) and its CTC decoding (beam 16
-with the model's LMs; ``--beam 1`` for greedy) steps ``--streams`` streams of
+with the model's LMs; ``--beam-size 1`` for greedy) steps ``--streams`` streams of
 dev-set speech, each fed one chunk of audio before every step, as clients at real-time pace
 would (in one message, or with ``--message-ms 100`` in 100 ms messages, as the browser page
 sends them: the per-message work then counts as a server's does). Each step's wall time is
@@ -117,7 +117,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6, help="measured steps")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--beam", type=int, default=None,
+    p.add_argument("--beam-size", dest="beam", type=int, default=None,
                    help="the CTC beam (1: greedy); default: the server's (16, the model's LMs)")
     p.add_argument("--message-ms", type=float, default=None, metavar="MS",
                    help="send each stream's audio in messages of this many milliseconds (the "

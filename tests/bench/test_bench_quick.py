@@ -78,11 +78,11 @@ def test_quick_runs_with_the_beam_asked_for(audio_dir: Path, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     markdown = tmp_path / "bench.md"
     code = main(["bench", "--quick", "--json", "--tiny-model", "--family", "whisper_ctc",
-                 "--streams", "2", "--realtime-probes", "1", "--threads", "1", "--beam", "3",
+                 "--streams", "2", "--realtime-probes", "1", "--threads", "1", "--beam-size", "3",
                  "--audio-dir", str(audio_dir), "--markdown", str(markdown)])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["decoding"] == {"beam": 3, "lms": "none", "search": "CTC prefix beam search"}
     assert "Decoding (engine and dense loop): CTC prefix beam search, beam 3" in markdown.read_text()
-    assert main(["bench", "--quick", "--beam", "0"]) == 2  # said in a line, no traceback
+    assert main(["bench", "--quick", "--beam-size", "0"]) == 2  # said in a line, no traceback
     assert capsys.readouterr().err.strip() == "oasr bench: beam must be >= 1 (1 = greedy), got 0"
