@@ -168,9 +168,10 @@ class DenseLoop:
         self.decoder = GpuStreamingDecoder(
             decoding.decoder, family.tokenizer, device=self.device,
             lm=decoder_lm(decoding, family.tokenizer, self.device))
-        self.transducer = None  # a transducer family decodes as the engine does: greedy
+        self.transducer = None  # a transducer family searches as the engine does
         if family.decoding == "transducer":
-            self.transducer = TransducerStreams(self.model, family.tokenizer)  # type: ignore[arg-type]
+            self.transducer = TransducerStreams(self.model, family.tokenizer,  # type: ignore[arg-type]
+                                                beam=decoding.decoder.beam_size)
             for index in range(len(speech)):
                 self.transducer.allocate_stream(index)
         self.streams = [

@@ -100,9 +100,11 @@ class BenchModel:
     def decoding(self) -> dict[str, object]:
         """What the report says of the decoding: the beam and the LMs it fuses."""
         if self.family.decoding == "transducer":
-            return {"beam": 1, "lms": "none", "search": "transducer greedy"}
-        lm_dir = self.with_decoding(EngineConfig()).resolve_lm_dir(
-            self.model_dir or DEFAULT_MODEL_DIR) if self.beam > 1 else None
+            search = "transducer greedy" if self.beam == 1 else "transducer modified beam search"
+            return {"beam": self.beam, "lms": "none", "search": search}
+        lm_dir = None
+        if self.model_dir is not None and self.beam > 1:
+            lm_dir = self.with_decoding(EngineConfig()).resolve_lm_dir(self.model_dir)
         lms = "none" if lm_dir is None else "char + word" if has_word_lm(lm_dir) else "char"
         return {"beam": self.beam, "lms": lms,
                 "search": "CTC prefix beam search" if self.beam > 1 else "CTC greedy"}

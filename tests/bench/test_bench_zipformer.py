@@ -50,6 +50,8 @@ def test_quick_run_on_the_slot_runtime(audio_dir: Path) -> None:
                                         realtime_probes=1, audio_dir=audio_dir,
                                         server_levels=()))  # as --quick: no server load
     assert result["family"] == "zipformer"
+    # the server's search for a model without a char LM: greedy, here the transducer's
+    assert result["decoding"] == {"beam": 1, "lms": "none", "search": "transducer greedy"}
     headline = result["headline"]
     assert headline["speedup_batched_vs_sequential"] > 0 and headline["num_state_tensors"] == 38
     assert result["throughput"][0]["num_streams"] == 4 and len(result["realtime_probes"]) == 1
