@@ -26,28 +26,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from oasr.benchmarks.timing import alternated_median_ms
+
 HEADS, HEAD_DIM, QUERIES, KEYS = 6, 64, 32, 160  # a steady Whisper-CTC chunk's attention
-
-
-def median_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Each call's median milliseconds over ``repeats`` rounds, the calls alternated."""
-    for call in calls.values():
-        call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
 def attention_flop(streams: int, queries: int = QUERIES) -> float:
@@ -129,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         calls: dict[str, Callable[[], object]] = dict(variants(streams, args.flex))
         calls["FFN down linear"] = ffn_down(streams)
         with torch.inference_mode():
-            ms = median_ms(calls, args.repeats)
+            ms = alternated_median_ms(calls, args.repeats)
         linear_flop = 2.0 * streams * QUERIES * 4 * (HEADS * HEAD_DIM) ** 2
         for name, value in ms.items():
             flop = linear_flop if name == "FFN down linear" else attention_flop(streams)
@@ -139,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|")
         for streams in args.streams:
             with torch.inference_mode():
-                ms = median_ms(dict(padded_queries(streams, args.query_lengths)), args.repeats)
+                ms = alternated_median_ms(dict(padded_queries(streams, args.query_lengths)), args.repeats)
             for length, value in ms.items():
                 flop = attention_flop(streams, int(length))
                 print(f"| {streams} | {length} | {value:.2f} | {flop / value / 1e6:.0f} |")

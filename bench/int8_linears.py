@@ -23,28 +23,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import torch
 
+from oasr.benchmarks.timing import alternated_median_ms
+
 SHAPES = (("qkv", 384, 1152, False), ("ffn up", 384, 1536, True), ("ffn down", 1536, 384, False))
 FRAMES_PER_CHUNK = 32  # encoder frames a stream adds per chunk
-
-
-def median_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Each call's median milliseconds over ``repeats`` rounds, the calls alternated."""
-    for call in calls.values():
-        call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
 def variants(rows: int, k: int, n: int, gelu: bool) -> dict[str, Callable[[], object]]:
@@ -98,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = streams * FRAMES_PER_CHUNK
         for name, k, n, gelu in SHAPES:
             with torch.inference_mode():
-                ms = median_ms(variants(rows, k, n, gelu), args.repeats)
+                ms = alternated_median_ms(variants(rows, k, n, gelu), args.repeats)
             print(f"| {streams} | {rows} | {name} ({k} -> {n}) | {ms['bfloat16 fused']:.2f} | "
                   f"{ms['int8']:.2f} | {ms['int8 matmul alone']:.2f} |")
     return 0

@@ -226,3 +226,13 @@ def test_server_load_runs_real_clients_against_a_real_server(audio_dir: Path,
         assert row.num_partials > 0 and row.num_unmatched == 0
         assert 0 < row.partial_p50_ms <= row.partial_p95_ms
         assert 0 < row.final_p50_ms <= row.final_p95_ms
+
+
+def test_alternated_median_ms_takes_turns_and_times_each_call() -> None:
+    from oasr.benchmarks.timing import alternated_median_ms
+
+    order: list[str] = []
+    calls = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    ms = alternated_median_ms(calls, 3)
+    assert order == ["a", "b"] * 4  # one untimed round, then three timed ones, in turns
+    assert set(ms) == {"a", "b"} and all(value >= 0 for value in ms.values())
