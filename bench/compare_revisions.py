@@ -8,7 +8,8 @@ and the medians over rounds are what to compare.
     python bench/compare_revisions.py HEAD~1 HEAD --rounds 3 --threads 2
 
 Each revision is checked out into a temporary git worktree (removed at the end) and runs
-``python -m oasr.cli bench --quick --json`` there with its own code, on the same audio.
+``python -m oasr.cli bench --quick --json`` there with its own code, on the same audio, both
+decoding alike (``--beam-size``; greedy when one revision's bench knows no other way).
 """
 
 from __future__ import annotations
@@ -32,11 +33,32 @@ LEFT4 = "paged_cost_ratio_late_vs_chunk10_left4"  # older revisions: only the ch
 LEFT4_OLD = "paged_cost_ratio_chunk200_vs_chunk10_left4"
 
 
-def run_quick(tree: Path, audio_dir: Path, threads: int) -> dict:
-    """One quick benchmark of the code in ``tree`` on ``threads`` threads: its JSON result."""
+def chooses_beam(tree: Path) -> bool:
+    """Whether the code in ``tree`` has ``oasr bench --beam-size`` (older revisions' bench
+    decodes greedy, whatever the server does)."""
+    runner = tree / "oasr" / "benchmarks" / "runner.py"
+    return runner.is_file() and '"--beam-size"' in runner.read_text()
+
+
+def beam_flags(trees: list[Path], beam: int | None) -> list[str]:
+    """The ``oasr bench`` flags that make every tree decode alike: ``--beam-size`` as asked
+    where all trees have it; greedy where one of them has no choice (asking for a beam then
+    is an error)."""
+    if all(chooses_beam(tree) for tree in trees):
+        return [] if beam is None else ["--beam-size", str(beam)]
+    if beam not in (None, 1):
+        raise SystemExit(f"a revision's bench decodes greedy only: compare with --beam-size 1, "
+                         f"not {beam}")
+    return ["--beam-size", "1"]
+
+
+def run_quick(tree: Path, audio_dir: Path, threads: int, extra: list[str]) -> dict:
+    """One quick benchmark of the code in ``tree`` on ``threads`` threads: its JSON result.
+    ``extra``: more flags (`beam_flags`), passed where the tree's bench has them."""
     env = {**os.environ, "PYTHONPATH": str(tree), "OASR_BENCH_AUDIO": str(audio_dir)}
+    flags = extra if chooses_beam(tree) else []
     proc = subprocess.run([sys.executable, "-m", "oasr.cli", "bench", "--quick", "--json",
-                           "--threads", str(threads)],
+                           "--threads", str(threads), *flags],
                           cwd=tree, env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -62,6 +84,9 @@ def main() -> int:
     p.add_argument("--audio-dir", type=Path, default=DEVSET_DIR)
     p.add_argument("--threads", type=int, default=1, help="the quick benchmark's --threads")
     p.add_argument("--json", type=Path, default=None, help="write every round's numbers here")
+    p.add_argument("--beam-size", type=int, default=None,
+                   help="the quick benchmark's CTC beam (default: the server's); a revision "
+                        "whose bench has no such flag decodes greedy, and then both do")
     args = p.parse_args()
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,9 +96,12 @@ def main() -> int:
             subprocess.run(["git", "worktree", "add", "--detach", str(trees[name]),
                             getattr(args, name)], cwd=ROOT, check=True, capture_output=True)
         try:
+            extra = beam_flags(list(trees.values()), args.beam_size)
+            print(f"decoding: {' '.join(extra) or 'the server default'}", flush=True)
             for r in range(args.rounds):
                 for name, tree in trees.items():
-                    runs[name].append(summary(run_quick(tree, args.audio_dir.resolve(), args.threads)))
+                    runs[name].append(summary(run_quick(tree, args.audio_dir.resolve(),
+                                                        args.threads, extra)))
                     print(f"round {r + 1} {name}: {runs[name][-1]}", flush=True)
         finally:
             for tree in trees.values():
