@@ -117,7 +117,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6, help="measured steps")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--beam-size", dest="beam", type=int, default=None,
+    p.add_argument("--beam-size", dest="beam", type=int, default=None, metavar="N",
                    help="the CTC beam (1: greedy); default: the server's (16, the model's LMs)")
     p.add_argument("--message-ms", type=float, default=None, metavar="MS",
                    help="send each stream's audio in messages of this many milliseconds (the "

@@ -376,7 +376,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--warmup", type=int, default=None,
                    help="untimed steps before each throughput point (graph captures land here)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per throughput point")
-    p.add_argument("--beam-size", dest="beam", type=int, default=None,
+    p.add_argument("--beam-size", dest="beam", type=int, default=None, metavar="N",
                    help="CTC beam of the engine and the dense loop (1: greedy); default: "
                         "oasr-server's for the model (16 with the model directory's LMs)")
     return p
