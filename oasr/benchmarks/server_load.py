@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -106,13 +107,17 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def running_server(model_dir: Path | None, max_streams: int, max_num_blocks: int,
-                   log_path: Path, threads: int | None, dtype: str = "auto") -> Iterator[str]:
-    """``oasr-server`` on 127.0.0.1 in a child process; yields its host:port; stops it."""
+                   log_path: Path, threads: int | None, dtype: str = "auto",
+                   beam: int | None = None) -> Iterator[str]:
+    """``oasr-server`` on 127.0.0.1 in a child process (``beam``: its ``--beam-size``, None
+    for its default); yields its host:port; stops it."""
     flags = ["--max-connections", str(max_streams + 8), "--max-batch-size", str(max_streams),
              "--max-num-blocks", str(max_num_blocks), "--idle-timeout", "30",
              "--num-left-chunks", "-1",  # unlimited history, as the EngineConfig reference run
              "--second-pass", "none",  # the streaming path under test; no Whisper re-decode
              "--dtype", dtype]
+    if beam is not None:
+        flags += ["--beam-size", str(beam)]
     if model_dir is not None:
         flags += ["--model", str(model_dir)]
     env = dict(os.environ)
@@ -185,12 +190,18 @@ def run_load_level(address: str, num_clients: int, audio_dir: Path, seconds: flo
 
 def save_bench_model(bench: BenchModel, out_dir: Path) -> Path:
     """Write the benchmark's model where ``oasr-server --model`` loads it, weights exact
-    (float32), so the server runs the very model the expected partials come from."""
+    (float32), so the server runs the very model the expected partials come from, with the
+    LMs of the directory it came from (the server decodes as the bench does)."""
     if bench.family_name == "whisper_ctc":
         from oasr.models.whisper_ctc import save_whisper_ctc
 
-        return save_whisper_ctc(bench.model, out_dir, dtype=torch.float32)  # type: ignore[arg-type]
-    return save_model(bench.model, out_dir)  # type: ignore[arg-type]
+        saved = save_whisper_ctc(bench.model, out_dir, dtype=torch.float32)  # type: ignore[arg-type]
+    else:
+        saved = save_model(bench.model, out_dir)  # type: ignore[arg-type]
+    if bench.model_dir is not None:
+        for lm_file in sorted(bench.model_dir.glob("*_lm.*")):  # char_lm.*, word_lm.*
+            shutil.copyfile(lm_file, Path(saved) / lm_file.name)
+    return saved
 
 
 def measure_server_load(bench: BenchModel, audio_dir: Path, levels: list[int],
@@ -208,8 +219,9 @@ def measure_server_load(bench: BenchModel, audio_dir: Path, levels: list[int],
         config = EngineConfig(dtype=dtype, max_batch_size=top, max_num_blocks=top * chunks,
                               max_wait_time_s=math.inf, idle_timeout_s=math.inf,
                               max_session_s=math.inf, max_pending_audio_s=math.inf)
-        expected = expected_partials(bench, audio_dir, top, seconds, config)
+        # the expected partials decode as the server will (the bench's beam and LMs)
+        expected = expected_partials(bench, audio_dir, top, seconds, bench.with_decoding(config))
         with running_server(model_dir, top, top * chunks, workdir / "server.log",
-                            threads, dtype) as address:
+                            threads, dtype, bench.beam) as address:
             return [run_load_level(address, n, audio_dir, seconds, expected, workdir)
                     for n in levels]

@@ -228,6 +228,24 @@ def test_server_load_runs_real_clients_against_a_real_server(audio_dir: Path,
         assert 0 < row.final_p50_ms <= row.final_p95_ms
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_server_load_decodes_as_the_bench_does(audio_dir: Path, tmp_path: Path) -> None:
+    """The bundled model's server load runs a server with its LMs and beam: every partial the
+    clients get is one the bench's own beam-16 run expected (a greedy server would not
+    match them)."""
+    from oasr.benchmarks.server_load import measure_server_load, save_bench_model
+    from oasr.benchmarks.workload import load_bench_model, served_beam
+
+    bench = load_bench_model(None)
+    saved = Path(save_bench_model(bench, tmp_path / "model"))
+    assert {f.name for f in saved.glob("*_lm.*")} >= {"char_lm.safetensors", "word_lm.json"}
+    assert served_beam(saved) == bench.beam == 16
+    (row,) = measure_server_load(bench, audio_dir, [1], seconds=3.0, threads=1)
+    assert row.num_errors == 0, row.error_samples
+    assert row.num_partials > 0 and row.num_unmatched == 0
+
+
 def test_alternated_median_ms_takes_turns_and_times_each_call() -> None:
     from oasr.benchmarks.timing import alternated_median_ms
 
