@@ -29,6 +29,10 @@ real-time pace in 100 ms frames, and the script reports:
 - ``refined_share``: clients that were shown refined (stable or tentative) words;
 - ``num_finals`` (with text) and ``endpoints_between_chunks`` (of the server's endpoints, those
   decided on the quiet audio after a chunk);
+- ``cpu``: where the box's CPU went during the level, in shares of one core: ``server`` (its
+  process: the engine and the websockets), ``second_pass`` (each decoding process),
+  ``load_generator`` (this script), and the engine's busy ``engine_steps_per_s`` with the
+  ``audio_s_per_step`` each decoded (how well the streams' chunks shared steps);
 - ``one_word_finals``: finals of one word (a sentence's last word cut off alone, or "yes.");
 - ``mid_sentence_cuts``: finals that end more than 0.3 s inside a sentence's speech, i.e.
   segments that cut a sentence (at a breath, at a reader's pause, or mid-word; JFK's
@@ -77,6 +81,7 @@ import soundfile as sf
 import soxr
 import websockets
 
+from oasr.benchmarks.cpu_share import cpu_shares, pid_with_args, tree_cpu_seconds
 from oasr.benchmarks.server_load import server_process
 from oasr.benchmarks.workload import (
     DEVSET_DIR,
@@ -402,6 +407,48 @@ async def run_level(address: str, clients: int, material: list[Passage],
     return [log for logs in per_client for log in logs]
 
 
+class CpuMeter:
+    """Where the box's CPU went during a level, in shares of one core: the server's process
+    (its engine and websockets), each second-pass process below it, and this load generator
+    (`oasr.benchmarks.cpu_share`; the processes' figures on Linux only); and the engine's
+    busy steps a second and the audio seconds each decoded on average (`/api/stats`)."""
+
+    def __init__(self, address: str) -> None:
+        self.pid = pid_with_args("--port", address.rsplit(":", 1)[1])
+        self.started = time.monotonic()
+        self.own = time.process_time()
+        self.before = tree_cpu_seconds(self.pid) if self.pid is not None else {}
+        stats = httpx.get(f"http://{address}/api/stats", timeout=5).json()
+        self.steps, self.audio = _find(stats, "num_steps"), _find(stats, "total_audio_s")
+
+    def read(self, stats: dict[str, Any]) -> dict[str, Any]:
+        """The level's figures, given ``/api/stats`` at its end."""
+        wall = time.monotonic() - self.started
+        out: dict[str, Any] = {"load_generator": round((time.process_time() - self.own) / wall, 3)}
+        if self.pid is not None:
+            shares = cpu_shares(self.before, tree_cpu_seconds(self.pid), wall)
+            out["server"] = shares.pop(self.pid, None)
+            out["second_pass"] = sorted(shares.values(), reverse=True)
+        steps, audio = _find(stats, "num_steps"), _find(stats, "total_audio_s")
+        if isinstance(steps, int) and isinstance(self.steps, int) and steps > self.steps:
+            out["engine_steps_per_s"] = round((steps - self.steps) / wall, 1)
+            if isinstance(audio, (int, float)) and isinstance(self.audio, (int, float)):
+                out["audio_s_per_step"] = round((audio - self.audio) / (steps - self.steps), 2)
+        return out
+
+
+def _find(tree: Any, key: str) -> Any:
+    """The first value under ``key`` anywhere in a JSON tree (None: not there)."""
+    if isinstance(tree, dict):
+        if key in tree:
+            return tree[key]
+        for value in tree.values():
+            found = _find(value, key)
+            if found is not None:
+                return found
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
@@ -434,10 +481,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for level in args.levels:
             with server(level, Path(tmp) / f"server{level}.log", args.server_flags) as address:
+                meter = CpuMeter(address)
                 logs = asyncio.run(run_level(address, level, material, args.passes,
                                                  args.stagger))
                 stats = httpx.get(f"http://{address}/api/stats", timeout=5).json()
-            row = {"level": level, **analyse(logs, material),
+                cpu = meter.read(stats)
+            row = {"level": level, **analyse(logs, material), "cpu": cpu,
                    "endpoints": stats.get("endpoints"),
                    "endpoints_between_chunks": stats.get("endpoints_between_chunks"),
                    "second_pass": {k: v for k, v in stats.get("second_pass", {}).items()
