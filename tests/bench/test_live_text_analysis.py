@@ -146,3 +146,29 @@ def test_the_same_sessions_passages_alone_tell_the_load_from_the_material() -> N
               "q": {"sessions": 1, "word_errors": 2, "words": 5}}
     assert live.wer_alone(loaded, alone) == round(100 * 3 / 17, 1)  # q: 0 errors alone
     assert live.wer_alone({"r": {"sessions": 1, "word_errors": 0, "words": 3}}, alone) is None
+
+
+def test_the_cpu_meter_reads_the_servers_process_and_its_steps(monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Steps a second and audio a step from `/api/stats` at both ends of a level; the CPU of
+    the process started with the server's port (here this test's own)."""
+    import os
+    import time
+
+    live = load_script()
+    stats = {"engine": {"step": {"num_steps": 10, "total_audio_s": 6.4}}}
+
+    class Reply:
+        def json(self) -> dict:
+            return stats
+
+    monkeypatch.setattr(live.httpx, "get", lambda *a, **k: Reply())
+    monkeypatch.setattr(live, "pid_with_args", lambda *args: os.getpid()
+                        if args == ("--port", "8123") else None)
+    meter = live.CpuMeter("127.0.0.1:8123")
+    end = time.process_time() + 0.2
+    while time.process_time() < end:  # some CPU for both readings to see
+        pass
+    cpu = meter.read({"engine": {"step": {"num_steps": 20, "total_audio_s": 19.2}}})
+    assert cpu["audio_s_per_step"] == 1.28 and cpu["engine_steps_per_s"] > 0
+    assert cpu["server"] > 0 and cpu["load_generator"] > 0
