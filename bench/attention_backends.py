@@ -14,9 +14,8 @@ To see what an AVX2-only CPU would do, run it with the vector width capped::
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
 import sys
-import time
 
 
 def main() -> int:
@@ -29,6 +28,7 @@ def main() -> int:
     args = p.parse_args()
     import torch
 
+    from oasr.benchmarks.timing import alternated_median_ms
     from oasr.fmha import ATTN_BACKENDS, PagedKVCache, paged_attention
 
     torch.set_num_threads(args.threads)
@@ -53,15 +53,9 @@ def main() -> int:
                 cache = PagedKVCache(k_pool, v_pool, table.view(streams, blocks).int(), held,
                                      chunk, history)
                 q = torch.randn(streams, chunk, 3, heads, dim, generator=gen).to(dtype)[:, :, 0]
-                times: dict[str, list[float]] = {b: [] for b in ATTN_BACKENDS}
-                for backend in ATTN_BACKENDS:
-                    paged_attention(q, cache, backend=backend)  # warm
-                for _ in range(args.repeats):
-                    for backend in ATTN_BACKENDS:
-                        start = time.perf_counter()
-                        paged_attention(q, cache, backend=backend)
-                        times[backend].append(time.perf_counter() - start)
-                ms = {b: 1e3 * statistics.median(t) for b, t in times.items()}
+                ms = alternated_median_ms(
+                    {b: functools.partial(paged_attention, q, cache, backend=b)
+                     for b in ATTN_BACKENDS}, args.repeats)
                 print(f"| {dtype_name} | {streams} | {history} | "
                       + " | ".join(f"{ms[b]:.2f}" for b in ATTN_BACKENDS)
                       + f" | {ms['torch'] / ms['sdpa']:.2f}x |")

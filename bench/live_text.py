@@ -419,7 +419,7 @@ class CpuMeter:
         self.own = time.process_time()
         self.before = tree_cpu_seconds(self.pid) if self.pid is not None else {}
         stats = httpx.get(f"http://{address}/api/stats", timeout=5).json()
-        self.steps, self.audio = _find(stats, "num_steps"), _find(stats, "total_audio_s")
+        self.steps, self.audio = stats["step"]["num_steps"], stats["total_audio_s"]
 
     def read(self, stats: dict[str, Any]) -> dict[str, Any]:
         """The level's figures, given ``/api/stats`` at its end."""
@@ -429,24 +429,11 @@ class CpuMeter:
             shares = cpu_shares(self.before, tree_cpu_seconds(self.pid), wall)
             out["server"] = shares.pop(self.pid, None)
             out["second_pass"] = sorted(shares.values(), reverse=True)
-        steps, audio = _find(stats, "num_steps"), _find(stats, "total_audio_s")
-        if isinstance(steps, int) and isinstance(self.steps, int) and steps > self.steps:
-            out["engine_steps_per_s"] = round((steps - self.steps) / wall, 1)
-            if isinstance(audio, (int, float)) and isinstance(self.audio, (int, float)):
-                out["audio_s_per_step"] = round((audio - self.audio) / (steps - self.steps), 2)
+        steps = stats["step"]["num_steps"] - self.steps
+        if steps > 0:
+            out["engine_steps_per_s"] = round(steps / wall, 1)
+            out["audio_s_per_step"] = round((stats["total_audio_s"] - self.audio) / steps, 2)
         return out
-
-
-def _find(tree: Any, key: str) -> Any:
-    """The first value under ``key`` anywhere in a JSON tree (None: not there)."""
-    if isinstance(tree, dict):
-        if key in tree:
-            return tree[key]
-        for value in tree.values():
-            found = _find(value, key)
-            if found is not None:
-                return found
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,12 +49,13 @@ def format_markdown(result: dict[str, Any]) -> str:
     speed_dtype = (f" (throughput, real-time and server runs: dtype {dtype} = {resolved})"
                    if dtype != "auto" or resolved != "float32" else "")
     family = result.get("family", "conformer_ctc")
-    out = [f"Model: {result['model_source']} [{family}]{speed_dtype}", ""]
+    out = [f"Model: {result['model_source']} [{family}]{speed_dtype}"]
     decoding = result.get("decoding")
     if decoding is not None:
         lms = "" if decoding["lms"] == "none" else f" with the {decoding['lms']} LMs"
         width = f", beam {decoding['beam']}" if decoding["beam"] > 1 else ""
-        out[-1:] = [f"Decoding (engine and dense loop): {decoding['search']}{width}{lms}", ""]
+        out.append(f"Decoding (engine and dense loop): {decoding['search']}{width}{lms}")
+    out.append("")
     h = result["headline"]
     if "not_applicable" in result:
         return "\n".join(out + _slot_runtime_tables(result))

@@ -444,7 +444,7 @@ def _icefall_decode_setting(config: EngineConfig) -> tuple[int, int]:
 
 
 def decoder_lm(config: EngineConfig, tokenizer: object,
-                device: torch.device) -> DecoderLm | None:
+               device: torch.device) -> DecoderLm | None:
     """The LMs the config selects (see `EngineConfig.lm`): the directory's char LM and, when
     it has one, its word LM, checked against the model's units; None for none."""
     model_dir = DEFAULT_MODEL_DIR if config.model is None else Path(config.model)
