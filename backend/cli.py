@@ -112,9 +112,9 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
     _field("--audio-rate-window", "audio_rate_window_s", "the window of --min-audio-rate, in "
            "seconds", STREAMS, engine=True, type=float, metavar="S"),
     _field("--admission-budget", "admission_budget", "admit a new stream only while the "
-           "running streams and it would need at most this share of the engine's time (the "
-           "step's cost per second of audio, measured at start-up and from real steps), so "
-           "admitted streams stay real time; 0 turns it off", STREAMS, engine=True, type=float,
+           "running streams and it would need at most this share of the engine's time (a step's "
+           "fixed cost and its cost per second of audio, measured at start-up and from real "
+           "steps), so admitted streams stay real time; 0 turns it off", STREAMS, engine=True, type=float,
            none="slots alone decide", metavar="FRACTION"),
     _field("--batch-window", "batch_window_s", "seconds a ready chunk may wait for the "
            "streams whose next chunk is due within them, so that they share one step "

@@ -196,10 +196,11 @@ class EngineConfig:
             None: as ``cuda_graphs``; True on CPU runs the padded path without graphs.
         admission_budget: admission by latency (`oasr.engine.admission`): a waiting stream is
             admitted only while the streams running and it would need at most this share of
-            the engine thread's time (the step's measured cost per second of audio times the
-            streams), so the streams already admitted stay real time; beyond it new streams
-            wait and are refused "busy" as when the slots are full. A fraction in (0, 1];
-            default None (or 0): slots alone bound admission.
+            the engine thread's time (a step's fixed cost times the steps a second they make,
+            plus its cost per second of audio times the streams; both measured), so the
+            streams already admitted stay real time; beyond it new streams wait and are
+            refused "busy" as when the slots are full. A fraction in (0, 1]; default None
+            (or 0): slots alone bound admission.
     """
 
     model: str | None = None

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, accept_waveforms
-from oasr.engine.admission import StepCost
+from oasr.engine.admission import StepCost, StepCostModel
 from oasr.engine.commands import (
     AbortStream,
     AppendAudio,
@@ -47,7 +47,7 @@ from oasr.engine.request import Request, RequestStatus
 from oasr.engine.runner.isolation import prepare_or_stop, step_isolating_failures
 from oasr.engine.runner.model_runner import BatchPlan, StepOutput
 from oasr.engine.runner.streams import ChunkResult, StreamResources
-from oasr.engine.scheduler import Scheduler
+from oasr.engine.scheduler import Scheduler, max_steps_per_s
 from oasr.engine.second_pass.jobs import Answer
 from oasr.engine.second_pass.worker import RefineDone, SecondPassDone, SecondPassWorker
 from oasr.engine.snapshot import EngineSnapshot
@@ -93,8 +93,10 @@ class ASREngine:
         self.stats = EngineStats(self.resources, self.live, clock)
         self.admission = None
         if config.admission_budget:  # None or 0: slots alone decide
-            self.admission = StepCost(lambda: self.stats.recent_load(self.clock()),
-                                      config.admission_budget)
+            self.admission = StepCost(
+                lambda: self.stats.recent_load(self.clock()), config.admission_budget,
+                chunk_s=self.resources.chunk_size * self.family.timing.frame_shift_s,
+                max_steps_per_s=max_steps_per_s(config))
         self.stats.admission = self.admission
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()
@@ -362,15 +364,16 @@ class ASREngine:
             self._emit_done(request)
 
     def calibrate(self, num_streams: int | None = None,
-                  seconds: float = CALIBRATION_AUDIO_S) -> float:
-        """Measure the step's cost before serving: ``num_streams`` (default: up to 8, within
-        the slots) streams of ``seconds`` of faint noise each, stepped together as live
-        streams would be; the engine seconds per audio second it took seeds admission by
-        latency (`StepCost.seed`) until real steps measure it. The streams leave nothing
+                  seconds: float = CALIBRATION_AUDIO_S) -> StepCostModel:
+        """Measure the step's cost before serving: one stream, then ``num_streams`` (default:
+        up to 8, within the slots) stepped together as live streams would be, each
+        ``seconds`` of faint noise; the two loads' busy time, steps and audio give the fixed
+        and the per-audio part of a step's cost (`StepCostModel.fit`), which seed admission
+        by latency (`StepCost.seed`) until real steps measure it. The streams leave nothing
         behind: their slots and blocks are free again and the stats start afresh.
 
         Returns:
-            The measured cost, engine seconds per second of one stream's audio.
+            The measured model.
         Raises:
             RuntimeError: streams are live (calibrate before serving).
         """
@@ -379,28 +382,35 @@ class ASREngine:
         count = num_streams or min(8, self.config.max_batch_size)
         noise = (1e-3 * np.random.default_rng(0).standard_normal(
             int(seconds * MODEL_SAMPLE_RATE))).astype(np.float32)
-        self._step_streams_of(count, noise[: MODEL_SAMPLE_RATE // 2])  # warm-up: first calls
-        cost = self._step_streams_of(count, noise) / (count * seconds)
+        widths = (1, count)
+        for n in widths:  # warm-up: each width's first calls
+            self._step_streams_of(n, noise[: MODEL_SAMPLE_RATE // 2])
+        loads = [(*self._step_streams_of(n, noise), n * seconds) for n in widths]
+        model = StepCostModel.fit(loads[0], loads[1])
         self.stats = EngineStats(self.resources, self.live, self.clock)
         self.stats.admission = self.admission
         self.stats.refresh(self.requests, self.scheduler)
         if self.admission is not None:
-            self.admission.seed = cost
-        return cost
+            self.admission.seed = model
+        return model
 
-    def _step_streams_of(self, count: int, audio: np.ndarray) -> float:
-        """Step ``count`` streams of ``audio`` each until done; the seconds the steps took."""
+    def _step_streams_of(self, count: int, audio: np.ndarray) -> tuple[float, int]:
+        """Step ``count`` streams of ``audio`` each until done: the seconds the busy steps
+        took and how many there were."""
         for stream_id in range(-1, -count - 1, -1):  # never a client's id (those count from 1)
             self.submit(OpenStream(stream_id, lambda event: None))
             self.submit(AppendAudio(stream_id, audio))
             self.submit(EndStream(stream_id))
-        busy = 0.0
+        busy, steps = 0.0, 0
         while True:
             started = time.perf_counter()
+            busy_steps = self.stats.num_busy_steps
             self.step()
-            busy += time.perf_counter() - started
+            if self.stats.num_busy_steps > busy_steps:
+                busy += time.perf_counter() - started
+                steps += 1
             if self.is_idle and self._commands.empty():
-                return busy
+                return busy, steps
 
     def shutdown(self) -> None:
         """Abort every stream (server shutdown) and stop the second pass."""

@@ -50,6 +50,15 @@ class SchedulerOutput:
 BUSY_FOR_FULL_WINDOW = 0.5
 
 
+def max_steps_per_s(config: EngineConfig) -> float | None:
+    """The most busy steps a second the batching hold lets the engine take while it is as
+    busy as the admission budget allows: one per hold window (`Scheduler.hold_s`: a ready
+    chunk waits the window for the streams due within it). None without a hold or a budget."""
+    if not config.batch_window_s or not config.admission_budget:
+        return None
+    return 1.0 / (config.batch_window_s * min(1.0, config.admission_budget / BUSY_FOR_FULL_WINDOW))
+
+
 class Scheduler:
     """Keeps the waiting queue (FIFO) and decides each step's work.
 

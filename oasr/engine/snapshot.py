@@ -73,8 +73,10 @@ class StreamsSnapshot:
     # streams that may be admitted now: free slots, within the step's cost budget
     # (`oasr.engine.admission`); None: slots alone decide
     admissible: int | None = None
-    # the engine seconds one second of a stream's audio costs (`StepCost.per_audio_s`)
+    # the engine seconds a busy step costs: per second of the audio it decodes, and fixed
+    # whatever it decodes (`oasr.engine.admission.StepCostModel`)
     cost_per_audio_s: float | None = None
+    cost_per_step_s: float | None = None
     # partials' lag (audio received and not decoded): counts per bucket of
     # `LAG_BUCKETS_S` (the last: above every bucket), and their sum in seconds
     lag_counts: tuple[int, ...] = ()
@@ -102,6 +104,8 @@ class StreamsSnapshot:
                 "admissible": self.num_admissible,
                 "cost_per_audio_s": (None if self.cost_per_audio_s is None
                                      else round(self.cost_per_audio_s, 4)),
+                "cost_per_step_s": (None if self.cost_per_step_s is None
+                                    else round(self.cost_per_step_s, 4)),
                 "lag": {"buckets_s": list(LAG_BUCKETS_S), "counts": list(self.lag_counts),
                         "sum_s": round(self.lag_sum_s, 3)},
                 "list": [asdict(entry) for entry in self.entries]}

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from oasr.audio import MODEL_SAMPLE_RATE
+from oasr.engine.admission import RecentLoad, StepCost
 from oasr.engine.events import FinishReason
 from oasr.engine.request import Request, RequestStatus
 from oasr.engine.snapshot import (
@@ -31,7 +32,6 @@ from oasr.engine.snapshot import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from oasr.engine.admission import StepCost
     from oasr.engine.live.policy import LivePolicy
     from oasr.engine.runner.streams import StreamResources
     from oasr.engine.scheduler import Scheduler
@@ -120,21 +120,23 @@ class EngineStats:
         audio = sum(a for _, a in recent)
         return sum(s for s, _ in recent) / audio if audio > 0 else 0.0
 
-    def recent_load(self, now: float, window_s: float = LOAD_WINDOW_S) -> tuple[float, float]:
-        """(busy seconds, audio seconds decoded) of the busy steps in the last ``window_s``
-        (`oasr.engine.admission.StepCost` reads its cost off them)."""
+    def recent_load(self, now: float, window_s: float = LOAD_WINDOW_S) -> RecentLoad:
+        """The busy steps of the last ``window_s`` (`oasr.engine.admission.StepCost` reads
+        the per-audio cost off them)."""
         busy = audio = 0.0
+        steps = 0
         for t, seconds, audio_s, _ in reversed(self.step_history):
             if now - t > window_s:
                 break
             busy += seconds
             audio += audio_s
-        return busy, audio
+            steps += 1
+        return RecentLoad(busy_s=busy, audio_s=audio, num_steps=steps)
 
     def busy_share(self, now: float, window_s: float = BUSY_WINDOW_S) -> float:
         """The share of the last ``window_s`` seconds the engine spent in steps that ran a
         cohort (what scales the scheduler's batching hold)."""
-        return min(1.0, self.recent_load(now, window_s)[0] / window_s)
+        return min(1.0, self.recent_load(now, window_s).busy_s / window_s)
 
     def observe_lag(self, lag_s: float) -> None:
         """A chunk was decoded with ``lag_s`` of the stream's audio received after it."""
@@ -152,6 +154,7 @@ class EngineStats:
         cfg = res.cache_config
         running = [r for r in requests.values() if r.status is RequestStatus.RUNNING]
         admission = self.admission
+        model = None if admission is None else admission.model
         frame_shift_s = res.family.timing.frame_shift_s
         return EngineSnapshot(
             pool=self._pool_entry(),
@@ -161,7 +164,8 @@ class EngineStats:
                 entries=tuple(self._stream_entry(r, frame_shift_s) for r in running),
                 suspended=sum(r.is_suspended for r in running),
                 admissible=None if admission is None else admission.room(len(running)),
-                cost_per_audio_s=None if admission is None else admission.per_audio_s,
+                cost_per_audio_s=None if model is None else model.per_audio_s,
+                cost_per_step_s=None if model is None else model.fixed_s,
                 lag_counts=tuple(self.lag_counts), lag_sum_s=self.lag_sum_s),
             num_evictions=0 if res.attention is None else res.attention.num_evictions,
             finish_reasons=dict(self.finish_reasons),

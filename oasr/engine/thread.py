@@ -110,7 +110,8 @@ class EngineThread:
         try:
             if self._calibrate:
                 cost = self.engine.calibrate()
-                logger.info("the step costs %.3f s per second of a stream's audio", cost)
+                logger.info("a step costs %.4f s plus %.4f s per second of audio it decodes",
+                            cost.fixed_s, cost.per_audio_s)
             self._serving.set()
             while not self._stop.is_set():
                 self.last_beat = time.monotonic()

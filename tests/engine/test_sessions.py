@@ -12,7 +12,7 @@ import pytest
 from engine_helpers import FakeClock, assert_pool_full
 
 from oasr.engine import ASREngine, EngineConfig
-from oasr.engine.admission import MIN_MEASURED_AUDIO_S, StepCost
+from oasr.engine.admission import StepCostModel
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream, ResumeStream, SuspendStream
 from oasr.engine.events import BUSY, Done, Error, Partial, Ready, StreamEvent
 
@@ -91,33 +91,14 @@ def test_a_stream_not_resumed_within_its_window_ends_abandoned(
     assert_pool_full(engine)
 
 
-def test_step_cost_admits_while_the_streams_fit_the_budget() -> None:
-    recent = [(0.0, 0.0)]
-    cost = StepCost(lambda: recent[0], budget=0.8)
-    assert cost.per_audio_s is None and cost.room(100) > 1000  # unknown: slots decide
-    cost.seed = 0.1  # 0.1 s of step per second of audio: 8 streams fit in 0.8
-    assert cost.room(0) == 8 and cost.room(7) == 1 and not cost.can_admit(8)
-    recent[0] = (1.0, MIN_MEASURED_AUDIO_S)  # measured: 0.2 s per audio second
-    assert cost.per_audio_s == pytest.approx(1.0 / MIN_MEASURED_AUDIO_S)
-    assert cost.room(0) == 4 and cost.room(5) == 0
-    with pytest.raises(ValueError, match="admission budget"):
-        StepCost(lambda: (0.0, 0.0), budget=1.5)
-
-
-def test_one_stream_runs_however_slow_the_step_is() -> None:
-    # a seed measured on a cold start (1.2 s of step per audio second) must not shut the
-    # server: one stream is admitted, and its steps measure the cost again
-    cost = StepCost(lambda: (0.0, 0.0), budget=0.8, seed=1.2)
-    assert cost.room(0) == 1 and cost.room(1) == 0
-
-
 def test_streams_beyond_the_cost_budget_wait_then_are_refused_with_a_hint(
         engine_config: EngineConfig) -> None:
     clock = FakeClock()
     config = replace(engine_config, max_batch_size=4, admission_budget=0.5, max_wait_time_s=2.0)
     engine = ASREngine(config, clock=clock)
     assert engine.admission is not None
-    engine.admission.seed = 0.2  # two streams' audio take 0.4 of the engine: a third would not fit
+    # two streams' audio take 0.4 of the engine: a third would not fit
+    engine.admission.seed = StepCostModel(fixed_s=0.0, per_audio_s=0.2)
     events = {sid: _open(engine, sid) for sid in (1, 2, 3)}
     engine.step()
     assert [any(isinstance(e, Ready) for e in events[s]) for s in (1, 2, 3)] == [True, True, False]
@@ -133,8 +114,9 @@ def test_calibration_measures_the_step_and_leaves_nothing_behind(
         engine_config: EngineConfig) -> None:
     engine = ASREngine(replace(engine_config, admission_budget=0.8))
     cost = engine.calibrate(num_streams=2, seconds=1.0)
-    assert 0 < cost < math.inf
+    assert 0 < cost.per_audio_s < math.inf and 0 <= cost.fixed_s < math.inf
     assert engine.admission is not None and engine.admission.seed == cost
+    assert engine.admission.model == cost  # nothing measured since: the seed stands
     assert engine.is_idle and engine.stats.finish_reasons["stop"] == 0
     assert_pool_full(engine)
     events = _open(engine, 1)

@@ -46,6 +46,7 @@ RECORDED_KEYS = {
     "streams.list[].lag_s", "streams.list[].num_blocks", "streams.list[].segment",
     "streams.list[].slot", "streams.list[].stream_id", "streams.max_batch_size",
     "streams.waiting", "streams.suspended", "streams.admissible", "streams.cost_per_audio_s",
+    "streams.cost_per_step_s",
     "streams.lag", "streams.lag.buckets_s", "streams.lag.counts", "streams.lag.sum_s",
     "total_audio_s", "uptime_s",
 }
