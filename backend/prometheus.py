@@ -113,6 +113,10 @@ class _SnapshotCollector(Collector):
                 "again by the beam search",
                 value=second.num_beam_retries)
             yield CounterMetricFamily(
+                "oasr_second_pass_busy_seconds",
+                "Seconds the second pass's decoding processes spent in decoder steps, all "
+                "together", value=second.busy_s)
+            yield CounterMetricFamily(
                 "oasr_second_pass_holds",
                 "Times the second pass waited because the streaming step was behind",
                 value=second.num_holds)

@@ -159,7 +159,8 @@ async def sample_stats(address: str, into: list[dict[str, object]], stop: asynci
                              "sp_expired": second["num_expired"],
                              "sp_backlog_full": second["num_backlog_full"],
                              "sp_evicted": second["num_evicted"],
-                             "sp_holds": second["num_holds"]})
+                             "sp_holds": second["num_holds"],
+                             "sp_busy_s": second.get("busy_s")})
             except httpx.HTTPError:
                 pass
             await asyncio.sleep(1.0)

@@ -167,6 +167,8 @@ class SecondPassSnapshot:
     num_context_retries: int = 0
     # a busy server's greedy finals that failed the fallback rule and were beam-searched
     num_beam_retries: int = 0
+    # seconds its decoding processes spent in decoder steps, all of them together
+    busy_s: float = 0.0
     refine: RefineSnapshot | None = None
 
     def to_json(self) -> dict[str, Any]:

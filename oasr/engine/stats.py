@@ -239,6 +239,7 @@ class EngineStats:
             num_decodes_cancelled=worker.num_cancelled if worker is not None else 0,
             num_context_retries=worker.num_context_retries if worker is not None else 0,
             num_beam_retries=worker.num_beam_retries if worker is not None else 0,
+            busy_s=round(worker.busy_seconds, 3) if worker is not None else 0.0,
             refine=self._refine_entry(running),
         )
 

@@ -34,7 +34,7 @@ RECORDED_KEYS = {
     "second_pass.num_with_context", "second_pass.num_early_finals",
     "second_pass.num_early_discarded", "second_pass.held", "second_pass.num_holds",
     "second_pass.num_expired", "second_pass.num_evicted", "second_pass.num_decoders", "second_pass.num_decodes_cancelled",
-    "second_pass.num_context_retries", "second_pass.num_beam_retries",
+    "second_pass.num_context_retries", "second_pass.num_beam_retries", "second_pass.busy_s",
     "second_pass.num_first_pass_finals", "second_pass.num_no_speech",
     "second_pass.num_no_voice", "second_pass.num_rejected", "second_pass.num_second_pass_finals",
     "second_pass.num_temperature_fallbacks", "second_pass.refine", "second_pass.rejected",
@@ -100,7 +100,8 @@ def test_refinement_adds_its_counts_beside_the_flag(engine_config: EngineConfig)
         num_with_context=0,
         rejected={"failed": 0, "length": 0, "distance": 0}, num_no_voice=0, num_no_speech=0,
         num_refinements=3, held=False, num_holds=0, num_expired=0, num_evicted=0, num_decoders=2,
-        num_cancelled=0, num_context_retries=0, num_beam_retries=0)
+        num_cancelled=0, num_context_retries=0, num_beam_retries=0,
+        busy_seconds=0.0)
     engine.live.finals.worker = worker  # type: ignore[assignment]
     engine.live.refiner = types.SimpleNamespace(worker=worker, avg_interval_s=1.234)  # type: ignore[assignment]
     engine.stats.refresh(engine.requests, engine.scheduler)
