@@ -116,6 +116,13 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
            "fixed cost and its cost per second of audio, measured at start-up and from real "
            "steps), so admitted streams stay real time; 0 turns it off", STREAMS, engine=True, type=float,
            none="slots alone decide", metavar="FRACTION"),
+    _field("--admission-second-pass-budget", "admission_second_pass_budget", "with "
+           "--admission-budget and the second pass on, admit a new stream only while the "
+           "running streams and it would also need at most this share of the second pass's "
+           "decoders' time (measured over the last 20 s once more than 8 streams run), so "
+           "finals keep Whisper's text instead of being given up for lateness", STREAMS,
+           engine=True, type=float, none="the step alone bounds admission",
+           metavar="FRACTION"),
     _field("--batch-window", "batch_window_s", "seconds a ready chunk may wait for the "
            "streams whose next chunk is due within them, so that they share one step "
            "(scaled by the engine's busy share: none when idle, all of it from half busy); "

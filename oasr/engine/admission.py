@@ -20,6 +20,12 @@ measured on them (their busy time less the fixed part of each step, per audio se
 below the seed's), so it follows what the machine gives the engine now. A single average cost
 per audio second would charge every new stream the fixed cost of the small steps a light load
 runs, and refuse streams the batched step could serve.
+
+The second pass decodes the finals in processes of their own on the same machine, and its
+capacity is another bound (`SecondPassCost`, with ``EngineConfig.admission_second_pass_budget``):
+its decoders' busy share over the last `DECODER_WINDOW_S`, per running stream, says how many
+streams keep it within its budget. It is read only while more streams run than refine
+partials (refinements take the decoders' spare time, not a share per stream).
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ from dataclasses import dataclass
 UNBOUNDED = 1 << 30  # room while nothing bounds it but the slots
 # audio decoded in the recent window before its measure replaces the start-up seed, seconds
 MIN_MEASURED_AUDIO_S = 5.0
+# the second pass's decoders are measured over this long (finals come in bursts), seconds
+DECODER_WINDOW_S = 20.0
+# ... and priced once the window is at least this long
+MIN_DECODER_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,56 @@ class RecentLoad:
     num_steps: int
 
 
+@dataclass(frozen=True)
+class DecoderLoad:
+    """The second pass's decoders over a recent window.
+
+    Attributes:
+        busy_s: seconds they spent in decoder steps, all together.
+        window_s: the window's length, seconds.
+        num_decoders: decoders working side by side (processes).
+        avg_streams: running streams, averaged over the window's steps.
+    """
+
+    busy_s: float
+    window_s: float
+    num_decoders: int
+    avg_streams: float
+
+
+class SecondPassCost:
+    """How many streams the second pass's decoders serve within ``budget`` of their time.
+
+    Args:
+        recent: the decoders' recent load (None: nothing measured yet).
+        budget: the share of the decoders' time the running streams may need (0, 1].
+        min_streams: priced only while more streams than this run on average (below it
+            refinements use the decoders' spare time).
+    """
+
+    def __init__(self, recent: Callable[[], DecoderLoad | None], budget: float,
+                 min_streams: float = 0.0) -> None:
+        if not 0.0 < budget <= 1.0:
+            raise ValueError(f"second-pass admission budget must be in (0, 1], got {budget}")
+        self.recent = recent
+        self.budget = budget
+        self.min_streams = min_streams
+
+    @property
+    def share_per_stream(self) -> float | None:
+        """The decoders' busy share one running stream costs; None: not priced now."""
+        load = self.recent()
+        if (load is None or load.window_s < MIN_DECODER_WINDOW_S or load.num_decoders < 1
+                or load.avg_streams <= max(self.min_streams, 0.0) or load.busy_s <= 0.0):
+            return None
+        return load.busy_s / (load.window_s * load.num_decoders) / load.avg_streams
+
+    def capacity(self) -> int | None:
+        """The most streams within the budget; None: not priced now."""
+        per_stream = self.share_per_stream
+        return None if per_stream is None else math.floor(self.budget / per_stream)
+
+
 class StepCost:
     """The engine's share of time ``n`` real-time streams need, and room for more.
 
@@ -95,11 +155,12 @@ class StepCost:
             (the batching hold's bound); None: no bound but the chunks'.
         seed: the model before enough audio was decoded to measure it; None: unknown (then
             slots alone bound admission until steps have run).
+        second_pass: the second pass's bound as well; None: the step's alone.
     """
 
     def __init__(self, recent: Callable[[], RecentLoad], budget: float, chunk_s: float,
-                 max_steps_per_s: float | None = None,
-                 seed: StepCostModel | None = None) -> None:
+                 max_steps_per_s: float | None = None, seed: StepCostModel | None = None,
+                 second_pass: SecondPassCost | None = None) -> None:
         if not 0.0 < budget <= 1.0:
             raise ValueError(f"admission budget must be in (0, 1], got {budget}")
         if not chunk_s > 0.0:
@@ -111,6 +172,7 @@ class StepCost:
         self.chunk_s = chunk_s
         self.max_steps_per_s = max_steps_per_s
         self.seed = seed
+        self.second_pass = second_pass
 
     @property
     def model(self) -> StepCostModel | None:
@@ -170,13 +232,16 @@ class StepCost:
 
     def room(self, num_running: int) -> int:
         """How many more streams may be admitted beside ``num_running`` (a large number while
-        the cost is not known)."""
+        the cost is not known): the step's capacity, and the second pass's when it is
+        priced."""
         model = self.model
-        if model is None:
-            return UNBOUNDED
+        capacity = UNBOUNDED if model is None else self.capacity(model)
+        decoders = None if self.second_pass is None else self.second_pass.capacity()
+        if decoders is not None:
+            capacity = min(capacity, decoders)
         # one stream always runs: a machine too slow for one in real time still serves one,
         # and its steps measure the cost again (a seed must never shut the server for good)
-        return max(0 if num_running else 1, self.capacity(model) - num_running)
+        return max(0 if num_running else 1, capacity - num_running)
 
     def can_admit(self, num_running: int) -> bool:
         return self.room(num_running) > 0

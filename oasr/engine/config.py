@@ -201,6 +201,13 @@ class EngineConfig:
             streams already admitted stay real time; beyond it new streams wait and are
             refused "busy" as when the slots are full. A fraction in (0, 1]; default None
             (or 0): slots alone bound admission.
+        admission_second_pass_budget: with admission by latency and the second pass on, a
+            waiting stream is also admitted only while the running streams and it would need
+            at most this share of the second pass's decoders' time (their busy share over
+            the last 20 s per running stream, read once more streams run than
+            ``refine.max_streams``), so that finals keep the second pass's text instead of
+            being given up for lateness. A fraction in (0, 1]; default None: the step alone
+            bounds admission.
     """
 
     model: str | None = None
@@ -250,6 +257,7 @@ class EngineConfig:
     cuda_graphs: str = "off"  # "auto" once bench/gpu_check.sh has passed on a device
     pad_cohorts: bool | None = None
     admission_budget: float | None = None
+    admission_second_pass_budget: float | None = None
 
     def __post_init__(self) -> None:
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
@@ -327,6 +335,11 @@ class EngineConfig:
         if self.admission_budget is not None and not 0.0 <= self.admission_budget <= 1.0:
             raise ValueError(f"admission_budget must be in (0, 1] (a share of the engine's "
                              f"time), or 0 / None for none, got {self.admission_budget}")
+        if (self.admission_second_pass_budget is not None
+                and not 0.0 < self.admission_second_pass_budget <= 1.0):
+            raise ValueError(f"admission_second_pass_budget must be in (0, 1] (a share of the "
+                             f"second pass's decoders' time) or None, got "
+                             f"{self.admission_second_pass_budget}")
         if not (math.isfinite(self.audio_rate_window_s) and self.audio_rate_window_s >= 1.0):
             raise ValueError(
                 f"audio_rate_window_s must be a finite number >= 1 s, got {self.audio_rate_window_s}")

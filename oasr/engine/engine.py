@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, accept_waveforms
-from oasr.engine.admission import StepCost, StepCostModel
+from oasr.engine.admission import SecondPassCost, StepCost, StepCostModel
 from oasr.engine.commands import (
     AbortStream,
     AppendAudio,
@@ -93,10 +93,16 @@ class ASREngine:
         self.stats = EngineStats(self.resources, self.live, clock)
         self.admission = None
         if config.admission_budget:  # None or 0: slots alone decide
+            second_pass = None
+            if config.admission_second_pass_budget and self.live.finals.worker is not None:
+                second_pass = SecondPassCost(
+                    lambda: self.stats.recent_decoders(self.clock()),
+                    config.admission_second_pass_budget,
+                    min_streams=config.refine.max_streams if config.refine is not None else 0)
             self.admission = StepCost(
                 lambda: self.stats.recent_load(self.clock()), config.admission_budget,
                 chunk_s=self.resources.chunk_size * self.family.timing.frame_shift_s,
-                max_steps_per_s=max_steps_per_s(config))
+                max_steps_per_s=max_steps_per_s(config), second_pass=second_pass)
         self.stats.admission = self.admission
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wakeup = threading.Event()

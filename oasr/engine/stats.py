@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from oasr.audio import MODEL_SAMPLE_RATE
-from oasr.engine.admission import RecentLoad, StepCost
+from oasr.engine.admission import DECODER_WINDOW_S, DecoderLoad, RecentLoad, StepCost
 from oasr.engine.events import FinishReason
 from oasr.engine.request import Request, RequestStatus
 from oasr.engine.snapshot import (
@@ -69,6 +69,9 @@ class EngineStats:
         self.total_busy_s = 0.0
         self.step_history: collections.deque[tuple[float, float, float, int]] = (
             collections.deque(maxlen=4096))  # (time, seconds, audio_s, batch)
+        # (time, the second pass's busy seconds so far, running streams) at each busy step
+        self.decoder_history: collections.deque[tuple[float, float, int]] = (
+            collections.deque(maxlen=4096))
         self._last_snapshot_at = 0.0
         self._changed = True  # a stream ended: publish at once, not at the next interval
         self.snapshot: EngineSnapshot | None = None
@@ -104,6 +107,10 @@ class EngineStats:
             self.total_audio_s += audio_s
             self.total_busy_s += seconds
             self.step_history.append((now, seconds, audio_s, batch_size))
+            worker = self.live.finals.worker
+            if worker is not None:
+                running = sum(r.status is RequestStatus.RUNNING for r in requests.values())
+                self.decoder_history.append((now, worker.busy_seconds, running))
         if self._changed or now - self._last_snapshot_at >= SNAPSHOT_INTERVAL_S:
             self.refresh(requests, scheduler)
 
@@ -132,6 +139,18 @@ class EngineStats:
             audio += audio_s
             steps += 1
         return RecentLoad(busy_s=busy, audio_s=audio, num_steps=steps)
+
+    def recent_decoders(self, now: float, window_s: float = DECODER_WINDOW_S) -> DecoderLoad | None:
+        """The second pass's decoders over the busy steps of the last ``window_s`` (None
+        without a second pass or before two such steps)."""
+        worker = self.live.finals.worker
+        recent = [s for s in self.decoder_history if now - s[0] <= window_s]
+        if worker is None or len(recent) < 2:
+            return None
+        (t0, busy0, _), (t1, busy1, _) = recent[0], recent[-1]
+        return DecoderLoad(busy_s=busy1 - busy0, window_s=t1 - t0,
+                           num_decoders=worker.num_decoders,
+                           avg_streams=sum(s[2] for s in recent) / len(recent))
 
     def busy_share(self, now: float, window_s: float = BUSY_WINDOW_S) -> float:
         """The share of the last ``window_s`` seconds the engine spent in steps that ran a

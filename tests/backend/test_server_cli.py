@@ -63,8 +63,8 @@ def _other_value(flag: Flag, default: object) -> str:
         return "replica-b" if default != "replica-b" else "replica-c"
     if isinstance(default, bool):
         raise AssertionError("a switch takes no value")
-    if default is None:
-        return "6"
+    if default is None:  # a share of something when the flag says FRACTION
+        return "0.5" if flag.kwargs.get("metavar") == "FRACTION" else "6"
     if isinstance(default, int):
         return str(default + 1)
     assert isinstance(default, float)

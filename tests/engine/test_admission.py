@@ -7,14 +7,23 @@ import itertools
 
 import pytest
 
-from oasr.engine.admission import MIN_MEASURED_AUDIO_S, RecentLoad, StepCost, StepCostModel
+from oasr.engine.admission import (
+    MIN_DECODER_WINDOW_S,
+    MIN_MEASURED_AUDIO_S,
+    DecoderLoad,
+    RecentLoad,
+    SecondPassCost,
+    StepCost,
+    StepCostModel,
+)
 
 NOTHING = RecentLoad(busy_s=0.0, audio_s=0.0, num_steps=0)
 
 
 def _cost(recent: RecentLoad = NOTHING, budget: float = 0.8, chunk_s: float = 0.64,
-          max_steps_per_s: float | None = None, seed: StepCostModel | None = None) -> StepCost:
-    return StepCost(lambda: recent, budget, chunk_s, max_steps_per_s, seed)
+          max_steps_per_s: float | None = None, seed: StepCostModel | None = None,
+          second_pass: SecondPassCost | None = None) -> StepCost:
+    return StepCost(lambda: recent, budget, chunk_s, max_steps_per_s, seed, second_pass)
 
 
 def test_without_a_fixed_part_admission_is_linear_in_the_streams() -> None:
@@ -103,3 +112,22 @@ def test_bad_settings_are_refused() -> None:
         _cost(chunk_s=0.0)
     with pytest.raises(ValueError, match="max_steps_per_s"):
         _cost(max_steps_per_s=0.0)
+
+
+def test_the_second_pass_bounds_admission_by_its_decoders_busy_share() -> None:
+    # two decoders busy 60 % of 20 s with 30 streams running: 0.02 of their time a stream,
+    # so a budget of 0.7 holds 35 streams, while the step alone would take 140
+    loads: list[DecoderLoad | None] = [DecoderLoad(busy_s=24.0, window_s=20.0, num_decoders=2,
+                                                   avg_streams=30.0)]
+    decoders = SecondPassCost(lambda: loads[0], budget=0.7, min_streams=8)
+    assert decoders.share_per_stream == pytest.approx(0.02) and decoders.capacity() == 35
+    step = StepCostModel(fixed_s=0.01, per_audio_s=0.005)
+    cost = _cost(max_steps_per_s=10.0, seed=step, second_pass=decoders)
+    assert cost.capacity(step) == 140 and cost.room(30) == 5 and cost.room(35) == 0
+    # not priced: too short a window, too few streams (refinements use the spare time), idle
+    for load in (None, DecoderLoad(24.0, MIN_DECODER_WINDOW_S - 1, 2, 30.0),
+                 DecoderLoad(24.0, 20.0, 2, 8.0), DecoderLoad(0.0, 20.0, 2, 30.0)):
+        loads[0] = load
+        assert decoders.capacity() is None and cost.room(30) == 140 - 30
+    with pytest.raises(ValueError, match="second-pass admission budget"):
+        SecondPassCost(lambda: None, budget=0.0)

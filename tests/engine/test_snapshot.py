@@ -15,6 +15,7 @@ import numpy as np
 from engine_helpers import Collector
 
 from oasr.engine import ASREngine, EngineConfig
+from oasr.engine.admission import DecoderLoad
 from oasr.engine.commands import AppendAudio, OpenStream
 from oasr.engine.snapshot import EngineSnapshot, PoolSnapshot
 
@@ -91,17 +92,41 @@ def test_the_json_keys_are_the_recorded_ones(engine_config: EngineConfig) -> Non
     assert key_paths(served) == RECORDED_KEYS | {"engine_alive", "time"}
 
 
-def test_refinement_adds_its_counts_beside_the_flag(engine_config: EngineConfig) -> None:
-    engine = _engine_with_a_running_stream(engine_config)
-    assert engine.latest_stats().to_json()["second_pass"]["refine"] is False
-    # a second pass with refinement, attributes only (no Whisper needed)
-    worker = types.SimpleNamespace(
+def _fake_worker() -> types.SimpleNamespace:
+    """A second pass with refinement, attributes only (no Whisper needed)."""
+    return types.SimpleNamespace(
         backlog=0, num_temperature_fallbacks=0, num_rejected=0, num_combined=0,
         num_with_context=0,
         rejected={"failed": 0, "length": 0, "distance": 0}, num_no_voice=0, num_no_speech=0,
         num_refinements=3, held=False, num_holds=0, num_expired=0, num_evicted=0, num_decoders=2,
         num_cancelled=0, num_context_retries=0, num_beam_retries=0,
         busy_seconds=0.0)
+
+
+def test_the_decoders_busy_time_is_measured_per_running_stream(engine_config: EngineConfig) -> None:
+    engine = _engine_with_a_running_stream(engine_config)
+    clock = [100.0]
+    engine.stats.clock = lambda: clock[0]
+    worker = _fake_worker()
+    engine.live.finals.worker = worker  # type: ignore[assignment]
+    assert engine.stats.recent_decoders(clock[0]) is None  # nothing recorded yet
+    for second in range(31):  # a busy step a second, the decoders busy half of each
+        engine.stats.record_step(0.01, 1, 0.64, engine.requests, engine.scheduler)
+        clock[0] += 1.0
+        worker.busy_seconds += 0.5 if second < 30 else 0.0
+    load = engine.stats.recent_decoders(clock[0])
+    # the steps of the last 20 s: busy 5.5 s -> 15 s over 19 s, one stream running
+    assert load == DecoderLoad(busy_s=9.5, window_s=19.0, num_decoders=2, avg_streams=1.0)
+    engine.stats.refresh(engine.requests, engine.scheduler)
+    assert engine.latest_stats().second_pass.busy_s == 15.0
+    engine.live.finals.worker = None  # type: ignore[assignment]
+    assert engine.stats.recent_decoders(clock[0]) is None
+
+
+def test_refinement_adds_its_counts_beside_the_flag(engine_config: EngineConfig) -> None:
+    engine = _engine_with_a_running_stream(engine_config)
+    assert engine.latest_stats().to_json()["second_pass"]["refine"] is False
+    worker = _fake_worker()
     engine.live.finals.worker = worker  # type: ignore[assignment]
     engine.live.refiner = types.SimpleNamespace(worker=worker, avg_interval_s=1.234)  # type: ignore[assignment]
     engine.stats.refresh(engine.requests, engine.scheduler)
