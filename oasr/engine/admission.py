@@ -133,7 +133,7 @@ class SecondPassCost:
         """The decoders' busy share one running stream costs; None: not priced now."""
         load = self.recent()
         if (load is None or load.window_s < MIN_DECODER_WINDOW_S or load.num_decoders < 1
-                or load.avg_streams <= max(self.min_streams, 0.0) or load.busy_s <= 0.0):
+                or load.avg_streams <= self.min_streams or load.busy_s <= 0.0):
             return None
         return load.busy_s / (load.window_s * load.num_decoders) / load.avg_streams
 
