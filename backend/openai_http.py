@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import anyio
 from starlette.background import BackgroundTask
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
@@ -328,8 +329,12 @@ async def _answer(engine: EngineThread, upload: Upload, params: TranscriptionPar
         feeder = asyncio.create_task(_feed(stream, audio))
         if params.stream:
             async def finish() -> None:  # after the stream's last event, or if it never ran
-                await _finish(stream, feeder)
-                await upload.close()
+                # a client that leaves cancels the response's task group (ASGI 2.3), and with
+                # it every await of this cleanup: shielded, the feeder is stopped and the file
+                # closed after the decoder, never left to the garbage collector
+                with anyio.CancelScope(shield=True):
+                    await _finish(stream, feeder)
+                    await upload.close()
 
             return ClosingStreamingResponse(_sse(stream, finish), media_type="text/event-stream",
                                             background=BackgroundTask(finish))

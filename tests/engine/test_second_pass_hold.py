@@ -100,6 +100,7 @@ class HoldRecorder:
     num_holds = num_expired = num_evicted = num_refinements = num_cancelled = 0
     num_context_retries = num_beam_retries = 0
     num_decoders = 1
+    busy_seconds = 0.0
     held = False
     no_speech = None
 
