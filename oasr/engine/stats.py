@@ -144,8 +144,11 @@ class EngineStats:
         """The second pass's decoders over the busy steps of the last ``window_s`` (None
         without a second pass or before two such steps)."""
         worker = self.live.finals.worker
-        recent = [s for s in self.decoder_history if now - s[0] <= window_s]
-        if worker is None or len(recent) < 2:
+        if worker is None:
+            return None
+        recent = list(itertools.takewhile(lambda s: now - s[0] <= window_s,
+                                          reversed(self.decoder_history)))[::-1]
+        if len(recent) < 2:
             return None
         (t0, busy0, _), (t1, busy1, _) = recent[0], recent[-1]
         return DecoderLoad(busy_s=busy1 - busy0, window_s=t1 - t0,
