@@ -141,3 +141,36 @@ def test_an_engine_thread_serves_once_calibrated(engine_config: EngineConfig) ->
         assert thread.ready and thread.engine.admission.seed is not None
     finally:
         thread.stop()
+
+
+def test_the_second_pass_bounds_admission_when_its_budget_is_set(
+        engine_config: EngineConfig) -> None:
+    from oasr.models import whisper
+
+    if whisper.default_model_dir() is None:
+        pytest.skip("no Whisper tiny.en weights")
+    clock = FakeClock()
+    config = replace(engine_config, second_pass="whisper", admission_budget=0.8,
+                     admission_second_pass_budget=0.5)
+    engine = ASREngine(config, clock=clock)
+    try:
+        admission = engine.admission
+        assert admission is not None and admission.second_pass is not None
+        assert config.refine is not None  # refinements run up to their stream limit
+        assert admission.second_pass.min_streams == config.refine.max_streams
+        decoders = engine.stats.live.finals.worker
+        assert decoders is not None
+        # 20 s of steps with 10 streams running and the decoders busy 62.5 % of the time:
+        # 1/16 of their time a stream, so 8 streams fit a budget of 0.5
+        busy_per_s = 0.625 * decoders.num_decoders
+        for second in range(21):
+            engine.stats.decoder_history.append((clock() - 20 + second, busy_per_s * second, 10))
+        assert admission.second_pass.capacity() == 8
+        assert admission.room(6) == 2 and admission.room(10) == 0
+    finally:
+        engine.shutdown()
+    without = ASREngine(replace(config, admission_second_pass_budget=None), clock=clock)
+    try:
+        assert without.admission is not None and without.admission.second_pass is None
+    finally:
+        without.shutdown()
