@@ -1,5 +1,6 @@
 // The pool panel: the block grid (pool-grid.js) and the engine's
-// counters (occupancy, evictions, streams, finish reasons, step time, real-time factor).
+// counters (occupancy, evictions, streams, admission, finish reasons, step time, real-time
+// factor).
 // A slot-runtime model (pool.kind "slots": the Zipformer) has no paged blocks: the grid then
 // shows one cell per stream slot and the occupancy counts slots.
 // The panel also shows the whole pool as a bar (pool-overview.js), the grid zoomed on the
@@ -76,6 +77,7 @@ export class PoolPanel {
     this.field("waiting", String(streams.waiting));
     this.field("suspended", String(streams.suspended ?? 0));
     this.field("lag", describeLag(streams.lag));
+    this.field("admission", describeAdmission(streams));
     this.field("step", `${fmt(step.last_ms)} ms (avg ${fmt(step.avg_ms)}, batch ${step.last_batch_size})`);
     this.field("rtf", fmt(snapshot.rtf, 3));
     this.field("steps", String(step.num_steps));
@@ -142,6 +144,14 @@ export class PoolPanel {
 }
 
 /** The partials' lag histogram ({buckets_s, counts, sum_s}) as "mean, share over 1 s". */
+/** "N more" streams admissible now, and what a step costs as admission prices it. */
+function describeAdmission(streams) {
+  const room = `${streams.admissible ?? "-"} more`;
+  if (typeof streams.cost_per_audio_s !== "number") return `${room} (slots alone decide)`;
+  return `${room} · a step ${fmt(1000 * (streams.cost_per_step_s ?? 0))} ms + ` +
+    `${fmt(1000 * streams.cost_per_audio_s)} ms per second of audio`;
+}
+
 function describeLag(lag) {
   if (!lag || !lag.counts) return "-";
   const total = lag.counts.reduce((a, b) => a + b, 0);

@@ -77,6 +77,13 @@ def test_grid_zooms_on_the_blocks_in_use_and_the_chart_follows_the_steps(
     assert idle["numBlocks"] == NUM_BLOCKS and idle["barBlocks"] == NUM_BLOCKS
     assert idle["cells"] < NUM_BLOCKS, "the grid shows the whole 1,024-block pool"
     assert idle["history"].startswith("8 chunks"), idle["history"]
+    # admission as the server prices it: both free slots, and the step's measured cost
+    page.page.wait_for_function(
+        "/^2 more · a step \\d+\\.\\d ms \\+ \\d+\\.\\d ms per second of audio$/"
+        ".test(document.querySelector('[data-field=admission]').textContent)", timeout=10_000)
+    streams = demo_server.stats()["streams"]
+    assert streams["admissible"] == 2 and streams["cost_per_audio_s"] > 0, streams
+    assert f"{1000 * streams['cost_per_audio_s']:.1f} ms per second" in page.field("admission")
     page.start_mic()
     page.wait_listening()
     page.page.wait_for_function(
