@@ -50,13 +50,19 @@ class SchedulerOutput:
 BUSY_FOR_FULL_WINDOW = 0.5
 
 
+def hold_window_s(config: EngineConfig, busy_share: float) -> float:
+    """The batching hold's window at the engine's ``busy_share``: ``batch_window_s`` scaled
+    by it, in full from `BUSY_FOR_FULL_WINDOW` up."""
+    return config.batch_window_s * min(1.0, busy_share / BUSY_FOR_FULL_WINDOW)
+
+
 def max_steps_per_s(config: EngineConfig) -> float | None:
     """The most busy steps a second the batching hold lets the engine take while it is as
     busy as the admission budget allows: one per hold window (`Scheduler.hold_s`: a ready
     chunk waits the window for the streams due within it). None without a hold or a budget."""
     if not config.batch_window_s or not config.admission_budget:
         return None
-    return 1.0 / (config.batch_window_s * min(1.0, config.admission_budget / BUSY_FOR_FULL_WINDOW))
+    return 1.0 / hold_window_s(config, config.admission_budget)
 
 
 class Scheduler:
@@ -137,7 +143,7 @@ class Scheduler:
             return None
         if any(requests[s].windower.has_backlog(requests[s].features) for s in ready):
             return None
-        window = self.config.batch_window_s * min(1.0, busy_share() / BUSY_FOR_FULL_WINDOW)
+        window = hold_window_s(self.config, busy_share())
         if window <= 0.0:
             return None
         oldest = min(t for t in (requests[s].ready_since for s in ready) if t is not None)

@@ -109,7 +109,7 @@ class EngineStats:
             self.step_history.append((now, seconds, audio_s, batch_size))
             worker = self.live.finals.worker
             if worker is not None:
-                running = sum(r.status is RequestStatus.RUNNING for r in requests.values())
+                running = sum(r.is_running for r in requests.values())
                 self.decoder_history.append((now, worker.busy_seconds, running))
         if self._changed or now - self._last_snapshot_at >= SNAPSHOT_INTERVAL_S:
             self.refresh(requests, scheduler)
