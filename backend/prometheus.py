@@ -121,6 +121,10 @@ class _SnapshotCollector(Collector):
                 "Times the second pass waited because the streaming step was behind",
                 value=second.num_holds)
             yield CounterMetricFamily(
+                "oasr_second_pass_held_seconds",
+                "Seconds the second pass waited because the streaming step was behind, all "
+                "holds together", value=second.held_s)
+            yield CounterMetricFamily(
                 "oasr_second_pass_expired",
                 "Finals that kept their CTC text because the second pass waited too long",
                 value=second.num_expired)

@@ -157,6 +157,7 @@ class SecondPassSnapshot:
     avg_latency_ms: float
     held: bool = False  # waiting now: the streaming step is behind (second_pass_yield_s)
     num_holds: int = 0  # times it was made to wait
+    held_s: float = 0.0  # seconds it waited so, all holds together
     num_expired: int = 0  # finals given up while it waited (they keep their CTC text)
     # finals whose place in a full backlog a paced or less-served stream's final took (they
     # keep their CTC text)

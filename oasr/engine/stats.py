@@ -255,6 +255,7 @@ class EngineStats:
                             else 0.0),
             held=worker.held if worker is not None else False,
             num_holds=worker.num_holds if worker is not None else 0,
+            held_s=round(worker.held_seconds, 3) if worker is not None else 0.0,
             num_expired=worker.num_expired if worker is not None else 0,
             num_evicted=worker.num_evicted if worker is not None else 0,
             num_decoders=worker.num_decoders if worker is not None else 0,

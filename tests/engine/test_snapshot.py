@@ -34,6 +34,7 @@ RECORDED_KEYS = {
     "second_pass.num_backlog_full", "second_pass.num_combined",
     "second_pass.num_with_context", "second_pass.num_early_finals",
     "second_pass.num_early_discarded", "second_pass.held", "second_pass.num_holds",
+    "second_pass.held_s",
     "second_pass.num_expired", "second_pass.num_evicted", "second_pass.num_decoders", "second_pass.num_decodes_cancelled",
     "second_pass.num_context_retries", "second_pass.num_beam_retries", "second_pass.busy_s",
     "second_pass.num_first_pass_finals", "second_pass.num_no_speech",
@@ -100,7 +101,7 @@ def _fake_worker() -> types.SimpleNamespace:
         rejected={"failed": 0, "length": 0, "distance": 0}, num_no_voice=0, num_no_speech=0,
         num_refinements=3, held=False, num_holds=0, num_expired=0, num_evicted=0, num_decoders=2,
         num_cancelled=0, num_context_retries=0, num_beam_retries=0,
-        busy_seconds=0.0)
+        busy_seconds=0.0, held_seconds=0.0)
 
 
 def test_the_decoders_busy_time_is_measured_per_running_stream(engine_config: EngineConfig) -> None:
