@@ -164,7 +164,7 @@ def test_second_pass_metrics_appear_when_it_is_on(client: TestClient) -> None:
                      num_second_pass_finals=5,
                      num_first_pass_finals=1, num_temperature_fallbacks=3,
                      num_decodes_cancelled=4, num_context_retries=6, num_beam_retries=7,
-                     rejected={**engine.second_pass.rejected, "distance": 1})
+                     held_s=2.5, rejected={**engine.second_pass.rejected, "distance": 1})
     text = ServerMetrics(lambda: replace(engine, second_pass=second)).render().decode()
     assert 'oasr_finals_total{source="whisper"} 5.0' in text
     assert 'oasr_finals_total{source="ctc"} 1.0' in text
@@ -176,3 +176,4 @@ def test_second_pass_metrics_appear_when_it_is_on(client: TestClient) -> None:
     assert "oasr_second_pass_decodes_cancelled_total 4.0" in text
     assert "oasr_second_pass_context_retries_total 6.0" in text
     assert "oasr_second_pass_beam_retries_total 7.0" in text
+    assert "oasr_second_pass_held_seconds_total 2.5" in text

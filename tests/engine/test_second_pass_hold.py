@@ -1,9 +1,9 @@
 """The second pass yields to the streaming step, and can run in a process of its own.
 
 - While the engine holds it (a live stream is behind real time), the decoding side takes
-  commands but runs no decoder step; a final that has waited ``SECOND_PASS_MAX_WAIT_S``,
-  ``SECOND_PASS_MIN_HELD_S`` of it held, is answered with its CTC text (``num_expired``);
-  a brief hold gives up none, however long the final waited before it.
+  commands but runs no decoder step; a final queued ``SECOND_PASS_MAX_HOLD_S`` ago is answered
+  with its CTC text (``num_expired``), however briefly it was held; ``held_seconds`` counts
+  the time held, all holds together.
 - The engine holds it exactly while some live stream has more than a chunk plus
   ``second_pass_yield_s`` of audio waiting, and never with ``second_pass_yield_s=None``.
 - In a process (``SecondPassWorker.in_process``) answers and counters come back through the
@@ -28,12 +28,7 @@ from test_second_pass_worker import ScriptedDecoder, _job, _voice
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, OpenStream
 from oasr.engine.second_pass.process import WhisperProcessSpec, child_main
-from oasr.engine.second_pass.worker import (
-    SECOND_PASS_MAX_WAIT_S,
-    SECOND_PASS_MIN_HELD_S,
-    SecondPassDone,
-    SecondPassWorker,
-)
+from oasr.engine.second_pass.worker import SECOND_PASS_MAX_HOLD_S, SecondPassDone, SecondPassWorker
 
 RATE = 16_000
 
@@ -72,19 +67,19 @@ def test_a_held_worker_takes_jobs_but_does_not_step() -> None:
     assert worker.num_holds == 1 and worker.num_expired == 0 and worker.backlog == 0
 
 
-def test_a_final_held_too_long_keeps_its_ctc_text() -> None:
+def test_a_final_held_too_long_keeps_its_ctc_text(monkeypatch: pytest.MonkeyPatch) -> None:
     decoder = CountingDecoder({1: "one", 2: "two"})
     out: queue.Queue[SecondPassDone] = queue.Queue()
     clock = FakeClock()
     worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8, clock=clock)
     worker.hold(True)
     assert worker.try_submit(replace(_job(1, _voice(0.5)), submitted_at=clock()))
-    clock.advance(SECOND_PASS_MAX_WAIT_S - 1)
+    clock.advance(SECOND_PASS_MAX_HOLD_S - 1)
     assert worker.try_submit(replace(_job(2, _voice(0.5)), submitted_at=clock()))
     worker.hold(True)  # held again after the next step, before job 1 has waited its limit
     with pytest.raises(queue.Empty):
         out.get(timeout=0.1)
-    clock.advance(2)  # job 1 has waited past the limit, all of it held; job 2 has not
+    clock.advance(2)  # job 1 has waited past the limit, job 2 has not
     worker.hold(True)
     expired = out.get(timeout=5)
     assert (expired.job_id, expired.text, expired.source) == (1, None, "ctc")
@@ -99,50 +94,29 @@ def test_a_final_held_too_long_keeps_its_ctc_text() -> None:
     assert 1 in decoder.aborted
 
 
-def test_a_brief_hold_gives_up_no_final_however_long_it_waited() -> None:
-    """The limit counts the time a final waited with its decoders withheld: one that waited
-    long while they worked is not given up by a hold that began a moment ago."""
-    decoder = CountingDecoder({1: "one"})
+def test_a_brief_hold_gives_up_an_old_final_and_the_time_held_is_counted() -> None:
+    """The limit is the final's age, not its time held (counting only the time held let the
+    finals' tail come a second later); the worker counts the time held across holds."""
+    decoder = CountingDecoder({1: "one", 2: "two"})
     out: queue.Queue[SecondPassDone] = queue.Queue()
     clock = FakeClock()
     worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8, clock=clock)
-    assert worker.try_submit(replace(_job(1, _voice(0.5)), submitted_at=clock()))
-    clock.advance(2 * SECOND_PASS_MAX_WAIT_S)  # decoding (slowly), not held
     worker.hold(True)
-    clock.advance(SECOND_PASS_MIN_HELD_S / 2)
-    worker.hold(True)
+    clock.advance(0.5)
     worker.hold(False)
-    clock.advance(1.0)
-    worker.hold(True)  # a second brief hold: held SECOND_PASS_MIN_HELD_S in all only now
-    with pytest.raises(queue.Empty):
-        out.get(timeout=0.1)
-    assert worker.held_seconds == pytest.approx(SECOND_PASS_MIN_HELD_S / 2)
-    clock.advance(SECOND_PASS_MIN_HELD_S / 2)
-    worker.hold(True)
+    assert worker.held_seconds == pytest.approx(0.5)
+    assert worker.try_submit(replace(_job(1, _voice(0.5)), submitted_at=clock()))
+    clock.advance(SECOND_PASS_MAX_HOLD_S + 1)  # decoding (slowly), not held
+    assert worker.held_seconds == pytest.approx(0.5)
+    worker.hold(True)  # a hold begins: the final is old enough, however brief the hold
     expired = out.get(timeout=5)
     assert (expired.job_id, expired.text, expired.source) == (1, None, "ctc")
+    clock.advance(0.25)
+    assert worker.held_seconds == pytest.approx(0.75)  # the current hold included
+    worker.hold(False)
+    clock.advance(2.0)
     assert worker.num_holds == 2 and worker.num_expired == 1
-    assert worker.held_seconds == pytest.approx(SECOND_PASS_MIN_HELD_S)
-    worker.stop()
-
-
-def test_a_final_submitted_after_holds_counts_only_its_own_held_time() -> None:
-    decoder = CountingDecoder({1: "one"})
-    out: queue.Queue[SecondPassDone] = queue.Queue()
-    clock = FakeClock()
-    worker = SecondPassWorker.on_thread(decoder, out.put, max_backlog=8, clock=clock)
-    worker.hold(True)
-    clock.advance(10.0)  # a long hold before the final exists
-    worker.hold(False)
-    assert worker.try_submit(replace(_job(1, _voice(0.5)), submitted_at=clock()))
-    clock.advance(SECOND_PASS_MAX_WAIT_S)
-    worker.hold(True)
-    with pytest.raises(queue.Empty):
-        out.get(timeout=0.1)
-    assert worker.num_expired == 0 and worker.held_seconds == pytest.approx(10.0)
-    decoder.release(1)
-    worker.hold(False)
-    assert out.get(timeout=5).text == "one"
+    assert worker.held_seconds == pytest.approx(0.75)
     worker.stop()
 
 
