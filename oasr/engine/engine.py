@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from oasr.audio import MODEL_SAMPLE_RATE, ChunkWindower, accept_waveforms
 from oasr.engine.admission import SecondPassCost, StepCost, StepCostModel
@@ -136,8 +137,13 @@ class ASREngine:
         return not self.requests and not self.draining
 
     # -- the step ------------------------------------------------------------------------------
+    @torch.inference_mode()
     def step(self) -> bool:
-        """Run one engine step. Returns False when there was nothing to do."""
+        """Run one engine step. Returns False when there was nothing to do.
+
+        The step runs in torch's inference mode: no autograd bookkeeping on any of its ops
+        (the CTC search's small ops run 10-20 % faster). So do `calibrate` and `shutdown`,
+        the engine's other entries that touch its tensors."""
         started = time.perf_counter()
         now = self.clock()
         self._apply_commands(now)
@@ -369,6 +375,7 @@ class ASREngine:
             del self.draining[request.stream_id]
             self._emit_done(request)
 
+    @torch.inference_mode()
     def calibrate(self, num_streams: int | None = None,
                   seconds: float = CALIBRATION_AUDIO_S) -> StepCostModel:
         """Measure the step's cost before serving: one stream, then ``num_streams`` (default:
@@ -418,6 +425,7 @@ class ASREngine:
             if self.is_idle and self._commands.empty():
                 return busy, steps
 
+    @torch.inference_mode()
     def shutdown(self) -> None:
         """Abort every stream (server shutdown) and stop the second pass."""
         self._apply_commands(self.clock())

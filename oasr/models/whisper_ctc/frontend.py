@@ -63,7 +63,8 @@ class LogMelSpectra:
         """This thread's frames buffer, ``rows`` rows long (grown to 1.25x when short)."""
         buffer: torch.Tensor | None = getattr(self._frames, "buffer", None)
         if buffer is None or len(buffer) < rows:
-            buffer = torch.empty((rows + rows // 4, N_FFT), dtype=torch.float32)
+            with torch.inference_mode(False):  # a normal tensor, written in place whatever mode
+                buffer = torch.empty((rows + rows // 4, N_FFT), dtype=torch.float32)
             self._frames.buffer = buffer
         return buffer[:rows]
 
