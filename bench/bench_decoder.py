@@ -39,6 +39,7 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@torch.inference_mode()  # as the engine's step decodes
 def time_run(args: argparse.Namespace, beam: int, pooled: bool, lp: torch.Tensor) -> float:
     """Seconds to decode every chunk of ``lp`` (after one warm-up pass)."""
     device = lp.device
@@ -64,6 +65,7 @@ def time_run(args: argparse.Namespace, beam: int, pooled: bool, lp: torch.Tensor
     return best
 
 
+@torch.inference_mode()
 def time_stack_split(args: argparse.Namespace, beam: int, device: torch.device) -> float:
     """Milliseconds to stack ``--streams`` batch-1 states into fresh batch tensors and split
     them back (per step; the decoder is thrown away after, its states no longer its rows)."""

@@ -93,6 +93,7 @@ class StepTimer:
                          for name, (config, lm) in setups.items()}
         self.device = torch.device(device)
 
+    @torch.inference_mode()  # as the engine's step decodes
     def run(self, name: str, log_probs: torch.Tensor, chunk: int) -> list[tuple[float, float]]:
         """Milliseconds of each step of ``log_probs`` (B, steps * chunk, V) with setup
         ``name``: (whole step, its ``partials``)."""
