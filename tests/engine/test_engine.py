@@ -94,15 +94,11 @@ def test_the_step_decodes_in_inference_mode_and_the_caller_stays_out_of_it(
         return decode_streams(*args, **kwargs)
 
     decoder.decode_streams = recording  # type: ignore[method-assign]
-    events = Collector()
-    for sid, audio in enumerate(speech[:2], start=1):
-        engine.submit(OpenStream(sid, events.sink(sid)))
-        engine.submit(AppendAudio(sid, audio))
-        engine.submit(EndStream(sid))
+    events = stream_all(engine, speech[0])
     run_until_idle(engine)
     assert modes and all(modes)
     assert not torch.is_inference_mode_enabled()
-    assert all(events.done(sid).finish_reason for sid in (1, 2))
+    assert events.done(1).finish_reason
     engine.calibrate(num_streams=2, seconds=1.0)
     engine.shutdown()
 

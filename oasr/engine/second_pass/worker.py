@@ -62,8 +62,9 @@ logger = logging.getLogger(__name__)
 
 MAX_SEGMENT_S = 30.0  # Whisper's window: longer segments keep their CTC text
 # while the streaming step is behind (the decoders withheld), a final queued this long ago
-# keeps its CTC text, however briefly it was held: it bounds the finals' tail latency (a rule
-# counting only the time held gave up none of them, and the finals' p95 came 1 s later)
+# keeps its CTC text, however briefly it was held: it bounds the finals' tail latency
+# (counting only the time held instead gave up almost none, and the finals' p95 came about
+# 1 s later for the same WER: docs/benchmarks.md, "The second pass")
 SECOND_PASS_MAX_HOLD_S = 3.0
 
 
