@@ -91,7 +91,8 @@ def transcribe_files(config: EngineConfig, files: Sequence[Path | str], progress
         while True:
             if not engine.step():
                 engine.wait_for_work(0.05)  # only the second pass is still working
-            bar.update(round(engine.stats.total_audio_s, 1) - bar.n)
+            # the decoded audio counts each stream's last chunk in full: at most the total
+            bar.update(min(round(engine.stats.total_audio_s, 1), bar.total) - bar.n)
             if engine.is_idle:
                 break
     if owned:
