@@ -18,6 +18,7 @@ import pytest
 import soundfile as sf
 import torch
 from support.paths import DEVSET_DIR, WENET_FIXTURE_DIR
+from tqdm import TqdmWarning
 
 from oasr.cli import main
 from oasr.engine import EngineConfig, transcribe_files
@@ -60,8 +61,6 @@ def test_transcribe_progress_never_passes_the_audio_total() -> None:
     """The engine counts each stream's last chunk in full (the bundled model's 640 ms ones
     overshoot these files' 9.9 s); the bar stops at the files' total instead of warning that
     it ran past it."""
-    from tqdm import TqdmWarning
-
     files = [DEVSET_DIR / "real_george_0.wav", DEVSET_DIR / "real_jackson_0.wav"]
     config = EngineConfig(device="cpu", max_wait_time_s=60.0)  # the bundled model
     with warnings.catch_warnings():
