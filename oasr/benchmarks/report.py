@@ -53,7 +53,11 @@ def format_markdown(result: dict[str, Any]) -> str:
     decoding = result.get("decoding")
     if decoding is not None:
         lms = "" if decoding["lms"] == "none" else f" with the {decoding['lms']} LMs"
-        width = f", beam {decoding['beam']}" if decoding["beam"] > 1 else ""
+        width = ""
+        if decoding["beam"] > 1:
+            width = f", beam {decoding['beam']}"
+            if "tokens_per_frame" in decoding:
+                width += f" ({decoding['tokens_per_frame']} tokens a frame)"
         out.append(f"Decoding (engine and dense loop): {decoding['search']}{width}{lms}")
     out.append("")
     h = result["headline"]

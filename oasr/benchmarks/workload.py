@@ -31,6 +31,7 @@ from oasr.audio import (
 from oasr.audio.energy import ENERGY_FLOOR_DB
 from oasr.engine.config import EngineConfig
 from oasr.engine.families import ModelFamily, family_for
+from oasr.engine.options import default_ctc_top_k
 from oasr.lm import has_word_lm
 from oasr.models import AsrModel, ConformerConfig, load_model
 from oasr.models.bundled import BUNDLED_UNITS, bundled_architecture
@@ -88,11 +89,13 @@ class BenchModel:
     beam: int = 1
 
     def with_decoding(self, config: EngineConfig) -> EngineConfig:
-        """``config`` decoding as this bench does: its ``beam``, and the model directory's
-        LMs with a beam (``lm`` "auto"), none without a directory or a beam."""
+        """``config`` decoding as this bench does: its ``beam`` (with the commands' tokens per
+        frame, `default_ctc_top_k`), and the model directory's LMs with a beam (``lm``
+        "auto"), none without a directory or a beam."""
         lms = self.model_dir is not None and self.beam > 1
         return dataclasses.replace(
-            config, decoder=dataclasses.replace(config.decoder, beam_size=self.beam),
+            config, decoder=dataclasses.replace(config.decoder, beam_size=self.beam,
+                                                top_k=default_ctc_top_k(self.beam)),
             lm="auto" if lms else "none",
             model=str(self.model_dir) if self.model_dir is not None else config.model)
 
@@ -106,8 +109,10 @@ class BenchModel:
         if self.model_dir is not None and self.beam > 1:
             lm_dir = self.with_decoding(EngineConfig()).resolve_lm_dir(self.model_dir)
         lms = "none" if lm_dir is None else "char + word" if has_word_lm(lm_dir) else "char"
-        return {"beam": self.beam, "lms": lms,
-                "search": "CTC prefix beam search" if self.beam > 1 else "CTC greedy"}
+        if self.beam == 1:
+            return {"beam": 1, "lms": lms, "search": "CTC greedy"}
+        return {"beam": self.beam, "lms": lms, "search": "CTC prefix beam search",
+                "tokens_per_frame": default_ctc_top_k(self.beam)}
 
     @functools.cached_property
     def family(self) -> ModelFamily:

@@ -110,11 +110,16 @@ def test_no_flags_give_the_default_server_config() -> None:
     config = server_config_from_args(build_parser().parse_args([]))
     defaults = ServerConfig()
     for flag in all_flags():
-        if flag.read is not None and flag.flag != "--beam-size":  # the beam: below
+        if flag.read is not None and flag.flag not in ("--beam-size", "--ctc-top-k"):  # below
             assert flag.read(owner(flag, config)) == flag.read(owner(flag, defaults)), flag.flag
-    # the one default resolved from the model: a beam of 16 with the bundled model's LM
+    # the one default resolved from the model: a beam of 16 with the bundled model's LM,
+    # each frame extending prefixes by its 16 likeliest tokens
     assert config.engine == replace(defaults.engine, decoder=replace(defaults.engine.decoder,
-                                                                     beam_size=16))
+                                                                     beam_size=16, top_k=16))
+    assert parse("--ctc-top-k", "33").engine.decoder.top_k == 33
+    assert parse("--beam-size", "4").engine.decoder.top_k == 4
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        parse("--ctc-top-k", "0")
     assert config.max_upload_bytes == defaults.max_upload_bytes
     # a live server runs Whisper in its own process unless told otherwise ...
     assert config.engine.second_pass == "whisper" and config.engine.second_pass_process

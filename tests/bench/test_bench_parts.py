@@ -42,13 +42,15 @@ def test_both_ways_decode_as_the_server_does(audio_dir: Path) -> None:
 
     served = load_bench_model(None)
     assert served.beam == 16 and served.decoding == {
-        "beam": 16, "lms": "char + word", "search": "CTC prefix beam search"}
+        "beam": 16, "lms": "char + word", "search": "CTC prefix beam search",
+        "tokens_per_frame": 16}
     speech = load_speech(audio_dir, 2, 4.0)
     engine = EngineDriver(served, speech, bench_engine_config(2, 7, device="cpu",
                                                                dtype="float32"))
     dense = DenseLoop(served, speech, device=torch.device("cpu"), dtype=torch.float32)
     for decoder in (engine.resources.ctc.decoder, dense.decoder):
         assert decoder.config.beam_size == 16 and decoder._fusion is not None
+        assert decoder.config.top_k == 16
     engine.step()  # admits the streams
     for _ in range(5):
         engine.step()

@@ -208,7 +208,8 @@ def test_every_transcribe_flag_is_documented() -> None:
 
 def test_an_engine_flag_left_out_keeps_the_base_configs_field() -> None:
     """A flag's default is its field's value in the base config (one source of defaults):
-    no flag changes nothing but what the model decides (the beam width)."""
+    no flag changes nothing but what the model decides (the beam width, and with it the
+    tokens a frame may extend a prefix by)."""
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser)
     base = replace(command_engine_config(), max_batch_size=7, early_final_s=0.4,
@@ -216,7 +217,8 @@ def test_an_engine_flag_left_out_keeps_the_base_configs_field() -> None:
     config = engine_config_from_args(parser.parse_args(["--lm", "none"]), base=base)
     assert config == replace(base, lm="none")
     assert engine_config_from_args(parser.parse_args([])) == replace(
-        command_engine_config(), decoder=replace(command_engine_config().decoder, beam_size=16))
+        command_engine_config(), decoder=replace(command_engine_config().decoder, beam_size=16,
+                                                 top_k=16))
     assert command_engine_config().second_pass == "whisper"
     assert command_engine_config().num_left_chunks == 8
 
