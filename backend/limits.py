@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -74,11 +76,19 @@ class AudioFlowGate:
 
     Used from the event loop only. ``queued_s(stream_id)`` reports a stream's audio handed to
     the engine and not decoded yet; the gate keeps a per-stream view of it to bound the sum.
+
+    A check costs the same however many streams there are: a socket looks at its own queue,
+    and the other streams' queues are looked at again at most every `FLOW_POLL_S` (``clock``
+    seconds) for all the sockets waiting on the global budget together. Looking at every
+    stream's queue for every message made the checks grow with the square of the streams: at
+    128 clients behind real time the event loop took a whole core and held the GIL, the
+    engine's thread got next to none, and the queues it should have drained grew.
     """
 
     def __init__(self, queued_s: Callable[[int], float], max_socket_s: float,
                  max_total_s: float, floor_s: Callable[[], float] = lambda: 1.0,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not 0 < max_socket_s <= max_total_s:
             raise ValueError(f"need 0 < max_socket_s ({max_socket_s}) <= max_total_s "
                              f"({max_total_s})")
@@ -90,29 +100,41 @@ class AudioFlowGate:
         self.max_socket_s = max_socket_s
         self.max_total_s = max_total_s
         self._sleep = sleep  # between two looks at a paused socket's queue (tests count them)
+        self._clock = clock
         self._queued: dict[int, float] = {}
+        self._total = 0.0  # sum(self._queued.values()), kept as entries change
+        self._others_at = -math.inf  # when every stream's queue was last looked at
         self.num_pauses = 0  # times a socket had to wait (for the stats)
 
     @property
     def total_queued_s(self) -> float:
-        return sum(self._queued.values())
+        return self._total
 
     def _refresh(self, stream_id: int) -> float:
         queued = self._queued_s(stream_id)
+        self._total += queued - self._queued.get(stream_id, 0.0)
         self._queued[stream_id] = queued
         return queued
 
+    def _refresh_all(self) -> None:
+        """Every stream's queue looked at again, at most every `FLOW_POLL_S`."""
+        now = self._clock()
+        if now - self._others_at < FLOW_POLL_S:
+            return
+        self._others_at = now
+        for stream_id in self._queued:
+            self._queued[stream_id] = self._queued_s(stream_id)
+        self._total = sum(self._queued.values())  # (no drift from the running sum)
+
     def _must_wait(self, stream_id: int) -> bool:
         own = self._refresh(stream_id)
-        floor = self._floor_s()
-        if own <= floor:  # what the engine may need for this stream's next chunk
+        if own <= self._floor_s():  # what the engine may need for this stream's next chunk
             return False
         if own > self.max_socket_s:
             return True
-        for other in list(self._queued):  # over the global budget, every queued stream waits
-            if other != stream_id:
-                self._refresh(other)
-        return self.total_queued_s > self.max_total_s
+        # over the global budget, every queued stream waits
+        self._refresh_all()
+        return self._total > self.max_total_s
 
     async def wait_for_room(self, stream_id: int) -> None:
         """Return once ``stream_id`` may hand over more audio."""
@@ -124,7 +146,9 @@ class AudioFlowGate:
 
     def forget(self, stream_id: int) -> None:
         """The connection is gone: its stream no longer counts against the budget."""
-        self._queued.pop(stream_id, None)
+        self._total -= self._queued.pop(stream_id, 0.0)
+        if not self._queued:
+            self._total = 0.0
 
 
 class BodyDeadline:

@@ -77,6 +77,8 @@ class EngineThread:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.last_beat = time.monotonic()  # the loop's last pass (liveness: is_stuck)
+        # read for every message a socket receives (`queued_audio_s`): looked up once
+        self._samples_per_frame = self.engine.family.timing.samples_per_frame
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -229,7 +231,7 @@ class EngineThread:
             return 0.0
         request = self.engine.requests.get(stream_id)
         decoded = 0 if request is None else (
-            request.num_frames_decoded * self.engine.family.timing.samples_per_frame)
+            request.num_frames_decoded * self._samples_per_frame)
         return max(0, stream.num_samples_fed - decoded) / MODEL_SAMPLE_RATE
 
     def suspend_stream(self, stream_id: int, window_s: float) -> None:

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from backend.limits import (
+    FLOW_POLL_S,
     AudioFlowGate,
     BodyDeadline,
     JsonTooDeep,
@@ -108,6 +109,36 @@ def test_flow_gate_never_holds_a_stream_below_its_next_chunk() -> None:
         await asyncio.wait_for(waiter, 1.0)
 
     asyncio.run(scenario())
+
+
+def test_flow_gate_checks_cost_the_same_however_many_streams_queue() -> None:
+    """A socket's check looks at its own queue; the others' are looked at again at most every
+    FLOW_POLL_S, for every waiting socket together (not every stream for every message)."""
+    looks: list[int] = []
+    queued = {sid: 2.0 for sid in range(1, 101)}  # 200 s in all: over the 120 s budget
+
+    def queued_s(sid: int) -> float:
+        looks.append(sid)
+        return queued[sid]
+
+    clock = FakeClock()
+    gate = AudioFlowGate(queued_s, max_socket_s=5.0, max_total_s=120.0, clock=clock)
+    waits = [gate._must_wait(sid) for sid in queued]  # each stream's first message
+    assert gate.total_queued_s == pytest.approx(200.0) and waits[-1]
+    looks.clear()
+    for sid in queued:  # every socket again, within one poll interval
+        assert gate._must_wait(sid)
+    assert len(looks) == 100  # its own queue each: no look at the 99 others
+    for sid in range(1, 61):  # the engine drains 60 streams
+        queued[sid] = 0.0
+    assert gate._must_wait(100)  # the drained queues are not looked at yet ...
+    clock.now += FLOW_POLL_S
+    looks.clear()
+    assert not gate._must_wait(100)  # ... until the interval has passed: 80 s < 120 s
+    assert len(looks) == 101 and gate.total_queued_s == pytest.approx(80.0)
+    for sid in queued:
+        gate.forget(sid)
+    assert gate.total_queued_s == 0.0
 
 
 def test_flow_gate_limits_are_checked() -> None:
