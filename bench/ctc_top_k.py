@@ -24,14 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from decode_cost import StepTimer, devset_log_probs, stream_batch
-from final_context import load_items
 
 from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.decoding import GpuDecoderConfig
 from oasr.lm import load_decoder_lm
 from oasr.models.checkpoint import DEFAULT_MODEL_DIR
 from oasr.text.wer import ErrorCounts, normalize_transcript
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_cost import StepTimer, devset_log_probs, stream_batch  # noqa: E402  (siblings)
+from final_context import load_items  # noqa: E402
 
 BEAM = 16  # the server's
 
@@ -54,12 +56,14 @@ def words_apart(a: str, b: str) -> int:
     return counts.word_errors
 
 
-def search_ms(top_ks: list[int], streams: list[int], rounds: int) -> dict[int, dict[int, float]]:
-    """Median ms per engine step of the search with each value, per stream count."""
+def search_ms(top_ks: list[int], streams: list[int], rounds: int,
+              devset: Path = DEVSET_DIR) -> dict[int, dict[int, float]]:
+    """Median ms per engine step of the search with each value, per stream count, over the
+    bundled model's log-probs of ``devset``'s wavs."""
     lm = load_decoder_lm(DEFAULT_MODEL_DIR)
     setups = {str(k): (GpuDecoderConfig(beam_size=BEAM, top_k=k), lm) for k in top_ks}
     timer = StepTimer(setups, list(lm.units), "cpu")
-    rows = devset_log_probs()
+    rows = devset_log_probs(devset)
     out: dict[int, dict[int, float]] = {}
     for n in streams:
         log_probs = stream_batch(rows, n, 32 * 6)
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({counts.wer:.2f} %), {sum(a > 0 for a in apart)} of {len(apart)} texts differ "
               f"from --ctc-top-k {args.top_k[0]}'s by {sum(apart)} words, {seconds:.0f} s",
               flush=True)
-    timing = search_ms(args.top_k, args.streams, args.rounds)
+    timing = search_ms(args.top_k, args.streams, args.rounds, args.devset)
     for n, row in timing.items():
         print(f"search, {n} streams: " + ", ".join(f"top-k {k} {ms:.1f} ms" for k, ms in row.items()))
     if args.out is not None:
