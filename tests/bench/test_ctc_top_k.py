@@ -32,7 +32,7 @@ def test_a_tiny_run_scores_each_value_against_the_references_and_the_first(
     assert exact["top_k"] == 33 and narrow["top_k"] == 1
     for row in (exact, narrow):
         assert row["words"] == sum(len(r.split()) for r in references)
-        assert 0 <= row["word_errors"] and row["transcribe_s"] > 0
+        assert row["word_errors"] >= 0 and row["transcribe_s"] > 0
     assert exact["texts_differing"] == exact["words_apart"] == 0  # the first against itself
     assert narrow["texts_differing"] <= 2
     assert (narrow["words_apart"] == 0) == (narrow["texts_differing"] == 0)
