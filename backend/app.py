@@ -261,7 +261,8 @@ async def _realtime_endpoint(websocket: WebSocket) -> None:
             await _resume_realtime(websocket, context, token, principal)
             return
         session = RealtimeConnection(websocket, context.engine, context.config,
-                                     resumes=context.realtime_resumes, principal=principal)
+                                     resumes=context.realtime_resumes, principal=principal,
+                                     flow=context.flow)
         context.realtime_sessions.add(session)
         try:
             await session.run()

@@ -64,7 +64,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from backend.config import ServerConfig
-from backend.limits import JsonTooDeep, loads_bounded
+from backend.limits import AudioFlowGate, JsonTooDeep, loads_bounded
 from backend.protocol import CloseCode
 from backend.realtime_link import ClientLink
 from backend.realtime_session import RealtimeError, TranscriptionSettings, apply_update
@@ -120,9 +120,11 @@ class RealtimeConnection:
 
     def __init__(self, websocket: WebSocket, engine: EngineThread, config: ServerConfig,
                  resumes: ResumeRegistry[RealtimeConnection] | None = None,
-                 principal: str | None = None) -> None:
+                 principal: str | None = None, flow: AudioFlowGate | None = None) -> None:
         """``resumes``: the server's realtime resume tokens (None: no resume); ``principal``:
-        the API key the client authenticated with (`backend.auth.Credentials.principal`)."""
+        the API key the client authenticated with (`backend.auth.Credentials.principal`);
+        ``flow``: the server's audio flow gate (None: the socket is read whatever is
+        queued)."""
         self.websocket = websocket
         self.engine = engine
         self.config = config
@@ -142,7 +144,9 @@ class RealtimeConnection:
         self.resumes: ResumeRegistry[RealtimeConnection] = (
             resumes if resumes is not None else ResumeRegistry(0.0))
         self.principal = principal
-        self.link = ClientLink(self._inbox, self._client_slots)
+        self.flow = flow
+        self.link = ClientLink(self._inbox, self._client_slots,
+                               room=self._room if flow is not None else None)
         self.received_samples = 0  # s16le samples appended (at the rate each came in)
         self._clock = time.monotonic  # the session limit, idle timeout and resume window's
         self._task: asyncio.Task[None] | None = None  # the session, across its sockets
@@ -206,6 +210,8 @@ class RealtimeConnection:
         finally:
             for turn in self.turns.values():
                 self.engine.abort_stream(turn.stream_id)  # no-op for finished streams
+                if self.flow is not None:
+                    self.flow.forget(turn.stream_id)
             self.resumes.end(self, "the session has ended")
             self._refuse_attaches()
             await self.link.end(close_code, error)
@@ -272,6 +278,8 @@ class RealtimeConnection:
         if self._away_since is not None and now - self._away_since >= self.resumes.window_s:
             if self.open_turn is not None:  # suspended: the engine ends it "abandoned"
                 self.turns.pop(self.open_turn.stream_id, None)
+                if self.flow is not None:
+                    self.flow.forget(self.open_turn.stream_id)
             raise _Close(CloseCode.NORMAL)  # nobody came back: the session ends
         idle = self._idle_deadline()
         if idle is not None and now >= idle:
@@ -492,6 +500,14 @@ class RealtimeConnection:
             self.engine.abort_stream(turn.stream_id)
         await self._send({"type": "input_audio_buffer.cleared"})
 
+    async def _room(self) -> None:
+        """Return once the open turn's stream may take more audio (`AudioFlowGate`): an
+        append is read only then, so a client sending faster than the engine decodes is
+        slowed by TCP, as on ``/ws/asr``."""
+        turn = self.open_turn
+        if turn is not None and self.flow is not None:
+            await self.flow.wait_for_room(turn.stream_id)
+
     # -- engine events -----------------------------------------------------------------------
     async def _on_engine(self, event: StreamEvent) -> None:
         turn = self.turns.get(event.stream_id)
@@ -499,6 +515,8 @@ class RealtimeConnection:
             return
         if event.is_terminal:
             del self.turns[event.stream_id]
+            if self.flow is not None:
+                self.flow.forget(event.stream_id)
             if self.open_turn is turn:
                 self.open_turn = None
         if turn.cleared:

@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import json
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -36,13 +37,16 @@ class ClientLink:
     returns) when the session is done with that socket: detached, taken over, or ended.
     """
 
-    def __init__(self, inbox: asyncio.Queue[tuple[str, Any]],
-                 slots: asyncio.Semaphore) -> None:
+    def __init__(self, inbox: asyncio.Queue[tuple[str, Any]], slots: asyncio.Semaphore,
+                 room: Callable[[], Awaitable[None]] | None = None) -> None:
         """``inbox``: the session's queue; ``slots``: client messages read ahead of the
-        session (the session releases one per client message it has handled)."""
+        session (the session releases one per client message it has handled); ``room``:
+        awaited before each message is read (the audio flow gate: a socket whose stream has
+        too much audio queued is not read, and TCP pushes back on its client)."""
         self.websocket: WebSocket | None = None
         self._inbox = inbox
         self._slots = slots
+        self._room = room
         self._reader: asyncio.Task[None] | None = None
         self._over: dict[int, asyncio.Future[None]] = {}
         self._ids = itertools.count(1)
@@ -134,6 +138,8 @@ class ClientLink:
         code: int | None = None
         try:
             while True:
+                if self._room is not None:
+                    await self._room()
                 await self._slots.acquire()
                 try:
                     message = await websocket.receive()

@@ -13,6 +13,7 @@ against a real ``oasr-server`` with small limits, so that every test takes secon
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import tempfile
@@ -103,6 +104,41 @@ def test_full_speed_clients_are_slowed_by_backpressure_not_cut_by_the_keepalive(
         assert_clean_finish(result, [s["text"] for s in reference.segments],
                             f"full-speed client {index} (all: {closes})")
     assert server.stats()["server"]["num_flow_pauses"] >= FULL_SPEED_CLIENTS
+
+
+def test_a_full_speed_realtime_client_is_slowed_by_backpressure_and_transcribed_whole(
+        checked_server: Callable[..., Any], random_model_dir: Path, clips: list[Clip],
+        tmp_path: Path) -> None:
+    # an OpenAI realtime client appending a recording as fast as the server reads: its socket
+    # is not read while its stream has 0.5 s queued (else the engine would queue it all)
+    server = checked_server(random_model_dir, *server_flags(
+        2, blocks_per_stream=FULL_SPEED_BLOCKS,
+        extra=("--max-socket-audio", "0.5", "--max-queued-audio", "2")))
+    clip = joined_clip(clips, 0, 20.0, tmp_path / "clip.wav")
+    expected = [s["text"] for s in offline_results(random_model_dir, [clip],
+                                                   FULL_SPEED_BLOCKS)[0].segments]
+    url = f"ws://{server.address}/v1/realtime?intent=transcription"
+
+    async def session() -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        pcm = clip.pcm()
+        async with connect(url, max_size=2**22, open_timeout=30) as ws:
+            events.append(json.loads(await ws.recv()))  # session.created
+            await ws.send(json.dumps({"type": "session.update", "session": {
+                "type": "transcription", "audio": {"input": {
+                    "format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
+            for offset in range(0, len(pcm), SECOND):
+                await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio":
+                                          base64.b64encode(pcm[offset:offset + SECOND]).decode()}))
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            while events[-1]["type"] != "conversation.item.input_audio_transcription.completed":
+                events.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+        return events
+
+    events = asyncio.run(session())
+    assert not [e for e in events if e["type"] == "error"], events
+    assert events[-1]["transcript"] == " ".join(t for t in expected if t)
+    assert server.stats()["server"]["num_flow_pauses"] >= 1
 
 
 def test_deep_json_on_realtime_gets_an_error_event_and_the_session_goes_on(
