@@ -79,10 +79,10 @@ class AudioFlowGate:
 
     A check costs the same however many streams there are: a socket looks at its own queue,
     and the other streams' queues are looked at again at most every `FLOW_POLL_S` (``clock``
-    seconds) for all the sockets waiting on the global budget together. Looking at every
-    stream's queue for every message made the checks grow with the square of the streams: at
-    128 clients behind real time the event loop took a whole core and held the GIL, the
-    engine's thread got next to none, and the queues it should have drained grew.
+    seconds) for all the sockets waiting on the global budget together. (Reading every
+    stream's queue at every message grows with the square of the streams; behind real time,
+    with every socket checking, the event loop would hold the GIL the engine's thread needs
+    to drain the queues: docs/benchmarks.md, "The audio flow gate at many clients".)
     """
 
     def __init__(self, queued_s: Callable[[int], float], max_socket_s: float,
