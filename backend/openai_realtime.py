@@ -210,8 +210,7 @@ class RealtimeConnection:
         finally:
             for turn in self.turns.values():
                 self.engine.abort_stream(turn.stream_id)  # no-op for finished streams
-                if self.flow is not None:
-                    self.flow.forget(turn.stream_id)
+                self._forget_queue(turn.stream_id)
             self.resumes.end(self, "the session has ended")
             self._refuse_attaches()
             await self.link.end(close_code, error)
@@ -278,8 +277,7 @@ class RealtimeConnection:
         if self._away_since is not None and now - self._away_since >= self.resumes.window_s:
             if self.open_turn is not None:  # suspended: the engine ends it "abandoned"
                 self.turns.pop(self.open_turn.stream_id, None)
-                if self.flow is not None:
-                    self.flow.forget(self.open_turn.stream_id)
+                self._forget_queue(self.open_turn.stream_id)
             raise _Close(CloseCode.NORMAL)  # nobody came back: the session ends
         idle = self._idle_deadline()
         if idle is not None and now >= idle:
@@ -508,6 +506,11 @@ class RealtimeConnection:
         if turn is not None and self.flow is not None:
             await self.flow.wait_for_room(turn.stream_id)
 
+    def _forget_queue(self, stream_id: int) -> None:
+        """A turn's stream is over: it no longer counts against the flow gate's budget."""
+        if self.flow is not None:
+            self.flow.forget(stream_id)
+
     # -- engine events -----------------------------------------------------------------------
     async def _on_engine(self, event: StreamEvent) -> None:
         turn = self.turns.get(event.stream_id)
@@ -515,8 +518,7 @@ class RealtimeConnection:
             return
         if event.is_terminal:
             del self.turns[event.stream_id]
-            if self.flow is not None:
-                self.flow.forget(event.stream_id)
+            self._forget_queue(event.stream_id)
             if self.open_turn is turn:
                 self.open_turn = None
         if turn.cleared:

@@ -24,10 +24,11 @@ from oasr.text.wer import ErrorCounts, normalize_transcript
 SETS = {"real": "real_", "synthetic": "tts_"}
 
 
-def transcribe(dtype: str, files: list[Path], extra: list[str]) -> tuple[dict[str, str], float]:
+def transcribe(dtype: str, files: list[Path], extra: list[str],
+               threads: int = 1) -> tuple[dict[str, str], float]:
     """Texts by file name from one ``oasr transcribe`` run, and its wall seconds."""
     cmd = [sys.executable, "-m", "oasr.cli", "transcribe", "--json", "--no-progress",
-           "--threads", "1", "--second-pass", "none", "--dtype", dtype, *extra,
+           "--threads", str(threads), "--second-pass", "none", "--dtype", dtype, *extra,
            *map(str, files)]
     start = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout

@@ -105,14 +105,13 @@ class BenchModel:
         if self.family.decoding == "transducer":
             search = "transducer greedy" if self.beam == 1 else "transducer modified beam search"
             return {"beam": self.beam, "lms": "none", "search": search}
-        lm_dir = None
-        if self.model_dir is not None and self.beam > 1:
-            lm_dir = self.with_decoding(EngineConfig()).resolve_lm_dir(self.model_dir)
-        lms = "none" if lm_dir is None else "char + word" if has_word_lm(lm_dir) else "char"
         if self.beam == 1:
-            return {"beam": 1, "lms": lms, "search": "CTC greedy"}
+            return {"beam": 1, "lms": "none", "search": "CTC greedy"}
+        config = self.with_decoding(EngineConfig())
+        lm_dir = None if self.model_dir is None else config.resolve_lm_dir(self.model_dir)
+        lms = "none" if lm_dir is None else "char + word" if has_word_lm(lm_dir) else "char"
         return {"beam": self.beam, "lms": lms, "search": "CTC prefix beam search",
-                "tokens_per_frame": default_ctc_top_k(self.beam)}
+                "tokens_per_frame": config.decoder.top_k}
 
     @functools.cached_property
     def family(self) -> ModelFamily:
