@@ -69,17 +69,27 @@ def stream_batch(rows: list[torch.Tensor], num_streams: int, frames: int) -> tor
     return torch.stack([lp[:frames] for lp in picked[:num_streams]])
 
 
-def setups(beams: list[int], lm: DecoderLm | None) -> dict[str, Setup]:
-    """Greedy, then per beam: no LM, the char LM alone (fusion fallbacks), char + word LM
-    (the word LM file's tuned weights); LM setups only when ``lm`` has that LM."""
+SEARCHES = {"compiled": True, "tensor": False}  # name -> DecoderConfig.compiled_search
+
+
+def setups(beams: list[int], lm: DecoderLm | None, searches: list[str] | None = None,
+           top_k: int | None = None) -> dict[str, Setup]:
+    """Greedy, then per beam and search (``searches``, `SEARCHES`' names; default the
+    compiled one): no LM, the char LM alone (fusion fallbacks), char + word LM (the word LM
+    file's tuned weights); LM setups only when ``lm`` has that LM. ``top_k``: the tokens a
+    frame (None: the exact bound)."""
     out: dict[str, Setup] = {"greedy": (GpuDecoderConfig(beam_size=1), None)}
+    searches = searches or ["compiled"]
     for beam in beams:
-        config = GpuDecoderConfig(beam_size=beam)
-        out[f"beam{beam}"] = (config, None)
-        if lm is not None and lm.char is not None:
-            out[f"beam{beam}+lm"] = (config, DecoderLm(char=lm.char))
-        if lm is not None and lm.word is not None:
-            out[f"beam{beam}+lm+words"] = (config, lm)
+        for search in searches:
+            config = GpuDecoderConfig(beam_size=beam, top_k=top_k,
+                                      compiled_search=SEARCHES[search])
+            tag = "" if len(searches) == 1 else f" {search}"
+            out[f"beam{beam}{tag}"] = (config, None)
+            if lm is not None and lm.char is not None:
+                out[f"beam{beam}+lm{tag}"] = (config, DecoderLm(char=lm.char))
+            if lm is not None and lm.word is not None:
+                out[f"beam{beam}+lm+words{tag}"] = (config, lm)
     return out
 
 
@@ -130,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
                    "the bundled model over the devset wavs)")
     p.add_argument("--lm", type=Path, default=DEFAULT_MODEL_DIR, help="dir holding the LMs")
     p.add_argument("--beams", type=int, nargs="+", default=[8, 16, 32])
+    p.add_argument("--searches", nargs="+", choices=list(SEARCHES), default=["compiled"],
+                   help="the beam searches to time, taking turns (compiled: the CPU default)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="tokens a frame may extend a prefix by (default: the exact 2 x beam + 1)")
     p.add_argument("--streams", type=int, default=64)
     p.add_argument("--chunk", type=int, default=32, help="encoder frames per step")
     p.add_argument("--steps", type=int, default=8, help="steps per round")
@@ -143,13 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     log_probs = stream_batch(rows, args.streams, args.chunk * args.steps)
     lm = load_decoder_lm(args.lm) if has_decoder_lm(args.lm) else None
     units = list(lm.units) if lm is not None else list(BUNDLED_UNITS)
-    timer = StepTimer(setups(args.beams, lm), units, args.device)
+    timer = StepTimer(setups(args.beams, lm, args.searches, args.top_k), units, args.device)
     costs = measure(timer, log_probs, args.chunk, args.rounds)
     print(f"{args.streams} streams x {args.chunk} frames per step, {args.rounds} rounds x "
           f"{args.steps} steps, {args.threads} thread(s), {args.device}")
     greedy = costs["greedy"][0]
     for name, (ms, partials) in costs.items():
-        print(f"{name:>18}: {ms:7.1f} ms per step ({ms / greedy:5.1f}x greedy), "
+        print(f"{name:>27}: {ms:7.1f} ms per step ({ms / greedy:5.1f}x greedy), "
               f"partials {partials:5.2f} ms")
     if args.json is not None:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},

@@ -49,6 +49,9 @@ class DecoderConfig:
             ranks exactly like no word LM.
         initial_token_capacity: tokens each hypothesis buffer holds before it grows (it doubles
             when needed, so this only tunes reallocations).
+        compiled_search: prefix beam search on a CPU runs the compiled search
+            (`oasr.decoding.compiled_search`, the same decisions); False runs the batched
+            tensor search, which CUDA always runs.
     """
 
     beam_size: int = 1
@@ -63,6 +66,7 @@ class DecoderConfig:
     word_lm_weight: float | None = None
     word_oov_penalty: float | None = None
     initial_token_capacity: int = 64
+    compiled_search: bool = True
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from oasr.decoding.compiled_search import SearchTables, beam_chunk_compiled, ensure_compiled
 from oasr.decoding.config import DecoderConfig, Hypothesis
 from oasr.decoding.context import ContextBatch, ContextGraph, ContextStore
 from oasr.decoding.lm_fusion import LmFusion
@@ -168,6 +169,11 @@ class GpuStreamingDecoder:
             boundary = units.index(WORD_BOUNDARY) if WORD_BOUNDARY in units else None
             self._fusion = LmFusion.build(lm, cfg, self.device, boundary)
         cfg = self._config
+        # the compiled search's copy of the LM tables (None: the tensor search runs)
+        self._search_tables = (SearchTables.build(self._fusion) if cfg.compiled_search
+                               and not cfg.is_greedy and self.device.type == "cpu" else None)
+        if self._search_tables is not None:
+            ensure_compiled()
         fixed = max_segment_frames is not None
         self._rows = StateRows(
             cfg.beam_size,
@@ -382,6 +388,8 @@ class GpuStreamingDecoder:
         ensure_capacity(state, log_probs.shape[1])
         if self._config.is_greedy:
             greedy_chunk(chunk, state, self._config.blank_id)
+        elif self._search_tables is not None:
+            beam_chunk_compiled(chunk, state, self._config, self._search_tables, context)
         else:
             beam_chunk(chunk, state, self._config, self._fusion, context)
         update_frame_stats(chunk, state, self._config.blank_id)

@@ -222,11 +222,11 @@ INT_FIELDS = ("prefix_len", "last_token", "prefix_hash", "lm_state", "word_state
 def pack_ints(state: DecoderState) -> torch.Tensor:
     """(B, 7, K) the state's `INT_FIELDS` stacked; the state's fields become its row views."""
     ints = torch.stack([getattr(state, name) for name in INT_FIELDS], dim=1)
-    _point_ints(state, ints)
+    point_ints(state, ints)
     return ints
 
 
-def _point_ints(state: DecoderState, ints: torch.Tensor) -> None:
+def point_ints(state: DecoderState, ints: torch.Tensor) -> None:
     for name, row in zip(INT_FIELDS, ints.unbind(1), strict=True):
         setattr(state, name, row)
 
@@ -305,7 +305,7 @@ def beam_frame(
     else:
         extended.append(p_ctx)
     ints = torch.where(is_ext.unsqueeze(1), torch.stack(extended, dim=1), inherited)
-    _point_ints(state, ints)
+    point_ints(state, ints)
     return FrameChoice(parent=parent, is_extension=is_ext, token=token), ints
 
 
@@ -318,7 +318,7 @@ def _keep_padded_rows(state: DecoderState, before: dict[str, torch.Tensor], ints
         if name != "ints":
             setattr(state, name, torch.where(keep, getattr(state, name), old))
     ints = torch.where(keep[:, :, None], ints, before["ints"])
-    _point_ints(state, ints)
+    point_ints(state, ints)
     identity = torch.arange(state.beam_size, device=valid.device).expand_as(choice.parent)
     choice = FrameChoice(
         parent=torch.where(keep, choice.parent, identity),
