@@ -17,8 +17,13 @@ COPY pyproject.toml README.md ./
 COPY oasr ./oasr
 COPY backend ./backend
 COPY frontend ./frontend
+# The CPU beam search is compiled once here, into a numba cache the server's user owns, so
+# the server does not compile it (several seconds) at start.
+ENV NUMBA_CACHE_DIR=/app/.numba-cache
 RUN pip install . \
-    && useradd --create-home --uid 1000 oasr
+    && python -c "from oasr.decoding.compiled_search import ensure_compiled; ensure_compiled()" \
+    && useradd --create-home --uid 1000 oasr \
+    && chown -R oasr /app/.numba-cache
 # The page is not part of the installed packages: serve it from the copy above.
 ENV OASR_FRONTEND_DIR=/app/frontend
 

@@ -22,8 +22,10 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
@@ -42,6 +44,18 @@ ROWS_PER_PIECE = 16
 _F32_NEG_INF = np.float32(-np.inf)
 _NO_KEY = 0x5851F42D4C957F2D  # the parent key of a dead hypothesis (as the tensor search's)
 _F32_ZERO = np.float32(0.0)
+
+
+def _jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit`` running without the GIL, its machine code cached on disk where numba
+    finds a writable place for it (beside this file, ``NUMBA_CACHE_DIR``, the user's cache);
+    where there is none, compiled in every process instead of failing the import."""
+    def wrap(func: Callable[..., Any]) -> Any:
+        try:
+            return numba.njit(nogil=True, cache=True, **options)(func)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            return numba.njit(nogil=True, **options)(func)
+    return wrap
 
 
 @dataclass(frozen=True)
@@ -100,7 +114,7 @@ class SearchTables:
         )
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@_jit(inline="always")
 def _logaddexp(a: np.float32, b: np.float32) -> np.float32:
     """``torch.logaddexp`` of two float32s; the -inf cases return what its formula gives,
     without the ``exp`` and ``log1p``."""
@@ -111,7 +125,7 @@ def _logaddexp(a: np.float32, b: np.float32) -> np.float32:
     return max(a, b) + np.log1p(np.exp(-abs(a - b)))
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@_jit(inline="always")
 def _offer(best_score: np.ndarray, best_index: np.ndarray, count: int, score: np.float32,
            entry: int) -> int:
     """Put ``entry`` into the descending top list (``count`` filled of its k) when it beats
@@ -129,7 +143,7 @@ def _offer(best_score: np.ndarray, best_index: np.ndarray, count: int, score: np
     return count + 1 if count < k else count
 
 
-@numba.njit(nogil=True, cache=True)
+@_jit()
 def _closing_gain(keys: np.ndarray, gains: np.ndarray, backoff: np.ndarray, node_code: np.ndarray,
                   prev_word: int, word_state: int) -> np.float32:
     """`BigramTables.closing_gains` of one hypothesis: a binary search of the sorted keys."""
@@ -144,7 +158,7 @@ def _closing_gain(keys: np.ndarray, gains: np.ndarray, backoff: np.ndarray, node
     return gains[lo] if keys[lo] == key else backoff[prev_word]
 
 
-@numba.njit(nogil=True, cache=True)
+@_jit()
 def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_index,
                  blank, num_cand, min_lp, floats, ints, tokens, token_frames,
                  out_floats, out_ints, out_tokens, out_frames, fused,
@@ -372,7 +386,7 @@ def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_i
                    out_tokens, out_frames)
 
 
-@numba.njit(nogil=True, cache=True)
+@_jit()
 def _backtrace(b, steps, parents, extends, added, frame_at, length, tokens, token_frames,
                out_tokens, out_frames):
     """Row ``b``'s token buffers after its ``steps`` searched frames: each hypothesis's

@@ -186,6 +186,11 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
          "extension that can enter the beam (without LMs: the exact beam)", DECODING,
          field_reader("decoder.top_k"), default="the beam width",
          kwargs={"type": int, "metavar": "N"}),
+    Flag("--compiled-ctc-search", "CTC prefix beam search on a CPU: compiled machine code "
+         "searching stream by stream (numba); --no-compiled-ctc-search runs the batched tensor "
+         "search (the reference, and what CUDA runs)", DECODING,
+         field_reader("decoder.compiled_search"),
+         kwargs={"action": argparse.BooleanOptionalAction}),
     Flag("--lm", "LMs fused into the beam search: auto (the model dir's char_lm.* and, when "
          "present, word_lm.*), none, or a directory holding char_lm.safetensors + char_lm.json "
          "(+ word_lm.txt + word_lm.json)", DECODING, field_reader("lm"), common=True,
@@ -453,7 +458,8 @@ def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None 
         beam_size = default_beam_size(model, changes.get("lm", base.lm))
     decoder_fields = {"lm_weight": "lm_weight", "lm_unit_bonus": "lm_unit_bonus",
                       "lm_word_bonus": "lm_word_bonus", "lm_word_weight": "word_lm_weight",
-                      "lm_oov_penalty": "word_oov_penalty"}
+                      "lm_oov_penalty": "word_oov_penalty",
+                      "compiled_ctc_search": "compiled_search"}
     top_k = given("ctc_top_k")
     if top_k is None:  # resolved with the beam; greedy search has no candidates
         top_k = default_ctc_top_k(beam_size) if beam_size > 1 else base.decoder.top_k

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import pytest
 import torch
 
@@ -151,3 +152,13 @@ def test_equal_scores_go_to_the_earlier_candidate() -> None:
     dec.decode_chunk(lp, state)
     assert sorted(h.text for h in dec.finalize_stream(state)) == sorted(order[:2])
     assert dec.partial(state).text == order[0]
+
+
+def test_a_function_numba_cannot_cache_is_compiled_uncached() -> None:
+    """Where no cache directory can be written (here: a function without a source file),
+    the search still compiles instead of failing its import."""
+    namespace: dict = {}
+    exec(compile("def twice(x):\n    return 2 * x\n", "<no file>", "exec"), namespace)
+    with pytest.raises(RuntimeError, match="cannot cache"):
+        numba.njit(cache=True)(namespace["twice"])
+    assert compiled_search._jit()(namespace["twice"])(21) == 42
