@@ -35,7 +35,7 @@ from oasr.decoding.beam_tables import ChunkFrames
 from oasr.decoding.config import DecoderConfig
 from oasr.decoding.context import ContextBatch
 from oasr.decoding.lm_fusion import LmFusion
-from oasr.decoding.search import INT_FIELDS, point_ints
+from oasr.decoding.search import INT_FIELDS, NO_PARENT_KEY, point_ints
 from oasr.decoding.state import HASH_MULTIPLIER, DecoderState
 
 # Rows a thread searches at a time when a batch is split over threads.
@@ -44,8 +44,6 @@ ROWS_PER_PIECE = 16
 PROFILE_NAME = "oasr::compiled_ctc_beam_search"
 
 _F32_NEG_INF = np.float32(-np.inf)
-_NO_KEY = 0x5851F42D4C957F2D  # the parent key of a dead hypothesis (as the tensor search's)
-_F32_ZERO = np.float32(0.0)
 
 
 def _jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
@@ -253,8 +251,8 @@ def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_i
                 lp_last[h] = log_probs[b, t, last[h]] if last[h] >= 0 else np.float32(0.0)
                 stay_pb[h] = total[h] + lp_blank
                 stay_pnb[h] = pnb[h] + lp_last[h]
-                # dead hypotheses get a key no child can have (below: keys of live ones)
-                parent_key[h] = phash[h] * HASH_MULTIPLIER if total[h] != neg_inf else _NO_KEY
+                # a dead hypothesis gets the tensor search's key of no parent
+                parent_key[h] = phash[h] * HASH_MULTIPLIER if total[h] != neg_inf else NO_PARENT_KEY
             # a hypothesis that is another's prefix + one token takes that extension's paths
             num_children[:] = 0
             for c in range(k):
@@ -264,7 +262,7 @@ def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_i
                 p = -1
                 for q in range(k):  # at most one matches (live prefixes are distinct)
                     p = q if parent_key[q] == key else p
-                if p >= 0 and key != _NO_KEY:
+                if p >= 0 and key != NO_PARENT_KEY:
                     via = pb[p] if last[p] == last[c] else total[p]
                     stay_pnb[c] = _logaddexp(stay_pnb[c], via + lp_last[c])
                     children[p, num_children[p]] = last[c]  # p + last[c] is c: not an extension
@@ -446,14 +444,13 @@ def _workers(num: int) -> ThreadPoolExecutor:
 
 
 def beam_chunk_compiled(chunk: ChunkFrames, state: DecoderState, config: DecoderConfig,
-                        tables: SearchTables, context: ContextBatch | None = None,
-                        threads: int | None = None) -> None:
-    """`oasr.decoding.search.beam_chunk` on a CPU state, compiled.
+                        tables: SearchTables, context: ContextBatch | None = None) -> None:
+    """`oasr.decoding.search.beam_chunk` on a CPU state, compiled; the rows are split over
+    torch's intra-op threads.
 
     Args:
         tables: the decoder's `LmFusion` as `SearchTables` (built once per decoder).
         context: the rows' hotword graphs.
-        threads: worker threads the rows are split over; None: torch's intra-op threads.
     """
     assert chunk.top_log_probs is not None and chunk.top_tokens is not None
     batch, num_frames, vocab = chunk.log_probs.shape
@@ -479,7 +476,7 @@ def beam_chunk_compiled(chunk: ChunkFrames, state: DecoderState, config: Decoder
     )
     # a named range, so profiles of a step (`oasr bench`'s op shares) count the search's time
     with torch.profiler.record_function(PROFILE_NAME):
-        _run_rows(batch, threads or torch.get_num_threads(), args)
+        _run_rows(batch, torch.get_num_threads(), args)
     state.log_pb, state.log_pnb, state.lm_score = torch.from_numpy(out_floats).unbind(1)
     point_ints(state, torch.from_numpy(out_ints))
     state.tokens, state.token_frames = torch.from_numpy(out_tokens), torch.from_numpy(out_frames)

@@ -167,7 +167,7 @@ class _Children:
 # a child's is its hash minus its last token's term, so child = parent + last token <=> equal
 # keys, up to a 64-bit hash collision as for the prefix hash itself (below 2**64 the hash is the
 # prefix's base-P digits, injective across lengths). Hypotheses that cannot pair get sentinels.
-_NO_PARENT_KEY = 0x5851F42D4C957F2D
+NO_PARENT_KEY = 0x5851F42D4C957F2D
 _NO_CHILD_KEY = 0x14057B7EF767814F
 
 
@@ -182,7 +182,7 @@ def _find_children(state: DecoderState, total: torch.Tensor, lp_last: torch.Tens
     """
     alive = total > NEG_INF  # (B, K)
     last, h = state.last_token, state.prefix_hash
-    parent_key = torch.where(alive, h * HASH_MULTIPLIER, _NO_PARENT_KEY)
+    parent_key = torch.where(alive, h * HASH_MULTIPLIER, NO_PARENT_KEY)
     child_key = torch.where(alive & (last1 > 0), h - last1, _NO_CHILD_KEY)  # (B, K)
     child_of = child_key.unsqueeze(2) == parent_key.unsqueeze(1)  # (B, Kc, Kp)
     found, parent = child_of.view(torch.uint8).max(dim=2)  # (B, Kc): at most one match each
