@@ -46,7 +46,7 @@ PROFILE_NAME = "oasr::compiled_ctc_beam_search"
 _F32_NEG_INF = np.float32(-np.inf)
 
 
-def _jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+def jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
     """``numba.njit`` running without the GIL, its machine code cached on disk where numba
     finds a writable place for it (beside this file, ``NUMBA_CACHE_DIR``, the user's cache);
     where there is none, compiled in every process instead of failing the import."""
@@ -114,7 +114,7 @@ class SearchTables:
         )
 
 
-@_jit(inline="always")
+@jit(inline="always")
 def _logaddexp(a: np.float32, b: np.float32) -> np.float32:
     """``torch.logaddexp`` of two float32s; the -inf cases return what its formula gives,
     without the ``exp`` and ``log1p``."""
@@ -125,7 +125,7 @@ def _logaddexp(a: np.float32, b: np.float32) -> np.float32:
     return max(a, b) + np.log1p(np.exp(-abs(a - b)))
 
 
-@_jit(inline="always")
+@jit(inline="always")
 def _offer(best_score: np.ndarray, best_index: np.ndarray, count: int, score: np.float32,
            entry: int) -> int:
     """Put ``entry`` into the descending top list (``count`` filled of its k) when it beats
@@ -143,7 +143,7 @@ def _offer(best_score: np.ndarray, best_index: np.ndarray, count: int, score: np
     return count + 1 if count < k else count
 
 
-@_jit()
+@jit()
 def _closing_gain(keys: np.ndarray, gains: np.ndarray, backoff: np.ndarray, node_code: np.ndarray,
                   prev_word: int, word_state: int) -> np.float32:
     """`BigramTables.closing_gains` of one hypothesis: a binary search of the sorted keys."""
@@ -158,7 +158,7 @@ def _closing_gain(keys: np.ndarray, gains: np.ndarray, backoff: np.ndarray, node
     return gains[lo] if keys[lo] == key else backoff[prev_word]
 
 
-@_jit()
+@jit()
 def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_index,
                  blank, num_cand, min_lp, floats, ints, tokens, token_frames,
                  out_floats, out_ints, out_tokens, out_frames, fused,
@@ -386,7 +386,7 @@ def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_i
                    out_tokens, out_frames)
 
 
-@_jit()
+@jit()
 def _backtrace(b, steps, parents, extends, added, frame_at, length, tokens, token_frames,
                out_tokens, out_frames):
     """Row ``b``'s token buffers after its ``steps`` searched frames: each hypothesis's

@@ -164,5 +164,5 @@ def test_a_function_numba_cannot_cache_is_compiled_uncached() -> None:
     exec(compile("def twice(x):\n    return 2 * x\n", "<no file>", "exec"), namespace)
     with pytest.raises(RuntimeError, match="cannot cache"):
         numba.njit(cache=True)(namespace["twice"])
-    assert compiled_search._jit()(namespace["twice"])(21) == 42
+    assert compiled_search.jit()(namespace["twice"])(21) == 42
 

@@ -200,6 +200,40 @@ def test_peaks_reused_from_the_last_call_match_a_fresh_search() -> None:
     assert post.peaks(tokens, [2, 4, 11], reuse=True) == post.peaks(tokens, [2, 4, 11])
 
 
+def test_peaks_match_each_tokens_own_peak_on_random_posteriors() -> None:
+    """`Posteriors.peaks` (all tokens' windows in one compiled pass) against `peak` token by
+    token: a token's window runs from its date to the next token's (the last one
+    `MAX_PEAK_FRAMES` on); without a hit, or with a NaN log-prob among its hits, it keeps its
+    date and `prob` there."""
+    from oasr.engine.live.posteriors import MAX_PEAK_FRAMES
+
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        num_frames = int(rng.integers(1, 60))
+        ids = rng.integers(0, 6, size=(num_frames, 4))
+        lps = np.log(rng.random((num_frames, 4))).astype(np.float32)
+        if trial % 5 == 0:
+            lps[rng.integers(num_frames), rng.integers(4)] = np.nan
+        post = Posteriors()
+        start = int(rng.integers(0, 4))
+        post.write(start, ids, lps)
+        count = int(rng.integers(1, 8))
+        stamps = sorted(rng.choice(np.arange(start + num_frames + 5), count, replace=False).tolist())
+        tokens = rng.integers(0, 6, size=count).tolist()
+        frames, probs = post.peaks(tokens, stamps)
+        ends = stamps[1:] + [stamps[-1] + MAX_PEAK_FRAMES]
+        for i, (token, date, end) in enumerate(zip(tokens, stamps, ends, strict=True)):
+            rows = range(max(date, start) - start, min(end, start + num_frames) - start)
+            hits = [lps[r, j] for r in rows for j in range(4) if ids[r, j] == token]
+            want = post.peak(token, date, end)
+            if want is None or any(np.isnan(hits)):
+                fallback = post.prob(date, token)
+                assert frames[i] == date
+                assert probs[i] == fallback or math.isnan(probs[i]) and math.isnan(fallback)
+            else:
+                assert (frames[i], probs[i]) == (want[0], pytest.approx(want[1], rel=1e-6))
+
+
 def test_a_word_without_letters_is_placed_again_with_the_word_after_it() -> None:
     # "-" spells no letter: it shares the gap up to the next word, which the beam revised
     rows = [{} for _ in range(30)]

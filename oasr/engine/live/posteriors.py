@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from oasr.decoding.compiled_search import jit
+
 TOP_K = 4  # log-probs kept per frame (the token a hypothesis emits is nearly always among them)
 MAX_PEAK_FRAMES = 25  # a hypothesis's last token is looked for this far after its date
 
@@ -119,29 +121,19 @@ class Posteriors:
 
     def _find_peaks(self, tokens: list[int], stamps: list[int]
                     ) -> tuple[list[int], list[float | None]]:
-        # each frame's best posterior of its window's token in numpy, the maximum over a
-        # window in Python (a partial's few new tokens: numpy's per-call cost dominates)
         n = len(tokens)
         if n == 0:
             return [], []
         lo, hi = max(stamps[0], self.start), min(stamps[-1] + MAX_PEAK_FRAMES, self.end)
-        best = [-math.inf] * n  # per token: its best posterior's log (NaN: one was NaN) ...
-        first = list(stamps)  # ... and the first frame that has it
+        best = np.full(n, -np.inf)  # per token: its best posterior's log (NaN: one was NaN) ...
+        first = np.array(stamps, dtype=np.int64)  # ... and the first frame that has it
         if hi > lo:
-            owner = np.searchsorted(np.asarray(stamps), np.arange(lo, hi), side="right") - 1
-            rows = slice(lo - self.start, hi - self.start)
-            wanted = np.asarray(tokens)[owner]  # (F,) the token of each frame's window
-            scores = np.where(self._ids[rows] == wanted[:, None], self._lps[rows],
-                              -np.inf).max(axis=1)  # (F,)
-            pairs = zip(owner.tolist(), scores.tolist(), strict=True)
-            for frame, (i, score) in enumerate(pairs, lo):
-                if score > best[i]:
-                    best[i], first[i] = score, frame
-                elif score != score:
-                    best[i] = score
+            _window_peaks(self._ids, self._lps, self.start, lo, hi,
+                          np.array(tokens, dtype=np.int64), first.copy(), best, first)
         out_frames: list[int] = []
         out_probs: list[float | None] = []
-        for score, frame, date, token in zip(best, first, stamps, tokens, strict=True):
+        for score, frame, date, token in zip(best.tolist(), first.tolist(), stamps, tokens,
+                                              strict=True):
             if math.isfinite(score):
                 out_frames.append(frame)
                 out_probs.append(float(np.exp(score)))
@@ -159,6 +151,33 @@ class Posteriors:
         hits = np.nonzero(self._ids[row] == token)[0]
         lp = self._lps[row, hits[0]] if len(hits) else self._lps[row].min()
         return float(np.exp(lp))
+
+
+@jit()
+def _window_peaks(ids, lps, start, lo, hi, tokens, stamps, best, first):  # noqa: ANN001
+    """For frames ``lo:hi`` (absolute; ``ids`` / ``lps`` rows from ``start``): each frame
+    belongs to the last token dated at or before it; the token's log-prob there (its entry
+    among the frame's best, -inf when absent, NaN when NaN) raises ``best`` of that token,
+    ``first`` keeping the first frame of the highest (a NaN, once seen, stays)."""
+    i = 0
+    n = tokens.shape[0]
+    for frame in range(lo, hi):
+        while i + 1 < n and stamps[i + 1] <= frame:
+            i += 1
+        row = frame - start
+        score = -np.inf
+        for j in range(ids.shape[1]):
+            if ids[row, j] == tokens[i]:
+                value = np.float64(lps[row, j])
+                if value != value or value > score:  # NaN wins, as in numpy's max
+                    score = value
+                if score != score:
+                    break
+        if score > best[i]:
+            best[i] = score
+            first[i] = frame
+        elif score != score:
+            best[i] = score
 
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
