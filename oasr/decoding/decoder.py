@@ -446,15 +446,16 @@ class GpuStreamingDecoder:
             read("tokens", width).gather(1, pick)[:, 0],
             read("token_frames", width).gather(1, pick)[:, 0],
         ]
-        packed = torch.cat([c.long() for c in columns], dim=1).tolist()  # (N, 6 + 2 width)
+        packed = torch.cat([c.long() for c in columns], dim=1).cpu().numpy()  # (N, 6 + 2 width)
         steps = []
-        for state, line in zip(states, packed, strict=True):
+        # each row's prefix to Python alone: the rows are padded to the longest prefix
+        for i, (state, line) in enumerate(zip(states, packed[:, :6].tolist(), strict=True)):
             n = line[1]
             if state.batch_size == 1:
                 state.max_len_bound = line[2]
             score = _FLOAT32.unpack(_INT32.pack(line[0]))[0]
-            hyp = self._hypothesis(line[6 : 6 + n], score, line[6 + width : 6 + width + n],
-                                   (state, row))
+            hyp = self._hypothesis(packed[i, 6 : 6 + n].tolist(), score,
+                                   packed[i, 6 + width : 6 + width + n].tolist(), (state, row))
             steps.append(StreamStep(hyp, FrameStats(line[3], line[4], bool(line[5]))))
         return steps
 
