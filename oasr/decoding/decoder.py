@@ -169,7 +169,7 @@ class GpuStreamingDecoder:
             boundary = units.index(WORD_BOUNDARY) if WORD_BOUNDARY in units else None
             self._fusion = LmFusion.build(lm, cfg, self.device, boundary)
         cfg = self._config
-        # the compiled search's copy of the LM tables (None: the tensor search runs)
+        # the LM tables as the compiled search takes them (None: the tensor search runs)
         self._search_tables = (SearchTables.build(self._fusion) if cfg.compiled_search
                                and not cfg.is_greedy and self.device.type == "cpu" else None)
         if self._search_tables is not None:

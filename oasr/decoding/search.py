@@ -1,5 +1,9 @@
 """Batched CTC search kernels: greedy and prefix beam search over a `DecoderState`.
 
+The prefix beam search here is the reference and what CUDA runs; on a CPU the decoder runs the
+same search compiled (`oasr.decoding.compiled_search`), whose cost is not the operation count
+described below.
+
 Everything here is vectorised over rows (streams), hypotheses and candidate tokens; the only
 Python loop is over the frames of a chunk, because each frame's beam depends on the last.
 
