@@ -58,6 +58,8 @@ def format_markdown(result: dict[str, Any]) -> str:
             width = f", beam {decoding['beam']}"
             if "tokens_per_frame" in decoding:
                 width += f" ({decoding['tokens_per_frame']} tokens a frame)"
+            if "compiled" in decoding:
+                width += ", compiled" if decoding["compiled"] else ", tensor search"
         out.append(f"Decoding (engine and dense loop): {decoding['search']}{width}{lms}")
     out.append("")
     h = result["headline"]

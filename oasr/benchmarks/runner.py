@@ -180,7 +180,7 @@ def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
         "dtype": config.dtype,
         "dtype_resolved": resolved_dtype_name(config, bench.family_name),
         "cuda_graphs": config.cuda_graphs,
-        "decoding": bench.decoding,
+        "decoding": _decoding(bench, config.device),
     }
     _log(f"model: {bench.source} ({bench.family_name})")
     result.update(_engine_benchmarks(config, bench, audio_dir))
@@ -334,6 +334,16 @@ def _history(config: BenchConfig, bench: BenchModel, audio_dir: Path) -> dict[st
 
 def _utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _decoding(bench: BenchModel, device: str) -> dict[str, object]:
+    """`BenchModel.decoding`, and for a prefix beam search which one runs: ``compiled`` (the
+    CPU's, `oasr.decoding.compiled_search`) or the tensor search (CUDA)."""
+    decoding = bench.decoding
+    if decoding["search"] != "CTC prefix beam search":
+        return decoding
+    compiled = compute_device(device) == "cpu" and EngineConfig().decoder.compiled_search
+    return decoding | {"compiled": compiled}
 
 
 def compute_device(device: str) -> str:

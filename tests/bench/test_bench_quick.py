@@ -83,8 +83,8 @@ def test_quick_runs_with_the_beam_asked_for(audio_dir: Path, tmp_path: Path,
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["decoding"] == {"beam": 3, "lms": "none", "search": "CTC prefix beam search",
-                                  "tokens_per_frame": 3}
+                                  "tokens_per_frame": 3, "compiled": True}  # on the CPU
     assert ("Decoding (engine and dense loop): CTC prefix beam search, beam 3 (3 tokens a "
-            "frame)") in markdown.read_text()
+            "frame), compiled") in markdown.read_text()
     assert main(["bench", "--quick", "--beam-size", "0"]) == 2  # said in a line, no traceback
     assert capsys.readouterr().err.strip() == "oasr bench: beam must be >= 1 (1 = greedy), got 0"
