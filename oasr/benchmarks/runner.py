@@ -342,8 +342,9 @@ def _decoding(bench: BenchModel, device: str) -> dict[str, object]:
     decoding = bench.decoding
     if decoding["search"] != "CTC prefix beam search":
         return decoding
-    compiled = compute_device(device) == "cpu" and EngineConfig().decoder.compiled_search
-    return decoding | {"compiled": compiled}
+    config = bench.with_decoding(EngineConfig()).decoder
+    return decoding | {"compiled": config.runs_compiled_search(
+        torch.device(compute_device(device)).type)}
 
 
 def compute_device(device: str) -> str:

@@ -224,8 +224,7 @@ def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_i
             lm[h] = floats[b, 2, h]
             total[h] = _logaddexp(pb[h], pnb[h])
             closing_known[h] = False
-            for f in range(7):
-                fields[f, h] = ints[b, f, h]
+        fields[:, :] = ints[b]
         length, last, phash = fields[0], fields[1], fields[2]
         lm_state, word_state, prev_word, ctx_state = fields[3], fields[4], fields[5], fields[6]
         steps = 0
@@ -330,27 +329,22 @@ def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_i
                     chosen[best_index[i]] = True
             filler = 0
             for i in range(k):
-                if i >= count:  # a dead copy of a hypothesis no stay kept
-                    while chosen[filler]:
+                e = best_index[i] if i < count else -1
+                if e < k:  # hypothesis p stays: a ranked stay, or a dead copy filling the beam
+                    if e >= 0:
+                        p = e
+                        new_pb[i], new_pnb[i] = stay_pb[p], stay_pnb[p]
+                        new_total[i] = stay_total[p]
+                    else:  # of a hypothesis no stay kept
+                        while chosen[filler]:
+                            filler += 1
+                        p = filler
                         filler += 1
-                    p = filler
-                    filler += 1
+                        new_pb[i], new_pnb[i], new_total[i] = neg_inf, neg_inf, neg_inf
                     parents[steps, i], extends[steps, i], added[steps, i] = p, False, -1
-                    new_pb[i], new_pnb[i], new_lm[i] = neg_inf, neg_inf, lm[p]
-                    new_total[i] = neg_inf
-                    new_closing[i], new_known[i] = closing[p], closing_known[p]
-                    for f in range(7):
-                        new_fields[f, i] = fields[f, p]
-                    continue
-                e = best_index[i]
-                if e < k:
-                    p = e
-                    parents[steps, i], extends[steps, i], added[steps, i] = p, False, -1
-                    new_pb[i], new_pnb[i], new_total[i] = stay_pb[p], stay_pnb[p], stay_total[p]
                     new_lm[i] = lm[p] if fused else lm[i]
                     new_closing[i], new_known[i] = closing[p], closing_known[p]
-                    for f in range(7):
-                        new_fields[f, i] = fields[f, p]
+                    new_fields[:, i] = fields[:, p]
                     continue
                 p, j = (e - k) // nc, (e - k) % nc
                 tok = cand_tok[j]
@@ -376,12 +370,8 @@ def _search_rows(row_start, row_stop, log_probs, top_lp, top_tok, valid, frame_i
             fields[:, :] = new_fields
             frame_at[steps] = frame_index[b, t]
             steps += 1
-        for h in range(k):
-            out_floats[b, 0, h] = pb[h]
-            out_floats[b, 1, h] = pnb[h]
-            out_floats[b, 2, h] = lm[h]
-            for f in range(7):
-                out_ints[b, f, h] = fields[f, h]
+        out_floats[b, 0], out_floats[b, 1], out_floats[b, 2] = pb, pnb, lm
+        out_ints[b] = fields
         _backtrace(b, steps, parents, extends, added, frame_at, length, tokens, token_frames,
                    out_tokens, out_frames)
 

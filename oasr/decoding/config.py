@@ -119,6 +119,11 @@ class DecoderConfig:
         """Hypotheses `finalize_stream` returns."""
         return self.beam_size if self.nbest is None else self.nbest
 
+    def runs_compiled_search(self, device_type: str) -> bool:
+        """Whether a decoder on a device of this type (``"cpu"``, ``"cuda"``) runs the
+        compiled prefix beam search (``compiled_search``; the tensor search otherwise)."""
+        return self.compiled_search and not self.is_greedy and device_type == "cpu"
+
     def num_candidates(self, vocab_size: int) -> int:
         """Non-blank tokens per frame that may extend a prefix (see ``top_k``)."""
         exact = 2 * self.beam_size + 1

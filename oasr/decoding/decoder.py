@@ -170,8 +170,8 @@ class GpuStreamingDecoder:
             self._fusion = LmFusion.build(lm, cfg, self.device, boundary)
         cfg = self._config
         # the LM tables as the compiled search takes them (None: the tensor search runs)
-        self._search_tables = (SearchTables.build(self._fusion) if cfg.compiled_search
-                               and not cfg.is_greedy and self.device.type == "cpu" else None)
+        self._search_tables = (SearchTables.build(self._fusion)
+                               if cfg.runs_compiled_search(self.device.type) else None)
         if self._search_tables is not None:
             ensure_compiled()
         fixed = max_segment_frames is not None

@@ -125,11 +125,12 @@ class Posteriors:
         if n == 0:
             return [], []
         lo, hi = max(stamps[0], self.start), min(stamps[-1] + MAX_PEAK_FRAMES, self.end)
+        dates = np.array(stamps, dtype=np.int64)
         best = np.full(n, -np.inf)  # per token: its best posterior's log (NaN: one was NaN) ...
-        first = np.array(stamps, dtype=np.int64)  # ... and the first frame that has it
+        first = dates.copy()  # ... and the first frame that has it
         if hi > lo:
             _window_peaks(self._ids, self._lps, self.start, lo, hi,
-                          np.array(tokens, dtype=np.int64), first.copy(), best, first)
+                          np.array(tokens, dtype=np.int64), dates, best, first)
         out_frames: list[int] = []
         out_probs: list[float | None] = []
         for score, frame, date, token in zip(best.tolist(), first.tolist(), stamps, tokens,
