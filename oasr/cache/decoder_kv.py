@@ -25,6 +25,8 @@ from oasr.cache.slots import StreamSlotPool
 from oasr.fmha import PagedKVCache, gather_length
 from oasr.fmha.decoder_attention import (
     Fp8Scales,
+    attend_head_major,
+    attend_with_shared_tail,
     decoder_cross_attention,
     decoder_self_attention,
     gather_pages_head_major,
@@ -118,6 +120,9 @@ class DecoderKVCacheManager:
         self.cross_lens = HostMirroredTable((rows,), cfg.device)
         self._rows: dict[int, _DecoderRow] = {}
         self.num_reserved_blocks = 0
+        # per layer (K, V), each (H_kv, S, D): frames every row's cross region continues with
+        # after its own (`set_shared_tail`); None: a row's cross region is its own frames only
+        self.shared_tail: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.k_scales: torch.Tensor | None = None
         self.v_scales: torch.Tensor | None = None
         if kv_cache == "fp8_e4m3":
@@ -180,27 +185,56 @@ class DecoderKVCacheManager:
         except KeyError:
             raise KeyError(f"unknown decoder row {row_id} ({len(self._rows)} live)") from None
 
-    def build_cross_kv(self, row_ids: Sequence[int], cross_kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def set_shared_tail(self, tail_kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Frames that every row's cross region continues with, after its own: row b's
+        encoder frames are its own ``cross_len`` (as `build_cross_kv` stored them), then the
+        tail's frames from index ``cross_len`` on (without a tail a row attends to its own
+        frames only). Whisper's case: a segment encoded on part
+        of the window has the silent window's frames after its own, the same for every row,
+        so the pages hold each row's own frames and a batch's attention reads the tail once
+        for all its rows (`PagedDecoderKv.attend_cross`).
+
+        Args:
+            tail_kv: per layer (K, V), each (H_kv, ``cross_len``, D), in the dtype the
+                decoder attends in.
+        """
+        cfg = self.pool.config
+        want = (cfg.n_kv_head, self.cross_len, cfg.head_dim)
+        if len(tail_kv) != cfg.num_layers or any(
+                tuple(t.shape) != want for pair in tail_kv for t in pair):
+            shapes = [tuple(t.shape) for pair in tail_kv for t in pair]
+            raise ValueError(f"a shared tail needs {cfg.num_layers} layers of K, V each {want}, "
+                             f"got {shapes}")
+        self.shared_tail = [(k.contiguous(), v.contiguous()) for k, v in tail_kv]
+
+    def build_cross_kv(self, row_ids: Sequence[int], cross_kv: list[tuple[torch.Tensor, torch.Tensor]],
+                       num_frames: Sequence[int] | None = None) -> None:
         """Store each row's encoder K/V as its fixed-extent cross region (one write per layer).
 
         Args:
             row_ids: B live rows without a cross region yet.
             cross_kv: per layer (K, V), each (B, S, H_kv, D), S <= ``cross_len``.
+            num_frames: each row's own frames (1..S; default S), its ``cross_len``: what it
+                attends to, followed by the shared tail's frames where the manager has one
+                (`set_shared_tail`). All S frames are written.
         """
         batch, frames = cross_kv[0][0].shape[:2]
         if batch != len(row_ids):
             raise ValueError(f"cross K/V has {batch} rows for {len(row_ids)} decoder rows")
         if frames > self.cross_len:
             raise ValueError(f"cross K/V has {frames} frames, rows reserve {self.cross_len}")
+        own = [frames] * batch if num_frames is None else list(num_frames)
+        if len(own) != batch or any(not 0 < n <= frames for n in own):
+            raise ValueError(f"num_frames {own} must give each of the {batch} rows 1..{frames}")
         needed = math.ceil(frames / self.block_size)
-        for row_id in row_ids:
+        for row_id, count in zip(row_ids, own, strict=True):
             row = self._row(row_id)
             if row.cross_blocks:
                 raise ValueError(f"decoder row {row_id} already has its cross K/V")
             row.cross_blocks = self._take(row, needed)
-            row.cross_len = frames
+            row.cross_len = count
             self.cross_table.host[row.slot, :needed] = row.cross_blocks
-            self.cross_lens.host[row.slot] = frames
+            self.cross_lens.host[row.slot] = count
             self.cross_table.mark_dirty(row.slot)
             self.cross_lens.mark_dirty(row.slot)
         view = self.view(row_ids)
@@ -352,16 +386,54 @@ class PagedDecoderKv:
         return decoder_self_attention(q, k, v, cache, self._layer_scales(layer))
 
     def attend_cross(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """q (B, T, H, D) over each row's stored encoder frames -> (B, T, H, D)."""
+        """q (B, T, H, D) over each row's encoder frames -> (B, T, H, D): its stored frames,
+        then, where the manager has a shared tail, the tail's after them.
+
+        With a tail the rows' pages are read up to the longest row's own frames (L), each
+        shorter row's frames continued there from the tail, and the tail's frames from L on
+        are attended once for all rows (`attend_with_shared_tail`): a batch of segments
+        encoded on a third of Whisper's window reads a third of the bytes a step.
+        """
         if layer in self._cross_reads:
             keys, values = self._cross_reads[layer]
         else:
             cache, length = self._cross_cache(layer)
             keys, values = gather_pages_head_major(cache, length, q.dtype,
                                                    self._layer_scales(layer))
+            if self.manager.shared_tail is not None:
+                self._continue_rows(layer, keys, values)
             if self.reuse_cross:
                 self._cross_reads[layer] = (keys, values)
-        return decoder_cross_attention(q, keys, values, self.cross_lens)
+        tail = self.manager.shared_tail
+        if tail is None:
+            return decoder_cross_attention(q, keys, values, self.cross_lens)
+        k_tail, v_tail = tail[layer]
+        own, total = keys.size(2), k_tail.size(1)
+        if own >= total:  # the rows hold (or were continued to) the whole window
+            return attend_head_major(q, keys[:, :, :total], values[:, :, :total], None)
+        return attend_with_shared_tail(q, keys.permute(1, 2, 0, 3), values.permute(1, 2, 0, 3),
+                                       k_tail[:, own:], v_tail[:, own:])
+
+    def _continue_rows(self, layer: int, keys: torch.Tensor, values: torch.Tensor,
+                       frames: Sequence[int] | None = None) -> None:
+        """Write the shared tail's frames after each row's own in head-major (H, B, L, D) reads
+        (zeros without a tail: those columns are masked then); ``frames``: each row's own
+        frames (default: its ``cross_len``)."""
+        tail = self.manager.shared_tail
+        length = keys.size(2)
+        if frames is None:
+            frames = [self.manager._row(r).cross_len for r in self.row_ids]
+        for b, n in enumerate(frames):
+            if n >= length:
+                continue
+            if tail is None:
+                keys[:, b, n:] = 0
+                values[:, b, n:] = 0
+                continue
+            k_tail, v_tail = tail[layer]
+            end = min(length, k_tail.size(1))
+            keys[:, b, n:end] = k_tail[:, n:end]
+            values[:, b, n:end] = v_tail[:, n:end]
 
     def advance(self, num_tokens: int) -> None:
         self.manager.commit(self.row_ids, num_tokens)
@@ -440,9 +512,8 @@ class PagedDecoderKv:
                 out = first.new_empty(first.size(0), len(sources), length, first.size(3))
                 for b, ((part, index), n) in enumerate(zip(sources, frames, strict=True)):
                     out[:, b, :n] = part._cross_reads[layer][which][:, index, :n]
-                    if n < length:
-                        out[:, b, n:] = 0
                 joined.append(out)
+            view._continue_rows(layer, joined[0], joined[1], frames)
             view._cross_reads[layer] = (joined[0], joined[1])
         return view
 

@@ -183,3 +183,76 @@ def test_rows_joining_keep_the_cross_reads_of_their_prefill(monkeypatch: pytest.
     for row in range(3):
         mgr.free_row(row)
     assert mgr.pool.num_free_blocks == 60 and mgr.num_reserved_blocks == 0
+
+
+def _windows(own: torch.Tensor, silence: torch.Tensor, frames: tuple[int, ...]) -> torch.Tensor:
+    """(B, S, d) each row's own first ``frames[b]`` states, then the silent window's."""
+    out = silence.expand(len(frames), -1, -1).clone()
+    for b, n in enumerate(frames):
+        out[b, :n] = own[b, :n]
+    return out
+
+
+@torch.inference_mode()
+def test_rows_continued_by_a_shared_tail_step_as_their_whole_windows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows whose pages hold their own encoder frames only, continued by the manager's shared
+    tail (the silent window's frames after each row's own), step as dense rows over the whole
+    windows: prefilled together, one leaving, one joining from its own prefill; the pages
+    hold the longest row's own frames, not the window."""
+    model = tiny_model(seed=15)
+    frames = (7, 12, 4)  # own frames of 20
+    silence = tiny_encoded(1, seed=16)
+    windows = _windows(tiny_encoded(3, seed=17), silence, frames)
+    forced = torch.randint(0, 60, (3, 6), generator=torch.Generator().manual_seed(18))
+    alone = [forced_logits(model, DecoderKv(model.decoder.cross_kv(windows[b : b + 1]), 16),
+                           forced[b : b + 1]) for b in range(3)]  # (1, 7, V) each
+
+    mgr = tiny_manager(max_num_blocks=60, block_size=4)
+    tail = [(k[0].transpose(0, 1), v[0].transpose(0, 1)) for k, v in model.decoder.cross_kv(silence)]
+    mgr.set_shared_tail(tail)
+    for row in range(3):
+        mgr.allocate_row(row, 16)
+    own = [(k[:2, :12], v[:2, :12]) for k, v in model.decoder.cross_kv(windows)]
+    mgr.build_cross_kv([0, 1], own, frames[:2])
+    mgr.build_cross_kv([2], model.decoder.cross_kv(windows[2:, :4]), frames[2:])
+    assert [len(mgr.row_blocks(r)[1]) for r in range(3)] == [3, 3, 1]  # not 5 pages each
+
+    running = mgr.view([0, 1])
+    prompt = torch.tensor(TINY_SPEC.prompt)
+    first = model.decoder(prompt.expand(2, -1), running)[:, -1]
+    torch.testing.assert_close(first, torch.cat([alone[0][:, 0], alone[1][:, 0]]),
+                               rtol=1e-5, atol=1e-5)
+    fresh = mgr.view([2])
+    torch.testing.assert_close(model.decoder(prompt[None], fresh)[:, -1], alone[2][:, 0],
+                               rtol=1e-5, atol=1e-5)
+    logits = model.decoder(forced[:2, :1], running)[:, -1]  # rows 0 and 1 one token on
+    torch.testing.assert_close(logits[1], alone[1][0, 1], rtol=1e-5, atol=1e-5)
+
+    monkeypatch.setattr("oasr.cache.decoder_kv.gather_pages_head_major", _no_gather)
+    joint = PagedDecoderKv.joined([running, fresh], [2, 1])  # row 0 left, row 2 joined
+    for i in range(3):
+        step = torch.stack([forced[2, i], forced[1, 1 + i]]).unsqueeze(1)  # (2, 1)
+        logits = model.decoder(step, joint)[:, -1]
+        torch.testing.assert_close(logits[0], alone[2][0, 1 + i], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(logits[1], alone[1][0, 2 + i], rtol=1e-5, atol=1e-5)
+    joint.select([1])  # row 2 left: the kept row's reads are its own up to 12, then the tail
+    logits = model.decoder(forced[1:2, 4:5], joint)[:, -1]
+    torch.testing.assert_close(logits[0], alone[1][0, 5], rtol=1e-5, atol=1e-5)
+    for row in range(3):
+        mgr.free_row(row)
+    assert mgr.pool.num_free_blocks == 60 and mgr.num_reserved_blocks == 0
+
+
+def _no_gather(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a view read pages it had gathered")
+
+
+def test_a_shared_tail_and_own_frames_are_checked() -> None:
+    mgr = tiny_manager()
+    with pytest.raises(ValueError, match="a shared tail needs 2 layers of K, V each"):
+        mgr.set_shared_tail([(torch.zeros(2, 19, 16), torch.zeros(2, 19, 16))] * 2)
+    mgr.allocate_row(0, 4)
+    k = torch.zeros(1, 8, 2, 16)
+    with pytest.raises(ValueError, match="must give each of the 1 rows 1..8"):
+        mgr.build_cross_kv([0], [(k, k)] * 2, [9])

@@ -373,7 +373,13 @@ class ContinuousWhisperDecoder:
             for row in rows:
                 self.manager.allocate_row(row.row_id,
                                           len(self._prompt(row.request)) + row.request.max_new_tokens)
-            self.manager.build_cross_kv([r.row_id for r in rows], self.encoder.cross_kv(encoded))
+            if (self.manager.shared_tail is None
+                    and min(encoded.num_encoded) < model.config.n_audio_ctx):
+                self.manager.set_shared_tail(self.encoder.silence_tail_kv())
+            # each row's own frames in its pages; the silent window's after them are read
+            # once for all rows (`PagedDecoderKv.attend_cross`)
+            self.manager.build_cross_kv([r.row_id for r in rows], self.encoder.own_cross_kv(encoded),
+                                        encoded.num_encoded)
             prompt = torch.tensor([list(self._prompt(r.request)) for r in rows],
                                   device=model.device)  # (B, P), one length per step
             view = self.manager.view([r.row_id for r in rows])

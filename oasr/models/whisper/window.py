@@ -230,6 +230,20 @@ class SegmentEncoder:
         tail = [(k[:, own:], v[:, own:]) for k, v in self.silence_cross_kv()]
         return self._window_kv(encoded, own), tail
 
+    @torch.inference_mode()
+    def own_cross_kv(self, encoded: EncodedSegments) -> CrossKv:
+        """``cross_kv`` of each row's window up to the most frames encoded for any row (L),
+        per layer (K, V) each (B, L, H, D): what a paged decoder row stores when the silent
+        window's frames continue it (`silence_tail_kv`); a row encoded shorter than L has the
+        silent window's frames up to L."""
+        return self._window_kv(encoded, max(encoded.num_encoded))
+
+    def silence_tail_kv(self) -> CrossKv:
+        """Per decoder layer the silent window's cross K, V, each head-major
+        (H, n_audio_ctx, D): the frames after every row's own
+        (`DecoderKVCacheManager.set_shared_tail`)."""
+        return [(k[0].transpose(0, 1), v[0].transpose(0, 1)) for k, v in self.silence_cross_kv()]
+
     def _window_kv(self, encoded: EncodedSegments, frames: int) -> CrossKv:
         """Per layer K, V (B, frames, H, D) of the first ``frames`` frames of each row's window
         (its encoded frames, then the silent window's); head-major storage unless every row was
