@@ -189,10 +189,10 @@ class DecoderKVCacheManager:
         """Frames that every row's cross region continues with, after its own: row b's
         encoder frames are its own ``cross_len`` (as `build_cross_kv` stored them), then the
         tail's frames from index ``cross_len`` on (without a tail a row attends to its own
-        frames only). Whisper's case: a segment encoded on part
-        of the window has the silent window's frames after its own, the same for every row,
-        so the pages hold each row's own frames and a batch's attention reads the tail once
-        for all its rows (`PagedDecoderKv.attend_cross`).
+        frames only). Whisper's case: a segment encoded on part of the window has the silent
+        window's frames after its own, the same for every row, so the pages hold each row's
+        own frames and a batch's attention reads the tail once for all its rows
+        (`PagedDecoderKv.attend_cross`).
 
         Args:
             tail_kv: per layer (K, V), each (H_kv, ``cross_len``, D), in the dtype the
@@ -401,6 +401,9 @@ class PagedDecoderKv:
             keys, values = gather_pages_head_major(cache, length, q.dtype,
                                                    self._layer_scales(layer))
             if self.manager.shared_tail is not None:
+                width = self._cross_width()
+                if width < length:  # the last page runs past the window
+                    keys, values = keys[:, :, :width].contiguous(), values[:, :, :width].contiguous()
                 self._continue_rows(layer, keys, values)
             if self.reuse_cross:
                 self._cross_reads[layer] = (keys, values)
@@ -408,11 +411,18 @@ class PagedDecoderKv:
         if tail is None:
             return decoder_cross_attention(q, keys, values, self.cross_lens)
         k_tail, v_tail = tail[layer]
-        own, total = keys.size(2), k_tail.size(1)
-        if own >= total:  # the rows hold (or were continued to) the whole window
-            return attend_head_major(q, keys[:, :, :total], values[:, :, :total], None)
+        own = keys.size(2)
+        if own == k_tail.size(1):  # the rows hold (or were continued to) the whole window
+            return attend_head_major(q, keys, values, None)
         return attend_with_shared_tail(q, keys.permute(1, 2, 0, 3), values.permute(1, 2, 0, 3),
                                        k_tail[:, own:], v_tail[:, own:])
+
+    def _cross_width(self) -> int:
+        """Frames a read of the rows' cross regions holds: the longest row's pages, at most
+        the shared tail's frames (the whole window) where the manager has a tail."""
+        length = self._cross_cache(0)[1]
+        tail = self.manager.shared_tail
+        return length if tail is None else min(length, tail[0][0].size(1))
 
     def _continue_rows(self, layer: int, keys: torch.Tensor, values: torch.Tensor,
                        frames: Sequence[int] | None = None) -> None:
@@ -431,9 +441,8 @@ class PagedDecoderKv:
                 values[:, b, n:] = 0
                 continue
             k_tail, v_tail = tail[layer]
-            end = min(length, k_tail.size(1))
-            keys[:, b, n:end] = k_tail[:, n:end]
-            values[:, b, n:end] = v_tail[:, n:end]
+            keys[:, b, n:] = k_tail[:, n:length]
+            values[:, b, n:] = v_tail[:, n:length]
 
     def advance(self, num_tokens: int) -> None:
         self.manager.commit(self.row_ids, num_tokens)
@@ -464,7 +473,7 @@ class PagedDecoderKv:
         self._slots = self._slots[order]
         self._refresh()
         if self._cross_reads:
-            length = self._cross_cache(0)[1]
+            length = self._cross_width()
             self._cross_reads = {
                 layer: (keys[:, :, :length].index_select(1, order),
                         values[:, :, :length].index_select(1, order))  # (H, B', L', D)
@@ -503,7 +512,7 @@ class PagedDecoderKv:
         layers = set.intersection(*(set(part._cross_reads) for part in giving))
         if not view.reuse_cross or not layers:
             return view
-        length = view._cross_cache(0)[1]
+        length = view._cross_width()
         frames = [manager._row(row_id).cross_len for row_id in row_ids]
         for layer in sorted(layers):
             joined = []

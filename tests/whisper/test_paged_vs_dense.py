@@ -244,6 +244,26 @@ def test_rows_continued_by_a_shared_tail_step_as_their_whole_windows(
     assert mgr.pool.num_free_blocks == 60 and mgr.num_reserved_blocks == 0
 
 
+@torch.inference_mode()
+def test_a_row_holding_the_whole_window_beside_a_continued_one() -> None:
+    """A row that holds every frame of the window (its last page running past it) and a row
+    continued by the shared tail step together as their dense windows."""
+    model = tiny_model(seed=19)
+    frames = (20, 6)
+    silence = tiny_encoded(1, seed=20)
+    windows = _windows(tiny_encoded(2, seed=21), silence, frames)
+    forced = torch.randint(0, 60, (2, 3), generator=torch.Generator().manual_seed(22))
+    dense = forced_logits(model, DecoderKv(model.decoder.cross_kv(windows), 16), forced)
+    mgr = tiny_manager(max_num_blocks=40, block_size=8)  # 3 pages are 24 frames of 20
+    mgr.set_shared_tail([(k[0].transpose(0, 1), v[0].transpose(0, 1))
+                         for k, v in model.decoder.cross_kv(silence)])
+    for row in range(2):
+        mgr.allocate_row(row, 16)
+    mgr.build_cross_kv([0, 1], model.decoder.cross_kv(windows), frames)
+    paged = forced_logits(model, mgr.view([0, 1]), forced)
+    torch.testing.assert_close(paged, dense, rtol=1e-5, atol=1e-5)
+
+
 def _no_gather(*args: object, **kwargs: object) -> None:
     raise AssertionError("a view read pages it had gathered")
 
