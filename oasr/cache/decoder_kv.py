@@ -207,34 +207,29 @@ class DecoderKVCacheManager:
                              f"got {shapes}")
         self.shared_tail = [(k.contiguous(), v.contiguous()) for k, v in tail_kv]
 
-    def build_cross_kv(self, row_ids: Sequence[int], cross_kv: list[tuple[torch.Tensor, torch.Tensor]],
-                       num_frames: Sequence[int] | None = None) -> None:
-        """Store each row's encoder K/V as its fixed-extent cross region (one write per layer).
+    def build_cross_kv(self, row_ids: Sequence[int], cross_kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Store each row's encoder K/V as its fixed-extent cross region (one write per layer):
+        the S frames it attends to, followed by the shared tail's where the manager has one
+        (`set_shared_tail`).
 
         Args:
             row_ids: B live rows without a cross region yet.
             cross_kv: per layer (K, V), each (B, S, H_kv, D), S <= ``cross_len``.
-            num_frames: each row's own frames (1..S; default S), its ``cross_len``: what it
-                attends to, followed by the shared tail's frames where the manager has one
-                (`set_shared_tail`). All S frames are written.
         """
         batch, frames = cross_kv[0][0].shape[:2]
         if batch != len(row_ids):
             raise ValueError(f"cross K/V has {batch} rows for {len(row_ids)} decoder rows")
         if frames > self.cross_len:
             raise ValueError(f"cross K/V has {frames} frames, rows reserve {self.cross_len}")
-        own = [frames] * batch if num_frames is None else list(num_frames)
-        if len(own) != batch or any(not 0 < n <= frames for n in own):
-            raise ValueError(f"num_frames {own} must give each of the {batch} rows 1..{frames}")
         needed = math.ceil(frames / self.block_size)
-        for row_id, count in zip(row_ids, own, strict=True):
+        for row_id in row_ids:
             row = self._row(row_id)
             if row.cross_blocks:
                 raise ValueError(f"decoder row {row_id} already has its cross K/V")
             row.cross_blocks = self._take(row, needed)
-            row.cross_len = count
+            row.cross_len = frames
             self.cross_table.host[row.slot, :needed] = row.cross_blocks
-            self.cross_lens.host[row.slot] = count
+            self.cross_lens.host[row.slot] = frames
             self.cross_table.mark_dirty(row.slot)
             self.cross_lens.mark_dirty(row.slot)
         view = self.view(row_ids)
@@ -434,15 +429,9 @@ class PagedDecoderKv:
         if frames is None:
             frames = [self.manager._row(r).cross_len for r in self.row_ids]
         for b, n in enumerate(frames):
-            if n >= length:
-                continue
-            if tail is None:
-                keys[:, b, n:] = 0
-                values[:, b, n:] = 0
-                continue
-            k_tail, v_tail = tail[layer]
-            keys[:, b, n:] = k_tail[:, n:length]
-            values[:, b, n:] = v_tail[:, n:length]
+            if n < length:
+                keys[:, b, n:] = 0 if tail is None else tail[layer][0][:, n:length]
+                values[:, b, n:] = 0 if tail is None else tail[layer][1][:, n:length]
 
     def advance(self, num_tokens: int) -> None:
         self.manager.commit(self.row_ids, num_tokens)

@@ -196,10 +196,10 @@ def _windows(own: torch.Tensor, silence: torch.Tensor, frames: tuple[int, ...]) 
 @torch.inference_mode()
 def test_rows_continued_by_a_shared_tail_step_as_their_whole_windows(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows whose pages hold their own encoder frames only, continued by the manager's shared
-    tail (the silent window's frames after each row's own), step as dense rows over the whole
-    windows: prefilled together, one leaving, one joining from its own prefill; the pages
-    hold the longest row's own frames, not the window."""
+    """Rows whose pages hold their windows' first frames only, continued by the manager's
+    shared tail (the silent window's frames after them), step as dense rows over the whole
+    windows: prefilled together (up to the longer one's own frames), one leaving, one joining
+    from its own prefill; the pages hold those frames, not the window."""
     model = tiny_model(seed=15)
     frames = (7, 12, 4)  # own frames of 20
     silence = tiny_encoded(1, seed=16)
@@ -214,8 +214,8 @@ def test_rows_continued_by_a_shared_tail_step_as_their_whole_windows(
     for row in range(3):
         mgr.allocate_row(row, 16)
     own = [(k[:2, :12], v[:2, :12]) for k, v in model.decoder.cross_kv(windows)]
-    mgr.build_cross_kv([0, 1], own, frames[:2])
-    mgr.build_cross_kv([2], model.decoder.cross_kv(windows[2:, :4]), frames[2:])
+    mgr.build_cross_kv([0, 1], own)  # row 0's frames 7-12 are the silent window's
+    mgr.build_cross_kv([2], model.decoder.cross_kv(windows[2:, :4]))
     assert [len(mgr.row_blocks(r)[1]) for r in range(3)] == [3, 3, 1]  # not 5 pages each
 
     running = mgr.view([0, 1])
@@ -259,7 +259,9 @@ def test_a_row_holding_the_whole_window_beside_a_continued_one() -> None:
                          for k, v in model.decoder.cross_kv(silence)])
     for row in range(2):
         mgr.allocate_row(row, 16)
-    mgr.build_cross_kv([0, 1], model.decoder.cross_kv(windows), frames)
+    cross = model.decoder.cross_kv(windows)
+    mgr.build_cross_kv([0], [(k[:1], v[:1]) for k, v in cross])
+    mgr.build_cross_kv([1], [(k[1:, :6], v[1:, :6]) for k, v in cross])
     paged = forced_logits(model, mgr.view([0, 1]), forced)
     torch.testing.assert_close(paged, dense, rtol=1e-5, atol=1e-5)
 
@@ -268,11 +270,6 @@ def _no_gather(*args: object, **kwargs: object) -> None:
     raise AssertionError("a view read pages it had gathered")
 
 
-def test_a_shared_tail_and_own_frames_are_checked() -> None:
-    mgr = tiny_manager()
+def test_a_shared_tail_must_span_the_cross_region() -> None:
     with pytest.raises(ValueError, match="a shared tail needs 2 layers of K, V each"):
-        mgr.set_shared_tail([(torch.zeros(2, 19, 16), torch.zeros(2, 19, 16))] * 2)
-    mgr.allocate_row(0, 4)
-    k = torch.zeros(1, 8, 2, 16)
-    with pytest.raises(ValueError, match="must give each of the 1 rows 1..8"):
-        mgr.build_cross_kv([0], [(k, k)] * 2, [9])
+        tiny_manager().set_shared_tail([(torch.zeros(2, 19, 16), torch.zeros(2, 19, 16))] * 2)

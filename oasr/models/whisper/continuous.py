@@ -376,10 +376,9 @@ class ContinuousWhisperDecoder:
             if (self.manager.shared_tail is None
                     and min(encoded.num_encoded) < model.config.n_audio_ctx):
                 self.manager.set_shared_tail(self.encoder.silence_tail_kv())
-            # each row's own frames in its pages; the silent window's after them are read
-            # once for all rows (`PagedDecoderKv.attend_cross`)
-            self.manager.build_cross_kv([r.row_id for r in rows], self.encoder.own_cross_kv(encoded),
-                                        encoded.num_encoded)
+            # the rows' frames up to the longest one's encoded in their pages; the silent
+            # window's after them are read once for all rows (`PagedDecoderKv.attend_cross`)
+            self.manager.build_cross_kv([r.row_id for r in rows], self.encoder.own_cross_kv(encoded))
             prompt = torch.tensor([list(self._prompt(r.request)) for r in rows],
                                   device=model.device)  # (B, P), one length per step
             view = self.manager.view([r.row_id for r in rows])
