@@ -5,7 +5,7 @@ window) about every second, commits the words consecutive refinements agree on
 (`oasr.engine.live.refine.LocalAgreement`), and decodes the segment's final with those words forced
 as the start of its transcript. A word committed wrongly is then in the final for good. This
 replays that schedule without the clock, once per commit rule (``--agreement N:H:P``:
-``RefineConfig.agreeing``, ``hold_words``, ``min_word_prob``; the engine's default is 3:0:0.5,
+``RefineConfig.agreeing``, ``hold_words``, ``min_word_prob``; the engine's default is 2:1:0.8,
 whisper_streaming's 2:0:0): for every segment, refinements of its first
 ``--min-audio`` s, then every ``--interval`` s more, each with the committed words forced (as
 ``Refiner`` submits them) and applied by the engine's own ``Refiner.apply``; then the final

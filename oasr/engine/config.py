@@ -167,7 +167,7 @@ class EngineConfig:
         refine: refined partials (`RefineConfig`): Whisper re-decodes open segments in spare
             capacity, and words consecutive refinements agree on become stable; None:
             partials are the CTC text. Default ``RefineConfig()`` (every 1 s of new audio,
-            two agreeing).
+            two agreeing, each sure of every token at 0.8).
         quantization: ``{"kv_cache": "fp8_e4m3"}`` stores the second pass's decoder K/V
             (self- and cross-attention) as float8 with one float32 scale per (token, head);
             needs ``second_pass="whisper"``, and is refused at construction where it cannot

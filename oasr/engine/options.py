@@ -297,8 +297,8 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
          "on become stable (never change again)", LIVE_TEXT, _refine("agreeing"),
          kwargs={"type": int, "metavar": "N"}),
     Flag("--refine-min-word-prob", "refined partials: ... and only words whose every token "
-         "each of those refinements generated with at least this probability (0-1); 0: "
-         "agreement alone", LIVE_TEXT, _refine("min_word_prob"),
+         "each of those refinements generated with at least this probability (0-1; default "
+         "0.8); 0: agreement alone", LIVE_TEXT, _refine("min_word_prob"),
          kwargs={"type": float, "metavar": "P"}),
     Flag("--refine-hold-words", "refined partials: ... and not the last N words the oldest of "
          "those refinements heard; 0: none held", LIVE_TEXT, _refine("hold_words"),

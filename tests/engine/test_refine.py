@@ -131,13 +131,15 @@ def test_word_probabilities_are_each_words_least_likely_generated_token() -> Non
 
 @pytest.mark.parametrize(("floor", "committed"), [
     (0.5, ["I", "account"]),  # "it" was 0.3 likely in the older refinement
-    (0.0, ["I", "account", "it", "high", "time"]),  # the default: agreement alone
+    (0.0, ["I", "account", "it", "high", "time"]),  # agreement alone
+    (None, ["I", "account"]),  # the default, 0.8: "it" as at 0.5
+    (0.95, []),  # "I" was 0.9 likely in both
 ])
 def test_a_refinement_commits_only_the_words_its_decoder_was_sure_of(
-        floor: float, committed: list[str]) -> None:
+        floor: float | None, committed: list[str]) -> None:
     timing = FrameTiming(frame_shift_s=0.04, right_context_samples=0)
-    refiner = Refiner(RefineConfig(min_word_prob=floor), _Worker(), timing, None,
-                      itertools.count(1).__next__)
+    config = RefineConfig() if floor is None else RefineConfig(min_word_prob=floor)
+    refiner = Refiner(config, _Worker(), timing, None, itertools.count(1).__next__)
     request = _stream(1, frames=200, requested=100, last_token=100)
     state = request.refine
     for job_id, (words, probs, frames) in enumerate([
@@ -433,7 +435,7 @@ def test_commit_rule_flags_reach_the_refine_config() -> None:
     add_engine_arguments(parser)
     default = engine_config_from_args(parser.parse_args(["--lm", "none"]))
     assert default.refine == RefineConfig()  # CLI = library
-    assert (default.refine.agreeing, default.refine.min_word_prob) == (2, 0.0)
+    assert (default.refine.agreeing, default.refine.min_word_prob) == (2, 0.8)
     assert default.refine.hold_words == 1
     strict = engine_config_from_args(parser.parse_args(
         ["--lm", "none", "--refine-agreeing", "3", "--refine-min-word-prob", "0.5",

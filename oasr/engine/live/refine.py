@@ -8,23 +8,22 @@ words after them, and the **ctc** words the streaming pass heard after the audio
 refinement saw (CTC token times say where that is). Without refinements a partial is all
 ``ctc``.
 
-The agreement rule is LocalAgreement-n (whisper_streaming's is n = 2, the default) with an
-optional confidence floor: a word is committed once ``RefineConfig.agreeing`` consecutive
-refinements all put it at the same place after the committed prefix, compared as they are
-scored (``oasr.text.wer.normalize_transcript`` per word, so "man." and "man" agree), and, with
-``min_word_prob`` above 0, each of them generated every token of it with at least that
-probability; a phrase a refinement says twice back to back (`first_repeat`: Whisper's copy of
-the phrase before it) stays tentative, with every word after it. Refinements are greedy
-decodes of nearly the same audio, so they agree on their guesses too ("He was not an
-old-sposed young man" three times over, where the final's beam search hears "ill-disposed"),
-and a committed word is forced into the final. Replayed offline without the previous
-segment's context and always forced (`bench/refine_commits.py`, 98 segments), two agreeing
-cost the finals 234 word errors where free finals made 168, three agreeing and sure (0.5)
-173; live, where refinements hear the previous segment first, the stricter rule gained
-nothing measurable in the finals and put their lag p95 at 3.3 s instead of 1.6-1.9 s
-(docs/benchmarks.md), so two agreeing stays the default, with the older refinement's last
-word held for the next (``hold_words``: a decode that heard a word only at the end of its
-audio guesses it).
+The agreement rule is LocalAgreement-n (whisper_streaming's is n = 2, the default) with a
+confidence floor: a word is committed once ``RefineConfig.agreeing`` consecutive refinements
+all put it at the same place after the committed prefix, compared as they are scored
+(``oasr.text.wer.normalize_transcript`` per word, so "man." and "man" agree), and each of them
+generated every token of it with at least ``min_word_prob`` (0.8); a phrase a refinement says
+twice back to back (`first_repeat`: Whisper's copy of the phrase before it) stays tentative,
+with every word after it, and the older refinement's last word waits for the next one
+(``hold_words``: a decode that heard a word only at the end of its audio guesses it).
+Refinements are greedy decodes of nearly the same audio, so they agree on their guesses too
+("It was the best on times" twice, where the final's beam search hears "best of times"; "He was
+not an old-sposed young man" three times over, for "ill-disposed"), and a committed word is
+forced into the final. The floor keeps most such guesses tentative: in a run of 8 clients over
+read passages, about three in four words committed wrongly by agreement alone had a token below
+0.8 (down to 0.07), and four in five of the right ones had none. Live, over synthetic and real
+read passages at 2 and 8 clients, the finals then had as many word errors as with refinement
+off, where agreement alone cost 0.9-2.2 points of WER (docs/benchmarks.md).
 Each refinement is decoded with the committed prefix forced as the start of its transcript, so
 a refinement can only add to it; the segment's final is decoded the same way.
 
@@ -77,11 +76,9 @@ class RefineConfig:
             the sentence rule off it moved nothing.
         min_word_prob: a word is committed only where every agreeing refinement generated
             each of its tokens with at least this probability (greedy decodes agree on their
-            guesses too); 0 trusts agreement alone. Three agreeing at 0.5 made replayed finals
-            as accurate as free ones (bench/refine_commits.py: 211 word errors against 207
-            free on 162 segments, where two agreeing made 282), but live it commits a third as
-            many words, the finals decode the rest (lag p95 3.3 s against 1.6-1.9 s at two
-            clients) and were no more accurate, so the default trusts agreement alone.
+            guesses too); 0 trusts agreement alone. At 0.8 the finals are as accurate as with
+            refinement off; at 8 clients the longest segments' finals come later (they decode
+            the words a looser rule would have forced), docs/benchmarks.md.
         ctc_lag_s: a CTC word shown after the refined words must start this long after the
             refined audio ends: a CTC pass emits a word's first letter a little after the
             word begins, so a word Whisper already wrote at the end of the refined audio
@@ -108,7 +105,7 @@ class RefineConfig:
     interval_s: float = 1.0
     agreeing: int = 2
     hold_words: int = 1
-    min_word_prob: float = 0.0
+    min_word_prob: float = 0.8
     ctc_lag_s: float = 0.16
     pause_s: float = 0.3
     min_audio_s: float = 1.0
