@@ -19,7 +19,14 @@ query block reach a faster path?). GFLOP/s counts 4 B H T L D for an attention (
 matmuls) and 2 rows K N for the linear. Median ms of ``--repeats`` calls, the variants
 alternated.
 
+With ``--lone``, also the second pass's decoder attention: ``--lone`` rows (segments) of a
+lone query (a greedy row's next token) or 5 (a beam's), 6 heads of 64, over 100 keys (its own
+tokens) or 704 and 1,500 (encoder frames), through the fused kernel and through the matmuls
+and softmax, in bfloat16 and float32: `oasr.fmha.paged.fused_cpu_attention` picks one of the
+two per CPU.
+
     python bench/attention_kernels.py --streams 64 640 --threads 2 --flex
+    python bench/attention_kernels.py --streams 64 --threads 1 --lone 8 16 --query-lengths
 """
 
 from __future__ import annotations
@@ -90,6 +97,33 @@ def padded_queries(streams: int, lengths: list[int]) -> dict[str, Callable[[], t
     return calls
 
 
+def decoder_queries(rows: int, queries: int, keys: int, dtype: torch.dtype
+                    ) -> dict[str, Callable[[], torch.Tensor]]:
+    """The decoder's attention of ``rows`` x ``queries`` over ``keys``: fused and matmuls."""
+    from oasr.fmha.paged import _unmasked_attention
+
+    q = torch.randn(rows, HEADS, queries, HEAD_DIM).to(dtype)
+    k = torch.randn(rows, HEADS, keys, HEAD_DIM).to(dtype)
+    v = torch.randn(rows, HEADS, keys, HEAD_DIM).to(dtype)
+    return {"fused": lambda: F.scaled_dot_product_attention(q, k, v),
+            "matmuls": lambda: _unmasked_attention(q, k, v, HEAD_DIM ** -0.5)}
+
+
+def lone_table(rows: list[int], repeats: int) -> None:
+    """Print the decoder's small query blocks' table (``--lone``)."""
+    print("\n| dtype | rows x queries | keys | fused ms | matmuls ms | fused / matmuls |")
+    print("|---|---|---|---|---|---|")
+    for dtype in (torch.bfloat16, torch.float32):
+        for num_rows in rows:
+            for queries, keys in ((1, 100), (1, 704), (1, 1500), (5, 1500)):
+                with torch.inference_mode():
+                    ms = alternated_median_ms(decoder_queries(num_rows, queries, keys, dtype),
+                                              repeats)
+                print(f"| {str(dtype).removeprefix('torch.')} | {num_rows} x {queries} | {keys} "
+                      f"| {ms['fused']:.2f} | {ms['matmuls']:.2f} "
+                      f"| {ms['fused'] / ms['matmuls']:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, nargs="+", default=[64, 640])
@@ -99,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time flex_attention through torch.compile (a compile first)")
     parser.add_argument("--query-lengths", type=int, nargs="*", default=[32, 48, 64, 128],
                         help="queries per stream and head for the padded-query table")
+    parser.add_argument("--lone", type=int, nargs="*", default=[],
+                        help="also the decoder's lone and beam queries for these many rows")
     args = parser.parse_args(argv)
 
     from oasr.benchmarks.report import machine_description
@@ -130,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             for length, value in ms.items():
                 flop = attention_flop(streams, int(length))
                 print(f"| {streams} | {length} | {value:.2f} | {flop / value / 1e6:.0f} |")
+    if args.lone:
+        lone_table(args.lone, args.repeats)
     return 0
 
 

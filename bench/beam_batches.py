@@ -33,6 +33,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--fast", action="store_true",
                         help="greedy finals on the segments' own windows (a busy server's)")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default=None,
+                        help="Whisper's dtype (default: the server's, --second-pass-dtype)")
     parser.add_argument("--out", type=Path, default=None, help="write seconds and texts here")
     parser.add_argument("--against", type=Path, default=None,
                         help="an earlier --out: print the texts that differ from it")
@@ -91,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     config = EngineConfig().second_pass_decode
+    if args.dtype is not None:
+        config = replace(config, dtype=args.dtype)
     checkpoint = load_for_decoding(config, torch.device("cpu"))
     decoder = ContinuousWhisperDecoder(checkpoint, config)
     work = batches(args.devset, args.passages)

@@ -26,6 +26,10 @@ real-time pace in 100 ms frames, and the script reports:
 - ``changed_committed``: stable (committed) words that a later partial or the final of the
   same segment did not repeat (must be 0); punctuation a later text puts after a committed
   word ("you" -> "you.") is not a change of the word;
+- ``stable_words``: the words a segment's last partial showed as stable, over every segment
+  with a Whisper final (each is forced into its final), and ``stable_not_in_reference``:
+  those whose word (case and punctuation aside) is nowhere in the passage's reference, a
+  lower bound on the stable words that are wrong;
 - ``refined_share``: clients that were shown refined (stable or tentative) words;
 - ``num_finals`` (with text) and ``endpoints_between_chunks`` (of the server's endpoints, those
   decided on the quiet audio after a chunk);
@@ -276,6 +280,7 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
     by_passage: dict[str, ErrorCounts] = {}
     lags, after_decision, after_speech, settled = [], [], [], []
     partial_lat, changed, refined = [], 0, 0
+    stable_words, stable_unknown = 0, 0
     one_word, mid_sentence = 0, 0
     examples: list[dict[str, Any]] = []  # the first few changes, to see what changed
     texts: list[dict[str, Any]] = []  # per client: its finals (text, last partial, source, lag), to read
@@ -286,6 +291,7 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         read: list[dict[str, Any]] = []
         shown: list[str] = []  # per final, the last partial of its segment
         shown_refined, decoded_end = False, -1.0
+        vocabulary = set(_bare(references[log.passage]))
         since: dict[int, float] = {}  # segment -> when its partials last changed their words
         for when, m in log.messages:
             if m["type"] == "partial":
@@ -316,6 +322,8 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
                     if num and len(examples) < 5:
                         examples.append({"by": "final", "committed": committed, "then": words})
                     changed += num
+                    stable_words += len(committed)
+                    stable_unknown += sum(not set(_bare(w)) <= vocabulary for w in committed)
                 partial = last.pop(m["segment"], "")
                 shown.append(partial)
                 sent = log.sent_at(m["end"])
@@ -359,6 +367,7 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         "partial_p50": round(percentile(partial_lat, 0.5), 3),
         "partial_p95": round(percentile(partial_lat, 0.95), 3),
         "changed_committed": changed, "changed_examples": examples,
+        "stable_words": stable_words, "stable_not_in_reference": stable_unknown,
         "refined_share": round(refined / max(len(logs), 1), 2),
         "final_errors": {name: {"sessions": c.utterances, "word_errors": c.word_errors,
                                 "words": c.words} for name, c in sorted(by_passage.items())},
@@ -486,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
             "after_speech_p50", "after_speech_p95", "after_decision_p50", "after_decision_p95",
             "settled_p50", "settled_p95", "num_finals", "one_word_finals", "mid_sentence_cuts",
-            "partial_p50", "partial_p95", "changed_committed", "refined_share"]
+            "partial_p50", "partial_p95", "changed_committed", "stable_words",
+            "stable_not_in_reference", "refined_share"]
     if alone is not None:
         keys.insert(3, "final_wer_alone")
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))

@@ -303,6 +303,9 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag("--refine-hold-words", "refined partials: ... and not the last N words the oldest of "
          "those refinements heard; 0: none held", LIVE_TEXT, _refine("hold_words"),
          kwargs={"type": int, "metavar": "N"}),
+    Flag("--refine-max-streams", "refined partials: with more live streams than this, "
+         "nothing is refined (a busy server's partials are the CTC pass's)", LIVE_TEXT,
+         _refine("max_streams"), kwargs={"type": int, "metavar": "N"}),
 )
 
 
@@ -490,7 +493,7 @@ def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None 
         changes["quantization"] = parse_quantization_options(given("quantization_option"))
     refine = base.refine or RefineConfig()
     refine_fields = {"refine_agreeing": "agreeing", "refine_min_word_prob": "min_word_prob",
-                     "refine_hold_words": "hold_words"}
+                     "refine_hold_words": "hold_words", "refine_max_streams": "max_streams"}
     refine = replace(refine, **{name: given(dest) for dest, name in refine_fields.items()
                                 if given(dest) is not None})
     interval = given("refine_interval")

@@ -16,6 +16,7 @@ from oasr.fmha.paged import (
     PagedKVCache,
     _chunk_slots,
     dense_attention,
+    fused_cpu_attention,
     gather_length,
     key_padding_mask,
     write_chunk_kv,
@@ -150,9 +151,10 @@ def attend_with_shared_tail(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.T
     window's, the same for every segment of a batch, so each segment's K/V is read for its own
     frames only and the silent tail's once for all (an 8-segment layer of 300 own frames in
     1,500 reads a quarter of the bytes). The two score blocks share one softmax: each block's
-    result is weighted by its share of the exponentials summed over both (on CPU from each
-    block's log-sum-exp, which torch's fused attention returns; elsewhere from each row's
-    maximum over both and the exponentials summed in float32).
+    result is weighted by its share of the exponentials summed over both (on a CPU with AMX
+    from each block's log-sum-exp, which torch's fused attention returns,
+    `fused_cpu_attention`; elsewhere from each row's maximum over both and the exponentials
+    summed in float32).
 
     Args:
         q: (G, R, H, D) each group's R query rows (any strides).
@@ -164,7 +166,7 @@ def attend_with_shared_tail(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.T
         (G, R, H, D) in q's dtype.
     """
     scale = scale if scale is not None else q.size(-1) ** -0.5
-    if q.device.type == "cpu":
+    if q.device.type == "cpu" and fused_cpu_attention():
         return _shared_tail_fused(q, k_own, v_own, k_tail, v_tail, scale)
     return _shared_tail_passes(q, k_own, v_own, k_tail, v_tail, scale)
 
@@ -194,18 +196,30 @@ def _shared_tail_fused(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor
 
 def _shared_tail_passes(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor,
                         k_tail: torch.Tensor, v_tail: torch.Tensor, scale: float) -> torch.Tensor:
-    """`attend_with_shared_tail` in matmuls and element-wise passes (any device)."""
+    """`attend_with_shared_tail` in matmuls and element-wise passes (any device).
+
+    The own blocks' products are batched over (group, head) or (head, group), whichever order
+    the keys are stored in (a dense decoder buffer's (G, H, L, D), a paged read's (H, G, L,
+    D)), so that no operand is copied into the other order first."""
     groups, rows, heads, dim = q.shape
-    qh = q.transpose(1, 2) * scale  # (G, H, R, D)
-    own = torch.matmul(qh, k_own.transpose(1, 2).transpose(-2, -1)).float()  # (G, H, R, L)
-    q_tail = qh.transpose(0, 1).reshape(heads, groups * rows, dim)  # (H, G R, D)
+    heads_first = k_own.stride(2) > k_own.stride(0)
+    order = (2, 0, 1, 3) if heads_first else (0, 2, 1, 3)  # (G, L, H, D) -> its storage's
+
+    def as_own(t: torch.Tensor) -> torch.Tensor:
+        """(H, G, ...) -> the own blocks' batch order."""
+        return t if heads_first else t.transpose(0, 1)
+
+    qh = q.permute(order) * scale  # (H, G, R, D) or (G, H, R, D)
+    own = torch.matmul(qh, k_own.permute(order).transpose(-2, -1)).float()  # (., ., R, L)
+    q_tail = as_own(qh).reshape(heads, groups * rows, dim)  # (H, G R, D)
     tail = torch.matmul(q_tail, k_tail.transpose(-2, -1)).float()  # (H, G R, T)
-    top = torch.maximum(own.amax(-1), tail.amax(-1).view(heads, groups, rows).transpose(0, 1))
-    own = own.sub_(top.unsqueeze(-1)).exp_()  # (G, H, R, L)
-    tail = tail.sub_(top.transpose(0, 1).reshape(heads, groups * rows, 1)).exp_()
-    total = own.sum(-1) + tail.sum(-1).view(heads, groups, rows).transpose(0, 1)  # (G, H, R)
-    out = torch.matmul(own.to(v_own.dtype), v_own.transpose(1, 2)).float()  # (G, H, R, D)
+    top = torch.maximum(own.amax(-1), as_own(tail.amax(-1).view(heads, groups, rows)))
+    own = own.sub_(top.unsqueeze(-1)).exp_()
+    tail = tail.sub_(as_own(top).reshape(heads, groups * rows, 1)).exp_()
+    total = own.sum(-1) + as_own(tail.sum(-1).view(heads, groups, rows))
+    out = torch.matmul(own.to(v_own.dtype), v_own.permute(order)).float()  # (., ., R, D)
     shared = torch.matmul(tail.to(v_tail.dtype), v_tail)  # (H, G R, D)
-    out += shared.view(heads, groups, rows, dim).transpose(0, 1)
+    out += as_own(shared.view(heads, groups, rows, dim))
     out /= total.unsqueeze(-1)
-    return out.to(q.dtype).transpose(1, 2)  # (G, R, H, D)
+    back = (1, 2, 0, 3) if heads_first else (0, 2, 1, 3)
+    return out.to(q.dtype).permute(back)  # (G, R, H, D)

@@ -15,6 +15,7 @@ to the host on the hot path.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -343,13 +344,11 @@ def _masked_attention(
     Returns:
         (..., T, D).
 
-    On CPU a lone query (T = 1: a decoder's next token, against its own tokens or an encoder
-    window) takes torch's fused kernel whatever the backend: over 20-1,500 keys in bfloat16
-    it ran 2-5x faster than the torch backend's passes (the scores' matmul, softmax and the
-    values' matmul; with a mask, also its casts and fill), and it reads the strided views of
-    a decoder's K/V buffers without copying them.
+    On a CPU with AMX a lone query (T = 1: a decoder's next token, against its own tokens or
+    an encoder window) takes torch's fused kernel whatever the backend (`fused_cpu_attention`).
     """
-    if backend == "sdpa" or (q.size(-2) == 1 and q.device.type == "cpu"):
+    if backend == "sdpa" or (q.size(-2) == 1 and q.device.type == "cpu"
+                             and fused_cpu_attention()):
         mask = _sdpa_mask(keep, attn_bias, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if keep is None and attn_bias is None and math.frexp(scale)[0] == 0.5:
@@ -364,6 +363,25 @@ def _masked_attention(
         scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.matmul(probs, v)  # (..., T, D)
+
+
+@functools.cache
+def fused_cpu_attention() -> bool:
+    """Whether this CPU runs torch's fused attention kernel faster than matmuls for the
+    decoder's small query blocks (a lone next token; a beam's few), whatever the dtype: where
+    it has AMX tiles.
+
+    The kernel multiplies bfloat16 blocks on AMX; without it, it is the slower one. On a
+    2-vCPU Sapphire Rapids Xeon (AMX-bf16), bfloat16, one thread, a lone query over 20-1,500
+    keys took 2-5x less time in the kernel than in the matmuls and softmax. On a 2-vCPU AMD
+    EPYC with AVX512-BF16 and no AMX (2026-12-07, one thread, 6 heads of 64,
+    `bench/attention_kernels.py --lone 8 16`): a lone query of 16 rows over 100 / 704 / 1,500
+    keys 1.03 / 8.65 / 19.4 ms in the kernel against 0.21 / 1.82 / 3.66 ms in matmuls in
+    bfloat16, a beam's 5 queries 1.8-2.1x slower in the kernel; in float32 the two within
+    0.95-1.27x of each other. Whisper's greedy batch decodes there took 1.11-1.28x less time
+    with the matmuls, beam searches 1.02-1.09x.
+    """
+    return bool(torch.cpu._is_amx_tile_supported())
 
 
 def _unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

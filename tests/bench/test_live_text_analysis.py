@@ -80,6 +80,27 @@ def test_a_committed_word_that_changes_is_counted() -> None:
     assert row["settled_p50"] == row["final_lag_p50"] == round(102.5 - 101.4, 2)
 
 
+def test_stable_words_are_counted_at_each_whisper_final() -> None:
+    live = load_script()
+    log = client_log(live)
+    ctc_final = {**final(2, "over it", 4.0), "source": "ctc"}
+    log.messages = [
+        (101.0, partial(0, "The quick", 1.0, stable="The")),
+        (101.5, partial(0, "The quick brown", 1.5, stable="The quick")),
+        (102.5, final(0, "The quick brown.", 1.5)),
+        # a guess both refinements made is stable, forced into the final, and not a word of
+        # the passage
+        (103.0, partial(1, "Fax jumps", 2.5, stable="Fax jumps,")),
+        (103.5, final(1, "Fax jumps.", 2.5)),
+        # a segment whose final kept its CTC text forces nothing
+        (104.0, partial(2, "over it", 3.5, stable="over")),
+        (105.0, ctc_final),
+    ]
+    row = live.analyse([log], [passage(live, "the quick brown fox jumps over it")])
+    assert row["stable_words"] == 4
+    assert row["stable_not_in_reference"] == 1
+
+
 def test_segments_are_counted_against_the_passages_sentences() -> None:
     live = load_script()
     log = client_log(live)

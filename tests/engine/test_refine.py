@@ -439,13 +439,15 @@ def test_commit_rule_flags_reach_the_refine_config() -> None:
     assert default.refine.hold_words == 1
     strict = engine_config_from_args(parser.parse_args(
         ["--lm", "none", "--refine-agreeing", "3", "--refine-min-word-prob", "0.5",
-         "--refine-hold-words", "1"]))
+         "--refine-hold-words", "1", "--refine-max-streams", "32"]))
     assert strict.refine is not None
     assert (strict.refine.agreeing, strict.refine.min_word_prob) == (3, 0.5)
-    assert strict.refine.hold_words == 1
+    assert (strict.refine.hold_words, strict.refine.max_streams) == (1, 32)
     off = engine_config_from_args(parser.parse_args(["--lm", "none", "--refine-interval", "0"]))
     assert off.refine is None
     with pytest.raises(ValueError, match="agreeing >= 2"):
         engine_config_from_args(parser.parse_args(["--lm", "none", "--refine-agreeing", "1"]))
     with pytest.raises(ValueError, match="hold_words >= 0"):
         engine_config_from_args(parser.parse_args(["--lm", "none", "--refine-hold-words", "-1"]))
+    with pytest.raises(ValueError, match="max_streams must be >= 1"):
+        engine_config_from_args(parser.parse_args(["--lm", "none", "--refine-max-streams", "0"]))

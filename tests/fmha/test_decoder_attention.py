@@ -7,8 +7,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
+import oasr.fmha.decoder_attention as decoder_attention
+import oasr.fmha.paged as paged
 from oasr.fmha import PagedKVCache, dense_attention, write_chunk_kv
 from oasr.fmha.decoder_attention import (
+    _shared_tail_fused,
     _shared_tail_passes,
     attend_head_major,
     attend_with_shared_tail,
@@ -86,23 +89,31 @@ def test_cross_attention_over_full_rows_equals_the_masked_path(dtype: torch.dtyp
                                rtol=0)
 
 
-@pytest.mark.parametrize("attend", [attend_with_shared_tail, _shared_tail_passes],
-                         ids=["default", "passes"])
+@pytest.mark.parametrize("heads_first", [False, True], ids=["group-major", "head-major"])
+@pytest.mark.parametrize("attend", [_shared_tail_fused, _shared_tail_passes],
+                         ids=["fused", "passes"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_shared_tail_attention_is_attention_over_the_joined_keys(dtype: torch.dtype,
-                                                                 attend: Callable) -> None:
+                                                                 attend: Callable,
+                                                                 heads_first: bool) -> None:
     """Each group's query rows over its own keys and then keys every group shares: one softmax
-    over both blocks (not one per block), as dense attention over the keys joined; on CPU
-    through the fused kernel's log-sum-exps, and in the passes other devices take."""
+    over both blocks (not one per block), as dense attention over the keys joined; through the
+    fused kernel's log-sum-exps (CPUs with AMX) and in the passes (other CPUs and devices),
+    with the own keys stored per group (a dense decoder buffer) or per head (a paged read)."""
     gen = torch.Generator().manual_seed(3)
     groups, rows, own, tail, dim = 3, 5, 7, 11, 16
     q = torch.randn(groups, H, rows, dim, generator=gen).to(dtype).transpose(1, 2)  # strided
-    k_own = torch.randn(groups, H, own, dim, generator=gen).to(dtype)  # head-major storage
+    k_own = torch.randn(groups, H, own, dim, generator=gen).to(dtype)
     v_own = torch.randn(groups, H, own, dim, generator=gen).to(dtype)
     k_tail = torch.randn(H, tail, dim, generator=gen).to(dtype)
     v_tail = torch.randn(H, tail, dim, generator=gen).to(dtype)
-    got = attend(q, k_own.transpose(1, 2), v_own.transpose(1, 2), k_tail, v_tail,
-                 scale=dim ** -0.5)
+    if heads_first:  # (H, G, L, D) storage, viewed (G, L, H, D)
+        k_view = k_own.transpose(0, 1).contiguous().permute(1, 2, 0, 3)
+        v_view = v_own.transpose(0, 1).contiguous().permute(1, 2, 0, 3)
+        assert k_view.stride(2) > k_view.stride(0)
+    else:  # (G, H, L, D) storage
+        k_view, v_view = k_own.transpose(1, 2), v_own.transpose(1, 2)
+    got = attend(q, k_view, v_view, k_tail, v_tail, scale=dim ** -0.5)
     assert got.shape == (groups, rows, H, dim) and got.dtype == dtype
     keys = torch.cat([k_own, k_tail.expand(groups, -1, -1, -1)], dim=2).transpose(1, 2)
     values = torch.cat([v_own, v_tail.expand(groups, -1, -1, -1)], dim=2).transpose(1, 2)
@@ -113,3 +124,30 @@ def test_shared_tail_attention_is_attention_over_the_joined_keys(dtype: torch.dt
     alone = dense_attention(q.float(), k_own.transpose(1, 2).float(),
                             v_own.transpose(1, 2).float(), None)
     assert (alone - want).abs().max() > 10 * tol
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["matmuls", "fused"])
+def test_lone_queries_attend_alike_through_either_cpu_path(monkeypatch: pytest.MonkeyPatch,
+                                                           fused: bool) -> None:
+    """A decoder's lone queries (its next token) over its keys, masked or not, and over a
+    shared tail: the fused kernel (CPUs with AMX) and the matmuls (other CPUs) give the float32
+    reference's answer."""
+    monkeypatch.setattr(paged, "fused_cpu_attention", lambda: fused)
+    monkeypatch.setattr(decoder_attention, "fused_cpu_attention", lambda: fused)
+    gen = torch.Generator().manual_seed(4)
+    dtype, dim = torch.bfloat16, 16
+    q = torch.randn(3, 1, H, dim, generator=gen).to(dtype)
+    keys = torch.randn(3, 9, H, dim, generator=gen).to(dtype)
+    values = torch.randn(3, 9, H, dim, generator=gen).to(dtype)
+    valid = torch.arange(9) < torch.tensor([[9], [6], [2]])
+    for keep in (None, valid):
+        got = dense_attention(q, keys, values, keep)
+        want = dense_attention(q.float(), keys.float(), values.float(), keep)
+        torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=0)
+    k_tail = torch.randn(H, 5, dim, generator=gen).to(dtype)
+    v_tail = torch.randn(H, 5, dim, generator=gen).to(dtype)
+    got = attend_with_shared_tail(q, keys, values, k_tail, v_tail)
+    joined_k = torch.cat([keys, k_tail.transpose(0, 1).expand(3, -1, -1, -1)], dim=1)
+    joined_v = torch.cat([values, v_tail.transpose(0, 1).expand(3, -1, -1, -1)], dim=1)
+    want = dense_attention(q.float(), joined_k.float(), joined_v.float(), None)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=0)
