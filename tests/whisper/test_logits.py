@@ -276,12 +276,14 @@ def test_int8_falls_back_to_float_where_torch_cannot_pack(monkeypatch: pytest.Mo
     weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
     h = torch.randn(5, 1, WIDTH)
     # one kernel that packs but cannot multiply: the other one is kept
+    both = logits_module.INT8_KERNELS
     monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", refuse)
-    assert logits_module.pack_int8(weight).kernel == "onednn"  # type: ignore[union-attr]
+    assert logits_module.pack_int8(weight, candidates=both).kernel == "onednn"  # type: ignore[union-attr]
     monkeypatch.undo()
     monkeypatch.setattr(torch.ops.onednn, "qlinear_pointwise", refuse)
-    assert logits_module.pack_int8(weight).kernel == "fbgemm"  # type: ignore[union-attr]
+    assert logits_module.pack_int8(weight, candidates=both).kernel == "fbgemm"  # type: ignore[union-attr]
     monkeypatch.setattr(torch, "quantize_per_channel", refuse)  # neither: float logits
+    assert logits_module.pack_int8(weight, candidates=both) is None
     assert logits_module.pack_int8(weight) is None
     projection = LogitsProjection(weight, "int8", timer_favouring("torch"))
     torch.testing.assert_close(projection(h), F.linear(h, weight))
@@ -291,7 +293,7 @@ def test_int8_falls_back_to_float_where_torch_cannot_pack(monkeypatch: pytest.Mo
 def test_an_int8_kernel_that_multiplies_wrongly_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel whose products are off (here oneDNN's clipped, as an int8 path that saturates
     on some CPU would give them) is refused when packing, and the other kernel serves."""
-    from oasr.models.whisper.logits import pack_int8
+    from oasr.models.whisper.logits import INT8_KERNELS, pack_int8
 
     product = torch.ops.onednn.qlinear_pointwise
 
@@ -301,14 +303,14 @@ def test_an_int8_kernel_that_multiplies_wrongly_is_refused(monkeypatch: pytest.M
 
     monkeypatch.setattr(torch.ops.onednn, "qlinear_pointwise", saturating)
     weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
-    packed = pack_int8(weight, timer_favouring("onednn"))
+    packed = pack_int8(weight, timer_favouring("onednn"), INT8_KERNELS)
     assert packed is not None and packed.kernel == "fbgemm"
 
 
 @torch.inference_mode()
 @pytest.mark.parametrize("fast", ["onednn", "fbgemm"])
 def test_int8_keeps_the_faster_kernel(fast: str) -> None:
-    from oasr.models.whisper.logits import INT8_TIMED_ROWS, pack_int8
+    from oasr.models.whisper.logits import INT8_KERNELS, INT8_TIMED_ROWS, pack_int8
 
     timed: list[tuple[str, int]] = []
 
@@ -317,11 +319,38 @@ def test_int8_keeps_the_faster_kernel(fast: str) -> None:
         return 0.5 if kernel == fast else 1.0
 
     weight = vocabulary_major(torch.randn(VOCAB, WIDTH))
-    packed = pack_int8(weight, timer)
+    packed = pack_int8(weight, timer, INT8_KERNELS)
     assert packed is not None and packed.kernel == fast
     # both kernels, on a beam's rows and on a batch of beams
     assert {kernel for kernel, _ in timed} == {"onednn", "fbgemm"}
     assert {rows for _, rows in timed} == set(INT8_TIMED_ROWS)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize(("machine", "amx", "packed"), [
+    ("x86_64", True, {"onednn", "fbgemm"}), ("x86_64", False, {"fbgemm"}),
+    ("aarch64", False, {"onednn", "fbgemm"})])
+def test_onednn_int8_is_not_packed_on_an_x86_cpu_without_amx(
+        monkeypatch: pytest.MonkeyPatch, machine: str, amx: bool, packed: set[str]) -> None:
+    """Where oneDNN's int8 product is a slow kernel (x86 without AMX: seconds for a beam's
+    rows) it is neither packed nor timed: a second-pass process starts at once."""
+    import oasr.models.whisper.logits as logits_module
+
+    monkeypatch.setattr(logits_module.platform, "machine", lambda: machine)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert set(logits_module.int8_kernels()) == packed
+    built: list[str] = []
+    real = logits_module.Int8Weight
+
+    def counted(weight: torch.Tensor, kernel: str) -> object:
+        built.append(kernel)
+        return real(weight, kernel)
+
+    monkeypatch.setattr(logits_module, "Int8Weight", counted)
+    chosen = logits_module.pack_int8(vocabulary_major(torch.randn(VOCAB, WIDTH)),
+                                     timer_favouring("onednn"))
+    assert set(built) == packed and chosen is not None
+    assert chosen.kernel == ("onednn" if "onednn" in packed else "fbgemm")
 
 
 @torch.inference_mode()

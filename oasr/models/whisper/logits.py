@@ -18,7 +18,8 @@ on the same EPYC 5 rows took 4-7 ms against 24-30 ms for torch's float32. Two in
 serve it, timed against each other when the weight is packed (`pack_int8`): oneDNN's int8
 matmul (the matrix units' int8 on a CPU with AMX: 40 rows, eight segments' beams searched
 together, in 1.8 ms against 6.5 ms on a Sapphire Rapids core) and fbgemm's dynamic int8
-linear (torch's quantized ``linear_dynamic``). Those logits are off by ~1.5% of their range, enough to
+linear (torch's quantized ``linear_dynamic``). On an x86 CPU without AMX only fbgemm is
+packed (`int8_kernels`). Those logits are off by ~1.5% of their range, enough to
 re-rank close candidates (alone, they cost the finals 7 more word errors in 2,500), so each
 row's best ``RESCORED`` tokens by them are computed again in float32 from E (a gather of 64
 columns per beam; with it the finals over 2,500 words had float32's 192 errors, 3 of 137
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import platform
 import statistics
 import time
 import warnings
@@ -308,6 +310,19 @@ INT8_MAX_ERROR = 0.05  # a kernel's products off by more than this share of a ro
 INT8_TIMED_ROWS = (5, 40)  # a beam's rows, and eight segments' beams searched together
 
 
+def int8_kernels() -> tuple[str, ...]:
+    """The int8 kernels `pack_int8` packs and times on this CPU: both, except oneDNN's on an
+    x86 CPU without AMX tiles, where its int8 product is not the fast one and can be very slow:
+    on a 2-vCPU AMD EPYC with AVX512-VNNI and no AMX (2026-12-07, one thread) it took 2.6 s
+    for 5 rows and 21 s for 40 against fbgemm's 2 and 6-9 ms, and its packing 4.6 s, so timing
+    it made each second-pass process start about two minutes late; on a Sapphire Rapids Xeon
+    held to AVX2 it took 26-37 ms for 40 rows against fbgemm's 5-7."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    if x86 and not torch.cpu._is_amx_tile_supported():
+        return ("fbgemm",)
+    return INT8_KERNELS
+
+
 class Int8Weight:
     """The embedding E (V, d) in int8, one scale per token (symmetric, absmax / 127), packed
     for one int8 GEMM kernel; ``int8_weight(rows)`` is the product of float32 rows (N, d) with
@@ -369,15 +384,16 @@ class Int8Weight:
         return logits.mul_(absmax)
 
 
-def pack_int8(weight: torch.Tensor, timer: Timer = _seconds) -> Int8Weight | None:
+def pack_int8(weight: torch.Tensor, timer: Timer = _seconds,
+              candidates: tuple[str, ...] | None = None) -> Int8Weight | None:
     """``weight`` (V, d) packed for the faster int8 kernel this torch and CPU run (`Int8Weight`:
-    both are timed on a beam's rows and on eight beams' rows, alternated, ``timer`` timing one
-    call); None (logged) where neither runs.
+    the ``candidates``, default `int8_kernels`, are timed on a beam's rows and on eight beams'
+    rows, alternated, ``timer`` timing one call); None (logged) where none runs.
 
     On a Sapphire Rapids core (AMX-int8) oneDNN took 1.8 ms for 40 rows against fbgemm's
     6.5 ms, and 1.1 against 1.2 ms for 5 rows; the choice is made per machine, not assumed."""
     kernels = []
-    for kernel in INT8_KERNELS:
+    for kernel in candidates if candidates is not None else int8_kernels():
         try:
             kernels.append(Int8Weight(weight, kernel))
         except (AttributeError, NotImplementedError, RuntimeError) as exc:
@@ -387,7 +403,7 @@ def pack_int8(weight: torch.Tensor, timer: Timer = _seconds) -> Int8Weight | Non
         return None
     if len(kernels) == 1:
         return kernels[0]
-    times: dict[str, float] = dict.fromkeys(INT8_KERNELS, 0.0)
+    times: dict[str, float] = {k.kernel: 0.0 for k in kernels}
     for rows in INT8_TIMED_ROWS:
         h = torch.randn(rows, weight.shape[1])
         medians = _median_seconds({k.kernel: functools.partial(k, h) for k in kernels}, timer)
