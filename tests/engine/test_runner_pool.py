@@ -228,3 +228,41 @@ def test_one_process_dying_fails_its_own_jobs_and_the_other_goes_on() -> None:
     assert (done.job_id, done.text, done.source) == (4, None, "ctc")
     assert not worker.try_submit(_job(6, _voice(0.5)))  # both gone: the second pass is lost
     worker.stop(timeout=2)
+
+
+def _server_stand_in(pids: Any) -> None:
+    """A server's stand-in: starts one second-pass child, says its pid, and waits to be
+    killed."""
+    runner = ProcessRunner(WhisperProcessSpec(nice=5), lambda answer: None, lambda: None,
+                           target=child_scripted)
+    pids.put(runner.process.pid)
+    time.sleep(600)
+
+
+def _exited(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie: exited
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_child_whose_server_is_killed_exits() -> None:
+    """The server killed (SIGKILL: no stop command, its queues never closed): its second-pass
+    child does not live on holding Whisper's memory, it exits within seconds."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    pids = ctx.Queue()
+    server = ctx.Process(target=_server_stand_in, args=(pids,))
+    server.start()
+    child = pids.get(timeout=60)
+    time.sleep(1.5)
+    assert not _exited(child)  # alive while its server is
+    os.kill(server.pid, signal.SIGKILL)
+    server.join(10)
+    deadline = time.monotonic() + 15
+    while not _exited(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _exited(child)

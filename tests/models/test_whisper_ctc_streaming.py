@@ -98,7 +98,9 @@ def test_batched_streaming_equals_chunk_masked_forward(model: WhisperCtcModel,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_feed_forward_in_row_pieces_equals_it_whole(
         model: WhisperCtcModel, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large batch's FFN runs in pieces of rows: the same rows, bit for bit."""
+    """A large batch's FFN runs in pieces of rows: the same rows (bit for bit in bfloat16's
+    fused oneDNN product; float32's BLAS may pick another kernel for fewer rows, as MKL does
+    on an AMD EPYC, and round a last bit otherwise)."""
     block = copy.deepcopy(model.blocks[0]).to(dtype)
     x = torch.randn(7, 4, TINY.width).to(dtype)  # 28 rows
     hidden_row = 4 * TINY.width * x.element_size()
@@ -106,7 +108,11 @@ def test_the_feed_forward_in_row_pieces_equals_it_whole(
         whole = streaming._feed_forward(block, x)
         monkeypatch.setattr(streaming, "FFN_PIECE_BYTES", 5 * hidden_row)  # 5 rows, last 3
         pieces = streaming._feed_forward(block, x)
-    assert pieces.shape == x.shape and torch.equal(pieces, whole)
+    assert pieces.shape == x.shape
+    if dtype == torch.bfloat16:
+        assert torch.equal(pieces, whole)
+    else:
+        torch.testing.assert_close(pieces, whole, rtol=1e-6, atol=1e-6)
     assert not torch.equal(whole, x)
 
 

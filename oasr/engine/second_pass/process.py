@@ -11,7 +11,9 @@ The child is started with ``spawn`` (a fork of a process running torch's thread 
 safe), loads Whisper itself (the server process never holds its weights) and then runs a
 `SecondPassLoop` on the commands it reads. It reports its counters with every answer and at
 least every ``COUNTERS_EVERY_S`` while it decodes. If it dies, the parent's reader notices
-within ``LIVENESS_POLL_S`` and the worker answers everything outstanding as failed.
+within ``LIVENESS_POLL_S`` and the worker answers everything outstanding as failed; if the
+server dies (killed), the child notices within ``PARENT_POLL_S`` of its next wait for a
+command and exits.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 COUNTERS_EVERY_S = 0.25  # the child's counters reach the engine at least this often
 LIVENESS_POLL_S = 0.5  # the reader checks that the child is alive this often
+PARENT_POLL_S = 1.0  # the child checks that the server process is alive this often
 STARTUP_TIMEOUT_S = 300.0  # loading Whisper in the child (a cold disk cache is slow)
 
 
@@ -91,20 +94,43 @@ def child_main(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step: 
         return
     answers.put(("ready", None))
     reported = [0.0]
+    server, checked = mp.parent_process(), [time.monotonic()]
+    orphaned, stopped = [False], [False]
 
     def emit(answer: Answer) -> None:
         answers.put(("answer", answer, replace(loop.counters)))
         reported[0] = time.monotonic()
+
+    def server_gone() -> bool:
+        """Whether the server process died without stopping the child (killed: its queues
+        stay open, the child holding both ends), checked at most every ``PARENT_POLL_S``."""
+        now = time.monotonic()
+        if server is not None and now - checked[0] >= PARENT_POLL_S:
+            checked[0] = now
+            orphaned[0] = not server.is_alive()
+        return orphaned[0]
 
     def get(block: bool) -> Command:
         now = time.monotonic()
         if now - reported[0] >= COUNTERS_EVERY_S:
             answers.put(("counters", replace(loop.counters)))
             reported[0] = now
-        return commands.get(block=block)
+        while not server_gone():
+            try:
+                return commands.get(block=block, timeout=PARENT_POLL_S if block else None)
+            except queue.Empty:
+                if not block:
+                    raise
+        if stopped[0]:
+            raise queue.Empty
+        stopped[0] = True
+        return None  # a stop, once: a child outliving its server would hold Whisper's memory
 
     loop = SecondPassLoop(decoder, emit, spec.no_speech, spec.guard, spec.fast_backlog)
     loop.run(get, may_step.wait)
+    if orphaned[0]:
+        answers.cancel_join_thread()  # nobody reads them: exit without flushing
+        return
     answers.put(("stopped", replace(loop.counters)))
 
 

@@ -259,8 +259,9 @@ def _feed_forward(block: WhisperCtcBlock, x: Tensor) -> Tensor:
     A whole large batch's hidden layer is one buffer of B x T' x 4W (71 MiB at 720 streams
     in bfloat16): past the 64 MiB heaps glibc gives a thread, it would be a fresh ``mmap``
     whose pages are faulted in every step (`oasr.engine.runner.host_memory`). The pieces give
-    the same rows, bit for bit (each row's products are its own); joining them costs one copy
-    of the output.
+    the same rows (each row's products are its own; bit for bit in bfloat16, while float32's
+    BLAS may pick another kernel for fewer rows and round a last bit otherwise); joining them
+    costs one copy of the output.
 
     Args:
         x: (B, T', W). Returns: (B, T', W).
