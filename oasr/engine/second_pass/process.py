@@ -94,8 +94,7 @@ def child_main(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step: 
         return
     answers.put(("ready", None))
     reported = [0.0]
-    server, checked = mp.parent_process(), [time.monotonic()]
-    orphaned, stopped = [False], [False]
+    server, checked, orphaned = mp.parent_process(), [time.monotonic()], [False]
 
     def emit(answer: Answer) -> None:
         answers.put(("answer", answer, replace(loop.counters)))
@@ -103,28 +102,28 @@ def child_main(spec: WhisperProcessSpec, commands: Any, answers: Any, may_step: 
 
     def server_gone() -> bool:
         """Whether the server process died without stopping the child (killed: its queues
-        stay open, the child holding both ends), checked at most every ``PARENT_POLL_S``."""
+        stay open, the child holding both ends), asked at most every ``PARENT_POLL_S``."""
         now = time.monotonic()
-        if server is not None and now - checked[0] >= PARENT_POLL_S:
-            checked[0] = now
-            orphaned[0] = not server.is_alive()
-        return orphaned[0]
+        if server is None or now - checked[0] < PARENT_POLL_S:
+            return False
+        checked[0] = now
+        return not server.is_alive()
 
     def get(block: bool) -> Command:
         now = time.monotonic()
         if now - reported[0] >= COUNTERS_EVERY_S:
             answers.put(("counters", replace(loop.counters)))
             reported[0] = now
+        if orphaned[0]:
+            raise queue.Empty  # its stop was given; the loop is ending
         while not server_gone():
             try:
                 return commands.get(block=block, timeout=PARENT_POLL_S if block else None)
             except queue.Empty:
                 if not block:
                     raise
-        if stopped[0]:
-            raise queue.Empty
-        stopped[0] = True
-        return None  # a stop, once: a child outliving its server would hold Whisper's memory
+        orphaned[0] = True
+        return None  # a stop: a child outliving its server would hold Whisper's memory
 
     loop = SecondPassLoop(decoder, emit, spec.no_speech, spec.guard, spec.fast_backlog)
     loop.run(get, may_step.wait)
