@@ -60,8 +60,9 @@ class BenchConfig:
         audio_dir: real speech (.wav); None = the shared dev set.
         device: auto | cpu | cuda[:N].
         dtype: the model dtype of the throughput and real-time measurements (an
-            `EngineConfig.dtype` name; auto = float32 on CPU, float16 on CUDA). The other
-            measurements keep auto.
+            `EngineConfig.dtype` name; auto = float16 on CUDA, bfloat16 for Whisper-CTC on a CPU
+            with native bfloat16, else float32). The other measurements keep
+            auto.
         threads: torch intra-op threads; 0 leaves torch's default (one per core). One thread
             by default: both ways get the same compute, and on a shared machine more threads
             than free cores make every small op stall (the quick run took 3.6 minutes and
@@ -370,8 +371,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", choices=SPEED_DTYPES,
                    help="model dtype of the throughput and real-time runs and the server "
-                        "load (default auto: float32 on CPU, float16 on CUDA; int8: int8 "
-                        "encoder linears, float32 elsewhere)")
+                        "load (default auto: as oasr-server picks, float16 on CUDA, bfloat16 for "
+                        "Whisper-CTC on a CPU with avx512_bf16 or amx_bf16, else float32; int8: "
+                        "int8 encoder linears, float32 elsewhere)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1; 0 = torch's default)")
     p.add_argument("--streams", type=int, nargs="+", default=None,

@@ -42,6 +42,7 @@ from oasr.engine.families.base import FEATURE_SHIFT_S
 from oasr.engine.live.finals import FinalPublisher
 from oasr.engine.live.policy import LivePolicy, SegmentEnd, YieldRule
 from oasr.engine.live.posteriors import TOP_K
+from oasr.engine.live.posteriors import ensure_compiled as ensure_peaks_compiled
 from oasr.engine.live.refine import Refiner
 from oasr.engine.live.segment_cuts import SegmentCuts
 from oasr.engine.request import Request, RequestStatus
@@ -561,6 +562,7 @@ def build_live_policy(config: EngineConfig, resources: StreamResources,
         refiner = Refiner(config.refine, worker, timing, tokenizer, finals.next_job_id,
                           finals.known_context, clock=clock)
     geometry = resources.family.chunk_geometry(resources.chunk_size)
+    ensure_peaks_compiled()  # the word times' search, before the first partial needs it
     cuts = SegmentCuts(resources.endpointer, geometry, config.endpoint_quiet)
     return LivePolicy(finals, refiner, cuts, timing, geometry.chunk_size,
                       YieldRule.of(config.second_pass_yield_s, resources.chunk_size, timing),

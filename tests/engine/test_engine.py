@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
 
 import numpy as np
@@ -344,3 +347,22 @@ def test_the_live_policy_gets_a_step_s_messages_joined_once(engine_config: Engin
     held = engine.live.streams[1].energy  # (the frames before a rewind's reach are let go)
     assert held.num_frames == whole.num_frames == len(audio) // whole.samples_per_frame
     np.testing.assert_array_equal(held.values, whole.span(held.first_frame, whole.num_frames))
+
+
+# In a process of its own: whether the word times' search is compiled is process-wide.
+_BUILT_THEN_ASKED = textwrap.dedent("""
+    import sys
+    from oasr.engine import ASREngine, EngineConfig
+    from oasr.engine.live import posteriors
+    assert not posteriors._window_peaks.signatures  # nothing compiled it yet
+    ASREngine(EngineConfig(model=sys.argv[1], device="cpu", max_batch_size=1, max_num_blocks=8))
+    print(len(posteriors._window_peaks.signatures))
+""")
+
+
+def test_building_an_engine_compiles_the_word_times_search(tiny_model_dir) -> None:
+    """The first partial would otherwise compile it (or load numba and its cache, 0.4-0.8 s)
+    inside a step, holding up every stream's text."""
+    out = subprocess.run([sys.executable, "-c", _BUILT_THEN_ASKED, str(tiny_model_dir)],
+                         check=True, capture_output=True, text=True, timeout=120)
+    assert int(out.stdout.split()[-1]) == 1

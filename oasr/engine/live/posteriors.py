@@ -7,6 +7,7 @@ hypothesis peaked (`Posteriors.peaks`), which the word times and confidences are
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,22 @@ class Posteriors:
         hits = np.nonzero(self._ids[row] == token)[0]
         lp = self._lps[row, hits[0]] if len(hits) else self._lps[row].min()
         return float(np.exp(lp))
+
+
+def ensure_compiled() -> None:
+    """Compile `Posteriors.peaks`'s machine code now (or load it from numba's cache: numba's
+    first use in a process takes about 0.5 s, a cold compile about 0.3 s more), not in the
+    first live partial, where it would hold up every stream's step. Engines call it when
+    they build their live policy; later calls return at once."""
+    if _compiled.is_set():
+        return
+    posteriors = Posteriors()  # the argument types every live call passes
+    posteriors.write(0, np.zeros((2, TOP_K), dtype=np.int64), np.zeros((2, TOP_K), np.float32))
+    posteriors.peaks([0], [0])
+    _compiled.set()
+
+
+_compiled = threading.Event()
 
 
 @jit()
