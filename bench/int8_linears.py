@@ -11,7 +11,13 @@ down 1536 -> 384) at a chunk's rows for ``--streams`` streams (32 encoder frames
   tensor first (their absolute maximum, a scale, a rounding: the passes eager torch takes),
   the bias and the GELU inside the matmul, bfloat16 out;
 - *int8 matmul alone*: the same call on activations already quantized (what a fused
-  quantization would leave).
+  quantization would leave);
+- *int8 fbgemm*: torch's dynamic int8 linear (``quantized::linear_dynamic``: the activations'
+  range and quantization inside the call, VNNI where the CPU has it), float32 in and out, the
+  bfloat16 activations cast to float32 and back.
+
+The two oneDNN int8 columns are measured only where `oasr.models.whisper.logits.int8_kernels`
+runs oneDNN's int8 product (not on an x86 CPU without AMX, where one call takes seconds).
 
 Freed memory stays in the heap as in the engine (`retain_freed_host_memory`). Median ms of
 ``--repeats`` calls, the variants alternated.
@@ -24,9 +30,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from oasr.benchmarks.timing import alternated_median_ms
 
@@ -35,18 +43,32 @@ FRAMES_PER_CHUNK = 32  # encoder frames a stream adds per chunk
 
 
 def variants(rows: int, k: int, n: int, gelu: bool) -> dict[str, Callable[[], object]]:
-    """The three ways of computing one linear of ``rows`` rows (see the module's doc)."""
+    """The ways of computing one linear of ``rows`` rows this CPU runs (the module's doc)."""
     from oasr.models.fused_linear import linear
+    from oasr.models.whisper.logits import int8_kernels
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(k, n).to(torch.bfloat16)
     x = torch.randn(rows, k).to(torch.bfloat16)
     weight = layer.weight.detach().float()
     w_scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
-    q_weight = torch.round(weight / w_scales[:, None]).clamp_(-127, 127).to(torch.int8)
-    packed = torch.ops.onednn.qlinear_prepack(q_weight, None)
     w_zero = torch.zeros(n, dtype=torch.long)
     bias = layer.bias.detach().float()
+    with warnings.catch_warnings():  # torch's quantized tensors are deprecated, not gone
+        warnings.simplefilter("ignore", UserWarning)
+        q_channels = torch.quantize_per_channel(weight, w_scales, w_zero, 0, torch.qint8)
+    dynamic = torch.ops.quantized.linear_prepack(q_channels, bias)
+
+    def int8_fbgemm() -> torch.Tensor:
+        out = torch.ops.quantized.linear_dynamic(x.float(), dynamic, True)
+        return (F.gelu(out) if gelu else out).to(torch.bfloat16)
+
+    out: dict[str, Callable[[], object]] = {
+        "bfloat16 fused": lambda: linear(x, layer, gelu=gelu), "int8 fbgemm": int8_fbgemm}
+    if "onednn" not in int8_kernels():
+        return out
+    q_weight = torch.round(weight / w_scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    packed = torch.ops.onednn.qlinear_prepack(q_weight, None)
     post, algorithm = ("gelu", "none") if gelu else ("none", "")
 
     def int8_matmul(q: torch.Tensor, scale: float) -> torch.Tensor:
@@ -60,8 +82,7 @@ def variants(rows: int, k: int, n: int, gelu: bool) -> dict[str, Callable[[], ob
 
     absmax = float(x.abs().amax())
     quantized = (x * (127 / absmax)).round_().to(torch.int8)
-    return {"bfloat16 fused": lambda: linear(x, layer, gelu=gelu), "int8": int8,
-            "int8 matmul alone": lambda: int8_matmul(quantized, absmax / 127)}
+    return out | {"int8": int8, "int8 matmul alone": lambda: int8_matmul(quantized, absmax / 127)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,15 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_description(torch.device("cpu"))
     print(f"{machine['cpu']}, {args.threads} thread(s), torch {machine['torch']}, 1-min load "
           f"{os.getloadavg()[0]:.1f}; median ms of {args.repeats} calls")
-    print("| streams | rows | linear | bfloat16 fused | int8 | int8 matmul alone |")
-    print("|---|---|---|---|---|---|")
+    columns = ("bfloat16 fused", "int8", "int8 matmul alone", "int8 fbgemm")
+    print(f"| streams | rows | linear | {' | '.join(columns)} |")
+    print("|---|---|---|" + "---|" * len(columns))
     for streams in args.streams:
         rows = streams * FRAMES_PER_CHUNK
         for name, k, n, gelu in SHAPES:
             with torch.inference_mode():
                 ms = alternated_median_ms(variants(rows, k, n, gelu), args.repeats)
-            print(f"| {streams} | {rows} | {name} ({k} -> {n}) | {ms['bfloat16 fused']:.2f} | "
-                  f"{ms['int8']:.2f} | {ms['int8 matmul alone']:.2f} |")
+            cells = " | ".join(f"{ms[c]:.2f}" if c in ms else "not run" for c in columns)
+            print(f"| {streams} | {rows} | {name} ({k} -> {n}) | {cells} |")
     return 0
 
 
