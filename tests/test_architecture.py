@@ -24,6 +24,7 @@ PACKAGES = ("oasr", "backend")
 # package (its modules and subpackages); "oasr" is only the package's own __init__ (the
 # specification's `from oasr import GpuDecoderConfig`).
 TIERS: tuple[tuple[str, ...], ...] = (
+    ("oasr.cpu",),  # what the machine's CPU has: read by the kernel rules of every layer
     ("oasr.text", "oasr.audio", "oasr.fmha"),
     ("oasr.lm", "oasr.cache"),
     ("oasr.decoding", "oasr.models"),

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from oasr import cpu
+
 ATTN_BACKENDS = ("torch", "sdpa")
 ATTN_BACKEND_ENV = "OASR_ATTN_BACKEND"
 
@@ -381,7 +383,7 @@ def fused_cpu_attention() -> bool:
     0.95-1.27x of each other. Whisper's greedy batch decodes there took 1.11-1.28x less time
     with the matmuls, beam searches 1.02-1.09x.
     """
-    return bool(torch.cpu._is_amx_tile_supported())
+    return cpu.has_amx_tiles()
 
 
 def _unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from oasr import cpu
+
 # id(weight) -> (a weak reference to it, its identity when packed, the packed weight); an
 # entry is dropped when its weight is freed (tensors compare by value, so no WeakKeyDictionary)
 _PACKED: dict[int, tuple[weakref.ref, tuple, Tensor]] = {}
@@ -33,9 +35,10 @@ PACK_ROWS_HINT = 2048  # rows oneDNN picks the blocked layout for (a 64-stream c
 
 @functools.cache
 def _onednn_bf16() -> bool:
-    """Whether oneDNN runs bfloat16 matmuls natively here (AVX512-BF16 or AMX)."""
+    """Whether oneDNN runs bfloat16 matmuls natively here (AVX512-BF16 or AMX), as torch's
+    CPU queries see it (the instructions oneDNN itself dispatches on)."""
     return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-                and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()))
+                and (torch.cpu._is_avx512_bf16_supported() or cpu.has_amx_tiles()))
 
 
 def fusable(x: Tensor) -> bool:

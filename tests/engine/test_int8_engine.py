@@ -20,6 +20,7 @@ import pytest
 import torch
 from engine_helpers import Collector, assert_pool_full, run_until_idle, transcribe_alone
 
+import oasr.cpu as cpu_facts
 from oasr.engine import ASREngine, EngineConfig
 from oasr.engine.commands import AppendAudio, EndStream, OpenStream
 from oasr.models.int8 import Int8Linear, count_int8_linears
@@ -78,12 +79,10 @@ def test_int8_is_a_dtype_choice_with_float32_activations() -> None:
 
 def test_auto_dtype_is_bfloat16_only_for_whisper_ctc_on_native_bf16_cpus(
         whisper_dir: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import oasr.engine.families.dtypes as dtypes_module
-
     cpu = torch.device("cpu")
     auto = EngineConfig()
     for native in (True, False):
-        monkeypatch.setattr(dtypes_module, "cpu_has_native_bf16", lambda native=native: native)
+        monkeypatch.setattr(cpu_facts, "has_native_bf16", lambda native=native: native)
         want = torch.bfloat16 if native else torch.float32
         assert auto.resolve_dtype(cpu, "whisper_ctc") == want
         assert auto.resolve_dtype(cpu, "conformer_ctc") == torch.float32
@@ -91,7 +90,7 @@ def test_auto_dtype_is_bfloat16_only_for_whisper_ctc_on_native_bf16_cpus(
         assert not auto.int8_linears
         assert replace(auto, dtype="float32").resolve_dtype(cpu, "whisper_ctc") == torch.float32
     assert auto.resolve_dtype(torch.device("cuda"), "whisper_ctc") == torch.float16
-    monkeypatch.setattr(dtypes_module, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(cpu_facts, "has_native_bf16", lambda: True)
     whisper = ASREngine(replace(_config(whisper_dir), dtype="auto")).resources
     assert whisper.cache_config.dtype == torch.bfloat16
     assert next(whisper.model.parameters()).dtype == torch.bfloat16
@@ -120,8 +119,8 @@ def test_a_dtype_this_cpu_has_no_instructions_for_is_named_at_start(
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     avx2 = frozenset({"fpu", "sse2", "avx", "avx2", "fma"})  # a 2-vCPU AMD EPYC's kind
     vnni = avx2 | {"avx512f", "avx512_vnni"}  # an Intel Xeon's kind
-    monkeypatch.setattr(dtypes_module.platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: avx2)
+    monkeypatch.setattr(cpu_facts.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(cpu_facts, "flags", lambda: avx2)
     int8 = dtypes_module.slow_dtype_reason("int8", cpu)
     assert int8 is not None and "avx512_vnni" in int8 and "--dtype float32" in int8
     bf16 = dtypes_module.slow_dtype_reason("bfloat16", cpu)
@@ -129,15 +128,15 @@ def test_a_dtype_this_cpu_has_no_instructions_for_is_named_at_start(
     for name in ("auto", "float32"):
         assert dtypes_module.slow_dtype_reason(name, cpu) is None
     assert dtypes_module.slow_dtype_reason("int8", cuda) is None
-    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: vnni)
+    monkeypatch.setattr(cpu_facts, "flags", lambda: vnni)
     assert dtypes_module.slow_dtype_reason("int8", cpu) is None
     assert dtypes_module.slow_dtype_reason("bfloat16", cpu) is not None  # no avx512_bf16
-    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: vnni | {"avx512_bf16"})
+    monkeypatch.setattr(cpu_facts, "flags", lambda: vnni | {"avx512_bf16"})
     assert dtypes_module.slow_dtype_reason("bfloat16", cpu) is None
-    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: frozenset())  # unreadable
+    monkeypatch.setattr(cpu_facts, "flags", lambda: frozenset())  # unreadable
     assert dtypes_module.slow_dtype_reason("int8", cpu) is None
     # the engine says so in its log when it starts, and starts all the same
-    monkeypatch.setattr(dtypes_module, "_cpu_flags", lambda: avx2)
+    monkeypatch.setattr(cpu_facts, "flags", lambda: avx2)
     with caplog.at_level(logging.WARNING, logger="oasr.engine.runner.streams"):
         ASREngine(replace(_config(whisper_dir), dtype="int8"))
     assert any("dtype int8" in r.getMessage() and "avx512_vnni" in r.getMessage()

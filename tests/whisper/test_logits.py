@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from threadpoolctl import threadpool_info
 from whisper_devset import Recording
 
+import oasr.cpu as cpu_facts
 from oasr.engine import EngineConfig
 from oasr.models.whisper import WhisperCheckpoint
 from oasr.models.whisper.logits import MAX_BLAS_ROWS, RESCORED, LogitsProjection
@@ -336,7 +337,7 @@ def test_onednn_int8_is_not_packed_on_an_x86_cpu_without_amx(
     rows) it is neither packed nor timed: a second-pass process starts at once."""
     import oasr.models.whisper.logits as logits_module
 
-    monkeypatch.setattr(logits_module.platform, "machine", lambda: machine)
+    monkeypatch.setattr(cpu_facts.platform, "machine", lambda: machine)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     assert set(logits_module.int8_kernels()) == packed
     built: list[str] = []

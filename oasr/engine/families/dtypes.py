@@ -2,41 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-import platform
-from pathlib import Path
-
 import torch
+
+from oasr import cpu
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 INT8 = "int8"  # int8 Linear weights and activations (`oasr.models.int8`), float32 elsewhere
 DTYPE_NAMES = ("auto", *_DTYPES, INT8)
 BF16_AUTO_FAMILY = "whisper_ctc"  # the family dtype "auto" runs in bfloat16 on such CPUs
-_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-# x86 int8 dot-product instructions; without them `torch._int_mm` runs a reference kernel
-_INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
-
-
-@functools.cache
-def _cpu_flags() -> frozenset[str]:
-    """This CPU's /proc/cpuinfo flags (empty where that file does not exist)."""
-    try:
-        return frozenset(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return frozenset()
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16, read
-    from /proc/cpuinfo; False where that file does not exist). Without them oneDNN emulates
-    bfloat16 and it is no faster than float32."""
-    return any(flag in _cpu_flags() for flag in _NATIVE_BF16_FLAGS)
-
-
-def cpu_has_int8_dot() -> bool:
-    """Whether this x86 CPU has int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or
-    AMX-INT8, from /proc/cpuinfo)."""
-    return any(flag in _cpu_flags() for flag in _INT8_DOT_FLAGS)
 
 
 def slow_dtype_reason(name: str, device: torch.device) -> str | None:
@@ -45,14 +18,13 @@ def slow_dtype_reason(name: str, device: torch.device) -> str | None:
     64 streams of the bundled model): float32 801 ms a step, bfloat16 5,745 ms (emulated),
     int8 19,281 ms (`torch._int_mm` without VNNI: 4.4 s against 63 ms in float32 for a
     2048 x 512 x 2048 matmul)."""
-    if device.type != "cpu" or not _cpu_flags():
+    if device.type != "cpu" or not cpu.flags():
         return None  # a GPU, or a CPU whose flags cannot be read: nothing to say
-    if name == INT8 and platform.machine().lower() in ("x86_64", "amd64") \
-            and not cpu_has_int8_dot():
+    if name == INT8 and cpu.is_x86() and not cpu.has_int8_dot():
         return ("this CPU has no int8 dot-product instructions (no avx512_vnni, avx_vnni or "
                 "amx_int8 in /proc/cpuinfo): int8 matmuls run a reference kernel, measured "
                 "24x slower than float32 on a 2-vCPU AVX2 EPYC; use --dtype float32")
-    if name == "bfloat16" and not cpu_has_native_bf16():
+    if name == "bfloat16" and not cpu.has_native_bf16():
         return ("this CPU has no bfloat16 dot-product instructions (no avx512_bf16 or "
                 "amx_bf16 in /proc/cpuinfo): bfloat16 is emulated, measured 3.2-7x slower "
                 "than float32; use --dtype auto or float32")
@@ -64,7 +36,7 @@ def resolve_dtype(name: str, device: torch.device, family_name: str | None = Non
     `DTYPE_NAMES`); float32 with "int8".
 
     "auto": float16 on CUDA; on CPU bfloat16 for a Whisper-CTC model when the CPU
-    multiplies bfloat16 natively (`cpu_has_native_bf16`), else float32. Why: on the
+    multiplies bfloat16 natively (`oasr.cpu.has_native_bf16`), else float32. Why: on the
     devset bfloat16 is within 1 WER point of float32 on real and synthetic speech (43.1 /
     16.0 against 43.8 / 16.0 with the char + word LM; 44.4 / 20.8 against 45.1 / 19.8
     with the char LM alone, docs/benchmarks.md), a 64-stream step takes about half the
@@ -83,6 +55,6 @@ def resolve_dtype(name: str, device: torch.device, family_name: str | None = Non
         return _DTYPES[name]
     if device.type == "cuda":
         return torch.float16
-    if family_name == BF16_AUTO_FAMILY and cpu_has_native_bf16():
+    if family_name == BF16_AUTO_FAMILY and cpu.has_native_bf16():
         return torch.bfloat16
     return torch.float32

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import platform
 import statistics
 import time
 import warnings
@@ -58,6 +57,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from threadpoolctl import ThreadpoolController
+
+from oasr import cpu
 
 logger = logging.getLogger(__name__)
 
@@ -317,8 +318,7 @@ def int8_kernels() -> tuple[str, ...]:
     for 5 rows and 21 s for 40 against fbgemm's 2 and 6-9 ms, and its packing 4.6 s, so timing
     it made each second-pass process start about two minutes late; on a Sapphire Rapids Xeon
     held to AVX2 it took 26-37 ms for 40 rows against fbgemm's 5-7."""
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    if x86 and not torch.cpu._is_amx_tile_supported():
+    if cpu.is_x86() and not cpu.has_amx_tiles():
         return ("fbgemm",)
     return INT8_KERNELS
 
