@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+# the flags that decide which kernels and dtypes are fast here, as benchmark reports name them
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # bfloat16 dot products (else emulated)
 INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")  # x86 int8 dot products
 
@@ -25,13 +27,48 @@ def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
+def first_processor(cpuinfo: str) -> dict[str, str]:
+    """The first processor's fields of a /proc/cpuinfo text ("model name", "flags", ...)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+@functools.cache
+def _cpuinfo_first() -> dict[str, str]:
+    """This machine's `first_processor` (empty where /proc/cpuinfo cannot be read)."""
+    try:
+        return first_processor(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return {}
+
+
 @functools.cache
 def flags() -> frozenset[str]:
     """This CPU's /proc/cpuinfo flags (empty where that file cannot be read)."""
-    try:
-        return frozenset(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return frozenset()
+    return frozenset(_cpuinfo_first().get("flags", "").split())
+
+
+def describe(info: dict[str, str] | None = None) -> dict[str, object]:
+    """The CPU as a benchmark names it: ``cpu`` (its model name, else the platform's),
+    ``cpu_family_model`` (x86's "family F model M", which tells generations apart where the
+    name is only "AMD EPYC"; None elsewhere) and ``cpu_features`` (which of `KERNEL_FLAGS`
+    it has).
+
+    Args:
+        info: a `first_processor` (default: this machine's).
+    """
+    info = _cpuinfo_first() if info is None else info
+    family, model = info.get("cpu family"), info.get("model")
+    have = set(info.get("flags", "").split())
+    return {
+        "cpu": info.get("model name") or platform.processor() or platform.machine(),
+        "cpu_family_model": f"family {family} model {model}" if family and model else None,
+        "cpu_features": [flag for flag in KERNEL_FLAGS if flag in have],
+    }
 
 
 def has_native_bf16() -> bool:

@@ -9,18 +9,14 @@ from typing import Any
 
 import torch
 
+from oasr import cpu
+
 
 def machine_description(device: torch.device) -> dict[str, Any]:
-    """Where the numbers came from: CPU model, cores, load, torch, threads, accelerator."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    """Where the numbers came from: CPU model and features (`oasr.cpu.describe`), cores, load,
+    torch, threads, accelerator."""
     info: dict[str, Any] = {
-        "cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+        **cpu.describe(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(), "device": str(device),
         "python": platform.python_version(),
     }
@@ -29,6 +25,15 @@ def machine_description(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
+
+
+def cpu_summary(machine: dict[str, Any]) -> str:
+    """``machine``'s CPU in one phrase: its name, x86 family and model, and the features that
+    decide its kernels ("AMD EPYC (family 25 model 17; avx2, avx512f, avx512_bf16,
+    avx512_vnni)")."""
+    details = [d for d in (machine.get("cpu_family_model"),
+                           ", ".join(machine.get("cpu_features") or [])) if d]
+    return machine["cpu"] + (f" ({'; '.join(details)})" if details else "")
 
 
 def _fmt(value: float, digits: int = 1) -> str:
@@ -61,6 +66,10 @@ def format_markdown(result: dict[str, Any]) -> str:
             if "compiled" in decoding:
                 width += ", compiled" if decoding["compiled"] else ", tensor search"
         out.append(f"Decoding (engine and dense loop): {decoding['search']}{width}{lms}")
+    machine = result.get("machine")
+    if machine is not None:
+        out.append(f"Machine: {machine['cpu_count']} vCPU {cpu_summary(machine)}, torch "
+                   f"{machine['torch']}, {machine['torch_threads']} intra-op thread(s)")
     out.append("")
     h = result["headline"]
     if "not_applicable" in result:
