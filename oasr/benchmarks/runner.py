@@ -61,8 +61,7 @@ class BenchConfig:
         device: auto | cpu | cuda[:N].
         dtype: the model dtype of the throughput and real-time measurements (an
             `EngineConfig.dtype` name; auto = float16 on CUDA, bfloat16 for Whisper-CTC on a CPU
-            with native bfloat16, else float32). The other measurements keep
-            auto.
+            with native bfloat16, else float32). The other measurements keep auto.
         threads: torch intra-op threads; 0 leaves torch's default (one per core). One thread
             by default: both ways get the same compute, and on a shared machine more threads
             than free cores make every small op stall (the quick run took 3.6 minutes and
