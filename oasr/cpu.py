@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import platform
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -52,7 +53,7 @@ def flags() -> frozenset[str]:
     return frozenset(_cpuinfo_first().get("flags", "").split())
 
 
-def describe(info: dict[str, str] | None = None) -> dict[str, object]:
+def describe(info: dict[str, str] | None = None) -> dict[str, Any]:
     """The CPU as a benchmark names it: ``cpu`` (its model name, else the platform's),
     ``cpu_family_model`` (x86's "family F model M", which tells generations apart where the
     name is only "AMD EPYC"; None elsewhere) and ``cpu_features`` (which of `KERNEL_FLAGS`
@@ -69,6 +70,14 @@ def describe(info: dict[str, str] | None = None) -> dict[str, object]:
         "cpu_family_model": f"family {family} model {model}" if family and model else None,
         "cpu_features": [flag for flag in KERNEL_FLAGS if flag in have],
     }
+
+
+def summary(described: dict[str, Any]) -> str:
+    """A `describe` in one phrase: "AMD EPYC (family 25 model 17; avx2, avx512f,
+    avx512_bf16, avx512_vnni)"."""
+    details = [d for d in (described.get("cpu_family_model"),
+                           ", ".join(described.get("cpu_features") or [])) if d]
+    return described["cpu"] + (f" ({'; '.join(details)})" if details else "")
 
 
 def has_native_bf16() -> bool:

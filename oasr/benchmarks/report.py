@@ -28,12 +28,9 @@ def machine_description(device: torch.device) -> dict[str, Any]:
 
 
 def cpu_summary(machine: dict[str, Any]) -> str:
-    """``machine``'s CPU in one phrase: its name, x86 family and model, and the features that
-    decide its kernels ("AMD EPYC (family 25 model 17; avx2, avx512f, avx512_bf16,
-    avx512_vnni)")."""
-    details = [d for d in (machine.get("cpu_family_model"),
-                           ", ".join(machine.get("cpu_features") or [])) if d]
-    return machine["cpu"] + (f" ({'; '.join(details)})" if details else "")
+    """``machine``'s CPU in one phrase (`oasr.cpu.summary`): its name, x86 family and model,
+    and the features that decide its kernels."""
+    return cpu.summary(machine)
 
 
 def _fmt(value: float, digits: int = 1) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import subprocess
@@ -366,3 +367,15 @@ def test_building_an_engine_compiles_the_word_times_search(tiny_model_dir) -> No
     out = subprocess.run([sys.executable, "-c", _BUILT_THEN_ASKED, str(tiny_model_dir)],
                          check=True, capture_output=True, text=True, timeout=120)
     assert int(out.stdout.split()[-1]) == 1
+
+
+def test_an_engine_on_the_cpu_names_the_cpu_and_its_kernel_features_in_its_log(
+        engine_config: EngineConfig, caplog: pytest.LogCaptureFixture) -> None:
+    """A log read later (a slow step, a dtype warning) says which CPU the numbers came from."""
+    import oasr.cpu as cpu_facts
+
+    with caplog.at_level(logging.INFO, logger="oasr.engine.runner.streams"):
+        ASREngine(engine_config)
+    named = [r.getMessage() for r in caplog.records if r.getMessage().startswith("engine: CPU ")]
+    assert named == [f"engine: CPU {cpu_facts.summary(cpu_facts.describe())}"]
+    assert all(flag in named[0] for flag in cpu_facts.describe()["cpu_features"])

@@ -23,6 +23,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from oasr import cpu
 from oasr.cache import (
     AttentionCacheManager,
     BlockPool,
@@ -145,6 +146,8 @@ class StreamResources:
             endpointer = Endpointer(dataclasses.replace(
                 config.endpoint, frame_shift_s=family.timing.frame_shift_s),
                 separator_ids=_separator_ids(family.tokenizer))
+        if device.type == "cpu":
+            logger.info("engine: CPU %s", cpu.summary(cpu.describe()))
         logger.info(
             "engine: %s (%s) on %s/%s%s, %d slots, chunk %d frames, %d blocks of %d frames "
             "(%.1f MiB K/V), per-stream ceiling %d frames, beam %d, LM: %s%s",
