@@ -137,13 +137,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the decoder's lone and beam queries for these many rows")
     args = parser.parse_args(argv)
 
-    from oasr.benchmarks.report import cpu_summary, machine_description
+    from oasr import cpu
+    from oasr.benchmarks.report import machine_description
     from oasr.engine.runner.host_memory import retain_freed_host_memory
 
     torch.set_num_threads(args.threads)
     retain_freed_host_memory()
     machine = machine_description(torch.device("cpu"))
-    print(f"{cpu_summary(machine)}, {args.threads} thread(s), torch {machine['torch']}, 1-min load "
+    print(f"{cpu.summary(machine)}, {args.threads} thread(s), torch {machine['torch']}, 1-min load "
           f"{os.getloadavg()[0]:.1f}; median ms of {args.repeats} calls; {QUERIES} queries over "
           f"{KEYS} keys, {HEADS} heads of {HEAD_DIM}")
     print("| streams | variant | ms | GFLOP/s |")

@@ -39,8 +39,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from oasr import cpu
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
-from oasr.benchmarks.report import cpu_summary, machine_description
+from oasr.benchmarks.report import machine_description
 from oasr.benchmarks.workload import DEVSET_DIR
 
 Batch = list[np.ndarray]
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = machine_description(torch.device("cpu"))
     decoding = "greedy, own windows" if args.fast else f"beam {config.beam_size}"
-    print(f"{cpu_summary(machine)}, {args.threads} thread(s), torch {machine['torch']}, "
+    print(f"{cpu.summary(machine)}, {args.threads} thread(s), torch {machine['torch']}, "
           f"{checkpoint.model.dtype}, {decoding}, logits {config.logits}; median of "
           f"{args.rounds} rounds, 1-min load {machine.get('load_average_1min_at_start')}")
     print("| batch | segments | audio s | decode s (median) | rounds |")

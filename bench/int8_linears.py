@@ -92,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
 
-    from oasr.benchmarks.report import cpu_summary, machine_description
+    from oasr import cpu
+    from oasr.benchmarks.report import machine_description
     from oasr.engine.runner.host_memory import retain_freed_host_memory
 
     torch.set_num_threads(args.threads)
     retain_freed_host_memory()
     machine = machine_description(torch.device("cpu"))
-    print(f"{cpu_summary(machine)}, {args.threads} thread(s), torch {machine['torch']}, 1-min load "
+    print(f"{cpu.summary(machine)}, {args.threads} thread(s), torch {machine['torch']}, 1-min load "
           f"{os.getloadavg()[0]:.1f}; median ms of {args.repeats} calls")
     columns = ("bfloat16 fused", "int8", "int8 matmul alone", "int8 fbgemm")
     print(f"| streams | rows | linear | {' | '.join(columns)} |")

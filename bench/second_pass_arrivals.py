@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from oasr import cpu
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
-from oasr.benchmarks.report import cpu_summary, machine_description
+from oasr.benchmarks.report import machine_description
 
 
 def arrivals(passages: list[np.ndarray], count: int, gap: float,
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     replay(decoder, arrivals(passages, 4, 0.0, seed=0), args.fast)  # untimed: first decodes
     machine = machine_description(torch.device("cpu"))
     decoding = "greedy, own windows" if args.fast else f"beam {config.beam_size}"
-    print(f"{cpu_summary(machine)}, {args.threads} thread(s), torch {machine['torch']}, "
+    print(f"{cpu.summary(machine)}, {args.threads} thread(s), torch {machine['torch']}, "
           f"{checkpoint.model.dtype}, {decoding}, logits {config.logits}, "
           f"{args.count} segments of 3-12 s, 1-min load "
           f"{machine.get('load_average_1min_at_start')}")

@@ -12,7 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from oasr.benchmarks.report import cpu_summary, format_markdown
+from oasr import cpu
+from oasr.benchmarks.report import format_markdown
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -29,7 +30,7 @@ def section(result: dict) -> str:
         begin,
         f"- Date: {result['date_utc']} UTC, when the run finished "
         f"({'quick' if result['quick'] else 'full'} run, {result['elapsed_s']:.0f} s).",
-        f"- Machine: {m['cpu_count']} vCPU {cpu_summary(m)} (shared), device {m['device']}, torch "
+        f"- Machine: {m['cpu_count']} vCPU {cpu.summary(m)} (shared), device {m['device']}, torch "
         f"{m['torch']}, {m['torch_threads']} intra-op thread(s); 1-minute load average "
         f"{m['load_average_1min_at_start']} when the run started.",
         f"- Model: {result['model_source']}; speed runs in dtype {result.get('dtype', 'auto')}"

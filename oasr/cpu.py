@@ -47,10 +47,14 @@ def _cpuinfo_first() -> dict[str, str]:
         return {}
 
 
+def _flags_of(info: dict[str, str]) -> frozenset[str]:
+    return frozenset(info.get("flags", "").split())
+
+
 @functools.cache
 def flags() -> frozenset[str]:
     """This CPU's /proc/cpuinfo flags (empty where that file cannot be read)."""
-    return frozenset(_cpuinfo_first().get("flags", "").split())
+    return _flags_of(_cpuinfo_first())
 
 
 def describe(info: dict[str, str] | None = None) -> dict[str, Any]:
@@ -64,7 +68,7 @@ def describe(info: dict[str, str] | None = None) -> dict[str, Any]:
     """
     info = _cpuinfo_first() if info is None else info
     family, model = info.get("cpu family"), info.get("model")
-    have = set(info.get("flags", "").split())
+    have = _flags_of(info)
     return {
         "cpu": info.get("model name") or platform.processor() or platform.machine(),
         "cpu_family_model": f"family {family} model {model}" if family and model else None,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 import oasr.cpu as cpu_facts
-from oasr.benchmarks.report import cpu_summary
 
 # two processors of a 2-vCPU Zen 4 EPYC, as /proc/cpuinfo lists them (flags cut short)
 EPYC = """processor\t: 0
@@ -39,7 +38,7 @@ def test_the_first_processor_is_read_and_named_with_its_kernel_features() -> Non
     assert described == {"cpu": "AMD EPYC", "cpu_family_model": "family 25 model 17",
                          "cpu_features": ["avx2", "avx512f", "avx512_bf16", "avx512_vnni"]}
     machine = {**described, "cpu_count": 2}
-    assert cpu_summary(machine) == \
+    assert cpu_facts.summary(machine) == \
         "AMD EPYC (family 25 model 17; avx2, avx512f, avx512_bf16, avx512_vnni)"
 
 
@@ -47,7 +46,7 @@ def test_a_cpu_without_x86_flags_is_named_by_the_platform() -> None:
     described = cpu_facts.describe(cpu_facts.first_processor(ARM))
     assert described["cpu_family_model"] is None and described["cpu_features"] == []
     assert described["cpu"]  # platform.processor() or platform.machine()
-    assert cpu_summary({**described}) == described["cpu"]
+    assert cpu_facts.summary({**described}) == described["cpu"]
 
 
 @pytest.mark.parametrize(("flags", "bf16", "int8"), [

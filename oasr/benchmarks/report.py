@@ -27,12 +27,6 @@ def machine_description(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def cpu_summary(machine: dict[str, Any]) -> str:
-    """``machine``'s CPU in one phrase (`oasr.cpu.summary`): its name, x86 family and model,
-    and the features that decide its kernels."""
-    return cpu.summary(machine)
-
-
 def _fmt(value: float, digits: int = 1) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) \
         else f"{value:,.{digits}f}"
@@ -65,7 +59,7 @@ def format_markdown(result: dict[str, Any]) -> str:
         out.append(f"Decoding (engine and dense loop): {decoding['search']}{width}{lms}")
     machine = result.get("machine")
     if machine is not None:
-        out.append(f"Machine: {machine['cpu_count']} vCPU {cpu_summary(machine)}, torch "
+        out.append(f"Machine: {machine['cpu_count']} vCPU {cpu.summary(machine)}, torch "
                    f"{machine['torch']}, {machine['torch_threads']} intra-op thread(s)")
     out.append("")
     h = result["headline"]
