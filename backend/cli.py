@@ -135,6 +135,10 @@ FIELD_FLAGS: tuple[FieldFlag, ...] = (
            "may have queued or decoding; beyond it a final keeps its CTC text", STREAMS,
            engine=True, none="--max-decode-slots per second-pass process", type=int,
            metavar="N"),
+    _field("--second-pass-fast-backlog", "second_pass_fast_backlog", "once more than this "
+           "many finals wait for the second pass, the next are decoded greedy on the segment's "
+           "own window instead of beam-searched, so a busy second pass keeps up; 0: every "
+           "final greedy", STREAMS, engine=True, type=int, metavar="N"),
     # -- flow control
     _field("--max-frame-bytes", "max_frame_bytes", "largest websocket frame, in bytes (close "
            "1009 beyond it)", FLOW, type=int, metavar="BYTES"),

@@ -140,6 +140,11 @@ def test_no_flags_give_the_default_server_config() -> None:
     assert parse("--second-pass-max-backlog", "5").engine.resolved_second_pass_max_backlog == 5
     with pytest.raises(ValueError, match="second_pass_max_backlog must be >= 1"):
         parse("--second-pass-max-backlog", "0")
+    # finals decoded greedy once more than 2 wait; 0: all of them
+    assert config.engine.second_pass_fast_backlog == 2
+    assert parse("--second-pass-fast-backlog", "0").engine.second_pass_fast_backlog == 0
+    with pytest.raises(ValueError, match="second_pass_fast_backlog must be >= 0"):
+        parse("--second-pass-fast-backlog", "-1")
     with pytest.raises(ValueError, match="second_pass_nice must be in 0..19"):
         parse("--second-pass-nice", "20")
     with pytest.raises(ValueError, match="needs second_pass_process"):
