@@ -64,7 +64,8 @@ def format_markdown(result: dict[str, Any]) -> str:
     out.append("")
     h = result["headline"]
     if "not_applicable" in result:
-        return "\n".join(out + _slot_runtime_tables(result))
+        burst = finals_burst_table(result["finals_burst"]) if result.get("finals_burst") else []
+        return "\n".join(out + _slot_runtime_tables(result) + burst)
     late = h.get("history_late_chunk", 200)
     left4 = h.get("paged_cost_ratio_late_vs_chunk10_left4",
                   h.get("paged_cost_ratio_chunk200_vs_chunk10_left4"))
@@ -116,6 +117,8 @@ def format_markdown(result: dict[str, Any]) -> str:
         out += _profile_table(components, family)
     if result.get("frontends"):
         out += frontends_table(result["frontends"])
+    if result.get("finals_burst"):
+        out += finals_burst_table(result["finals_burst"])
     if result.get("second_pass"):
         out += second_pass_table(result["second_pass"])
     if result.get("server"):
@@ -205,6 +208,21 @@ def _second_pass_rows(sp: dict[str, Any], name: str) -> list[list[str]]:
             [f"{name}: decoder ({sp['num_tokens']} tokens)", _fmt(sp["decoder_s"], 3)],
             [f"{name}: total", _fmt(sp["total_s"], 3)],
             [f"{name}: real-time factor", _fmt(sp["real_time_factor"], 3)]]
+
+
+def finals_burst_table(burst: dict[str, Any]) -> list[str]:
+    """Finals decoded together by one second-pass process, beam-searched (an idle server's)
+    and greedy (a busy one's): seconds per burst and audio seconds cleared per second."""
+    out = [f"Finals decoded together by the second pass (Whisper tiny.en, the server's "
+           f"settings): {burst['segments']} segments of {burst['segment_s']:g} s submitted at "
+           f"once to one second-pass process ({burst['threads']} thread(s), "
+           f"{burst['dtype'].removeprefix('torch.')}); a server runs --second-pass-processes "
+           "of them (two on two cores or more). The real-time streams above are the streaming "
+           "pass's alone.", ""]
+    rows = [[name, _fmt(burst[key]["seconds"], 3), _fmt(burst[key]["audio_s_per_s"], 1)]
+            for key, name in (("beam", "beam 5 (an idle server)"),
+                              ("greedy", "greedy, own windows (a busy server)"))]
+    return out + _table(["decoding", "seconds", "audio s per s"], rows)
 
 
 def second_pass_table(sp: dict[str, Any]) -> list[str]:

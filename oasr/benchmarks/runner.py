@@ -80,6 +80,9 @@ class BenchConfig:
         beam: the CTC beam of the engine's and the dense loop's decoding; None = the
             server's for the model (16 with its directory's LMs; greedy for a model without
             them, or random weights).
+        second_pass: measure the Whisper second pass too (finals decoded together,
+            `measure_finals_burst`; in the full run also one segment's stages); False for a
+            server run with ``--second-pass none``.
     """
 
     quick: bool = False
@@ -100,6 +103,7 @@ class BenchConfig:
     server_seconds: float = 8.0
     cuda_graphs: str = "auto"
     beam: int | None = None
+    second_pass: bool = True
 
     def __post_init__(self) -> None:
         if not self.stream_counts or min(self.stream_counts) < 1:
@@ -184,7 +188,15 @@ def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
     }
     _log(f"model: {bench.source} ({bench.family_name})")
     result.update(_engine_benchmarks(config, bench, audio_dir))
-    if not config.quick:
+    if config.second_pass:
+        _log("second pass: finals decoded together, as the server decodes them")
+        from oasr.benchmarks.second_pass import measure_finals_burst
+        from oasr.engine.second_pass.worker import second_pass_threads
+
+        result["finals_burst"] = measure_finals_burst(
+            audio_dir, config.device,
+            second_pass_threads(config.threads or torch.get_num_threads()))
+    if config.second_pass and not config.quick:
         _log("second pass: Whisper on a 5 s segment")
         from oasr.benchmarks.second_pass import measure_second_pass
 
@@ -391,6 +403,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--beam-size", dest="beam", type=int, default=None, metavar="N",
                    help="CTC beam of the engine and the dense loop (1: greedy); default: "
                         "oasr-server's for the model (16 with the model directory's LMs)")
+    p.add_argument("--second-pass", default="whisper", choices=("whisper", "none"),
+                   help="whisper: also time the Whisper second pass as the server runs it (a "
+                        "burst of finals decoded together; a few seconds); none: the "
+                        "streaming pass alone, as oasr-server --second-pass none")
     return p
 
 
@@ -399,7 +415,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
                                      tiny_model=args.tiny_model,
                                      audio_dir=args.audio_dir, device=args.device,
                                      dtype=args.dtype, threads=args.threads,
-                                     cuda_graphs=args.cuda_graphs)
+                                     cuda_graphs=args.cuda_graphs,
+                                     second_pass=args.second_pass == "whisper")
     for name in ("warmup", "steps", "beam"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)

@@ -44,3 +44,72 @@ def measure_second_pass(audio_dir: Path, device: str | None = None, repeats: int
     if full_window:
         result["full_window"] = timed(EncoderWindow(mode="full"))
     return result
+
+
+BURST_SEGMENTS = 8  # finals that end together, as when several speakers finish a sentence
+BURST_SEGMENT_S = 5.0
+
+
+def burst_segments(audio_dir: Path) -> list[Any]:
+    """The first `BURST_SEGMENT_S` of the `BURST_SEGMENTS` longest recordings in
+    ``audio_dir`` (the dev set's read sentences, not its short digit strings), the longest
+    again where there are fewer."""
+    waves = sorted((read_audio(f) for f in sorted(audio_dir.glob("*.wav"))), key=len,
+                   reverse=True)
+    if not waves:
+        raise FileNotFoundError(f"no .wav files in {audio_dir}")
+    n = int(BURST_SEGMENT_S * MODEL_SAMPLE_RATE)
+    return [waves[i % len(waves)][:n] for i in range(BURST_SEGMENTS)]
+
+
+def measure_finals_burst(audio_dir: Path, device: str | None = None, threads: int = 1,
+                         repeats: int = 2) -> dict[str, Any] | None:
+    """Finals decoded together as the server's second pass decodes them: `BURST_SEGMENTS`
+    segments of `BURST_SEGMENT_S` of speech (`burst_segments`) submitted at once to one decoder with the
+    server's settings (`EngineConfig.second_pass_decode`: beam 5, int8 logits, the served
+    dtype) on ``threads`` torch threads (one second-pass process's), once as an idle server
+    decodes finals (``beam``: beam search) and once as a busy one does (``greedy``: greedy on
+    each segment's own window). Each gives the seconds the burst took (median of ``repeats``
+    after one untimed) and ``audio_s_per_s``, the audio seconds it cleared per second: what
+    one process's share of the finals can take before they queue. None without Whisper."""
+    import statistics
+    import time
+
+    import numpy as np
+    import torch
+
+    from oasr.engine import EngineConfig
+
+    try:
+        from oasr.models.whisper.continuous import ContinuousWhisperDecoder
+        from oasr.models.whisper.transcriber import load_for_decoding
+
+        config = EngineConfig().second_pass_decode
+        checkpoint = load_for_decoding(config, None if device in (None, "auto") else device)
+    except (ImportError, FileNotFoundError):
+        return None
+    segments = burst_segments(audio_dir)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        decoder = ContinuousWhisperDecoder(checkpoint, config)
+
+        def burst(fast: bool) -> float:
+            start = time.perf_counter()
+            for i, wave in enumerate(segments):
+                decoder.submit(i, torch.from_numpy(np.ascontiguousarray(wave)), fast=fast)
+            while decoder.has_work():
+                decoder.step()
+            return time.perf_counter() - start
+
+        audio_s = BURST_SEGMENTS * BURST_SEGMENT_S
+        result: dict[str, Any] = {"segments": BURST_SEGMENTS, "segment_s": BURST_SEGMENT_S,
+                                  "threads": threads, "dtype": str(checkpoint.model.dtype)}
+        for name, fast in (("beam", False), ("greedy", True)):
+            burst(fast)  # untimed: the first decode of these shapes
+            seconds = statistics.median(burst(fast) for _ in range(repeats))
+            result[name] = {"seconds": round(seconds, 3),
+                            "audio_s_per_s": round(audio_s / seconds, 1)}
+        return result
+    finally:
+        torch.set_num_threads(before)

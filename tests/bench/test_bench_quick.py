@@ -17,17 +17,19 @@ HEADLINE_KEYS = {"speedup_batched_vs_sequential", "max_realtime_streams",
                  "realtime_share_of_ceiling", "gemm_share"}
 
 
-@pytest.mark.parametrize(("family", "family_id", "late", "chunk_frames"), [
-    ("conformer", "conformer_ctc", 200, 16),
-    ("whisper_ctc", "whisper_ctc", 46, 32),  # 1500 positions / 32 frames: 46 full chunks
+@pytest.mark.parametrize(("family", "family_id", "late", "chunk_frames", "second_pass"), [
+    ("conformer", "conformer_ctc", 200, 16, "none"),
+    ("whisper_ctc", "whisper_ctc", 46, 32, "whisper"),  # 1500 positions / 32 frames: 46 chunks
 ])
 def test_quick_json_has_the_headline_keys(audio_dir: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str], family: str,
-                                          family_id: str, late: int, chunk_frames: int) -> None:
+                                          family_id: str, late: int, chunk_frames: int,
+                                          second_pass: str) -> None:
     markdown = tmp_path / "bench.md"
     code = main(["bench", "--quick", "--json", "--tiny-model", "--family", family,
                  "--streams", "2", "--realtime-probes", "1", "--threads", "1",
-                 "--audio-dir", str(audio_dir), "--markdown", str(markdown)])
+                 "--audio-dir", str(audio_dir), "--markdown", str(markdown),
+                 "--second-pass", second_pass])
     assert code == 0
     out = capsys.readouterr().out
     result = json.loads(out)  # stdout holds exactly one JSON object
@@ -72,6 +74,15 @@ def test_quick_json_has_the_headline_keys(audio_dir: Path, tmp_path: Path,
     text = markdown.read_text()
     assert "| streams |" in text and f"chunk {late} / chunk 10" in text
     assert "by torch op" in text and f"`{ops[0]['name']}`" in text
+    # the second pass as served (Whisper tiny.en, whatever the streaming model), unless off
+    if second_pass == "none":
+        assert "finals_burst" not in result and "Finals decoded together" not in text
+    else:
+        burst = result["finals_burst"]
+        assert (burst["segments"], burst["segment_s"], burst["threads"]) == (8, 5.0, 1)
+        assert burst["beam"]["seconds"] > 0 and burst["greedy"]["seconds"] > 0
+        assert "Finals decoded together by the second pass" in text
+        assert f"| beam 5 (an idle server) | {burst['beam']['seconds']:.3f} |" in text
 
 
 def test_quick_runs_with_the_beam_asked_for(audio_dir: Path, tmp_path: Path,
@@ -79,7 +90,8 @@ def test_quick_runs_with_the_beam_asked_for(audio_dir: Path, tmp_path: Path,
     markdown = tmp_path / "bench.md"
     code = main(["bench", "--quick", "--json", "--tiny-model", "--family", "whisper_ctc",
                  "--streams", "2", "--realtime-probes", "1", "--threads", "1", "--beam-size", "3",
-                 "--audio-dir", str(audio_dir), "--markdown", str(markdown)])
+                 "--audio-dir", str(audio_dir), "--markdown", str(markdown),
+                 "--second-pass", "none"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["decoding"] == {"beam": 3, "lms": "none", "search": "CTC prefix beam search",

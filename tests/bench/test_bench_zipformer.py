@@ -48,7 +48,8 @@ def test_quick_run_on_the_slot_runtime(audio_dir: Path) -> None:
     result = run_benchmarks(BenchConfig(quick=True, model=str(ZIPFORMER_FIXTURE_DIR),
                                         device="cpu", stream_counts=(4,), steps=1, warmup=1,
                                         realtime_probes=1, audio_dir=audio_dir,
-                                        server_levels=()))  # as --quick: no server load
+                                        server_levels=(),  # as --quick: no server load
+                                        second_pass=False))
     assert result["family"] == "zipformer"
     # the server's search for a model without a char LM: greedy, here the transducer's
     assert result["decoding"] == {"beam": 1, "lms": "none", "search": "transducer greedy"}
