@@ -1,13 +1,21 @@
-"""The Whisper second pass's cost for one 5 s segment on this machine, with the encoder on the
-segment's window (the default: segment + 2 s margin, 2 s buckets) and on the whole 30 s window."""
+"""The Whisper second pass's cost on this machine: a burst of finals decoded together as the
+server decodes them (`measure_finals_burst`), and one 5 s segment's stages with the encoder on
+the segment's window (the default: segment + 2 s margin, 2 s buckets) and on the whole 30 s
+window (`measure_second_pass`)."""
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
+from oasr.engine import EngineConfig
 
 SEGMENT_S = 5.0
 SEGMENT_FILE = "real_jfk.wav"  # real speech, longer than the segment
@@ -50,7 +58,7 @@ BURST_SEGMENTS = 8  # finals that end together, as when several speakers finish 
 BURST_SEGMENT_S = 5.0
 
 
-def burst_segments(audio_dir: Path) -> list[Any]:
+def burst_segments(audio_dir: Path) -> list[np.ndarray]:
     """The first `BURST_SEGMENT_S` of the `BURST_SEGMENTS` longest recordings in
     ``audio_dir`` (the dev set's read sentences, not its short digit strings), the longest
     again where there are fewer."""
@@ -65,21 +73,14 @@ def burst_segments(audio_dir: Path) -> list[Any]:
 def measure_finals_burst(audio_dir: Path, device: str | None = None, threads: int = 1,
                          repeats: int = 2) -> dict[str, Any] | None:
     """Finals decoded together as the server's second pass decodes them: `BURST_SEGMENTS`
-    segments of `BURST_SEGMENT_S` of speech (`burst_segments`) submitted at once to one decoder with the
-    server's settings (`EngineConfig.second_pass_decode`: beam 5, int8 logits, the served
-    dtype) on ``threads`` torch threads (one second-pass process's), once as an idle server
+    segments of `BURST_SEGMENT_S` of speech (`burst_segments`) submitted at once to one
+    decoder with the server's settings (`EngineConfig.second_pass_decode`: beam 5, int8
+    logits, the served dtype) on ``threads`` torch threads (one second-pass process's), once
+    as an idle server
     decodes finals (``beam``: beam search) and once as a busy one does (``greedy``: greedy on
     each segment's own window). Each gives the seconds the burst took (median of ``repeats``
     after one untimed) and ``audio_s_per_s``, the audio seconds it cleared per second: what
     one process's share of the finals can take before they queue. None without Whisper."""
-    import statistics
-    import time
-
-    import numpy as np
-    import torch
-
-    from oasr.engine import EngineConfig
-
     try:
         from oasr.models.whisper.continuous import ContinuousWhisperDecoder
         from oasr.models.whisper.transcriber import load_for_decoding
