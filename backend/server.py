@@ -125,7 +125,7 @@ def run(config: ServerConfig) -> int:
     """
     print(f"oasr: loading the model on {config.engine.device}; the demo will be at {config.url}",
           file=sys.stderr, flush=True)
-    configure_process(config.engine.num_threads)  # once, before the engine's first tensor
+    configure_process(config.engine.resolved_num_threads)  # once, before the engine's first tensor
     try:  # before uvicorn: a refused configuration is one clear line, not a lifespan traceback
         engine = EngineThread(config.engine,
                               calibrate=bool(config.engine.admission_budget))

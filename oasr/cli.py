@@ -88,7 +88,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a flag's value out of range: say which, no traceback
         print(f"oasr transcribe: {exc}", file=sys.stderr)
         return 2
-    configure_process(config.num_threads)
+    configure_process(config.resolved_num_threads)
     from oasr.decoding.context import HotwordError, split_terms
 
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,9 @@ from oasr.models.whisper.transcriber import WhisperDecodeConfig
 BATCH_WINDOW_S = 0.1  # the longest a ready chunk waits for others due, at full load
 SECOND_PASS_FAST_BACKLOG = 2  # finals waiting beyond which a live server decodes them fast
 SECOND_PASS_BEAM_SIZE = 5  # the reference decoders' default beam (faster-whisper, CTranslate2)
+# a machine with at most this many cores gives the engine one thread while the second pass runs
+# in processes beside it (`EngineConfig.resolved_num_threads`)
+SMALL_MACHINE_CORES = 2
 # The smallest chunk a deployment may ask for (encoder frames: 160 ms of Conformer output);
 # below it every chunk is mostly padding for the conv stem and the transcripts are noise.
 MIN_CHUNK_SIZE = 4
@@ -182,7 +186,7 @@ class EngineConfig:
         (``second_pass_decode_config``).
         num_threads: torch intra-op threads of the engine's process (a process-wide setting
             the entry point applies, `oasr.engine.configure_process`); the second pass takes
-            half (``second_pass_threads``). Default None: torch's default.
+            half (``second_pass_threads``). Default None: `resolved_num_threads` decides.
         min_audio_rate: the least audio a running stream must send, as a fraction of real
             time (in audio seconds, not bytes), in every ``audio_rate_window_s`` after its
             admission, or it ends with "timeout"; 0 turns the rule off. Default 0.1.
@@ -360,6 +364,20 @@ class EngineConfig:
                              f"got {budget}")
         if self.max_decode_slots is not None and self.max_decode_slots < 1:
             raise ValueError(f"max_decode_slots must be >= 1 or None, got {self.max_decode_slots}")
+
+    @property
+    def resolved_num_threads(self) -> int | None:
+        """The engine's torch threads: ``num_threads``, else one where the second pass runs in
+        processes of its own (``second_pass_process``) on a machine of at most
+        `SMALL_MACHINE_CORES` cores, else None (torch's default, a thread per core). On two
+        cores the engine's second thread only contends with the decoding processes: 32
+        clients with their starts spread, on a 2-vCPU EPYC, had final WER 9.5-10.2 against
+        12.3-12.5 % and half as many finals given up to their CTC text, partials as fast
+        (docs/benchmarks.md)."""
+        if self.num_threads is not None:
+            return self.num_threads
+        small = (os.cpu_count() or 1) <= SMALL_MACHINE_CORES
+        return 1 if small and self.second_pass == "whisper" and self.second_pass_process else None
 
     @property
     def resolved_light_load_streams(self) -> int:

@@ -550,7 +550,7 @@ def build_live_policy(config: EngineConfig, resources: StreamResources,
         worker = SecondPassWorker.load(deliver, config.resolved_second_pass_max_backlog,
                                        resources.cache_config.device,
                                        config.second_pass_decode_config(), guard,
-                                       config.num_threads, config.second_pass_fast_backlog,
+                                       config.resolved_num_threads, config.second_pass_fast_backlog,
                                        config.second_pass_process, config.second_pass_nice,
                                        config.second_pass_processes, clock)
     timing, tokenizer = resources.family.timing, resources.family.tokenizer

@@ -151,7 +151,9 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
          "for Whisper-CTC where the CPU has native bfloat16 (avx512_bf16 or amx_bf16), else "
          "float32", MODEL, field_reader("dtype"), common=True),
     Flag("--threads", "torch CPU threads of the engine process (the second pass takes half)",
-         MODEL, field_reader("num_threads"), common=True, none="torch's default",
+         MODEL, field_reader("num_threads"), common=True,
+         none="torch's default, a thread per core; 1 on a machine of two cores or fewer whose "
+              "second pass runs in processes of its own (oasr-server's)",
          kwargs={"type": int, "metavar": "N"}),
     Flag("--cuda-graphs", "capture the encoder step as one CUDA graph per batch width and "
          "replay it: on | off | auto (on for a CUDA device, off on CPU)", MODEL,

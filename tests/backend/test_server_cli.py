@@ -157,6 +157,23 @@ def test_no_flags_give_the_default_server_config() -> None:
         "kv_cache": "fp8_e4m3"}
 
 
+@pytest.mark.parametrize(("cores", "flags", "threads"), [
+    (2, (), 1),  # the server's second pass in processes on two cores: the engine takes one
+    (1, (), 1),
+    (4, (), None),  # a larger machine: torch's default, a thread per core
+    (2, ("--threads", "2"), 2),  # asked for
+    (2, ("--second-pass", "none"), None),  # no decoding processes to leave a core to
+    (2, ("--no-second-pass-process",), None),  # the second pass on the engine's threads
+])
+def test_the_engines_threads_leave_a_small_machines_cores_to_the_second_pass(
+        monkeypatch: pytest.MonkeyPatch, cores: int, flags: tuple[str, ...],
+        threads: int | None) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    engine = parse(*flags).engine
+    assert engine.resolved_num_threads == threads
+    assert engine.num_threads == (2 if "--threads" in flags else None)  # the field stays unset
+
+
 def test_a_flags_default_is_its_dataclass_fields() -> None:
     """The "(default: X)" of every flag that sets one field is that field's value in
     ``ServerConfig()`` (or its engine), formatted: no default is written twice."""
