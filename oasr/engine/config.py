@@ -371,7 +371,7 @@ class EngineConfig:
         processes of its own (``second_pass_process``) on a machine of at most
         `SMALL_MACHINE_CORES` cores, else None (torch's default, a thread per core). On two
         cores the engine's second thread only contends with the decoding processes: 32
-        clients with their starts spread, on a 2-vCPU EPYC, had final WER 9.5-10.2 against
+        clients with their starts spread, on a 2-vCPU EPYC, had final WER 9.5-10.5 against
         12.3-12.5 % and half as many finals given up to their CTC text, partials as fast
         (docs/benchmarks.md)."""
         if self.num_threads is not None:
