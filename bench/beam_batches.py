@@ -42,6 +42,7 @@ import torch
 from oasr import cpu
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.benchmarks.report import machine_description
+from oasr.benchmarks.second_pass import decode_together
 from oasr.benchmarks.workload import DEVSET_DIR
 
 Batch = list[np.ndarray]
@@ -102,12 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     work = batches(args.devset, args.passages)
 
     def decode(batch: Batch) -> list[str]:
-        for i, wave in enumerate(batch):
-            decoder.submit(i, torch.from_numpy(np.ascontiguousarray(wave)), fast=args.fast)
-        results = []
-        while decoder.has_work():
-            results += decoder.step()
-        return [r.text for r in sorted(results, key=lambda r: r.request_id)]
+        return [r.text for r in decode_together(decoder, batch, args.fast)]
 
     for batch in work.values():  # untimed: the first decodes of each shape
         decode(batch)

@@ -196,11 +196,11 @@ def _run(config: BenchConfig, blas: int | None) -> dict[str, Any]:
         result["finals_burst"] = measure_finals_burst(
             audio_dir, config.device,
             second_pass_threads(config.threads or torch.get_num_threads()))
-    if config.second_pass and not config.quick:
-        _log("second pass: Whisper on a 5 s segment")
-        from oasr.benchmarks.second_pass import measure_second_pass
+        if not config.quick:
+            _log("second pass: Whisper on a 5 s segment")
+            from oasr.benchmarks.second_pass import measure_second_pass
 
-        result["second_pass"] = measure_second_pass(audio_dir, config.device)
+            result["second_pass"] = measure_second_pass(audio_dir, config.device)
     result["server"] = []
     if config.server_levels:
         _log(f"server load: {config.server_levels} clients")

@@ -70,15 +70,26 @@ def burst_segments(audio_dir: Path) -> list[np.ndarray]:
     return [waves[i % len(waves)][:n] for i in range(BURST_SEGMENTS)]
 
 
+def decode_together(decoder: Any, waves: list[np.ndarray], fast: bool = False) -> list[Any]:
+    """Submit ``waves`` at once to ``decoder`` (a `ContinuousWhisperDecoder`; request ids
+    0..N-1; ``fast``: greedy on each segment's own window, as a busy server decodes finals)
+    and step it until every final is out: their `SecondPassResult`s in submission order."""
+    for i, wave in enumerate(waves):
+        decoder.submit(i, torch.from_numpy(np.ascontiguousarray(wave)), fast=fast)
+    results = []
+    while decoder.has_work():
+        results += decoder.step()
+    return sorted(results, key=lambda r: r.request_id)
+
+
 def measure_finals_burst(audio_dir: Path, device: str | None = None, threads: int = 1,
                          repeats: int = 2) -> dict[str, Any] | None:
     """Finals decoded together as the server's second pass decodes them: `BURST_SEGMENTS`
     segments of `BURST_SEGMENT_S` of speech (`burst_segments`) submitted at once to one
     decoder with the server's settings (`EngineConfig.second_pass_decode`: beam 5, int8
     logits, the served dtype) on ``threads`` torch threads (one second-pass process's), once
-    as an idle server
-    decodes finals (``beam``: beam search) and once as a busy one does (``greedy``: greedy on
-    each segment's own window). Each gives the seconds the burst took (median of ``repeats``
+    as an idle server decodes finals (``beam``: beam search) and once as a busy one does
+    (``greedy``: greedy on each segment's own window). Each gives the seconds the burst took (median of ``repeats``
     after one untimed) and ``audio_s_per_s``, the audio seconds it cleared per second: what
     one process's share of the finals can take before they queue. None without Whisper."""
     try:
@@ -97,10 +108,7 @@ def measure_finals_burst(audio_dir: Path, device: str | None = None, threads: in
 
         def burst(fast: bool) -> float:
             start = time.perf_counter()
-            for i, wave in enumerate(segments):
-                decoder.submit(i, torch.from_numpy(np.ascontiguousarray(wave)), fast=fast)
-            while decoder.has_work():
-                decoder.step()
+            decode_together(decoder, segments, fast)
             return time.perf_counter() - start
 
         audio_s = BURST_SEGMENTS * BURST_SEGMENT_S
