@@ -1,14 +1,17 @@
 """What the encoder's window costs the finals: the segment's window against the whole 30 s.
 
 Every file goes through the engine as a live server decodes it (the endpointer's segments, the
-second pass with the guard against the first pass, no context carried), once with the final's
-encoder on the segment plus 2 s (the rest of the window silence's states: the default) and once
-on Whisper's whole 30 s window (``--second-pass-window full``). It prints the word errors per
-subset and the wall time of each run.
+second pass with the guard against the first pass, no context carried), once per window of
+``--windows``: by default the final's encoder on the segment plus 2 s rounded up to 0.5 s (the
+rest of the window silence's states: the default) and on Whisper's whole 30 s window
+(``--second-pass-window full``); ``fit:MARGIN:BUCKET`` names any other segment window in
+seconds; ``--fast`` decodes every final as a busy server does (greedy). It prints the word errors per subset and the wall time of each run.
 
     python bench/stress_set.py --out /tmp/oasr-stress
     python bench/read_passages.py --out /tmp/passages
     python bench/final_window.py --stress /tmp/oasr-stress --passages /tmp/passages
+    python bench/final_window.py --stress /tmp/oasr-stress --passages /tmp/passages \
+        --windows fit:2:0.5 fit:2:2 fit:2:0.5 fit:2:2
 """
 
 from __future__ import annotations
@@ -29,20 +32,37 @@ from oasr.engine.second_pass.guard import FirstPassGuard
 from oasr.models.whisper.window import EncoderWindow
 
 
+def parse_window(text: str) -> EncoderWindow:
+    """``full``, or ``fit:MARGIN:BUCKET`` (seconds) -> an `EncoderWindow`."""
+    if text == "full":
+        return EncoderWindow("full")
+    mode, margin, bucket = text.split(":")
+    if mode != "fit":
+        raise argparse.ArgumentTypeError(f"{text!r}: full or fit:MARGIN:BUCKET")
+    return EncoderWindow("fit", float(margin), float(bucket))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py directory")
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py directory")
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--windows", nargs="+", default=["fit:2:0.5", "full"],
+                        help="windows to run, in order: full or fit:MARGIN:BUCKET (seconds)")
+    parser.add_argument("--fast", action="store_true",
+                        help="every final greedy on its own window, as a busy server decodes them")
     parser.add_argument("--out", type=Path, default=None, help="per-file texts as JSON")
     args = parser.parse_args(argv)
     configure_process(args.threads)
     items = load_items(args.passages, args.stress, args.devset, None)
     decode = EngineConfig().second_pass_decode
-    for name, window in (("segment", EncoderWindow()), ("full", EncoderWindow("full"))):
-        config = engine_config("whisper", replace(decode, encoder_window=window),
+    runs = [(f"{text} #{i}", parse_window(text)) for i, text in enumerate(args.windows)]
+    for name, window in runs:
+        config = engine_config("whisper", replace(decode, encoder_window=window, refine_window=window),
                                FirstPassGuard(), args.threads, context_s=0.0)
+        if args.fast:
+            config = replace(config, second_pass_fast_backlog=0)
         start = time.perf_counter()
         run_engine(items, config, name)
         seconds = time.perf_counter() - start

@@ -1,6 +1,6 @@
 """The Whisper second pass's cost on this machine: a burst of finals decoded together as the
 server decodes them (`measure_finals_burst`), and one 5 s segment's stages with the encoder on
-the segment's window (the default: segment + 2 s margin, 2 s buckets) and on the whole 30 s
+the segment's window (the default: segment + 2 s margin, 0.5 s buckets) and on the whole 30 s
 window (`measure_second_pass`)."""
 
 from __future__ import annotations

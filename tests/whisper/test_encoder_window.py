@@ -22,12 +22,15 @@ from oasr.text.wer import ErrorCounts, normalize_transcript
 
 
 def test_window_frames_round_the_segment_plus_margin_up_to_a_bucket() -> None:
-    fit = EncoderWindow()  # 2 s margin, 2 s buckets
-    assert fit.bucket_frames == 200
-    assert fit.num_frames(5 * 16000, N_FRAMES) == 800  # 7 s -> 8 s
-    assert fit.num_frames(6 * 16000, N_FRAMES) == 800  # exactly 8 s
-    assert fit.num_frames(6 * 16000 + 1, N_FRAMES) == 1000
-    assert fit.num_frames(0, N_FRAMES) == 200
+    fit = EncoderWindow()  # 2 s margin, 0.5 s buckets
+    assert fit.bucket_frames == 50
+    assert fit.num_frames(5 * 16000, N_FRAMES) == 700  # exactly 7 s
+    assert fit.num_frames(5 * 16000 + 1, N_FRAMES) == 750  # 7 s and a sample -> 7.5 s
+    assert fit.num_frames(int(5.2 * 16000), N_FRAMES) == 750
+    assert fit.num_frames(0, N_FRAMES) == 200  # the margin alone
+    wide = EncoderWindow(margin_s=2.0, bucket_s=2.0)
+    assert wide.num_frames(5 * 16000, N_FRAMES) == 800  # 7 s -> 8 s
+    assert wide.num_frames(6 * 16000 + 1, N_FRAMES) == 1000
     assert fit.num_frames(29 * 16000, N_FRAMES) == N_FRAMES  # capped at the window
     assert EncoderWindow("full").num_frames(16000, N_FRAMES) == N_FRAMES
     odd = EncoderWindow(margin_s=0.0, bucket_s=0.15)
@@ -164,7 +167,7 @@ def _devset_wer(checkpoint: WhisperCheckpoint, recordings, hyps) -> ErrorCounts:
 @pytest.mark.slow
 def test_fit_window_keeps_the_devset_wer(checkpoint: WhisperCheckpoint, recordings,
                                          dense_hyps) -> None:
-    """The default window (segment + 2 s in 2 s buckets, silent tail) scores within a point of
+    """The default window (segment + 2 s in 0.5 s buckets, silent tail) scores within a point of
     the 30 s window, and does not loop (a cut window without the silent tail does)."""
     fit = SegmentEncoder(checkpoint.model, EncoderWindow())
     fit_hyps = dense_search(checkpoint, fit([r.waveform for r in recordings]))

@@ -52,7 +52,7 @@ class WhisperDecodeConfig:
             float16 / float32). Rows admitted are still capped by ``max_rows``; ``can_admit``
             decides how many of them the pages hold.
         encoder_window: how much audio the encoder runs on (default: the segment plus 2 s,
-            in 2 s buckets, the rest of the 30 s window filled with silence's states).
+            in 0.5 s buckets, the rest of the 30 s window filled with silence's states).
         refine_window: the same for the continuous decoder's background requests (refined
             partials).
         fallback: when the continuous decoder redoes a decode at a higher temperature

@@ -15,13 +15,20 @@ synthesised sentences, 106 words), WER after ``oasr.text.wer.normalize_transcrip
 
     window                                 real          synthesised   tokens (all 28 files)
     30 s (``full``)                        1.96%         7.55%         330
-    segment + 2 s, 2 s buckets (default)   1.96%         1.89%         317
+    segment + 2 s, 2 s buckets             1.96%         1.89%         317
     segment + 1 s, 1 or 2 s buckets        3.27%         1.89%         307
     cut to segment + 0..10 s, no tail      145-1330%     (repetition loops: 635-3013 tokens
                                                          on the real files, 211 with 30 s)
 
 Through the engine (bundled CTC model, each real recording one stream) the Whisper finals
-scored 1.96% with either window. A 5 s segment of ``real_jfk.wav`` on the shared 2-core CPU
+scored 1.96% with either window.
+
+The bucket only rounds the margin up (so that few input shapes occur): the silence past the
+margin adds nothing the silent tail does not give, and costs encoder time. The default is the
+segment plus 2 s in 0.5 s buckets. Over 2,500 words of the dev set, the stress set and the read
+passages as a server decodes them (`bench/final_window.py`, 2026-12-07): 187 word errors with
+0.5 s buckets against 198 with 2 s (beam finals), 217 against 219 greedy; 8 segments of 5 s
+decoded together (greedy, one thread, AMD EPYC with AVX512-BF16) 0.65 against 0.71 s. A 5 s segment of ``real_jfk.wav`` on the shared 2-core CPU
 (one thread, the two windows interleaved, median of 12 each; two runs under different load):
 encoder 0.50-0.72 s -> 0.10-0.15 s (3000 -> 800 mel frames), whole second pass 0.74-1.09 s ->
 0.31-0.52 s. The decoder (0.21-0.35 s for 8 tokens, a third of it the 51864-row output
@@ -59,12 +66,13 @@ class EncoderWindow:
             completes the window with a silent window's encoder states.
         margin_s: silence after the segment's last sample that the encoder sees (``fit``).
         bucket_s: the encoder input is a multiple of this many seconds (``fit``), so a server
-            sees at most 30 / ``bucket_s`` input shapes.
+            sees at most 30 / ``bucket_s`` input shapes (segments of one shape are encoded
+            together).
     """
 
     mode: str = "fit"
     margin_s: float = 2.0
-    bucket_s: float = 2.0
+    bucket_s: float = 0.5
 
     def __post_init__(self) -> None:
         if self.mode not in WINDOW_MODES:
