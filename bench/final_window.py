@@ -36,10 +36,13 @@ def parse_window(text: str) -> EncoderWindow:
     """``full``, or ``fit:MARGIN:BUCKET`` (seconds) -> an `EncoderWindow`."""
     if text == "full":
         return EncoderWindow("full")
-    mode, margin, bucket = text.split(":")
-    if mode != "fit":
-        raise argparse.ArgumentTypeError(f"{text!r}: full or fit:MARGIN:BUCKET")
-    return EncoderWindow("fit", float(margin), float(bucket))
+    parts = text.split(":")
+    try:
+        if len(parts) != 3 or parts[0] != "fit":
+            raise ValueError("not full or fit:MARGIN:BUCKET")
+        return EncoderWindow("fit", float(parts[1]), float(parts[2]))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"window {text!r}: {e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_process(args.threads)
     items = load_items(args.passages, args.stress, args.devset, None)
     decode = EngineConfig().second_pass_decode
-    runs = [(f"{text} #{i}", parse_window(text)) for i, text in enumerate(args.windows)]
+    try:
+        runs = [(f"{text} #{i}", parse_window(text)) for i, text in enumerate(args.windows)]
+    except argparse.ArgumentTypeError as e:
+        parser.error(str(e))
     for name, window in runs:
         config = engine_config("whisper", replace(decode, encoder_window=window, refine_window=window),
                                FirstPassGuard(), args.threads, context_s=0.0)
