@@ -5,7 +5,8 @@ second pass with the guard against the first pass, no context carried), once per
 ``--windows``: by default the final's encoder on the segment plus 2 s rounded up to 0.5 s (the
 rest of the window silence's states: the default) and on Whisper's whole 30 s window
 (``--second-pass-window full``); ``fit:MARGIN:BUCKET`` names any other segment window in
-seconds; ``--fast`` decodes every final as a busy server does (greedy). It prints the word errors per subset and the wall time of each run.
+seconds; ``--fast`` decodes every final as a busy server does (greedy). It prints the word
+errors per subset and the wall time of each run.
 
     python bench/stress_set.py --out /tmp/oasr-stress
     python bench/read_passages.py --out /tmp/passages
@@ -65,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
     for name, window in runs:
-        config = engine_config("whisper", replace(decode, encoder_window=window, refine_window=window),
-                               FirstPassGuard(), args.threads, context_s=0.0)
+        windows = replace(decode, encoder_window=window, refine_window=window)
+        config = engine_config("whisper", windows, FirstPassGuard(), args.threads, context_s=0.0)
         if args.fast:
             config = replace(config, second_pass_fast_backlog=0)
         start = time.perf_counter()

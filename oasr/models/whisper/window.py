@@ -27,11 +27,12 @@ The bucket only rounds the margin up (so that few input shapes occur): the silen
 margin adds nothing the silent tail does not give, and costs encoder time. The default is the
 segment plus 2 s in 0.5 s buckets. Over 2,500 words of the dev set, the stress set and the read
 passages as a server decodes them (`bench/final_window.py`, 2026-12-07): 187 word errors with
-0.5 s buckets against 198 with 2 s (beam finals), 217 against 219 greedy; 8 segments of 5 s
-decoded together (greedy, one thread, AMD EPYC with AVX512-BF16) 0.65 against 0.71 s. A 5 s segment of ``real_jfk.wav`` on the shared 2-core CPU
-(one thread, the two windows interleaved, median of 12 each; two runs under different load):
-encoder 0.50-0.72 s -> 0.10-0.15 s (3000 -> 800 mel frames), whole second pass 0.74-1.09 s ->
-0.31-0.52 s. The decoder (0.21-0.35 s for 8 tokens, a third of it the 51864-row output
+0.5 s buckets against 198 with 2 s (beam finals), 217 against 219 greedy; the dev set's 28
+recordings decoded together greedy 2.21 against 2.54 s (one thread, AMD EPYC with AVX512-BF16).
+
+A 5 s segment of ``real_jfk.wav`` on the shared 2-core CPU (one thread, the two windows
+interleaved, median of 12 each; two runs under different load): encoder 0.50-0.72 s -> 0.10-0.15
+s (3000 -> 800 mel frames, 2 s buckets), whole second pass 0.74-1.09 s -> 0.31-0.52 s. The decoder (0.21-0.35 s for 8 tokens, a third of it the 51864-row output
 projection) is then most of it; the silent frames' cross K/V are projected once per model.
 """
 
