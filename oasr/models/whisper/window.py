@@ -32,8 +32,9 @@ recordings decoded together greedy 2.21 against 2.54 s (one thread, AMD EPYC wit
 
 A 5 s segment of ``real_jfk.wav`` on the shared 2-core CPU (one thread, the two windows
 interleaved, median of 12 each; two runs under different load): encoder 0.50-0.72 s -> 0.10-0.15
-s (3000 -> 800 mel frames, 2 s buckets), whole second pass 0.74-1.09 s -> 0.31-0.52 s. The decoder (0.21-0.35 s for 8 tokens, a third of it the 51864-row output
-projection) is then most of it; the silent frames' cross K/V are projected once per model.
+s (3000 -> 800 mel frames, 2 s buckets), whole second pass 0.74-1.09 s -> 0.31-0.52 s. The
+decoder (0.21-0.35 s for 8 tokens, a third of it the 51864-row output projection) is then most
+of it; the silent frames' cross K/V are projected once per model.
 """
 
 from __future__ import annotations
