@@ -273,3 +273,22 @@ def _no_gather(*args: object, **kwargs: object) -> None:
 def test_a_shared_tail_must_span_the_cross_region() -> None:
     with pytest.raises(ValueError, match="a shared tail needs 2 layers of K, V each"):
         tiny_manager().set_shared_tail([(torch.zeros(2, 19, 16), torch.zeros(2, 19, 16))] * 2)
+
+
+def test_the_shared_tail_after_a_frame_is_a_kept_contiguous_copy() -> None:
+    mgr = tiny_manager()
+    with pytest.raises(ValueError, match="needs a shared tail"):
+        mgr.shared_tail_after(3)
+    gen = torch.Generator().manual_seed(23)
+    frames = mgr.cross_len
+    tail = [(torch.randn(2, frames, 16, generator=gen), torch.randn(2, frames, 16, generator=gen))
+            for _ in range(2)]
+    mgr.set_shared_tail(tail)
+    after = mgr.shared_tail_after(7)
+    for (k, v), (k_after, v_after) in zip(tail, after, strict=True):
+        assert k_after.is_contiguous() and v_after.is_contiguous()
+        assert torch.equal(k_after, k[:, 7:]) and torch.equal(v_after, v[:, 7:])
+    assert mgr.shared_tail_after(7) is after  # kept while the same frame is asked for
+    assert torch.equal(mgr.shared_tail_after(9)[1][0], tail[1][0][:, 9:])
+    mgr.set_shared_tail([(k + 1, v) for k, v in tail])  # a new tail drops the kept copy
+    assert torch.equal(mgr.shared_tail_after(9)[0][0], tail[0][0][:, 9:] + 1)
