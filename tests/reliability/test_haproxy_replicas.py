@@ -56,15 +56,17 @@ async def wait_for(predicate: object, what: str, timeout_s: float = 30.0) -> Non
         await asyncio.sleep(0.02)
 
 
-async def open_one_by_one(url: str, clips: list[Clip]) -> tuple[
+async def open_one_by_one(url: str, clips: list[Clip], realtime: bool = True) -> tuple[
         list[ClientResult], list[asyncio.Task[ClientResult]]]:
     """Start a session per clip, each once the one before is live, so that least connections
     sees every earlier session: HAProxy's threads may pick one server for two connections that
-    arrive in the same instant, before either is counted (seen once on a 2-core CI box)."""
+    arrive in the same instant, before either is counted (seen on a 2-core box: two sessions
+    on one replica, and during a drain a third on a replica of two slots, refused ``busy``)."""
     live = [ClientResult() for _ in clips]
     tasks = []
     for i, (clip, result) in enumerate(zip(clips, live, strict=True)):
-        tasks.append(asyncio.create_task(stream_clip(url, clip.pcm(), result=result)))
+        tasks.append(asyncio.create_task(stream_clip(url, clip.pcm(), realtime=realtime,
+                                                     result=result)))
         await wait_for(lambda result=result: result.got_ready, f"session {i} live")
     return live, tasks
 
@@ -100,15 +102,13 @@ def test_replicas_behind_haproxy(cluster: tuple[HaproxyProcess, dict[str, Server
 
     async def drain_one() -> str:
         # SIGTERM to a replica mid-stream: its sessions finish, new ones land elsewhere
-        live = [ClientResult() for _ in range(3)]
-        tasks = [asyncio.create_task(stream_clip(url, clips[10 + i].pcm(), result=live[i]))
-                 for i in range(3)]
-        await wait_for(lambda: all(r.got_ready for r in live), "three live sessions")
+        live, tasks = await open_one_by_one(url, [clips[10 + i] for i in range(3)])
         victim = replica_of(live[0])
         servers[victim].process.send_signal(signal.SIGTERM)
         await asyncio.to_thread(haproxy.wait_for_states, {victim: "DOWN"})
-        late = await asyncio.gather(*(stream_clip(url, clips[13 + i].pcm(), realtime=False)
-                                      for i in range(2)))
+        _, late_tasks = await open_one_by_one(url, [clips[13 + i] for i in range(2)],
+                                              realtime=False)
+        late = await asyncio.gather(*late_tasks)
         for i, result in enumerate(late):
             assert_clean_finish(result, references[13 + i], f"session {i} during the drain")
             assert replica_of(result) != victim
