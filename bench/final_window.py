@@ -52,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py directory")
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--windows", nargs="+", default=["fit:2:0.5", "full"],
-                        help="windows to run, in order: full or fit:MARGIN:BUCKET (seconds)")
+    parser.add_argument("--windows", nargs="+", type=parse_window,
+                        default=[EncoderWindow(), EncoderWindow("full")],
+                        help="windows to run, in order: full or fit:MARGIN:BUCKET (seconds); "
+                             "default: the served window (fit:2:0.5) and full")
     parser.add_argument("--fast", action="store_true",
                         help="every final greedy on its own window, as a busy server decodes them")
     parser.add_argument("--out", type=Path, default=None, help="per-file texts as JSON")
@@ -61,11 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_process(args.threads)
     items = load_items(args.passages, args.stress, args.devset, None)
     decode = EngineConfig().second_pass_decode
-    try:
-        runs = [(f"{text} #{i}", parse_window(text)) for i, text in enumerate(args.windows)]
-    except argparse.ArgumentTypeError as e:
-        parser.error(str(e))
-    for name, window in runs:
+    for i, window in enumerate(args.windows):
+        name = f"{window.mode} #{i}" if window.mode == "full" else (
+            f"{window.mode}:{window.margin_s:g}:{window.bucket_s:g} #{i}")
         windows = replace(decode, encoder_window=window, refine_window=window)
         config = engine_config("whisper", windows, FirstPassGuard(), args.threads, context_s=0.0)
         if args.fast:

@@ -89,9 +89,10 @@ def measure_finals_burst(audio_dir: Path, device: str | None = None, threads: in
     decoder with the server's settings (`EngineConfig.second_pass_decode`: beam 5, int8
     logits, the served dtype) on ``threads`` torch threads (one second-pass process's), once
     as an idle server decodes finals (``beam``: beam search) and once as a busy one does
-    (``greedy``: greedy on each segment's own window). Each gives the seconds the burst took (median of ``repeats``
-    after one untimed) and ``audio_s_per_s``, the audio seconds it cleared per second: what
-    one process's share of the finals can take before they queue. None without Whisper."""
+    (``greedy``: greedy on each segment's own window). Each gives the seconds the burst took
+    (median of ``repeats`` after one untimed) and ``audio_s_per_s``, the audio seconds it
+    cleared per second: what one process's share of the finals can take before they queue.
+    None without Whisper."""
     try:
         from oasr.models.whisper.continuous import ContinuousWhisperDecoder
         from oasr.models.whisper.transcriber import load_for_decoding

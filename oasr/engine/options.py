@@ -261,8 +261,8 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
          field_reader("second_pass_decode.dtype"), kwargs={"choices": DECODE_DTYPES}),
     Flag("--second-pass-window", "audio Whisper's encoder runs on for a final: fit (the segment "
          "plus 2 s, rounded up to 0.5 s; the rest of the 30 s window is silence's states, "
-         "computed once), full (the whole 30 s window)", SECOND_PASS, field_reader("second_pass_decode.encoder_window.mode"),
-         kwargs={"choices": WINDOW_MODES}),
+         "computed once), full (the whole 30 s window)", SECOND_PASS,
+         field_reader("second_pass_decode.encoder_window.mode"), kwargs={"choices": WINDOW_MODES}),
     Flag("--quantization-option", "second-pass decoder K/V format: kv_cache=fp8_e4m3 (float8 "
          "with a scale per token and head); repeatable", SECOND_PASS, field_reader("quantization"),
          kwargs={"action": "append", "metavar": "KEY=VALUE"}),
