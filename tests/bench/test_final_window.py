@@ -28,3 +28,20 @@ def test_windows_parse_from_their_names() -> None:
 def test_a_bad_window_name_is_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=f"window '{text}'"):
         final_window.parse_window(text)
+
+
+def test_several_stress_sets_are_pooled(tmp_path: Path) -> None:
+    """--stress takes several stress_set.py directories (other seeds: more digit strings);
+    every file of each is read, under its own directory, its subset kept."""
+    for seed, names in (("16", ("a.wav", "b.wav")), ("17", ("a.wav",))):
+        folder = tmp_path / seed
+        folder.mkdir()
+        (folder / "manifest.tsv").write_text(
+            "".join(f"{name}\tsynth_digits\tone {seed}\n" for name in names))
+    items = final_window.stress_items([tmp_path / "16", tmp_path / "17"])
+    assert [(i.path, i.subset, i.reference) for i in items] == [
+        (tmp_path / "16" / "a.wav", "synth_digits", "one 16"),
+        (tmp_path / "16" / "b.wav", "synth_digits", "one 16"),
+        (tmp_path / "17" / "a.wav", "synth_digits", "one 17"),
+    ]
+    assert final_window.stress_items([]) == []
