@@ -31,7 +31,7 @@ passages as a server decodes them (`bench/final_window.py`, 2026-12-07): 187 wor
 recordings decoded together greedy 2.21 against 2.54 s (one thread, AMD EPYC with AVX512-BF16).
 The margin stays 2 s: over three more stress sets (2,727 words) a 1.5 or 1 s margin made 4 more
 word errors on the synthetic digit strings (beam 7 against 3, greedy 17 against 13 of 286
-words) and no fewer anywhere else.
+words), the other subsets within 4 words either way.
 
 A 5 s segment of ``real_jfk.wav`` on the shared 2-core CPU (one thread, the two windows
 interleaved, median of 12 each; two runs under different load): encoder 0.50-0.72 s -> 0.10-0.15
