@@ -32,7 +32,7 @@ from oasr.text.wer import ErrorCounts
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_cost import StepTimer, devset_log_probs, stream_batch  # noqa: E402  (siblings)
 from devset_wer import transcribe  # noqa: E402
-from final_context import load_items  # noqa: E402
+from final_context import add_stress_argument, load_items  # noqa: E402
 
 BEAM = 16  # the server's
 
@@ -66,7 +66,7 @@ def search_ms(top_ks: list[int], streams: list[int], rounds: int,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--passages", type=Path, default=None, help="a read_passages.py dir")
-    p.add_argument("--stress", type=Path, default=None, help="a stress_set.py dir")
+    add_stress_argument(p)
     p.add_argument("--devset", type=Path, default=DEVSET_DIR)
     p.add_argument("--top-k", type=int, nargs="+", default=[2 * BEAM + 1, BEAM, 12, 8])
     p.add_argument("--streams", type=int, nargs="+", default=[4, 32, 256])

@@ -22,7 +22,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from final_context import error_counts, load_items, per_subset, run
+from final_context import add_stress_argument, error_counts, load_items, per_subset, run
 from second_pass_parity import engine_config
 
 from oasr.benchmarks.workload import DEVSET_DIR
@@ -33,7 +33,7 @@ from oasr.engine.second_pass.guard import FirstPassGuard
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 3, 5])
-    parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py directory")
+    add_stress_argument(parser)
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py directory")
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--subsets", nargs="*", default=None, help="only these subsets")

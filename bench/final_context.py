@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,17 +52,27 @@ PAUSE_S, LONGEST_S = 0.8, 15.0  # the sentence-pause rules: --endpoint-pause 0.8
 CONTEXT_S = 10.0
 
 
-def load_items(passages: Path | None, stress: Path | None, devset: Path | None,
+def add_stress_argument(parser: argparse.ArgumentParser) -> None:
+    """``--stress DIR ...``: one or more stress_set.py directories (`load_items`'s ``stress``)."""
+    parser.add_argument("--stress", type=Path, nargs="+", default=[],
+                        help="stress_set.py directories (several: other --seed values, more "
+                             "digit strings)")
+
+
+def load_items(passages: Path | None, stress: Sequence[Path], devset: Path | None,
                subsets: set[str] | None) -> list[Item]:
-    """The passages' files (the text of all their sentences), then the stress set's and the
-    devset's (as ``bench/second_pass_parity.py`` reads them), only ``subsets`` if given."""
+    """The passages' files (the text of all their sentences), then each stress set's (their
+    subsets pooled by name) and the devset's (as ``bench/second_pass_parity.py`` reads them),
+    only ``subsets`` if given."""
     items: list[Item] = []
     if passages is not None:
         for wav in sorted(passages.glob("*.wav")):
             meta = json.loads(wav.with_suffix(".json").read_text())
             subset = "passages_real" if wav.name.startswith("real_") else "passages_tts"
             items.append(Item(wav, subset, " ".join(s["text"] for s in meta["sentences"])))
-    items += load_stress_items(stress, devset)
+    for directory in stress:
+        items += load_stress_items(directory, None)
+    items += load_stress_items(None, devset)
     return [i for i in items if subsets is None or i.subset in subsets]
 
 
@@ -129,7 +140,7 @@ def rows(items: list[Item], columns: list[str]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py dir")
-    parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py dir")
+    add_stress_argument(parser)
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--no-devset", action="store_true")
     parser.add_argument("--subsets", nargs="*", default=None, help="only these subsets")

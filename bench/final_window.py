@@ -27,9 +27,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from final_context import error_counts, load_items, per_subset
-from second_pass_parity import Item, engine_config, run_engine
-from second_pass_parity import load_items as load_stress_items
+from final_context import add_stress_argument, error_counts, load_items, per_subset
+from second_pass_parity import engine_config, run_engine
 
 from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import EngineConfig, configure_process
@@ -50,16 +49,9 @@ def parse_window(text: str) -> EncoderWindow:
         raise argparse.ArgumentTypeError(f"window {text!r}: {e}") from None
 
 
-def stress_items(directories: list[Path]) -> list[Item]:
-    """The files of every stress set in ``directories`` (their subsets pooled by name)."""
-    return [item for directory in directories for item in load_stress_items(directory, None)]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--stress", type=Path, nargs="+", default=[],
-                        help="stress_set.py directories (several: --seed 16, 17, ... for more "
-                             "digit strings)")
+    add_stress_argument(parser)
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py directory")
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--threads", type=int, default=2)
@@ -72,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="per-file texts as JSON")
     args = parser.parse_args(argv)
     configure_process(args.threads)
-    items = load_items(args.passages, None, args.devset, None) + stress_items(args.stress)
+    items = load_items(args.passages, args.stress, args.devset, None)
     decode = EngineConfig().second_pass_decode
     for i, window in enumerate(args.windows):
         name = f"{window.mode} #{i}" if window.mode == "full" else (

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from final_context import error_counts, load_items, per_subset
+from final_context import add_stress_argument, error_counts, load_items, per_subset
 from second_pass_parity import Item, engine_config
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
@@ -80,7 +80,7 @@ def run_paced(items: list[Item], config: EngineConfig, column: str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py directory")
+    add_stress_argument(parser)
     parser.add_argument("--passages", type=Path, default=None, help="a read_passages.py directory")
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))

@@ -13,6 +13,7 @@ from oasr.models.whisper.window import EncoderWindow
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))  # the script imports its siblings by name
 
+import final_context  # noqa: E402
 import final_window  # noqa: E402
 
 
@@ -32,16 +33,25 @@ def test_a_bad_window_name_is_refused(text: str) -> None:
 
 def test_several_stress_sets_are_pooled(tmp_path: Path) -> None:
     """--stress takes several stress_set.py directories (other seeds: more digit strings);
-    every file of each is read, under its own directory, its subset kept."""
+    every file of each is read, in order, under its own directory, its subset kept, before
+    the devset's."""
     for seed, names in (("16", ("a.wav", "b.wav")), ("17", ("a.wav",))):
         folder = tmp_path / seed
         folder.mkdir()
         (folder / "manifest.tsv").write_text(
             "".join(f"{name}\tsynth_digits\tone {seed}\n" for name in names))
-    items = final_window.stress_items([tmp_path / "16", tmp_path / "17"])
+    devset = tmp_path / "dev"
+    devset.mkdir()
+    (devset / "manifest.tsv").write_text("real_x.wav\ttwo\n")
+    parser = argparse.ArgumentParser()
+    final_context.add_stress_argument(parser)
+    stress = parser.parse_args(["--stress", str(tmp_path / "16"), str(tmp_path / "17")]).stress
+    items = final_context.load_items(None, stress, devset, None)
     assert [(i.path, i.subset, i.reference) for i in items] == [
         (tmp_path / "16" / "a.wav", "synth_digits", "one 16"),
         (tmp_path / "16" / "b.wav", "synth_digits", "one 16"),
         (tmp_path / "17" / "a.wav", "synth_digits", "one 17"),
+        (devset / "real_x.wav", "devset_real", "two"),
     ]
-    assert final_window.stress_items([]) == []
+    assert parser.parse_args([]).stress == []
+    assert final_context.load_items(None, [], None, None) == []
