@@ -17,6 +17,9 @@ real-time pace in 100 ms frames, and the script reports:
 - ``after_decision_p50/p95``: a final's arrival minus the moment the audio at its
   ``decided_at`` (what the server had received when it ended the segment) was sent: the
   second pass's time once the segment ended, the endpoint's wait left out;
+- ``after_end_p50/p95``: each session's ``done`` minus the moment its client sent ``end``
+  (0.9 s after the passage's last word): the wait after the client's end for its last final,
+  which that ``end`` decides unless the endpoint did first;
 - ``settled_p50/p95``: when the page's text of a segment last became what its final says (the
   partial that first showed the final's words, every later partial of the segment the same;
   the final itself when none did), minus the same moment: how long after the last word a
@@ -215,6 +218,7 @@ class ClientLog:
     passage: str
     sent: list[tuple[float, int]] = field(default_factory=list)  # (time, samples sent so far)
     messages: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    ended_at: float | None = None  # when the client sent ``end``
     error: str | None = None
 
     def sent_at(self, seconds: float) -> float | None:
@@ -249,6 +253,7 @@ async def run_client(url: str, passage: Passage, delay: float) -> ClientLog:
                 await ws.send(pcm[i:i + frame].tobytes())
                 log.sent.append((time.monotonic(), min(len(pcm), i + frame)))
             await ws.send(json.dumps({"type": "end"}))
+            log.ended_at = time.monotonic()
             await asyncio.wait_for(reader, 120)
     except Exception as exc:  # a failed client is reported, not fatal to the run
         log.error = f"{type(exc).__name__}: {exc}"
@@ -278,7 +283,7 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
     sentences = {p.name: p.sentences for p in material}
     last_partial, finals = ErrorCounts(), ErrorCounts()
     by_passage: dict[str, ErrorCounts] = {}
-    lags, after_decision, after_speech, settled = [], [], [], []
+    lags, after_decision, after_speech, settled, after_end = [], [], [], [], []
     partial_lat, changed, refined = [], 0, 0
     stable_words, stable_unknown = 0, 0
     one_word, mid_sentence = 0, 0
@@ -350,7 +355,12 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         by_passage.setdefault(log.passage, ErrorCounts()).add(references[log.passage],
                                                               " ".join(final_texts))
         refined += shown_refined
-        texts.append({"passage": log.passage, "finals": read})
+        done = [when for when, m in log.messages if m["type"] == "done"]
+        ended = done[0] - log.ended_at if done and log.ended_at is not None else None
+        if ended is not None:
+            after_end.append(ended)
+        texts.append({"passage": log.passage, "finals": read,
+                      "after_end": None if ended is None else round(ended, 2)})
     return {
         "clients": len(logs), "errors": [log.error for log in logs if log.error],
         "last_partial_wer": round(last_partial.wer, 1), "final_wer": round(finals.wer, 1),
@@ -362,6 +372,8 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         "after_speech_p95": round(percentile(after_speech, 0.95), 2) if after_speech else None,
         "after_decision_p50": round(percentile(after_decision, 0.5), 2),
         "after_decision_p95": round(percentile(after_decision, 0.95), 2),
+        "after_end_p50": round(percentile(after_end, 0.5), 2),
+        "after_end_p95": round(percentile(after_end, 0.95), 2),
         "settled_p50": round(percentile(settled, 0.5), 2),
         "settled_p95": round(percentile(settled, 0.95), 2),
         "partial_p50": round(percentile(partial_lat, 0.5), 3),
@@ -494,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
                               if k not in ("finals", "final_errors")}), flush=True)
     keys = ["level", "last_partial_wer", "final_wer", "final_lag_p50", "final_lag_p95",
             "after_speech_p50", "after_speech_p95", "after_decision_p50", "after_decision_p95",
+            "after_end_p50", "after_end_p95",
             "settled_p50", "settled_p95", "num_finals", "one_word_finals", "mid_sentence_cuts",
             "partial_p50", "partial_p95", "changed_committed", "stable_words",
             "stable_not_in_reference", "refined_share"]

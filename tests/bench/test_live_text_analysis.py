@@ -3,6 +3,7 @@ the last partial, committed words that changed, and segments against a passage's
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,23 @@ def test_settled_is_when_the_page_last_came_to_the_final_words() -> None:
     assert row["after_decision_p50"] == round((0.6 + 0.8) / 2, 2)
     assert row["last_partial_wer"] > 0 and row["final_wer"] == 0.0
     assert row["changed_committed"] == 0
+
+
+def test_after_end_is_done_minus_the_clients_end() -> None:
+    live = load_script()
+    ended_early, ended_late = client_log(live), client_log(live)
+    # the endpoint ended the first session's segment before its client's end at 103.0; the
+    # second's final and done came after its end at 104.0
+    ended_early.ended_at, ended_late.ended_at = 103.0, 104.0
+    ended_early.messages = [(102.5, final(0, "The quick brown fox.", 1.5)),
+                            (103.1, {"type": "done"})]
+    ended_late.messages = [(105.4, final(0, "The quick brown fox.", 3.0, decided_at=3.9)),
+                           (105.5, {"type": "done"})]
+    row = live.analyse([ended_early, ended_late], [passage(live, "the quick brown fox")])
+    assert row["after_end_p50"] == round((0.1 + 1.5) / 2, 2)
+    assert row["after_end_p95"] == round(0.1 + 0.95 * 1.4, 2)
+    # a session that never sent its end (a failed client) has no after_end
+    assert math.isnan(live.analyse([client_log(live)], [passage(live, "x")])["after_end_p50"])
 
 
 def test_a_committed_word_that_changes_is_counted() -> None:
