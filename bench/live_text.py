@@ -18,8 +18,9 @@ real-time pace in 100 ms frames, and the script reports:
   ``decided_at`` (what the server had received when it ended the segment) was sent: the
   second pass's time once the segment ended, the endpoint's wait left out;
 - ``after_end_p50/p95``: each session's ``done`` minus the moment its client sent ``end``
-  (0.9 s after the passage's last word): the wait after the client's end for its last final,
-  which that ``end`` decides unless the endpoint did first;
+  (after the passage's last pause: 0.9 s of room tone in the dev set's passages, about 1 s in
+  `bench/read_passages.py`'s): the wait after the client's end for its last final, which that
+  ``end`` decides unless the endpoint did first;
 - ``settled_p50/p95``: when the page's text of a segment last became what its final says (the
   partial that first showed the final's words, every later partial of the segment the same;
   the final itself when none did), minus the same moment: how long after the last word a
