@@ -297,10 +297,13 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         read: list[dict[str, Any]] = []
         shown: list[str] = []  # per final, the last partial of its segment
         shown_refined, decoded_end = False, -1.0
+        done_at: float | None = None  # when the server's done came
         vocabulary = set(_bare(references[log.passage]))
         since: dict[int, float] = {}  # segment -> when its partials last changed their words
         for when, m in log.messages:
-            if m["type"] == "partial":
+            if m["type"] == "done":
+                done_at = when
+            elif m["type"] == "partial":
                 if _bare(m["text"]) != _bare(last.get(m["segment"], "")):
                     since[m["segment"]] = when
                 last[m["segment"]] = m["text"]
@@ -356,8 +359,7 @@ def analyse(logs: list[ClientLog], material: list[Passage]) -> dict[str, Any]:
         by_passage.setdefault(log.passage, ErrorCounts()).add(references[log.passage],
                                                               " ".join(final_texts))
         refined += shown_refined
-        done = [when for when, m in log.messages if m["type"] == "done"]
-        ended = done[0] - log.ended_at if done and log.ended_at is not None else None
+        ended = None if done_at is None or log.ended_at is None else done_at - log.ended_at
         if ended is not None:
             after_end.append(ended)
         texts.append({"passage": log.passage, "finals": read,
