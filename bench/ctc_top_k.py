@@ -32,7 +32,8 @@ from oasr.text.wer import ErrorCounts
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_cost import StepTimer, devset_log_probs, stream_batch  # noqa: E402  (siblings)
 from devset_wer import transcribe  # noqa: E402
-from final_context import add_stress_argument, load_items  # noqa: E402
+from final_context import load_items  # noqa: E402
+from second_pass_parity import add_stress_argument  # noqa: E402
 
 BEAM = 16  # the server's
 

@@ -44,19 +44,12 @@ from oasr.engine.offline import transcribe_files
 from oasr.text.wer import ErrorCounts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from second_pass_parity import Item  # noqa: E402  (a sibling script)
+from second_pass_parity import Item, add_stress_argument  # noqa: E402  (a sibling script)
 from second_pass_parity import engine_config as parity_engine_config  # noqa: E402
 from second_pass_parity import load_items as load_stress_items  # noqa: E402
 
 PAUSE_S, LONGEST_S = 0.8, 15.0  # the sentence-pause rules: --endpoint-pause 0.8 --max-segment 15
 CONTEXT_S = 10.0
-
-
-def add_stress_argument(parser: argparse.ArgumentParser) -> None:
-    """``--stress DIR ...``: one or more stress_set.py directories (`load_items`'s ``stress``)."""
-    parser.add_argument("--stress", type=Path, nargs="+", default=[],
-                        help="stress_set.py directories (several: other --seed values, more "
-                             "digit strings)")
 
 
 def load_items(passages: Path | None, stress: Sequence[Path], devset: Path | None,
@@ -70,9 +63,7 @@ def load_items(passages: Path | None, stress: Sequence[Path], devset: Path | Non
             meta = json.loads(wav.with_suffix(".json").read_text())
             subset = "passages_real" if wav.name.startswith("real_") else "passages_tts"
             items.append(Item(wav, subset, " ".join(s["text"] for s in meta["sentences"])))
-    for directory in stress:
-        items += load_stress_items(directory, None)
-    items += load_stress_items(None, devset)
+    items += load_stress_items(stress, devset)
     return [i for i in items if subsets is None or i.subset in subsets]
 
 

@@ -27,8 +27,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from final_context import add_stress_argument, error_counts, load_items, per_subset
-from second_pass_parity import engine_config, run_engine
+from final_context import error_counts, load_items, per_subset
+from second_pass_parity import add_stress_argument, engine_config, run_engine
 
 from oasr.benchmarks.workload import DEVSET_DIR
 from oasr.engine import EngineConfig, configure_process

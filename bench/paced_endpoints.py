@@ -26,8 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from final_context import add_stress_argument, error_counts, load_items, per_subset
-from second_pass_parity import Item, engine_config
+from final_context import error_counts, load_items, per_subset
+from second_pass_parity import Item, add_stress_argument, engine_config
 
 from oasr.audio import MODEL_SAMPLE_RATE, read_audio
 from oasr.benchmarks.workload import DEVSET_DIR

@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,6 +49,7 @@ from oasr.models.whisper.continuous import ContinuousWhisperDecoder
 from oasr.text.wer import ErrorCounts, edit_distance, normalize_transcript
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from second_pass_parity import add_stress_argument  # noqa: E402
 from second_pass_parity import load_items as load_stress_items  # noqa: E402
 
 TIMING = FrameTiming(frame_shift_s=0.04, right_context_samples=0)  # the Conformer's frames
@@ -94,7 +96,8 @@ def passage_segments(passages: Path, pause_s: float, longest_s: float) -> list[S
     return segments
 
 
-def file_segments(stress: Path | None, devset: Path | None, longest_s: float) -> list[Segment]:
+def file_segments(stress: Sequence[Path], devset: Path | None, longest_s: float
+                  ) -> list[Segment]:
     segments = []
     for item in load_stress_items(stress, devset):
         audio = read_audio(item.path)
@@ -193,7 +196,7 @@ def summarise(segments: list[Segment]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passages", type=Path, help="bench/read_passages.py's output")
-    parser.add_argument("--stress", type=Path, help="bench/stress_set.py's output")
+    add_stress_argument(parser)
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--pause", type=float, default=1.0,
                         help="a passage's segments end at sentence pauses this long (s)")

@@ -27,7 +27,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -55,12 +55,20 @@ class Item:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # column -> result
 
 
-def load_items(stress: Path | None, devset: Path | None) -> list[Item]:
+def add_stress_argument(parser: argparse.ArgumentParser) -> None:
+    """``--stress DIR ...``: one or more stress_set.py directories (`load_items`'s ``stress``)."""
+    parser.add_argument("--stress", type=Path, nargs="+", default=[],
+                        help="stress_set.py directories (several: other --seed values, more "
+                             "digit strings)")
+
+
+def load_items(stress: Sequence[Path], devset: Path | None) -> list[Item]:
+    """Each stress set's files in turn (their subsets pooled by name), then the devset's."""
     items: list[Item] = []
-    if stress is not None:
-        for line in (stress / "manifest.tsv").read_text().splitlines():
+    for directory in stress:
+        for line in (directory / "manifest.tsv").read_text().splitlines():
             name, subset, text = line.split("\t")
-            items.append(Item(stress / name, subset, text))
+            items.append(Item(directory / name, subset, text))
     if devset is not None:
         for line in (devset / "manifest.tsv").read_text().splitlines():
             name, text = line.split("\t")
@@ -183,7 +191,7 @@ def print_table(rows: list[dict[str, Any]], columns: Iterable[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--stress", type=Path, default=None, help="a stress_set.py directory")
+    add_stress_argument(parser)
     parser.add_argument("--devset", type=Path, default=DEVSET_DIR)
     parser.add_argument("--no-devset", action="store_true")
     parser.add_argument("--compare", action="store_true",

@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # the script imports its siblings by na
 
 import final_context  # noqa: E402
 import final_window  # noqa: E402
+import second_pass_parity  # noqa: E402
 
 
 def test_windows_parse_from_their_names() -> None:
@@ -44,7 +45,7 @@ def test_several_stress_sets_are_pooled(tmp_path: Path) -> None:
     devset.mkdir()
     (devset / "manifest.tsv").write_text("real_x.wav\ttwo\n")
     parser = argparse.ArgumentParser()
-    final_context.add_stress_argument(parser)
+    second_pass_parity.add_stress_argument(parser)
     stress = parser.parse_args(["--stress", str(tmp_path / "16"), str(tmp_path / "17")]).stress
     items = final_context.load_items(None, stress, devset, None)
     assert [(i.path, i.subset, i.reference) for i in items] == [
